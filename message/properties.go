@@ -1,0 +1,59 @@
+package message
+
+import "strings"
+
+// Separators of the RocketMQ properties string (Java MessageDecoder NAME_VALUE_SEPARATOR
+// and PROPERTY_SEPARATOR).
+const (
+	NameValueSeparator = '\x01'
+	PropertySeparator  = '\x02'
+)
+
+// MarshalProperties encodes p as a RocketMQ properties string:
+// name 0x01 value 0x02 name 0x01 value, names in byte order so the output is
+// deterministic, with no trailing separator (as Java 4.9.8 writes it). Pairs with an empty
+// name or value are left out, as both official clients do. It returns "" for an empty map.
+func MarshalProperties(p map[string]string) string {
+	if len(p) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, k := range sortedKeys(p) {
+		v := p[k]
+		if k == "" || v == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(PropertySeparator)
+		}
+		b.WriteString(k)
+		b.WriteByte(NameValueSeparator)
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// UnmarshalProperties decodes a RocketMQ properties string. It accepts both the Java form
+// (no trailing 0x02) and the Go client's form (a 0x02 after every pair) and, like the Java
+// parser, skips pieces that are not name 0x01 value with both parts non-empty. It never
+// fails: malformed pieces are dropped. It returns nil for "".
+func UnmarshalProperties(s string) map[string]string {
+	if s == "" {
+		return nil
+	}
+	m := make(map[string]string)
+	for len(s) > 0 {
+		var piece string
+		if i := strings.IndexByte(s, PropertySeparator); i >= 0 {
+			piece, s = s[:i], s[i+1:]
+		} else {
+			piece, s = s, ""
+		}
+		j := strings.IndexByte(piece, NameValueSeparator)
+		if j <= 0 || j == len(piece)-1 {
+			continue
+		}
+		m[piece[:j]] = piece[j+1:]
+	}
+	return m
+}

@@ -1,0 +1,132 @@
+package message
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Limits of the RocketMQ 4.x protocol and its defaults.
+const (
+	// MaxTopicLength is the longest topic name in bytes (Java TopicValidator: 127, the
+	// record stores the length in one signed byte).
+	MaxTopicLength = 127
+	// MaxPropertiesLength is the longest encoded properties string in bytes (int16 length field).
+	MaxPropertiesLength = 32767
+	// DefaultMaxMessageSize is maxMessageSize, the default limit on a message or batch:
+	// 4 MiB = 4194304 bytes.
+	DefaultMaxMessageSize = 4 << 20
+)
+
+// ValidationError reports a message field that breaks a rule. Field names the field
+// ("topic", "tag", "body", "properties", "keys", "batch"); Limit and Value are set for size
+// limits (bytes), Reason says what is wrong.
+type ValidationError struct {
+	Field  string
+	Reason string
+	Limit  int // the limit that was exceeded, in bytes (0 when not a size rule)
+	Value  int // the offending size in bytes (0 when not a size rule)
+}
+
+func (e *ValidationError) Error() string {
+	if e.Limit > 0 {
+		return fmt.Sprintf("invalid %s: %s (%d bytes, limit %d)", e.Field, e.Reason, e.Value, e.Limit)
+	}
+	return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason)
+}
+
+// System topics clients may not send to (Java TopicValidator's not-allowed-send set).
+var sendForbiddenTopics = map[string]bool{
+	"SCHEDULE_TOPIC_XXXX":         true,
+	"RMQ_SYS_TRANS_HALF_TOPIC":    true,
+	"RMQ_SYS_TRANS_OP_HALF_TOPIC": true,
+	"TRANS_CHECK_MAX_TIME_TOPIC":  true,
+	"SELF_TEST_TOPIC":             true,
+	"OFFSET_MOVED_EVENT":          true,
+}
+
+// IsSendForbiddenTopic reports whether producers may not send to topic (system topics such
+// as SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_HALF_TOPIC; the broker answers NO_PERMISSION, 16).
+func IsSendForbiddenTopic(topic string) bool { return sendForbiddenTopics[topic] }
+
+// ValidateTopic checks a topic name: non-empty, at most 127 bytes, only the characters
+// % | - _ a-z A-Z 0-9 (Java TopicValidator). It returns a *ValidationError with Field "topic".
+func ValidateTopic(topic string) error {
+	if topic == "" {
+		return &ValidationError{Field: "topic", Reason: "empty"}
+	}
+	if len(topic) > MaxTopicLength {
+		return &ValidationError{Field: "topic", Reason: "too long", Limit: MaxTopicLength, Value: len(topic)}
+	}
+	for i := 0; i < len(topic); i++ {
+		c := topic[i]
+		if !(c == '%' || c == '|' || c == '-' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return &ValidationError{Field: "topic", Reason: fmt.Sprintf("character %q at position %d; allowed: %%|-_ letters digits", c, i)}
+		}
+	}
+	return nil
+}
+
+// ValidateTag checks a tag: empty means "no tag"; otherwise it must not contain "||" (the
+// subscription separator), spaces at the ends, or the property separators 0x01/0x02,
+// and must not be "*" (the subscribe-all expression). It returns a *ValidationError with
+// Field "tag".
+func ValidateTag(tag string) error {
+	switch {
+	case tag == "":
+		return nil
+	case tag == "*":
+		return &ValidationError{Field: "tag", Reason: `"*" is the subscribe-all expression, not a tag`}
+	case strings.Contains(tag, "||"):
+		return &ValidationError{Field: "tag", Reason: `contains "||", the subscription separator`}
+	case strings.TrimSpace(tag) != tag:
+		return &ValidationError{Field: "tag", Reason: "leading or trailing space"}
+	case strings.ContainsAny(tag, "\x01\x02"):
+		return &ValidationError{Field: "tag", Reason: "contains a property separator (0x01 or 0x02)"}
+	}
+	return nil
+}
+
+// validateProperties checks names and values for separators and the encoded length.
+func validateProperties(p map[string]string) (string, error) {
+	for k, v := range p {
+		if strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02") {
+			return "", &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q contains a separator (0x01 or 0x02)", k)}
+		}
+	}
+	s := MarshalProperties(p)
+	if len(s) > MaxPropertiesLength {
+		return "", &ValidationError{Field: "properties", Reason: "encoded properties too long", Limit: MaxPropertiesLength, Value: len(s)}
+	}
+	return s, nil
+}
+
+// Validate checks m before it is sent: topic rules, tag rules, keys without separators,
+// a non-empty body, properties without separators and at most 32767 encoded bytes, and the
+// encoded size (body bytes + encoded properties bytes) at most maxMessageSize bytes
+// (DefaultMaxMessageSize when maxMessageSize <= 0). It returns a *ValidationError naming
+// the field and the limit.
+func Validate(m *Message, maxMessageSize int) error {
+	if m == nil {
+		return &ValidationError{Field: "message", Reason: "nil"}
+	}
+	if maxMessageSize <= 0 {
+		maxMessageSize = DefaultMaxMessageSize
+	}
+	if err := ValidateTopic(m.Topic); err != nil {
+		return err
+	}
+	if err := ValidateTag(m.Tag()); err != nil {
+		return err
+	}
+	if len(m.Body) == 0 {
+		return &ValidationError{Field: "body", Reason: "empty"}
+	}
+	props, err := validateProperties(m.Properties)
+	if err != nil {
+		return err
+	}
+	if size := len(m.Body) + len(props); size > maxMessageSize {
+		return &ValidationError{Field: "body", Reason: "message (body + encoded properties) too large", Limit: maxMessageSize, Value: size}
+	}
+	return nil
+}
