@@ -30,8 +30,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, host := range []string{"127.0.0.1:10911", "[::1]:10911"} {
 		h := netip.MustParseAddrPort(host)
 		m := &MessageExt{
-			Message:         Message{Topic: "T", Flag: 7, Body: []byte("hello"), Properties: map[string]string{"TAGS": "a", "UNIQ_KEY": "U1"}},
-			QueueID:         3, QueueOffset: 42, CommitLogOffset: 4096, BornTimestamp: 1, StoreTimestamp: 2,
+			Message: Message{Topic: "T", Flag: 7, Body: []byte("hello"), Properties: map[string]string{"TAGS": "a", "UNIQ_KEY": "U1"}},
+			QueueID: 3, QueueOffset: 42, CommitLogOffset: 4096, BornTimestamp: 1, StoreTimestamp: 2,
 			BornHost: netip.MustParseAddrPort("10.1.2.3:555"), StoreHost: h, ReconsumeTimes: 2, PreparedTransactionOffset: 9,
 		}
 		b, err := EncodeRecord(m)
