@@ -1,0 +1,343 @@
+package remoting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ClientConfig configures a [Client]. The zero value is usable.
+type ClientConfig struct {
+	// DialTimeout bounds connecting to an address. Default: 3s.
+	DialTimeout time.Duration
+	// MaxFrameSize is the largest frame, in bytes counting the 4-byte length field, that
+	// is accepted from or sent to a server; a larger incoming frame closes the
+	// connection. Default: DefaultMaxFrameSize (16 MiB).
+	MaxFrameSize int
+	// WriteTimeout bounds one socket write and how long a caller waits for room in the
+	// outgoing queue; when exceeded the connection is closed. Default: 10s.
+	WriteTimeout time.Duration
+	// WriteQueueSize is the number of encoded frames that may wait for the writer
+	// goroutine per connection. Default: 1024.
+	WriteQueueSize int
+	// IdleTimeout closes a connection that received nothing and sent nothing for this
+	// long while no call is pending. Default: 0 = never (the server closes idle
+	// connections; TCP keepalive detects dead peers).
+	IdleTimeout time.Duration
+	// Logger receives connection events. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *ClientConfig) setDefaults() {
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 3 * time.Second
+	}
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.WriteQueueSize == 0 {
+		c.WriteQueueSize = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field (negative durations or sizes, or a
+// MaxFrameSize below 64 bytes) as an error naming it.
+func (c ClientConfig) Validate() error {
+	switch {
+	case c.DialTimeout < 0:
+		return fmt.Errorf("remoting: ClientConfig.DialTimeout %v must not be negative", c.DialTimeout)
+	case c.MaxFrameSize < 0 || (c.MaxFrameSize > 0 && c.MaxFrameSize < 64):
+		return fmt.Errorf("remoting: ClientConfig.MaxFrameSize %d must be 0 (default) or at least 64 bytes", c.MaxFrameSize)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("remoting: ClientConfig.WriteTimeout %v must not be negative", c.WriteTimeout)
+	case c.WriteQueueSize < 0:
+		return fmt.Errorf("remoting: ClientConfig.WriteQueueSize %d must not be negative", c.WriteQueueSize)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("remoting: ClientConfig.IdleTimeout %v must not be negative", c.IdleTimeout)
+	}
+	return nil
+}
+
+// RequestHandler serves a server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED 40,
+// CHECK_TRANSACTION_STATE 39) in its own goroutine. addr is the address the request came
+// from (as dialed). ctx is done when that connection closes or the client is closed.
+// Returning nil sends no response; otherwise the client sets the opaque and the
+// RESPONSE flag and answers in the request's serialize type (not for one-way requests).
+// A panic is answered with SYSTEM_ERROR (1).
+type RequestHandler func(ctx context.Context, addr string, req *RemotingCommand) *RemotingCommand
+
+// Client is a remoting client: one TCP connection per address, shared by all calls,
+// requests matched to responses by opaque. A broken connection fails all its pending
+// calls at once and is re-dialed on the next call. Safe for concurrent use.
+//
+// Lock order: Client.mu and Client.hmu are never held together, and neither is held
+// while calling into a Conn (see conn.go).
+type Client struct {
+	cfg  ClientConfig
+	log  *slog.Logger
+	opts *connOptions
+
+	ctx    context.Context // cancelled by Close; bounds dials
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine of the client
+
+	mu     sync.Mutex // guards closed, conns
+	closed bool
+	conns  map[string]*clientEntry
+
+	hmu      sync.RWMutex
+	handlers map[RequestCode]RequestHandler
+}
+
+// clientEntry is a cached connection or a dial in progress.
+type clientEntry struct {
+	ready chan struct{} // closed when the dial finished
+	conn  *Conn         // set before ready is closed on success
+	err   error         // set before ready is closed on failure
+}
+
+// NewClient returns a client with cfg (defaults applied). It fails only if cfg is invalid.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		conns:    make(map[string]*clientEntry),
+		handlers: make(map[RequestCode]RequestHandler),
+	}
+	c.opts = &connOptions{
+		maxFrameSize: cfg.MaxFrameSize,
+		writeTimeout: cfg.WriteTimeout,
+		idleTimeout:  cfg.IdleTimeout,
+		queueLen:     cfg.WriteQueueSize,
+		log:          cfg.Logger,
+		spawn:        c.spawn,
+		serve:        c.serve,
+		onClose:      c.onConnClose,
+	}
+	return c, nil
+}
+
+// spawn runs f in a goroutine counted by c.wg; false once Close has begun.
+func (c *Client) spawn(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// RegisterHandler sets the handler for server-initiated requests with this code,
+// replacing any earlier one. Requests without a handler are answered with
+// REQUEST_CODE_NOT_SUPPORTED (3) unless they are one-way.
+func (c *Client) RegisterHandler(code RequestCode, h RequestHandler) {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if h == nil {
+		delete(c.handlers, code)
+		return
+	}
+	c.handlers[code] = h
+}
+
+func (c *Client) serve(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+	c.hmu.RLock()
+	h := c.handlers[RequestCode(req.Code)]
+	c.hmu.RUnlock()
+	if h == nil {
+		return NewResponse(RequestCodeNotSupported, "request type "+strconv.Itoa(int(req.Code))+" not supported")
+	}
+	return h(ctx, conn.RemoteAddr(), req)
+}
+
+func (c *Client) onConnClose(conn *Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.conns[conn.RemoteAddr()]; e != nil && e.conn == conn {
+		delete(c.conns, conn.RemoteAddr())
+	}
+}
+
+// conn returns the open connection to addr, dialing it if needed. Concurrent callers
+// share one dial. The loop runs at most twice: once more if the cached conn closed.
+func (c *Client) conn(ctx context.Context, addr string) (*Conn, error) {
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, &ConnError{Addr: addr, Op: "dial", Err: ErrClosed}
+		}
+		e := c.conns[addr]
+		if e == nil {
+			e = &clientEntry{ready: make(chan struct{})}
+			c.conns[addr] = e
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.dial(addr, e)
+			}()
+		}
+		c.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: dial %s: %w", ErrTimeout, addr, ctx.Err())
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		if e.conn.ctx.Err() == nil || attempt >= 1 {
+			return e.conn, nil
+		}
+		// The cached conn closed between lookup and use; onConnClose removed it. Re-dial once.
+	}
+}
+
+func (c *Client) dial(addr string, e *clientEntry) {
+	d := net.Dialer{Timeout: c.cfg.DialTimeout}
+	nc, err := d.DialContext(c.ctx, "tcp", addr)
+	var conn *Conn
+	if err == nil {
+		conn = newConn(nc, addr, c.opts)
+	}
+	c.mu.Lock()
+	switch {
+	case err != nil:
+		if c.closed {
+			err = ErrClosed
+		}
+		e.err = &ConnError{Addr: addr, Op: "dial", Err: err}
+	case c.closed:
+		_ = nc.Close()
+		e.err = &ConnError{Addr: addr, Op: "dial", Err: ErrClosed}
+	default:
+		e.conn = conn
+	}
+	if e.err != nil && c.conns[addr] == e {
+		delete(c.conns, addr)
+	}
+	close(e.ready)
+	c.mu.Unlock()
+	if e.err != nil {
+		c.log.Debug("remoting: dial failed", "addr", addr, "err", e.err)
+		return
+	}
+	if conn.start() {
+		c.log.Debug("remoting: connected", "addr", addr, "conn", conn.ID(), "local", conn.LocalAddr())
+	}
+}
+
+// InvokeSync sends req to addr and waits for the response. ctx's deadline is the call
+// timeout; on expiry the pending entry is removed and the error wraps [ErrTimeout] and
+// ctx.Err(). Transport failures (dial, write, connection lost while waiting) are
+// [*ConnError]s; after Close they wrap [ErrClosed]. req.Opaque is assigned and the flag
+// bits cleared. A non-success response code is not an error here: check
+// resp.ResponseCode() (or [RemotingCommand.ResponseErr]).
+func (c *Client) InvokeSync(ctx context.Context, addr string, req *RemotingCommand) (*RemotingCommand, error) {
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return conn.Invoke(ctx, req)
+}
+
+// InvokeAsync sends req to addr and returns once it is queued; cb is then called exactly
+// once, in its own goroutine, with the response or an error (ErrTimeout when ctx
+// expires, *ConnError on connection loss, ErrClosed on Close). If InvokeAsync itself
+// returns an error (dial failure, encoding error, ctx expired before sending), cb is
+// never called. cb must not call Client.Close.
+func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
+	if cb == nil {
+		return errors.New("remoting: InvokeAsync needs a callback")
+	}
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return err
+	}
+	return conn.invokeAsync(ctx, req, cb)
+}
+
+// InvokeOneway sends req to addr with the ONEWAY flag bit (bit1) set and waits for
+// nothing but the dial and queueing (a Java server sends no response to it).
+// req.Opaque is assigned. Errors as for InvokeSync.
+func (c *Client) InvokeOneway(ctx context.Context, addr string, req *RemotingCommand) error {
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return err
+	}
+	return conn.InvokeOneway(ctx, req)
+}
+
+// CloseConn closes the cached connection to addr, if any; its pending calls fail with a
+// [*ConnError] wrapping [ErrClosed]. The next call to addr dials again.
+func (c *Client) CloseConn(addr string) {
+	c.mu.Lock()
+	e := c.conns[addr]
+	c.mu.Unlock()
+	if e == nil {
+		return
+	}
+	select {
+	case <-e.ready:
+		if e.conn != nil {
+			e.conn.closeWith(ErrClosed)
+		}
+	default: // still dialing; nothing to close yet
+	}
+}
+
+// Close closes all connections, fails pending calls with errors wrapping [ErrClosed]
+// and waits for every goroutine of the client (readers, writers, request handlers,
+// async callbacks) to return. Later calls fail with ErrClosed. Idempotent; returns nil.
+//
+// Stop order: mark closed (no new goroutines or dials) → cancel dials → close every
+// connection (see conn.go) → wait for goroutines.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.wg.Wait()
+		return nil
+	}
+	c.closed = true
+	entries := make([]*clientEntry, 0, len(c.conns))
+	for _, e := range c.conns {
+		entries = append(entries, e)
+	}
+	c.mu.Unlock()
+	c.cancel()
+	for _, e := range entries {
+		<-e.ready // dials finish promptly: their context is cancelled
+		if e.conn != nil {
+			e.conn.closeWith(ErrClosed)
+		}
+	}
+	c.wg.Wait()
+	return nil
+}
+
+var _ io.Closer = (*Client)(nil)

@@ -1,0 +1,441 @@
+package remoting
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+)
+
+// DefaultMaxFrameSize is the default largest frame accepted, in bytes, counting the 4-byte
+// length field: 16 MiB, Java's com.rocketmq.remoting.frameMaxLength default (16777216).
+const DefaultMaxFrameSize = 16 << 20
+
+// maxHeaderLen is the largest header the 24-bit header-length field can express.
+const maxHeaderLen = 1<<24 - 1
+
+// SerializeType selects the header encoding; it is the top byte of the 4-byte
+// header-length field (PROTOCOL.md §1.1).
+type SerializeType byte
+
+const (
+	// SerializeJSON is the JSON header (serialize type 0), the Go client's only choice and
+	// the Java default.
+	SerializeJSON SerializeType = 0
+	// SerializeRocketMQ is the ROCKETMQ binary header (serialize type 1, PROTOCOL.md §1.3).
+	SerializeRocketMQ SerializeType = 1
+)
+
+// String returns "JSON", "ROCKETMQ" or "SerializeType(n)".
+func (t SerializeType) String() string {
+	switch t {
+	case SerializeJSON:
+		return "JSON"
+	case SerializeRocketMQ:
+		return "ROCKETMQ"
+	}
+	return "SerializeType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Encode returns the full frame with a JSON header (serialize type 0):
+// [4-byte length][4-byte type<<24|headerLen][JSON header][body], big-endian.
+// The header keys are written in the Go client's order
+// (code, language, version, opaque, flag, remark, extFields), numbers as JSON numbers,
+// language as its name, ext values as JSON strings; string escaping matches
+// encoding/json (control characters and <, >, & as \u00XX; invalid UTF-8 becomes U+FFFD).
+// It fails with a [*FrameError] if the header exceeds 16 MiB-1 or the frame exceeds 2 GiB-1.
+func (c *RemotingCommand) Encode() ([]byte, error) {
+	buf := make([]byte, 8, 8+160+len(c.Remark)+extSizeHint(c.ExtFields)+len(c.Body))
+	buf = c.appendJSONHeader(buf)
+	return finishFrame(buf, SerializeJSON, c.Body)
+}
+
+// EncodeBinary returns the full frame with a ROCKETMQ binary header (serialize type 1,
+// PROTOCOL.md §1.3). Ext fields are written in sorted key order. It fails with a
+// [*HeaderError] for an ext key longer than 32767 bytes and a [*FrameError] for an
+// oversized header or frame.
+func (c *RemotingCommand) EncodeBinary() ([]byte, error) {
+	buf := make([]byte, 8, 8+25+len(c.Remark)+extSizeHint(c.ExtFields)+len(c.Body))
+	var err error
+	buf, err = c.appendBinaryHeader(buf)
+	if err != nil {
+		return nil, err
+	}
+	return finishFrame(buf, SerializeRocketMQ, c.Body)
+}
+
+// EncodeAs encodes with the given serialize type ([Encode] or [EncodeBinary]).
+func (c *RemotingCommand) EncodeAs(t SerializeType) ([]byte, error) {
+	if t == SerializeRocketMQ {
+		return c.EncodeBinary()
+	}
+	return c.Encode()
+}
+
+func extSizeHint(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v) + 8
+	}
+	return n
+}
+
+// finishFrame fills in the 8-byte prefix of buf (whose header starts at 8) and appends body.
+func finishFrame(buf []byte, t SerializeType, body []byte) ([]byte, error) {
+	headerLen := len(buf) - 8
+	if headerLen > maxHeaderLen {
+		return nil, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header is %d bytes, limit %d", headerLen, maxHeaderLen)}
+	}
+	total := int64(4) + int64(headerLen) + int64(len(body))
+	if total > math.MaxInt32 {
+		return nil, &FrameError{Field: "length", Reason: fmt.Sprintf("frame is %d bytes, limit %d", total, math.MaxInt32)}
+	}
+	binary.BigEndian.PutUint32(buf[0:4], uint32(total))
+	binary.BigEndian.PutUint32(buf[4:8], uint32(t)<<24|uint32(headerLen))
+	return append(buf, body...), nil
+}
+
+func (c *RemotingCommand) appendJSONHeader(b []byte) []byte {
+	b = append(b, `{"code":`...)
+	b = strconv.AppendInt(b, int64(c.Code), 10)
+	b = append(b, `,"language":`...)
+	lang, _ := c.Language.MarshalJSON()
+	b = append(b, lang...)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, int64(c.Version), 10)
+	b = append(b, `,"opaque":`...)
+	b = strconv.AppendInt(b, int64(c.Opaque), 10)
+	b = append(b, `,"flag":`...)
+	b = strconv.AppendInt(b, int64(c.Flag), 10)
+	b = append(b, `,"remark":`...)
+	b = appendJSONString(b, c.Remark)
+	b = append(b, `,"extFields":`...)
+	if c.ExtFields == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '{')
+		for i, k := range sortedKeys(c.ExtFields) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, c.ExtFields[k])
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string with encoding/json's escaping (HTML-safe).
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+func (c *RemotingCommand) appendBinaryHeader(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint16(b, uint16(c.Code))
+	b = append(b, byte(c.Language))
+	b = binary.BigEndian.AppendUint16(b, uint16(c.Version))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Opaque))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Flag))
+	if len(c.Remark) > maxHeaderLen {
+		return nil, &HeaderError{Field: "remark", Reason: fmt.Sprintf("remark is %d bytes, limit %d", len(c.Remark), maxHeaderLen)}
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.Remark)))
+	b = append(b, c.Remark...)
+	lenPos := len(b)
+	b = append(b, 0, 0, 0, 0)
+	for _, k := range sortedKeys(c.ExtFields) {
+		v := c.ExtFields[k]
+		if len(k) > math.MaxInt16 {
+			return nil, &HeaderError{Field: "extFields", Reason: fmt.Sprintf("key of %d bytes exceeds the binary header limit %d", len(k), math.MaxInt16)}
+		}
+		if len(b)+len(k)+len(v) > maxHeaderLen+8 {
+			return nil, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header exceeds %d bytes", maxHeaderLen)}
+		}
+		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+	}
+	binary.BigEndian.PutUint32(b[lenPos:], uint32(len(b)-lenPos-4))
+	return b, nil
+}
+
+// DecodeFrame decodes one frame given WITHOUT its leading 4-byte length field (as
+// returned by [ReadFrame]): [type<<24|headerLen][header][body]. It accepts JSON headers
+// as written by Java (fastjson: sorted keys, extra keys such as serializeTypeCurrentRPC,
+// no remark) and by the Go client, and ROCKETMQ binary headers. The returned Body aliases
+// frame. Errors: [*FrameError] for a frame shorter than 4 bytes, a header length beyond
+// the frame or an unknown serialize type; [*HeaderError] for an invalid header.
+func DecodeFrame(frame []byte) (*RemotingCommand, SerializeType, error) {
+	if len(frame) < 4 {
+		return nil, 0, &FrameError{Field: "length", Reason: fmt.Sprintf("frame of %d bytes is shorter than the 4-byte header-length field", len(frame))}
+	}
+	x := binary.BigEndian.Uint32(frame)
+	st := SerializeType(x >> 24)
+	headerLen := int(x & maxHeaderLen)
+	if headerLen > len(frame)-4 {
+		return nil, st, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header length %d exceeds the %d bytes left in the frame", headerLen, len(frame)-4)}
+	}
+	header := frame[4 : 4+headerLen]
+	var (
+		cmd *RemotingCommand
+		err error
+	)
+	switch st {
+	case SerializeJSON:
+		cmd, err = decodeJSONHeader(header)
+	case SerializeRocketMQ:
+		cmd, err = decodeBinaryHeader(header)
+	default:
+		return nil, st, &FrameError{Field: "serializeType", Reason: fmt.Sprintf("unknown serialize type %d (want 0 JSON or 1 ROCKETMQ)", byte(st))}
+	}
+	if err != nil {
+		return nil, st, err
+	}
+	if body := frame[4+headerLen:]; len(body) > 0 {
+		cmd.Body = body
+	}
+	return cmd, st, nil
+}
+
+type jsonHeader struct {
+	Code      int16             `json:"code"`
+	Language  LanguageCode      `json:"language"`
+	Version   int16             `json:"version"`
+	Opaque    int32             `json:"opaque"`
+	Flag      int32             `json:"flag"`
+	Remark    string            `json:"remark"`
+	ExtFields map[string]string `json:"extFields"`
+}
+
+func decodeJSONHeader(h []byte) (*RemotingCommand, error) {
+	if len(bytes.TrimSpace(h)) == 0 {
+		return nil, &HeaderError{Field: "header", Reason: "empty JSON header"}
+	}
+	var jh jsonHeader
+	if err := json.Unmarshal(h, &jh); err != nil {
+		field := "header"
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" {
+			field = ute.Field
+		}
+		return nil, &HeaderError{Field: field, Reason: "invalid JSON header", Err: err}
+	}
+	return &RemotingCommand{
+		Code:      jh.Code,
+		Language:  jh.Language,
+		Version:   jh.Version,
+		Opaque:    jh.Opaque,
+		Flag:      jh.Flag,
+		Remark:    jh.Remark,
+		ExtFields: jh.ExtFields,
+	}, nil
+}
+
+// binReader reads big-endian fields from a binary header, remembering the first error.
+type binReader struct {
+	b   []byte
+	err error
+}
+
+func (r *binReader) need(n int, field string) bool {
+	if r.err != nil {
+		return false
+	}
+	if n < 0 || n > len(r.b) {
+		r.err = &HeaderError{Field: field, Reason: fmt.Sprintf("needs %d bytes, %d left in the binary header", n, len(r.b))}
+		return false
+	}
+	return true
+}
+
+func (r *binReader) u8(field string) byte {
+	if !r.need(1, field) {
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *binReader) u16(field string) uint16 {
+	if !r.need(2, field) {
+		return 0
+	}
+	v := binary.BigEndian.Uint16(r.b)
+	r.b = r.b[2:]
+	return v
+}
+
+func (r *binReader) u32(field string) uint32 {
+	if !r.need(4, field) {
+		return 0
+	}
+	v := binary.BigEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *binReader) bytes(n int, field string) []byte {
+	if !r.need(n, field) {
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func decodeBinaryHeader(h []byte) (*RemotingCommand, error) {
+	r := &binReader{b: h}
+	cmd := &RemotingCommand{}
+	cmd.Code = int16(r.u16("code"))
+	cmd.Language = LanguageCode(r.u8("language"))
+	cmd.Version = int16(r.u16("version"))
+	cmd.Opaque = int32(r.u32("opaque"))
+	cmd.Flag = int32(r.u32("flag"))
+	remarkLen := int32(r.u32("remark"))
+	cmd.Remark = string(r.bytes(int(remarkLen), "remark"))
+	extLen := int32(r.u32("extFields"))
+	ext := r.bytes(int(extLen), "extFields")
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, &HeaderError{Field: "header", Reason: fmt.Sprintf("%d trailing bytes after the extFields block", len(r.b))}
+	}
+	if len(ext) > 0 {
+		er := &binReader{b: ext}
+		cmd.ExtFields = make(map[string]string)
+		for len(er.b) > 0 {
+			kl := int16(er.u16("extFields"))
+			k := er.bytes(int(kl), "extFields")
+			vl := int32(er.u32("extFields"))
+			v := er.bytes(int(vl), "extFields")
+			if er.err != nil {
+				return nil, er.err
+			}
+			cmd.ExtFields[string(k)] = string(v)
+		}
+	}
+	return cmd, nil
+}
+
+// ReadFrame reads one frame from r: the 4-byte big-endian length, then that many bytes,
+// which it returns (without the length field; pass them to [DecodeFrame]).
+// maxFrameSize is the largest frame in bytes counting the length field, as Java's
+// frameMaxLength; <= 0 means [DefaultMaxFrameSize]. A clean end of stream before the
+// first byte returns io.EOF unwrapped. Errors: [*FrameError] for a length < 4 or
+// > maxFrameSize-4, or a stream that ends inside the frame (wrapping io.ErrUnexpectedEOF);
+// other read errors are returned as they are.
+func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
+	if maxFrameSize <= 0 {
+		maxFrameSize = DefaultMaxFrameSize
+	}
+	var lb [4]byte
+	if n, err := io.ReadFull(r, lb[:]); err != nil {
+		if err == io.EOF || n == 0 {
+			return nil, err
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &FrameError{Field: "length", Reason: fmt.Sprintf("stream ended after %d of 4 length bytes", n), Err: err}
+		}
+		return nil, err
+	}
+	length := int64(int32(binary.BigEndian.Uint32(lb[:])))
+	if length < 4 {
+		return nil, &FrameError{Field: "length", Reason: fmt.Sprintf("length %d is below the minimum 4", length)}
+	}
+	if length > int64(maxFrameSize)-4 {
+		return nil, &FrameError{Field: "length", Reason: fmt.Sprintf("frame of %d bytes exceeds the maximum frame size %d", length+4, maxFrameSize)}
+	}
+	var (
+		frame []byte
+		err   error
+	)
+	const eagerAlloc = 1 << 20
+	if length <= eagerAlloc {
+		frame = make([]byte, length)
+		_, err = io.ReadFull(r, frame)
+	} else {
+		// Grow with the data actually received so that a peer announcing a large frame
+		// and sending nothing cannot make us allocate the whole announced size.
+		var buf bytes.Buffer
+		buf.Grow(eagerAlloc)
+		var n int64
+		n, err = io.CopyN(&buf, r, length)
+		frame = buf.Bytes()
+		if err == io.EOF && n < length {
+			err = io.ErrUnexpectedEOF
+		}
+	}
+	if err != nil {
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &FrameError{Field: "body", Reason: fmt.Sprintf("stream ended inside a frame of length %d", length), Err: io.ErrUnexpectedEOF}
+		}
+		return nil, err
+	}
+	return frame, nil
+}

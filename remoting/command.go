@@ -1,0 +1,176 @@
+package remoting
+
+import (
+	"strconv"
+	"strings"
+)
+
+// DefaultVersion is the header "version" this package sends: 317, the MQVersion ordinal
+// of V4_5_2, which is what the official Go client always sends. We copy it so that a
+// Java broker or name server treats Sluice clients exactly like the Go client it has been
+// tested against. Consequence: a Java 4.9.x name server answers routes in fastjson's
+// non-standard form (unquoted numeric map keys) unless the request carries
+// acceptStandardJsonOnly=true (PROTOCOL.md §3.1, §7.7 item 14).
+const DefaultVersion int16 = 317
+
+// Flag bits of the header "flag" field (PROTOCOL.md §1.2).
+const (
+	FlagResponse int32 = 1 << 0 // set on responses
+	FlagOneway   int32 = 1 << 1 // set on one-way requests; the receiver sends no response
+)
+
+// RemotingCommand is one RocketMQ remoting frame: a request or a response
+// (PROTOCOL.md §1). The header fields are the JSON header keys code, language,
+// version, opaque, flag, remark and extFields; Body is the frame's payload after the header.
+type RemotingCommand struct {
+	Code      int16             // request code ([RequestCode]) or response code ([ResponseCode])
+	Language  LanguageCode      // sender language; this package sends [LanguageGo]
+	Version   int16             // sender MQVersion ordinal; this package sends [DefaultVersion] (317)
+	Opaque    int32             // request id; a response echoes its request's opaque
+	Flag      int32             // bit0 [FlagResponse], bit1 [FlagOneway]
+	Remark    string            // error text on responses; "" when absent
+	ExtFields map[string]string // custom header; ALL values are strings on the wire
+	Body      []byte            // payload, not part of the header; may be nil
+}
+
+// NewRequest returns a request with the given code, ext fields and body, language GO and
+// version [DefaultVersion]. ext and body are used as given (not copied); ext may be nil.
+// Opaque is assigned when the request is sent.
+func NewRequest(code RequestCode, ext map[string]string, body []byte) *RemotingCommand {
+	return &RemotingCommand{
+		Code:      int16(code),
+		Language:  LanguageGo,
+		Version:   DefaultVersion,
+		ExtFields: ext,
+		Body:      body,
+	}
+}
+
+// NewResponse returns a response with the given code and remark, language GO, version
+// [DefaultVersion] and the RESPONSE flag set. Opaque is filled in by the sender
+// (the [Server] or [Client] copies the request's opaque).
+func NewResponse(code ResponseCode, remark string) *RemotingCommand {
+	return &RemotingCommand{
+		Code:     int16(code),
+		Language: LanguageGo,
+		Version:  DefaultVersion,
+		Flag:     FlagResponse,
+		Remark:   remark,
+	}
+}
+
+// IsResponse reports whether the RESPONSE flag bit (bit0) is set.
+func (c *RemotingCommand) IsResponse() bool { return c.Flag&FlagResponse != 0 }
+
+// IsOneway reports whether the ONEWAY flag bit (bit1) is set.
+func (c *RemotingCommand) IsOneway() bool { return c.Flag&FlagOneway != 0 }
+
+// ResponseCode returns Code as a [ResponseCode].
+func (c *RemotingCommand) ResponseCode() ResponseCode { return ResponseCode(c.Code) }
+
+// RequestCode returns Code as a [RequestCode].
+func (c *RemotingCommand) RequestCode() RequestCode { return RequestCode(c.Code) }
+
+// ResponseErr returns nil if the command's code is SUCCESS (0), otherwise a
+// [*ResponseError] with the code and remark.
+func (c *RemotingCommand) ResponseErr() error {
+	if c.Code == int16(Success) {
+		return nil
+	}
+	return &ResponseError{Code: ResponseCode(c.Code), Remark: c.Remark}
+}
+
+// SetExt sets ext field key to value, creating the map if needed, and returns c for chaining.
+func (c *RemotingCommand) SetExt(key, value string) *RemotingCommand {
+	if c.ExtFields == nil {
+		c.ExtFields = make(map[string]string, 8)
+	}
+	c.ExtFields[key] = value
+	return c
+}
+
+// ExtString returns ext field key. A missing key gives "" and, if required, a
+// [*HeaderError] naming the key. A present empty value is returned as "" without error.
+func (c *RemotingCommand) ExtString(key string, required bool) (string, error) {
+	v, ok := c.ExtFields[key]
+	if !ok && required {
+		return "", &HeaderError{Field: key, Reason: "required ext field is missing"}
+	}
+	return v, nil
+}
+
+// ExtInt64 parses ext field key as a decimal int64 (Java long). A missing or empty value
+// gives 0 and, if required, a [*HeaderError]; a value that does not parse or is out of
+// range gives a [*HeaderError] naming the key and the value.
+func (c *RemotingCommand) ExtInt64(key string, required bool) (int64, error) {
+	v := c.ExtFields[key]
+	if v == "" {
+		if required {
+			return 0, &HeaderError{Field: key, Reason: "required ext field is missing"}
+		}
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, &HeaderError{Field: key, Reason: "value " + strconv.Quote(v) + " is not a decimal int64", Err: err}
+	}
+	return n, nil
+}
+
+// ExtInt32 parses ext field key as a decimal int32 (Java int, range -2147483648..2147483647).
+// Missing or empty: 0 and, if required, a [*HeaderError]; unparsable or out of range: a
+// [*HeaderError] naming the key and the value.
+func (c *RemotingCommand) ExtInt32(key string, required bool) (int32, error) {
+	v := c.ExtFields[key]
+	if v == "" {
+		if required {
+			return 0, &HeaderError{Field: key, Reason: "required ext field is missing"}
+		}
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil {
+		return 0, &HeaderError{Field: key, Reason: "value " + strconv.Quote(v) + " is not a decimal int32", Err: err}
+	}
+	return int32(n), nil
+}
+
+// ExtBool parses ext field key as a Java boolean: "true" or "false" in any case.
+// A missing or empty value gives false; any other value gives a [*HeaderError].
+func (c *RemotingCommand) ExtBool(key string) (bool, error) {
+	v := c.ExtFields[key]
+	switch {
+	case v == "":
+		return false, nil
+	case strings.EqualFold(v, "true"):
+		return true, nil
+	case strings.EqualFold(v, "false"):
+		return false, nil
+	}
+	return false, &HeaderError{Field: key, Reason: "value " + strconv.Quote(v) + ` is not "true" or "false"`}
+}
+
+// String returns a short description for logs: kind, code, opaque, flag, remark and
+// body length (ext fields and body are left out).
+func (c *RemotingCommand) String() string {
+	var b strings.Builder
+	if c.IsResponse() {
+		b.WriteString("response code=")
+		b.WriteString(ResponseCode(c.Code).String())
+	} else {
+		b.WriteString("request code=")
+		b.WriteString(RequestCode(c.Code).String())
+	}
+	b.WriteString(" opaque=")
+	b.WriteString(strconv.Itoa(int(c.Opaque)))
+	b.WriteString(" flag=")
+	b.WriteString(strconv.Itoa(int(c.Flag)))
+	if c.Remark != "" {
+		b.WriteString(" remark=")
+		b.WriteString(strconv.Quote(c.Remark))
+	}
+	b.WriteString(" body=")
+	b.WriteString(strconv.Itoa(len(c.Body)))
+	b.WriteString("B")
+	return b.String()
+}

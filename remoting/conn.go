@@ -1,0 +1,519 @@
+package remoting
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Connection internals shared by Client and Server.
+//
+// Goroutines of one Conn (all started through the owner's spawn helper and counted in the
+// owner's WaitGroup, so Client.Close / Server.Shutdown wait for them):
+//   - one reader (readLoop): reads frames, completes pending calls, dispatches requests;
+//   - one writer (writeLoop): drains the bounded outgoing queue onto the socket;
+//   - one goroutine per incoming request being handled (bounded by maxInFlight on servers);
+//   - one goroutine per async-call callback.
+//
+// Stop order of a Conn (closeWith, run once, by whoever notices first: reader, writer,
+// a full outgoing queue, Conn.Close, or the owner's Close/Shutdown):
+//  1. under mu: mark closed, record the cause, take the pending-call table;
+//  2. cancel the conn context (handlers see ctx.Done, the writer and blocked senders return);
+//  3. close the socket (unblocks the reader and a writer stuck in Write);
+//  4. fail every taken pending call with a *ConnError wrapping the cause;
+//  5. call the owner's onClose (Server: drop from the table, run OnConnClose listeners;
+//     Client: drop from the connection cache so the next call re-dials).
+//
+// Locks: Conn.mu guards pending/closed/closeErr only and is never held while calling out
+// (callbacks, socket I/O, owner locks). Owner locks (Client.mu, Server.mu) are never held
+// while taking Conn.mu either, so there is no lock nesting.
+
+// opaqueSeq is the process-wide request id counter; the first id is 1 (as the Go client).
+var opaqueSeq atomic.Int32
+
+func nextOpaque() int32 { return opaqueSeq.Add(1) }
+
+// connOptions are the per-side settings and hooks of a Conn.
+type connOptions struct {
+	maxFrameSize int
+	writeTimeout time.Duration
+	idleTimeout  time.Duration // 0: no idle close
+	queueLen     int
+	maxInFlight  int // 0: unlimited
+	log          *slog.Logger
+	// spawn runs f in a goroutine owned by the Client/Server; false if the owner is stopping.
+	spawn func(f func()) bool
+	// serve handles an incoming request (in its own goroutine); nil result = no response.
+	serve func(ctx context.Context, c *Conn, req *RemotingCommand) *RemotingCommand
+	// onClose is called once after the conn closed (step 5 of the stop order).
+	onClose func(c *Conn)
+}
+
+// Conn is one remoting TCP connection, on either side. A [Server] hands it to handlers so
+// they can identify the client (RemoteAddr, ID), call back into the client
+// ([Conn.Invoke], e.g. CHECK_TRANSACTION_STATE) and notice it closing ([Conn.Context]).
+// All methods are safe for concurrent use.
+type Conn struct {
+	id     uint64
+	nc     net.Conn
+	remote string
+	opts   *connOptions
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    chan []byte // bounded outgoing queue of encoded frames
+
+	inFlight  atomic.Int32 // requests being handled
+	lastWrite atomic.Int64 // unix nanoseconds of the last completed socket write
+
+	mu       sync.Mutex // guards the fields below
+	pending  map[int32]*pendingCall
+	closed   bool
+	closeErr error
+}
+
+var connIDSeq atomic.Uint64
+
+func newConn(nc net.Conn, remote string, opts *connOptions) *Conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Conn{
+		id:      connIDSeq.Add(1),
+		nc:      nc,
+		remote:  remote,
+		opts:    opts,
+		ctx:     ctx,
+		cancel:  cancel,
+		out:     make(chan []byte, opts.queueLen),
+		pending: make(map[int32]*pendingCall),
+	}
+	c.lastWrite.Store(time.Now().UnixNano())
+	return c
+}
+
+// start launches the reader and writer through spawn; on failure the conn is closed.
+func (c *Conn) start() bool {
+	if !c.opts.spawn(c.writeLoop) {
+		c.closeWith(ErrClosed)
+		return false
+	}
+	if !c.opts.spawn(c.readLoop) {
+		c.closeWith(ErrClosed)
+		return false
+	}
+	return true
+}
+
+// ID returns a process-unique connection id (counter from 1).
+func (c *Conn) ID() uint64 { return c.id }
+
+// RemoteAddr returns the peer address "ip:port" (for client conns: the address dialed).
+func (c *Conn) RemoteAddr() string { return c.remote }
+
+// LocalAddr returns the local socket address "ip:port".
+func (c *Conn) LocalAddr() string { return c.nc.LocalAddr().String() }
+
+// Context returns a context that is done when the connection closes.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// Close closes the connection; pending calls on it fail with a [*ConnError] wrapping
+// [ErrClosed]. It is idempotent and always returns nil.
+func (c *Conn) Close() error {
+	c.closeWith(ErrClosed)
+	return nil
+}
+
+// Err returns why the connection closed, or nil while it is open.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
+}
+
+// pendingCall is a request waiting for its response. complete is called exactly once,
+// by whoever removes the call from the pending table.
+type pendingCall struct {
+	complete func(*RemotingCommand, error)
+	stop     func() bool // stops the async timeout watcher; guarded by Conn.mu
+}
+
+func (c *Conn) register(opaque int32, p *pendingCall) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return &ConnError{Addr: c.remote, Op: "write", Err: c.closeErr}
+	}
+	c.pending[opaque] = p
+	return nil
+}
+
+// take removes and returns the pending call for opaque (nil if none) and its stop func.
+func (c *Conn) take(opaque int32) (*pendingCall, func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[opaque]
+	if p == nil {
+		return nil, nil
+	}
+	delete(c.pending, opaque)
+	return p, p.stop
+}
+
+// pendingLen returns the number of calls waiting for a response.
+func (c *Conn) pendingLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// closeWith closes the connection once with the given cause (see the stop order above).
+func (c *Conn) closeWith(cause error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeErr = cause
+	pend := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+
+	c.cancel()
+	_ = c.nc.Close()
+	for _, p := range pend {
+		if p.stop != nil {
+			p.stop()
+		}
+		p.complete(nil, &ConnError{Addr: c.remote, Op: "await response", Err: cause})
+	}
+	if c.opts.onClose != nil {
+		c.opts.onClose(c)
+	}
+}
+
+// send puts an encoded frame on the outgoing queue. If the queue stays full for longer
+// than writeTimeout the peer is not reading: the connection is closed.
+func (c *Conn) send(ctx context.Context, frame []byte) error {
+	if len(frame) > c.opts.maxFrameSize {
+		return &FrameError{Field: "length", Reason: fmt.Sprintf("outgoing frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
+	}
+	select {
+	case <-c.ctx.Done():
+		return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
+	default:
+	}
+	select {
+	case c.out <- frame:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.opts.writeTimeout)
+	defer t.Stop()
+	select {
+	case c.out <- frame:
+		return nil
+	case <-c.ctx.Done():
+		return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
+	case <-ctx.Done():
+		return fmt.Errorf("%w: outgoing queue to %s full: %w", ErrTimeout, c.remote, ctx.Err())
+	case <-t.C:
+		err := fmt.Errorf("outgoing queue of %d frames full for %v, peer is not reading", cap(c.out), c.opts.writeTimeout)
+		c.opts.log.Warn("remoting: closing connection", "remote", c.remote, "conn", c.id, "err", err)
+		c.closeWith(err)
+		return &ConnError{Addr: c.remote, Op: "write", Err: err}
+	}
+}
+
+func (c *Conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case f := <-c.out:
+			if c.opts.writeTimeout > 0 {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
+			}
+			_, err := bw.Write(f)
+			// Coalesce what is already queued (bounded) into one flush.
+			for i := 0; err == nil && i < 128 && len(c.out) > 0; i++ {
+				_, err = bw.Write(<-c.out)
+			}
+			if err == nil {
+				err = bw.Flush()
+			}
+			if err != nil {
+				c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+				c.closeWith(fmt.Errorf("write: %w", err))
+				return
+			}
+			c.lastWrite.Store(time.Now().UnixNano())
+		}
+	}
+}
+
+// busy reports whether an idle read timeout should be ignored: requests are being
+// handled, calls await responses, or we wrote recently (Java counts reads and writes).
+func (c *Conn) busy() bool {
+	return c.inFlight.Load() > 0 || c.pendingLen() > 0 ||
+		time.Since(time.Unix(0, c.lastWrite.Load())) < c.opts.idleTimeout
+}
+
+// awaitFrame blocks until at least one byte of the next frame is readable. With an idle
+// timeout it closes connections that carried no traffic for that long.
+func (c *Conn) awaitFrame(br *bufio.Reader) error {
+	if c.opts.idleTimeout <= 0 {
+		return nil
+	}
+	for {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.opts.idleTimeout))
+		_, err := br.Peek(1)
+		if err == nil {
+			return nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && c.ctx.Err() == nil && c.busy() {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("idle for %v", c.opts.idleTimeout)
+		}
+		return err
+	}
+}
+
+func (c *Conn) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 32<<10)
+	for {
+		err := c.awaitFrame(br)
+		var frame []byte
+		if err == nil {
+			frame, err = ReadFrame(br, c.opts.maxFrameSize)
+		}
+		if err != nil {
+			c.logReadErr(err)
+			c.closeWith(fmt.Errorf("read: %w", err))
+			return
+		}
+		cmd, st, err := DecodeFrame(frame)
+		if err != nil {
+			c.logReadErr(err)
+			c.closeWith(fmt.Errorf("read: %w", err))
+			return
+		}
+		if cmd.IsResponse() {
+			p, stop := c.take(cmd.Opaque)
+			if p == nil {
+				c.opts.log.Debug("remoting: dropping response without pending request", "remote", c.remote, "conn", c.id, "opaque", cmd.Opaque, "code", cmd.Code)
+				continue
+			}
+			if stop != nil {
+				stop()
+			}
+			p.complete(cmd, nil)
+			continue
+		}
+		c.dispatch(cmd, st)
+	}
+}
+
+func (c *Conn) logReadErr(err error) {
+	var fe *FrameError
+	var he *HeaderError
+	switch {
+	case errors.As(err, &fe) || errors.As(err, &he):
+		c.opts.log.Warn("remoting: malformed frame, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+	case c.ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+		c.opts.log.Debug("remoting: connection closed", "remote", c.remote, "conn", c.id, "err", err)
+	default:
+		c.opts.log.Info("remoting: read failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+	}
+}
+
+// dispatch runs an incoming request in its own goroutine, or answers SYSTEM_BUSY when
+// maxInFlight requests are already being handled on this connection.
+func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
+	if c.opts.maxInFlight > 0 && int(c.inFlight.Load()) >= c.opts.maxInFlight {
+		c.opts.log.Debug("remoting: too many requests in flight", "remote", c.remote, "conn", c.id, "limit", c.opts.maxInFlight)
+		if !req.IsOneway() {
+			resp := NewResponse(SystemBusy, fmt.Sprintf("[OVERLOAD]system busy, %d requests in flight on this connection (limit %d)", c.inFlight.Load(), c.opts.maxInFlight))
+			c.reply(req, resp, st)
+		}
+		return
+	}
+	c.inFlight.Add(1)
+	if !c.opts.spawn(func() {
+		defer c.inFlight.Add(-1)
+		c.handle(req, st)
+	}) {
+		c.inFlight.Add(-1)
+	}
+}
+
+func (c *Conn) handle(req *RemotingCommand, st SerializeType) {
+	resp := c.safeServe(req)
+	if resp == nil || req.IsOneway() {
+		return
+	}
+	c.reply(req, resp, st)
+}
+
+func (c *Conn) safeServe(req *RemotingCommand) (resp *RemotingCommand) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
+				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
+			resp = NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+		}
+	}()
+	return c.opts.serve(c.ctx, c, req)
+}
+
+// reply sends resp as the answer to req, in the request's serialize type.
+func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
+	resp.Opaque = req.Opaque
+	resp.Flag |= FlagResponse
+	frame, err := resp.EncodeAs(st)
+	if err == nil && len(frame) > c.opts.maxFrameSize {
+		err = &FrameError{Field: "length", Reason: fmt.Sprintf("response frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
+	}
+	if err != nil {
+		c.opts.log.Error("remoting: cannot encode response", "remote", c.remote, "conn", c.id, "code", resp.Code, "err", err)
+		alt := NewResponse(SystemError, "encode response: "+err.Error())
+		alt.Opaque = req.Opaque
+		if frame, err = alt.EncodeAs(st); err != nil {
+			return
+		}
+	}
+	if err := c.send(c.ctx, frame); err != nil {
+		c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
+	}
+}
+
+// prepare assigns a fresh opaque and the flag bits and encodes req as JSON.
+func prepare(req *RemotingCommand, oneway bool) ([]byte, error) {
+	req.Opaque = nextOpaque()
+	req.Flag &^= FlagResponse | FlagOneway
+	if oneway {
+		req.Flag |= FlagOneway
+	}
+	return req.Encode()
+}
+
+func timeoutErr(remote string, req *RemotingCommand, err error) error {
+	return fmt.Errorf("%w: %s opaque %d to %s: %w", ErrTimeout, RequestCode(req.Code), req.Opaque, remote, err)
+}
+
+type result struct {
+	cmd *RemotingCommand
+	err error
+}
+
+// Invoke sends req over this connection and waits for its response (server→client calls
+// such as CHECK_TRANSACTION_STATE or GET_CONSUMER_RUNNING_INFO). It assigns req.Opaque and
+// clears the flag bits. ctx bounds the wait: on expiry the pending entry is removed and
+// an error wrapping [ErrTimeout] and ctx.Err() is returned; without a deadline it waits
+// until the response arrives or the connection closes. Connection loss gives a
+// [*ConnError]; an encoding problem a [*HeaderError] or [*FrameError].
+func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingCommand, error) {
+	frame, err := prepare(req, false)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan result, 1)
+	op := req.Opaque
+	p := &pendingCall{complete: func(cmd *RemotingCommand, err error) { ch <- result{cmd, err} }}
+	if err := c.register(op, p); err != nil {
+		return nil, err
+	}
+	if err := c.send(ctx, frame); err != nil {
+		if p, _ := c.take(op); p == nil {
+			r := <-ch // completed by a concurrent close
+			return r.cmd, r.err
+		}
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.cmd, r.err
+	case <-ctx.Done():
+		if p, _ := c.take(op); p != nil {
+			return nil, timeoutErr(c.remote, req, ctx.Err())
+		}
+		r := <-ch // the response or a close won the race
+		return r.cmd, r.err
+	}
+}
+
+// invokeAsync sends req and arranges for cb to be called exactly once with the response
+// or an error, unless it returns an error (then cb is never called).
+func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
+	frame, err := prepare(req, false)
+	if err != nil {
+		return err
+	}
+	op := req.Opaque
+	p := &pendingCall{}
+	p.complete = func(cmd *RemotingCommand, err error) {
+		f := func() {
+			defer func() {
+				if r := recover(); r != nil {
+					c.opts.log.Error("remoting: async callback panicked", "remote", c.remote, "panic", r, "stack", string(debug.Stack()))
+				}
+			}()
+			cb(cmd, err)
+		}
+		if !c.opts.spawn(f) {
+			f()
+		}
+	}
+	if err := c.register(op, p); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if p, _ := c.take(op); p != nil {
+			p.complete(nil, timeoutErr(c.remote, req, ctx.Err()))
+		}
+	})
+	c.mu.Lock()
+	if c.pending[op] == p {
+		p.stop = stop
+		c.mu.Unlock()
+	} else {
+		c.mu.Unlock()
+		stop()
+	}
+	if err := c.send(ctx, frame); err != nil {
+		if p, stop := c.take(op); p != nil {
+			if stop != nil {
+				stop()
+			}
+			return err
+		}
+		// Already completed (timeout or close) and cb called: report success of the call
+		// itself so that cb stays the single report.
+		return nil
+	}
+	return nil
+}
+
+// InvokeOneway sends req with the ONEWAY flag bit set and waits only until it is queued
+// for writing (bounded by ctx and the write timeout). It assigns req.Opaque.
+// Errors: [*ConnError] if the connection is closed, ErrTimeout if ctx expired while the
+// outgoing queue was full, encoding errors as for [Conn.Invoke].
+func (c *Conn) InvokeOneway(ctx context.Context, req *RemotingCommand) error {
+	frame, err := prepare(req, true)
+	if err != nil {
+		return err
+	}
+	return c.send(ctx, frame)
+}

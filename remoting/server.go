@@ -1,0 +1,353 @@
+package remoting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ServerConfig configures a [Server]. The zero value is usable.
+type ServerConfig struct {
+	// Addr is the TCP listen address. Default: "127.0.0.1:0" (a free loopback port).
+	Addr string
+	// MaxFrameSize is the largest frame accepted, in bytes counting the 4-byte length
+	// field; a larger frame closes that connection. Default: DefaultMaxFrameSize (16 MiB).
+	MaxFrameSize int
+	// MaxInFlightPerConn is how many requests of one connection may be handled at once;
+	// beyond it requests are answered SYSTEM_BUSY (2). Default: 1024.
+	MaxInFlightPerConn int
+	// WriteTimeout bounds one socket write and how long a response waits for room in the
+	// connection's outgoing queue; a client that does not read is disconnected after it.
+	// Default: 10s.
+	WriteTimeout time.Duration
+	// WriteQueueSize is the number of encoded frames that may wait for the writer
+	// goroutine per connection. Default: 1024.
+	WriteQueueSize int
+	// IdleTimeout closes a connection with no traffic in either direction and no request
+	// in flight for this long (Java serverChannelMaxIdleTimeSeconds). Default: 120s;
+	// negative disables it.
+	IdleTimeout time.Duration
+	// Logger receives connection events. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *ServerConfig) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:0"
+	}
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if c.MaxInFlightPerConn == 0 {
+		c.MaxInFlightPerConn = 1024
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.WriteQueueSize == 0 {
+		c.WriteQueueSize = 1024
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field as an error naming it and the limit.
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.MaxFrameSize < 0 || (c.MaxFrameSize > 0 && c.MaxFrameSize < 64):
+		return fmt.Errorf("remoting: ServerConfig.MaxFrameSize %d must be 0 (default) or at least 64 bytes", c.MaxFrameSize)
+	case c.MaxInFlightPerConn < 0:
+		return fmt.Errorf("remoting: ServerConfig.MaxInFlightPerConn %d must not be negative", c.MaxInFlightPerConn)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("remoting: ServerConfig.WriteTimeout %v must not be negative", c.WriteTimeout)
+	case c.WriteQueueSize < 0:
+		return fmt.Errorf("remoting: ServerConfig.WriteQueueSize %d must not be negative", c.WriteQueueSize)
+	}
+	return nil
+}
+
+// Handler processes one request. It runs in its own goroutine (so it may block, e.g.
+// pull long polling); ctx is cancelled when the connection closes or the server shuts
+// down. Returning nil sends no response. The server sets Opaque and the RESPONSE flag
+// on the returned command and answers in the serialize type of the request; one-way
+// requests get no response. A panic is answered with SYSTEM_ERROR (1) and the panic
+// text as remark.
+type Handler func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand
+
+// Server is a remoting server: it accepts TCP connections, reads frames, runs the
+// [Handler] registered for each request code and writes the responses. Requests from one
+// connection are handled concurrently (up to MaxInFlightPerConn). A malformed or
+// oversized frame closes only that connection.
+//
+// Lock order: Server.mu and Server.hmu are never held together, and neither is held while
+// calling into a Conn or a handler/listener (see conn.go for Conn.mu).
+//
+// Stop order (Shutdown): mark stopping (no new conns or goroutines) → close the listener
+// (the accept loop returns) → close every connection (handler contexts are cancelled,
+// pending Conn.Invoke calls fail, OnConnClose listeners run) → wait for the accept loop,
+// readers, writers and handlers, up to the Shutdown context.
+type Server struct {
+	cfg  ServerConfig
+	log  *slog.Logger
+	opts *connOptions
+
+	state   atomic.Int32 // 0 new, 1 started, 2 shut down
+	ln      net.Listener
+	wg      sync.WaitGroup
+	stopped chan struct{} // closed when wg reached zero after Shutdown began
+	quit    chan struct{} // closed when Shutdown begins
+
+	mu       sync.Mutex // guards stopping, conns
+	stopping bool
+	conns    map[uint64]*Conn
+
+	hmu       sync.RWMutex // guards handlers, defaultH, listeners
+	handlers  map[RequestCode]Handler
+	defaultH  Handler
+	listeners []func(*Conn)
+}
+
+// NewServer returns a server with cfg (defaults applied); call Start to listen.
+// It fails only if cfg is invalid.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		stopped:  make(chan struct{}),
+		quit:     make(chan struct{}),
+		conns:    make(map[uint64]*Conn),
+		handlers: make(map[RequestCode]Handler),
+	}
+	idle := cfg.IdleTimeout
+	if idle < 0 {
+		idle = 0
+	}
+	s.opts = &connOptions{
+		maxFrameSize: cfg.MaxFrameSize,
+		writeTimeout: cfg.WriteTimeout,
+		idleTimeout:  idle,
+		queueLen:     cfg.WriteQueueSize,
+		maxInFlight:  cfg.MaxInFlightPerConn,
+		log:          cfg.Logger,
+		spawn:        s.spawn,
+		serve:        s.serve,
+		onClose:      s.onConnClose,
+	}
+	return s, nil
+}
+
+// Handle registers h for requests with code, replacing any earlier handler. A nil h
+// removes it. Safe to call while serving.
+func (s *Server) Handle(code RequestCode, h Handler) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if h == nil {
+		delete(s.handlers, code)
+		return
+	}
+	s.handlers[code] = h
+}
+
+// SetDefaultHandler sets the handler for codes without their own handler. Without one,
+// such requests are answered REQUEST_CODE_NOT_SUPPORTED (3) with remark
+// "request type N not supported", as the Java broker does.
+func (s *Server) SetDefaultHandler(h Handler) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	s.defaultH = h
+}
+
+// OnConnClose adds a listener called once for every connection that closes, for any
+// reason (peer gone, malformed input, idle, Shutdown). It runs on the goroutine that
+// closed the connection and should return quickly.
+func (s *Server) OnConnClose(f func(c *Conn)) {
+	if f == nil {
+		return
+	}
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	s.listeners = append(s.listeners, f)
+}
+
+func (s *Server) serve(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+	s.hmu.RLock()
+	h := s.handlers[RequestCode(req.Code)]
+	if h == nil {
+		h = s.defaultH
+	}
+	s.hmu.RUnlock()
+	if h == nil {
+		return NewResponse(RequestCodeNotSupported, "request type "+strconv.Itoa(int(req.Code))+" not supported")
+	}
+	return h(ctx, conn, req)
+}
+
+func (s *Server) spawn(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (s *Server) onConnClose(c *Conn) {
+	s.mu.Lock()
+	delete(s.conns, c.ID())
+	s.mu.Unlock()
+	s.log.Debug("remoting: connection closed", "remote", c.RemoteAddr(), "conn", c.ID(), "cause", c.Err())
+	s.hmu.RLock()
+	ls := make([]func(*Conn), len(s.listeners))
+	copy(ls, s.listeners)
+	s.hmu.RUnlock()
+	for _, f := range ls {
+		f(c)
+	}
+}
+
+// Start listens on cfg.Addr and serves in background goroutines owned by the server,
+// then returns. Errors: listen failure, or a second Start / Start after Shutdown.
+func (s *Server) Start() error {
+	if !s.state.CompareAndSwap(0, 1) {
+		return errors.New("remoting: server already started or shut down")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrClosed
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		s.state.CompareAndSwap(1, 0) // allow another Start
+		return fmt.Errorf("remoting: listen %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.acceptLoop(ln)
+	}()
+	s.log.Info("remoting: server listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr returns the actual listen address "ip:port" after Start, or "" before.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Conns returns the number of open connections.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+func (s *Server) acceptLoop(ln net.Listener) {
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			stopping := s.stopping
+			s.mu.Unlock()
+			if stopping || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary failure (e.g. too many open files): back off 5ms..1s.
+			delay = max(5*time.Millisecond, min(2*delay, time.Second))
+			s.log.Warn("remoting: accept failed", "err", err, "retry_in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-s.quit:
+				t.Stop()
+				return
+			}
+			continue
+		}
+		delay = 0
+		s.serveConn(nc)
+	}
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	conn := newConn(nc, nc.RemoteAddr().String(), s.opts)
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	s.conns[conn.ID()] = conn
+	s.mu.Unlock()
+	if conn.start() {
+		s.log.Debug("remoting: accepted connection", "remote", conn.RemoteAddr(), "conn", conn.ID())
+	}
+}
+
+// Shutdown stops accepting, closes all connections (cancelling handler contexts) and
+// waits until every server goroutine has returned or ctx is done, whichever is first;
+// it returns ctx.Err() in the latter case (handlers that ignore their ctx are then still
+// running). Idempotent (compare-and-swap guard): later calls just wait again. A server
+// that was never started shuts down at once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.state.CompareAndSwap(0, 2) {
+		close(s.stopped)
+		return nil
+	}
+	if s.state.CompareAndSwap(1, 2) {
+		s.mu.Lock()
+		s.stopping = true
+		close(s.quit)
+		ln := s.ln
+		conns := make([]*Conn, 0, len(s.conns))
+		for _, c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		if ln != nil {
+			_ = ln.Close()
+		}
+		for _, c := range conns {
+			c.closeWith(ErrClosed)
+		}
+		go func() { // ends when the last server goroutine ends
+			s.wg.Wait()
+			close(s.stopped)
+		}()
+	}
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("remoting: shutdown: waiting for handlers: %w", ctx.Err())
+	}
+}
