@@ -1,0 +1,320 @@
+package remoting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestSyncAsyncOneway(t *testing.T) {
+	oneways := make(chan *RemotingCommand, 1)
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, echoHandler)
+	s.Handle(UpdateConsumerOffset, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		oneways <- req
+		return NewResponse(Success, "must not be sent")
+	})
+	c := newClient(t, ClientConfig{})
+
+	// Sync.
+	req := NewRequest(SendMessage, map[string]string{"topic": "T", "queueId": "2"}, []byte("payload"))
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Opaque == 0 || resp.Opaque != req.Opaque || !resp.IsResponse() || resp.ResponseCode() != Success {
+		t.Fatalf("bad response %v for request %v", resp, req)
+	}
+	if resp.ExtFields["topic"] != "T" || string(resp.Body) != "payload" || resp.Language != LanguageGo || resp.Version != DefaultVersion {
+		t.Fatalf("bad echo: %#v", resp)
+	}
+
+	// Async: many concurrent calls, each callback exactly once with its own answer.
+	const n = 50
+	var wg sync.WaitGroup
+	var calls atomic.Int32
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		body := fmt.Sprintf("async-%d", i)
+		err := c.InvokeAsync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte(body)),
+			func(resp *RemotingCommand, err error) {
+				defer wg.Done()
+				calls.Add(1)
+				if err != nil {
+					errs <- err
+				} else if string(resp.Body) != body {
+					errs <- fmt.Errorf("got body %q, want %q", resp.Body, body)
+				}
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if calls.Load() != n {
+		t.Fatalf("callbacks: %d, want %d", calls.Load(), n)
+	}
+
+	// Oneway: flag bit1 set on the wire, handler sees it, and no response is written.
+	ow := NewRequest(UpdateConsumerOffset, map[string]string{"consumerGroup": "g"}, nil)
+	if err := c.InvokeOneway(ctxTimeout(t, 3*time.Second), s.Addr(), ow); err != nil {
+		t.Fatal(err)
+	}
+	got := <-oneways
+	if !got.IsOneway() || got.Flag != FlagOneway || got.ExtFields["consumerGroup"] != "g" {
+		t.Fatalf("oneway request arrived as %v", got)
+	}
+	// Over a raw connection: after a oneway request, the next frame read must be the
+	// answer to a following sync request.
+	nc := rawDial(t, s.Addr())
+	ow2 := NewRequest(UpdateConsumerOffset, nil, nil)
+	ow2.Opaque, ow2.Flag = 100, FlagOneway
+	f1, _ := ow2.Encode()
+	sync2 := NewRequest(SendMessage, nil, []byte("x"))
+	sync2.Opaque = 101
+	f2, _ := sync2.Encode()
+	if _, err := nc.Write(f1); err != nil {
+		t.Fatal(err)
+	}
+	<-oneways
+	r, _ := rawRoundTrip(t, nc, f2)
+	if r.Opaque != 101 {
+		t.Fatalf("first frame after a oneway request has opaque %d, want 101", r.Opaque)
+	}
+}
+
+func TestInvokeSyncTimeoutRemovesPending(t *testing.T) {
+	release := make(chan struct{})
+	s := startServer(t, ServerConfig{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return NewResponse(PullNotFound, "late")
+	})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.InvokeSync(ctx, s.Addr(), NewRequest(PullMessage, nil, nil))
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want ErrTimeout wrapping DeadlineExceeded, got %v", err)
+	}
+	conn := clientConn(c, s.Addr())
+	if conn == nil {
+		t.Fatal("no cached connection")
+	}
+	if n := conn.pendingLen(); n != 0 {
+		t.Fatalf("pending entries after timeout: %d", n)
+	}
+	close(release) // the late response arrives and is dropped
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("next")))
+	if err != nil || string(resp.Body) != "next" {
+		t.Fatalf("call after timeout: %v %v", resp, err)
+	}
+	if clientConn(c, s.Addr()) != conn {
+		t.Fatal("a timeout must not drop the connection")
+	}
+}
+
+func TestInvokeAsyncTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := startServer(t, ServerConfig{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	c := newClient(t, ClientConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	results := make(chan error, 2)
+	err := c.InvokeAsync(ctx, s.Addr(), NewRequest(PullMessage, nil, nil), func(r *RemotingCommand, err error) {
+		results <- err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-results; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("want ErrTimeout, got %v", err)
+	}
+	if n := clientConn(c, s.Addr()).pendingLen(); n != 0 {
+		t.Fatalf("pending entries after async timeout: %d", n)
+	}
+	// Already-expired context: the callback still runs exactly once with ErrTimeout.
+	if err := c.InvokeAsync(ctx, s.Addr(), NewRequest(PullMessage, nil, nil), func(r *RemotingCommand, err error) {
+		results <- err
+	}); err != nil {
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("unexpected error %v", err)
+		}
+	} else if err := <-results; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("want ErrTimeout, got %v", err)
+	}
+	if len(results) != 0 {
+		t.Fatal("callback called more than once")
+	}
+}
+
+func TestServerInitiatedRequest(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	// The broker-side handler calls back into the client over the same connection,
+	// as a broker does for GET_CONSUMER_RUNNING_INFO.
+	s.Handle(HeartBeat, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		info, err := conn.Invoke(ctx, NewRequest(GetConsumerRunningInfo, map[string]string{"consumerGroup": "g1"}, nil))
+		if err != nil {
+			return NewResponse(SystemError, err.Error())
+		}
+		unknown, err := conn.Invoke(ctx, NewRequest(ConsumeMessageDirectly, nil, nil))
+		if err != nil {
+			return NewResponse(SystemError, err.Error())
+		}
+		resp := NewResponse(Success, "")
+		resp.Body = info.Body
+		resp.SetExt("unknownCode", fmt.Sprint(unknown.Code)).SetExt("unknownRemark", unknown.Remark)
+		return resp
+	})
+	c := newClient(t, ClientConfig{})
+	var fromAddr atomic.Value
+	c.RegisterHandler(GetConsumerRunningInfo, func(ctx context.Context, addr string, req *RemotingCommand) *RemotingCommand {
+		fromAddr.Store(addr)
+		resp := NewResponse(Success, "")
+		resp.Body = []byte("running:" + req.ExtFields["consumerGroup"])
+		return resp
+	})
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ResponseCode() != Success || string(resp.Body) != "running:g1" {
+		t.Fatalf("got %v body %q", resp, resp.Body)
+	}
+	if fromAddr.Load() != s.Addr() {
+		t.Fatalf("handler addr %v, want %s", fromAddr.Load(), s.Addr())
+	}
+	if resp.ExtFields["unknownCode"] != "3" || resp.ExtFields["unknownRemark"] != "request type 309 not supported" {
+		t.Fatalf("client answer to an unregistered code: %v", resp.ExtFields)
+	}
+}
+
+func TestUnknownCodeAndDefaultHandler(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	c := newClient(t, ClientConfig{})
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(RequestCode(999), nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ResponseCode() != RequestCodeNotSupported || resp.Remark != "request type 999 not supported" {
+		t.Fatalf("got %v", resp)
+	}
+	s.SetDefaultHandler(func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		return NewResponse(TopicNotExist, "default")
+	})
+	resp, err = c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(RequestCode(999), nil, nil))
+	if err != nil || resp.ResponseCode() != TopicNotExist || resp.Remark != "default" {
+		t.Fatalf("default handler: %v %v", resp, err)
+	}
+	var re *ResponseError
+	if !errors.As(resp.ResponseErr(), &re) || re.Code != TopicNotExist {
+		t.Fatalf("ResponseErr: %v", resp.ResponseErr())
+	}
+}
+
+func TestHandlerPanic(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		if string(req.Body) == "boom" {
+			panic("kaboom in handler")
+		}
+		return echoHandler(ctx, conn, req)
+	})
+	c := newClient(t, ClientConfig{})
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("boom")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ResponseCode() != SystemError || !strings.Contains(resp.Remark, "kaboom in handler") {
+		t.Fatalf("got %v", resp)
+	}
+	for i := 0; i < 3; i++ {
+		resp, err = c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("ok")))
+		if err != nil || string(resp.Body) != "ok" {
+			t.Fatalf("after panic: %v %v", resp, err)
+		}
+	}
+}
+
+func TestBinaryRequestAnsweredInBinary(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, echoHandler)
+	nc := rawDial(t, s.Addr())
+	req := NewRequest(SendMessage, map[string]string{"a": "b"}, []byte("bin"))
+	req.Opaque = 77
+	f, _ := req.EncodeBinary()
+	resp, st := rawRoundTrip(t, nc, f)
+	if st != SerializeRocketMQ || resp.Opaque != 77 || !resp.IsResponse() || string(resp.Body) != "bin" || resp.ExtFields["a"] != "b" {
+		t.Fatalf("got %v (%v)", resp, st)
+	}
+	// A Java-style JSON request is answered in JSON.
+	h := `{"code":10,"extFields":{"a":"c"},"flag":0,"language":"JAVA","opaque":78,"serializeTypeCurrentRPC":"JSON","version":409}`
+	resp, st = rawRoundTrip(t, nc, append(lengthPrefix(jsonFrame(h, nil)), nil...))
+	if st != SerializeJSON || resp.Opaque != 78 || resp.ExtFields["a"] != "c" {
+		t.Fatalf("got %v (%v)", resp, st)
+	}
+}
+
+// lengthPrefix prepends the 4-byte length field to a frame body.
+func lengthPrefix(frame []byte) []byte {
+	out := make([]byte, 4, 4+len(frame))
+	out[0], out[1], out[2], out[3] = byte(len(frame)>>24), byte(len(frame)>>16), byte(len(frame)>>8), byte(len(frame))
+	return append(out, frame...)
+}
+
+func TestSystemBusyBeyondMaxInFlight(t *testing.T) {
+	release := make(chan struct{})
+	var started atomic.Int32
+	s := startServer(t, ServerConfig{MaxInFlightPerConn: 2})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		started.Add(1)
+		<-release
+		return NewResponse(Success, "")
+	})
+	c := newClient(t, ClientConfig{})
+	results := make(chan *RemotingCommand, 2)
+	for i := 0; i < 2; i++ {
+		if err := c.InvokeAsync(ctxTimeout(t, 5*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil), func(r *RemotingCommand, err error) {
+			results <- r
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 3*time.Second, "two handlers running", func() bool { return started.Load() == 2 })
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ResponseCode() != SystemBusy || !strings.Contains(resp.Remark, "limit 2") {
+		t.Fatalf("got %v", resp)
+	}
+	close(release)
+	for i := 0; i < 2; i++ {
+		if r := <-results; r == nil || r.ResponseCode() != Success {
+			t.Fatalf("in-flight call %d: %v", i, r)
+		}
+	}
+}
