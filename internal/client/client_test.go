@@ -1,0 +1,212 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/remoting"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeServer is a real remoting server on 127.0.0.1 that records requests.
+type fakeServer struct {
+	srv  *remoting.Server
+	mu   sync.Mutex
+	reqs []*remoting.RemotingCommand
+}
+
+func newFakeServer(t *testing.T, handlers map[remoting.RequestCode]func(req *remoting.RemotingCommand) *remoting.RemotingCommand) *fakeServer {
+	t.Helper()
+	srv, err := remoting.NewServer(remoting.ServerConfig{Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeServer{srv: srv}
+	for code, h := range handlers {
+		h := h
+		srv.Handle(code, func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+			f.mu.Lock()
+			f.reqs = append(f.reqs, req)
+			f.mu.Unlock()
+			return h(req)
+		})
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return f
+}
+
+func (f *fakeServer) requests(code remoting.RequestCode) []*remoting.RemotingCommand {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*remoting.RemotingCommand
+	for _, r := range f.reqs {
+		if r.Code == int16(code) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// deadAddr returns an address nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return a
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no namesrv":     {},
+		"no port":        {NamesrvAddrs: []string{"127.0.0.1"}},
+		"bad port":       {NamesrvAddrs: []string{"127.0.0.1:99999"}},
+		"negative timer": {NamesrvAddrs: []string{"127.0.0.1:9876"}, HeartbeatInterval: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "Config.") {
+				t.Fatalf("want an error naming the field, got %v", err)
+			}
+		})
+	}
+}
+
+func TestFetchRouteHeartbeatUnregister(t *testing.T) {
+	broker := newFakeServer(t, map[remoting.RequestCode]func(*remoting.RemotingCommand) *remoting.RemotingCommand{
+		remoting.HeartBeat:        func(*remoting.RemotingCommand) *remoting.RemotingCommand { return remoting.NewResponse(remoting.Success, "") },
+		remoting.UnregisterClient: func(*remoting.RemotingCommand) *remoting.RemotingCommand { return remoting.NewResponse(remoting.Success, "") },
+	})
+	route := `{"brokerDatas":[{"brokerAddrs":{0:"` + broker.srv.Addr() + `"},"brokerName":"broker-a","cluster":"C"}],` +
+		`"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,"writeQueueNums":4}]}`
+	ns := newFakeServer(t, map[remoting.RequestCode]func(*remoting.RemotingCommand) *remoting.RemotingCommand{
+		remoting.GetRouteInfoByTopic: func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
+			if req.ExtFields["topic"] != "T" {
+				return remoting.NewResponse(remoting.TopicNotExist, "No topic route info in name server for the topic: "+req.ExtFields["topic"])
+			}
+			r := remoting.NewResponse(remoting.Success, "")
+			r.Body = []byte(route)
+			return r
+		},
+	})
+
+	c, err := New(Config{
+		// The dead name server first: the client must fail over.
+		NamesrvAddrs: []string{deadAddr(t), ns.srv.Addr()},
+		InstanceName: "inst1",
+		ClientIP:     "10.1.2.3",
+		Heartbeat: func() HeartbeatData {
+			return HeartbeatData{ProducerDataSet: []ProducerData{{GroupName: "pg"}}}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.ClientID() != "10.1.2.3@inst1" {
+		t.Fatalf("client id %q", c.ClientID())
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ { // both round-robin starting points
+		c.ForgetRoute("T")
+		rd, err := c.FetchRoute(ctx, "T")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rd.QueueDatas) != 1 || rd.QueueDatas[0].WriteQueueNums != 4 {
+			t.Fatalf("route %+v", rd)
+		}
+	}
+	if got := ns.requests(remoting.GetRouteInfoByTopic)[0].ExtFields; got["topic"] != "T" || got["acceptStandardJsonOnly"] != "true" {
+		t.Fatalf("route request ext %v", got)
+	}
+	if a, ok := c.BrokerAddr("broker-a"); !ok || a != broker.srv.Addr() {
+		t.Fatalf("broker table: %q %v", a, ok)
+	}
+	if rd, err := c.Route(ctx, "T"); err != nil || rd != c.CachedRoute("T") {
+		t.Fatalf("Route did not use the cache: %v", err)
+	}
+
+	_, err = c.FetchRoute(ctx, "Missing")
+	if !errors.Is(err, ErrTopicNotExist) {
+		t.Fatalf("missing topic: %v", err)
+	}
+
+	if err := c.SendHeartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hbs := broker.requests(remoting.HeartBeat)
+	if len(hbs) != 1 {
+		t.Fatalf("%d heartbeats", len(hbs))
+	}
+	var hb HeartbeatData
+	if err := json.Unmarshal(hbs[0].Body, &hb); err != nil {
+		t.Fatal(err)
+	}
+	if hb.ClientID != "10.1.2.3@inst1" || len(hb.ProducerDataSet) != 1 || hb.ProducerDataSet[0].GroupName != "pg" || hb.ConsumerDataSet == nil {
+		t.Fatalf("heartbeat body %s", hbs[0].Body)
+	}
+	// EnsureHeartbeat skips brokers that already had one.
+	if err := c.EnsureHeartbeat(ctx); err != nil || len(broker.requests(remoting.HeartBeat)) != 1 {
+		t.Fatalf("EnsureHeartbeat resent: %v", err)
+	}
+
+	if err := c.Unregister(ctx, "pg", ""); err != nil {
+		t.Fatal(err)
+	}
+	un := broker.requests(remoting.UnregisterClient)
+	if len(un) != 1 || un[0].ExtFields["clientID"] != "10.1.2.3@inst1" || un[0].ExtFields["producerGroup"] != "pg" {
+		t.Fatalf("unregister %v", un)
+	}
+	if _, ok := un[0].ExtFields["consumerGroup"]; ok {
+		t.Fatal("empty consumerGroup sent")
+	}
+
+	// Broker removed from all routes → dropped from the table.
+	c.ForgetRoute("T")
+	if _, ok := c.BrokerAddr("broker-a"); ok {
+		t.Fatal("broker of a forgotten route still known")
+	}
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FetchRoute(ctx, "T"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if err := c.Start(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+}
+
+func TestFetchRouteNoNameServer(t *testing.T) {
+	c, err := New(Config{NamesrvAddrs: []string{deadAddr(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.FetchRoute(context.Background(), "T")
+	if !errors.Is(err, ErrNoNameServer) {
+		t.Fatalf("want ErrNoNameServer, got %v", err)
+	}
+}
