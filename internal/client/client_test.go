@@ -91,8 +91,12 @@ func TestConfigValidate(t *testing.T) {
 
 func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 	broker := newFakeServer(t, map[remoting.RequestCode]func(*remoting.RemotingCommand) *remoting.RemotingCommand{
-		remoting.HeartBeat:        func(*remoting.RemotingCommand) *remoting.RemotingCommand { return remoting.NewResponse(remoting.Success, "") },
-		remoting.UnregisterClient: func(*remoting.RemotingCommand) *remoting.RemotingCommand { return remoting.NewResponse(remoting.Success, "") },
+		remoting.HeartBeat: func(*remoting.RemotingCommand) *remoting.RemotingCommand {
+			return remoting.NewResponse(remoting.Success, "")
+		},
+		remoting.UnregisterClient: func(*remoting.RemotingCommand) *remoting.RemotingCommand {
+			return remoting.NewResponse(remoting.Success, "")
+		},
 	})
 	route := `{"brokerDatas":[{"brokerAddrs":{0:"` + broker.srv.Addr() + `"},"brokerName":"broker-a","cluster":"C"}],` +
 		`"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,"writeQueueNums":4}]}`
