@@ -158,6 +158,7 @@ type Client struct {
 	closed      bool
 
 	closeOnce sync.Once
+	hbKick    chan struct{} // buffered 1: a broker appeared that has had no heartbeat yet
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -184,6 +185,7 @@ func New(cfg Config) (*Client, error) {
 		routes:      make(map[string]*TopicRouteData),
 		brokers:     make(map[string]BrokerData),
 		heartbeated: make(map[string]bool),
+		hbKick:      make(chan struct{}, 1),
 		ctx:         ctx,
 		cancel:      cancel,
 	}, nil
@@ -231,9 +233,26 @@ func (c *Client) Start() error {
 	c.mu.Unlock()
 	c.spawn(func() { c.every(c.cfg.RouteRefreshInterval, c.refreshAllRoutes) })
 	if c.cfg.Heartbeat != nil {
-		c.spawn(func() { c.every(c.cfg.HeartbeatInterval, func(ctx context.Context) { _ = c.SendHeartbeat(ctx) }) })
+		c.spawn(c.heartbeatLoop)
 	}
 	return nil
+}
+
+// heartbeatLoop sends HEART_BEAT to all brokers every HeartbeatInterval, and to newly
+// seen brokers as soon as a route names them.
+func (c *Client) heartbeatLoop() {
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			_ = c.SendHeartbeat(c.ctx)
+		case <-c.hbKick:
+			_ = c.EnsureHeartbeat(c.ctx)
+		}
+	}
 }
 
 // every runs f each interval until Close.
@@ -380,6 +399,15 @@ func (c *Client) rebuildBrokersLocked() {
 	for a := range c.heartbeated {
 		if !live[a] {
 			delete(c.heartbeated, a)
+		}
+	}
+	for a := range live {
+		if !c.heartbeated[a] {
+			select {
+			case c.hbKick <- struct{}{}:
+			default:
+			}
+			break
 		}
 	}
 }
