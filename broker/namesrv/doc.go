@@ -1,0 +1,21 @@
+// Package namesrv is Sluice's name server and its client helpers.
+//
+// The name server speaks the RocketMQ 4.x remoting protocol (PROTOCOL.md §3.1, §3.2):
+// brokers register their topic tables with REGISTER_BROKER (request code 103) and
+// clients, including the official RocketMQ Go client, fetch topic routes with
+// GET_ROUTEINFO_BY_TOPIC (105). Routes are strict JSON with quoted map keys
+// ({"0":"127.0.0.1:10911"}); every QueueData carries both topicSysFlag (Java 4.9) and
+// topicSynFlag (Java ≤ 4.5, read by the Go client) and every BrokerData carries
+// brokerAddrs, which the Go client parses by hand.
+//
+// The exported wire types ([TopicConfig], [DataVersion], [RegisterBrokerBody],
+// [TopicRouteData], [QueueData], [BrokerData], [ClusterInfo], [TopicList]) use Java's
+// JSON field names; [ParseTopicRouteData] also accepts the unquoted numeric keys a
+// Java name server writes for old clients. The client helpers ([RegisterBroker],
+// [GetRouteInfo], …) run over a [remoting.Client].
+//
+// Differences from the Java 4.9.8 name server: unknown request codes get
+// REQUEST_CODE_NOT_SUPPORTED (Java's name server stays silent); orderTopicConf is
+// served whenever the KV entry exists (Java needs orderMessageEnable=true); the
+// compressed RegisterBrokerBody form is refused.
+package namesrv
