@@ -1,0 +1,100 @@
+package remoting
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+)
+
+func fuzzSeeds() [][]byte {
+	var seeds [][]byte
+	for _, c := range []*RemotingCommand{sampleCommand(), NewRequest(HeartBeat, nil, nil), NewResponse(SystemError, "x")} {
+		j, _ := c.Encode()
+		b, _ := c.EncodeBinary()
+		seeds = append(seeds, j, b)
+	}
+	java := `{"code":0,"extFields":{"a":"1"},"flag":1,"language":"JAVA","opaque":5,"serializeTypeCurrentRPC":"JSON","version":409}`
+	seeds = append(seeds,
+		lengthPrefix(jsonFrame(java, []byte("body"))),
+		lengthPrefix(jsonFrame(`{"code":40000}`, nil)),
+		lengthPrefix(jsonFrame(`{"code":1,"extFields":{"a":1}}`, nil)),
+		lengthPrefix(binFrame(binHeader(-1, nil, nil))),
+		lengthPrefix(binFrame(binHeader(0, nil, []byte{0xff, 0xff, 'a'}))),
+		[]byte{0xff, 0xff, 0xff, 0xf0},
+		[]byte{0, 0, 0, 3},
+		[]byte{0, 0, 0, 8, 0, 0, 0, 100, '{', '}', 0, 0},
+		[]byte{0, 0, 0, 6, 9, 0, 0, 2, '{', '}'},
+		nil,
+	)
+	return seeds
+}
+
+// FuzzDecodeFrame: DecodeFrame never panics, and whatever it accepts re-encodes to a
+// frame that decodes to the same command (encode∘decode is idempotent after one pass).
+func FuzzDecodeFrame(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		if len(s) >= 4 {
+			f.Add(s[4:])
+		}
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		cmd, st, err := DecodeFrame(frame)
+		if err != nil {
+			if cmd != nil {
+				t.Fatal("command returned with an error")
+			}
+			return
+		}
+		enc1, err := cmd.EncodeAs(st)
+		if err != nil {
+			return // e.g. a binary ext key > 32767 bytes cannot exist in a decoded header
+		}
+		cmd2, st2, err := DecodeFrame(enc1[4:])
+		if err != nil || st2 != st {
+			t.Fatalf("re-decoding our own encoding failed: %v (%v vs %v)", err, st2, st)
+		}
+		enc2, err := cmd2.EncodeAs(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd3, _, err := DecodeFrame(enc2[4:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc3, _ := cmd3.EncodeAs(st)
+		if !bytes.Equal(enc2, enc3) {
+			t.Fatalf("encoding not stable:\n%q\n%q", enc2, enc3)
+		}
+	})
+}
+
+// FuzzReadFrame: ReadFrame never panics, never returns a frame beyond the limit, and
+// always consumes exactly 4+len(frame) bytes per frame.
+func FuzzReadFrame(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+		f.Add(append(append([]byte{}, s...), s...))
+	}
+	const max = 1 << 16
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		for i := 0; i < 1000; i++ {
+			before := r.Len()
+			frame, err := ReadFrame(r, max)
+			if err != nil {
+				return
+			}
+			if len(frame)+4 > max || len(frame) < 4 {
+				t.Fatalf("frame of %d bytes with max %d", len(frame), max)
+			}
+			if consumed := before - r.Len(); consumed != len(frame)+4 {
+				t.Fatalf("consumed %d bytes for a %d-byte frame", consumed, len(frame))
+			}
+			if int(binary.BigEndian.Uint32(data[len(data)-before:])) != len(frame) {
+				t.Fatal("frame length does not match the length field")
+			}
+			_, _, _ = DecodeFrame(frame)
+		}
+	})
+}
