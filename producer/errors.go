@@ -1,0 +1,66 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+var (
+	// ErrNotStarted is returned by sends before Start.
+	ErrNotStarted = errors.New("producer: not started")
+	// ErrClosed is returned by sends and Start after Shutdown.
+	ErrClosed = errors.New("producer: closed")
+	// ErrNoQueue is wrapped in a *SendError when a topic's route has no writable queue on
+	// a broker with a master.
+	ErrNoQueue = errors.New("producer: no writable message queue")
+)
+
+// SendError reports a send that did not reach a stored state after all attempts.
+// Either the broker answered with a code that is not a stored code (Code != 0, Remark
+// set; Err nil), or there was no usable answer (Err set: transport failure, timeout,
+// route lookup failure). Validation failures are *message.ValidationError instead and
+// never reach the network.
+type SendError struct {
+	// Topic is the message's topic.
+	Topic string
+	// Queue and BrokerAddr name where the last attempt went (zero if none was made).
+	Queue      message.MessageQueue
+	BrokerAddr string
+	// Attempts is how many sends were made (0 when the route lookup failed).
+	Attempts int
+	// Code is the last response code from the broker (0 = no response; see Err).
+	Code remoting.ResponseCode
+	// Remark is the broker's error text for Code.
+	Remark string
+	// Err is the cause when the broker did not answer.
+	Err error
+}
+
+// Error implements error.
+func (e *SendError) Error() string {
+	where := ""
+	if e.BrokerAddr != "" {
+		where = fmt.Sprintf("; last attempt %s at %s", e.Queue, e.BrokerAddr)
+	}
+	if e.Err != nil {
+		return fmt.Sprintf("producer: send to topic %q failed after %d attempt(s)%s: %v", e.Topic, e.Attempts, where, e.Err)
+	}
+	return fmt.Sprintf("producer: send to topic %q failed after %d attempt(s)%s: broker answered %d %s: %s",
+		e.Topic, e.Attempts, where, int16(e.Code), e.Code, e.Remark)
+}
+
+// Unwrap returns Err.
+func (e *SendError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the failure is one the producer itself retries: a
+// transport failure or response code 1, 2, 14, 16 or 17 (remoting.ResponseCode.Retryable).
+// A retry middleware may use it to decide whether to try again later.
+func (e *SendError) Retryable() bool {
+	if e.Code != 0 {
+		return e.Code.Retryable()
+	}
+	return e.Err != nil
+}
