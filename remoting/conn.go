@@ -278,6 +278,8 @@ func (c *Conn) awaitFrame(br *bufio.Reader) error {
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.opts.idleTimeout))
 		_, err := br.Peek(1)
 		if err == nil {
+			// The rest of the frame gets a full idle period from its first byte.
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.opts.idleTimeout))
 			return nil
 		}
 		var ne net.Error
