@@ -1,0 +1,490 @@
+// Package admin is an administration client for Sluice and Apache RocketMQ 4.x
+// clusters: it creates topics on brokers and reads topics, routes and cluster
+// information from name servers, over the RocketMQ remoting protocol. The sluice CLI
+// (`sluice admin ...`) and tests use it.
+//
+// Unlike the official Go client's admin, every call reports the broker's or name
+// server's response code as a typed error ([*BrokerError] wrapping a
+// *remoting.ResponseError, or [namesrv.ErrTopicNotExist]).
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// Defaults and limits.
+const (
+	DefaultTimeout = 5 * time.Second // per request
+	DefaultQueues  = 8               // read and write queue count of a new topic (Java mqadmin updateTopic)
+	DefaultPerm    = namesrv.PermRead | namesrv.PermWrite
+	MaxQueues      = 1024 // largest queue count CreateTopic accepts
+)
+
+// ErrClosed is returned by calls on a closed [Admin].
+var ErrClosed = errors.New("admin: closed")
+
+// ErrNoBroker is returned (wrapped) by [Admin.CreateTopic] when the name servers know no
+// master broker (in the requested cluster).
+var ErrNoBroker = errors.New("admin: no master broker")
+
+// Config configures an [Admin].
+type Config struct {
+	// NamesrvAddrs are the name servers, "ip:port" each; required. Reads go to the
+	// first that answers (in order); writes (KV config) go to all.
+	NamesrvAddrs []string
+	// Timeout bounds each request (on top of the caller's context). Default: 5 s.
+	Timeout time.Duration
+	// Logger receives connection events of the underlying remoting client.
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field: no name server, a name server address
+// that is not host:port, or a negative Timeout.
+func (c Config) Validate() error {
+	if len(c.NamesrvAddrs) == 0 {
+		return &ConfigError{Field: "NamesrvAddrs", Reason: "at least one name server address is required"}
+	}
+	for i, a := range c.NamesrvAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return &ConfigError{Field: "NamesrvAddrs[" + strconv.Itoa(i) + "]", Reason: strconv.Quote(a) + " is not host:port"}
+		}
+	}
+	if c.Timeout < 0 {
+		return &ConfigError{Field: "Timeout", Reason: "must not be negative"}
+	}
+	return nil
+}
+
+// ConfigError reports an invalid [Config] or [TopicSpec] field.
+type ConfigError struct {
+	Field  string // e.g. "NamesrvAddrs", "Queues"
+	Reason string // what is wrong, including the limit
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string { return "admin: " + e.Field + ": " + e.Reason }
+
+// BrokerError is one broker's failure in a multi-broker call: a transport error or a
+// non-success response (Err is then a *remoting.ResponseError carrying the code and
+// remark).
+type BrokerError struct {
+	BrokerName string
+	BrokerAddr string
+	Err        error
+}
+
+// Error implements error.
+func (e *BrokerError) Error() string {
+	return fmt.Sprintf("admin: broker %s (%s): %v", e.BrokerName, e.BrokerAddr, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *BrokerError) Unwrap() error { return e.Err }
+
+// Admin is an administration client. It is safe for concurrent use; Close releases its
+// connections.
+type Admin struct {
+	cfg    Config
+	client *remoting.Client
+	closed atomic.Bool
+}
+
+// New validates cfg and returns an Admin. It does not connect until the first call.
+func New(cfg Config) (*Admin, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.NamesrvAddrs = append([]string(nil), cfg.NamesrvAddrs...)
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	return &Admin{cfg: cfg, client: c}, nil
+}
+
+// Close closes all connections. Calls after Close return [ErrClosed]; a second Close
+// returns nil.
+func (a *Admin) Close() error {
+	if !a.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return a.client.Close()
+}
+
+// NamesrvAddrs returns the configured name server addresses.
+func (a *Admin) NamesrvAddrs() []string { return append([]string(nil), a.cfg.NamesrvAddrs...) }
+
+func (a *Admin) reqCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if a.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	c, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	return c, cancel, nil
+}
+
+// fromNamesrv runs f against the name servers in order until one answers (f returns
+// nil or an error that is not a transport error); it returns the last error.
+func (a *Admin) fromNamesrv(ctx context.Context, f func(ctx context.Context, addr string) error) error {
+	var errs []error
+	for _, addr := range a.cfg.NamesrvAddrs {
+		c, cancel, err := a.reqCtx(ctx)
+		if err != nil {
+			return err
+		}
+		err = f(c, addr)
+		cancel()
+		if err == nil || !isTransport(err) {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("name server %s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("admin: no name server answered: %w", errors.Join(errs...))
+}
+
+// isTransport reports whether err is a connection-level failure (worth trying another
+// name server) rather than an answer.
+func isTransport(err error) bool {
+	var ce *remoting.ConnError
+	return errors.As(err, &ce) || errors.Is(err, remoting.ErrTimeout) || errors.Is(err, remoting.ErrClosed)
+}
+
+// ListTopics returns every topic the name server has a route for, sorted
+// (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RocketMQ request code 206).
+func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
+	var out []string
+	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
+		l, err := namesrv.GetAllTopicList(ctx, a.client, addr)
+		out = l
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// TopicRoute returns the topic's route (GET_ROUTEINFO_BY_TOPIC, RocketMQ request code
+// 105). A topic without route gives an error wrapping [namesrv.ErrTopicNotExist].
+func (a *Admin) TopicRoute(ctx context.Context, topic string) (*namesrv.TopicRouteData, error) {
+	var out *namesrv.TopicRouteData
+	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
+		r, err := namesrv.GetRouteInfo(ctx, a.client, addr, topic)
+		out = r
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ClusterInfo returns the brokers and clusters the name server knows
+// (GET_BROKER_CLUSTER_INFO, RocketMQ request code 106).
+func (a *Admin) ClusterInfo(ctx context.Context) (*namesrv.ClusterInfo, error) {
+	var out *namesrv.ClusterInfo
+	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
+		ci, err := namesrv.GetBrokerClusterInfo(ctx, a.client, addr)
+		out = ci
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TopicSpec describes a topic to create or update with [Admin.CreateTopic].
+type TopicSpec struct {
+	// Topic is the topic name: 1..127 characters of [%|a-zA-Z0-9_-].
+	Topic string
+	// Queues is the read and write queue count on each broker, 1..MaxQueues.
+	// Default: 8 (DefaultQueues).
+	Queues int
+	// Order marks the topic ordered: brokers get order=true and every name server gets
+	// the KV entry ORDER_TOPIC_CONFIG/<topic> = "brokerName:queues;..." so that
+	// producers use exactly those queues (orderTopicConf). Order=false leaves an
+	// existing KV entry alone (as Java's mqadmin does).
+	Order bool
+	// Perm is the topic permission, a combination of namesrv.PermRead (4),
+	// namesrv.PermWrite (2) and namesrv.PermInherit (1). Default: 6 (read|write).
+	Perm int
+	// Cluster limits the topic to the master brokers of one cluster. Default: "" =
+	// the masters of every cluster the name server knows.
+	Cluster string
+}
+
+func (s *TopicSpec) setDefaults() {
+	if s.Queues == 0 {
+		s.Queues = DefaultQueues
+	}
+	if s.Perm == 0 {
+		s.Perm = DefaultPerm
+	}
+}
+
+// Validate reports the first invalid field of a defaulted spec as a [*ConfigError].
+func (s TopicSpec) Validate() error {
+	if err := message.ValidateTopic(s.Topic); err != nil {
+		return &ConfigError{Field: "Topic", Reason: err.Error()}
+	}
+	if s.Queues < 1 || s.Queues > MaxQueues {
+		return &ConfigError{Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
+	}
+	const allowed = namesrv.PermRead | namesrv.PermWrite | namesrv.PermInherit
+	if s.Perm < 0 || s.Perm&^allowed != 0 {
+		return &ConfigError{Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
+	}
+	return nil
+}
+
+// Broker is one broker a topic was created on.
+type Broker struct {
+	Cluster string
+	Name    string // broker name
+	Addr    string // master address
+}
+
+// CreateTopicResult reports where a topic was created.
+type CreateTopicResult struct {
+	Brokers        []Broker // the masters that accepted the topic, sorted by name
+	OrderTopicConf string   // the value put into ORDER_TOPIC_CONFIG, "" unless Order
+}
+
+// CreateTopic creates or updates a topic on every master broker of the spec's
+// cluster (all clusters by default), found with GET_BROKER_CLUSTER_INFO. Each master
+// gets UPDATE_AND_CREATE_TOPIC (RocketMQ request code 17) with ext topic,
+// defaultTopic=TBW102, readQueueNums=writeQueueNums=Queues, perm, topicFilterType=
+// SINGLE_TAG, topicSysFlag=0 and order (PROTOCOL.md §3.12). With Order, every name
+// server then gets PUT_KV_CONFIG (100) ORDER_TOPIC_CONFIG/<topic> = "brokerName:Queues;..."
+// over the brokers, sorted by name.
+//
+// The brokers register the new topic with the name servers themselves; use
+// [Admin.WaitTopicRoute] to wait until the route shows it.
+//
+// Errors: a [*ConfigError] for a bad spec; [ErrNoBroker] (wrapped) if there is no
+// master; name-server errors; and one [*BrokerError] per failing broker, joined with
+// errors.Join (the topic then exists on the other brokers, and no order config is
+// written). A broker's refusal is a *remoting.ResponseError inside its BrokerError.
+func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicResult, error) {
+	spec.setDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	ci, err := a.ClusterInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	brokers := masters(ci, spec.Cluster)
+	if len(brokers) == 0 {
+		if spec.Cluster != "" {
+			return nil, fmt.Errorf("%w in cluster %q", ErrNoBroker, spec.Cluster)
+		}
+		return nil, ErrNoBroker
+	}
+	ext := map[string]string{
+		"topic":           spec.Topic,
+		"defaultTopic":    message.AutoCreateTopicKey,
+		"readQueueNums":   strconv.Itoa(spec.Queues),
+		"writeQueueNums":  strconv.Itoa(spec.Queues),
+		"perm":            strconv.Itoa(spec.Perm),
+		"topicFilterType": "SINGLE_TAG",
+		"topicSysFlag":    "0",
+		"order":           strconv.FormatBool(spec.Order),
+	}
+	errs := make([]error, len(brokers))
+	var wg sync.WaitGroup
+	for i, b := range brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = a.createOn(ctx, b, ext)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res := &CreateTopicResult{Brokers: brokers}
+	if spec.Order {
+		entries := make([]namesrv.OrderTopicEntry, 0, len(brokers))
+		for _, b := range brokers {
+			entries = append(entries, namesrv.OrderTopicEntry{BrokerName: b.Name, QueueNums: spec.Queues})
+		}
+		res.OrderTopicConf = namesrv.FormatOrderTopicConf(entries)
+		if err := a.putKVAll(ctx, namesrv.NamespaceOrderTopicConfig, spec.Topic, res.OrderTopicConf); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (a *Admin) createOn(ctx context.Context, b Broker, ext map[string]string) error {
+	c, cancel, err := a.reqCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	e := make(map[string]string, len(ext))
+	for k, v := range ext {
+		e[k] = v
+	}
+	resp, err := a.client.InvokeSync(c, b.Addr, remoting.NewRequest(remoting.UpdateAndCreateTopic, e, nil))
+	if err == nil {
+		err = resp.ResponseErr()
+	}
+	if err != nil {
+		return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err}
+	}
+	return nil
+}
+
+// putKVAll writes a KV entry to every name server; every failure is reported.
+func (a *Admin) putKVAll(ctx context.Context, ns, key, value string) error {
+	var errs []error
+	for _, addr := range a.cfg.NamesrvAddrs {
+		c, cancel, err := a.reqCtx(ctx)
+		if err != nil {
+			return err
+		}
+		if err := namesrv.PutKVConfig(c, a.client, addr, ns, key, value); err != nil {
+			errs = append(errs, fmt.Errorf("admin: put kv config %s/%s on name server %s: %w", ns, key, addr, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// masters lists the master brokers (id 0) of cluster ("" = all), sorted by name.
+func masters(ci *namesrv.ClusterInfo, cluster string) []Broker {
+	var out []Broker
+	for name, bd := range ci.BrokerAddrTable {
+		if bd == nil || (cluster != "" && bd.Cluster != cluster) {
+			continue
+		}
+		if addr := bd.MasterAddr(); addr != "" {
+			out = append(out, Broker{Cluster: bd.Cluster, Name: name, Addr: addr})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// WaitTopicRoute polls the topic's route every 50 ms until it contains queue data of
+// every broker in brokerNames (of at least one broker if brokerNames is empty), and
+// returns it. It returns ctx's error (wrapping the last lookup error, if any) when ctx
+// ends first; name-server errors other than "no route" end the wait at once.
+func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ...string) (*namesrv.TopicRouteData, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		r, err := a.TopicRoute(ctx, topic)
+		switch {
+		case err == nil && routeHas(r, brokerNames):
+			return r, nil
+		case err != nil && !errors.Is(err, namesrv.ErrTopicNotExist):
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("route of %q lacks some of brokers %v", topic, brokerNames)
+			}
+			return nil, fmt.Errorf("admin: wait for route of %q: %w (%v)", topic, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func routeHas(r *namesrv.TopicRouteData, names []string) bool {
+	have := make(map[string]bool, len(r.QueueDatas))
+	for _, q := range r.QueueDatas {
+		have[q.BrokerName] = true
+	}
+	if len(names) == 0 {
+		return len(have) > 0
+	}
+	for _, n := range names {
+		if !have[n] {
+			return false
+		}
+	}
+	return true
+}
+
+// DeleteTopic deletes a topic: DELETE_TOPIC_IN_BROKER (RocketMQ request code 215) on
+// every master in the topic's route, then DELETE_TOPIC_IN_NAMESRV (216) and
+// DELETE_KV_CONFIG of its order config (102) on every name server. A topic without a
+// route is deleted from the name servers only. Errors are joined: [*BrokerError] per
+// failing broker, and name-server errors.
+func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
+	if err := message.ValidateTopic(topic); err != nil {
+		return &ConfigError{Field: "Topic", Reason: err.Error()}
+	}
+	r, err := a.TopicRoute(ctx, topic)
+	if err != nil && !errors.Is(err, namesrv.ErrTopicNotExist) {
+		return err
+	}
+	var errs []error
+	if r != nil {
+		for _, bd := range r.BrokerDatas {
+			addr := bd.MasterAddr()
+			if addr == "" {
+				continue
+			}
+			c, cancel, err := a.reqCtx(ctx)
+			if err != nil {
+				return err
+			}
+			resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(remoting.DeleteTopicInBroker, map[string]string{"topic": topic}, nil))
+			cancel()
+			if err == nil {
+				err = resp.ResponseErr()
+			}
+			if err != nil {
+				errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+			}
+		}
+	}
+	for _, addr := range a.cfg.NamesrvAddrs {
+		c, cancel, err := a.reqCtx(ctx)
+		if err != nil {
+			return err
+		}
+		if err := namesrv.DeleteTopic(c, a.client, addr, topic, ""); err != nil {
+			errs = append(errs, fmt.Errorf("admin: delete topic on name server %s: %w", addr, err))
+		}
+		if err := namesrv.DeleteKVConfig(c, a.client, addr, namesrv.NamespaceOrderTopicConfig, topic); err != nil {
+			errs = append(errs, fmt.Errorf("admin: delete order config on name server %s: %w", addr, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
