@@ -1,0 +1,290 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// blankFillerSize is the size of the end-of-segment filler header: [int32 remaining][BlankMagicCode].
+const blankFillerSize = 8
+
+// segment is one commitlog file holding the bytes [start, start+size).
+type segment struct {
+	start int64
+	size  int64
+	path  string
+	f     *os.File
+}
+
+func (s *segment) end() int64 { return s.start + s.size }
+
+// fileName returns the 20-digit zero-padded name RocketMQ uses for store files.
+func fileName(offset int64) string { return fmt.Sprintf("%020d", offset) }
+
+// parseFileName parses a 20-digit store file name.
+func parseFileName(name string) (int64, bool) {
+	if len(name) != 20 {
+		return 0, false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	return n, err == nil
+}
+
+// commitLog is the sequence of segment files. Writes are serialized by the caller
+// (Store.putMu); reads are lock-free: they load the segment list atomically and never read
+// past the published write position.
+type commitLog struct {
+	dir     string
+	segSize int64 // size of newly created segments
+
+	// segs is an immutable, sorted slice, replaced (copy-on-write) when a segment is added.
+	segs atomic.Pointer[[]*segment]
+	// writePos is the published end of the data: every byte below it belongs to a complete
+	// record or blank filler. Updated only by the writer, after the bytes are written.
+	writePos atomic.Int64
+}
+
+// openCommitLog opens the existing segments in dir. It checks names and that the segments
+// are contiguous; a trailing segment of size 0 (a crash while creating it) is resized.
+func openCommitLog(dir string, segSize int64) (*commitLog, error) {
+	cl := &commitLog{dir: dir, segSize: segSize}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: read commitlog dir: %w", err)
+	}
+	var segs []*segment
+	closeAll := func() {
+		for _, s := range segs {
+			s.f.Close()
+		}
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		start, ok := parseFileName(e.Name())
+		if !ok {
+			continue // temp files and foreign files are not ours
+		}
+		path := filepath.Join(dir, e.Name())
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("store: open commitlog segment: %w", err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			closeAll()
+			return nil, fmt.Errorf("store: stat commitlog segment: %w", err)
+		}
+		segs = append(segs, &segment{start: start, size: fi.Size(), path: path, f: f})
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].start < segs[j].start })
+	for i, s := range segs {
+		if s.size == 0 && i == len(segs)-1 {
+			if err := s.f.Truncate(segSize); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("store: resize commitlog segment: %w", err)
+			}
+			s.size = segSize
+		}
+		if s.size < MinCommitLogSegmentSize || s.size > MaxCommitLogSegmentSize {
+			closeAll()
+			return nil, &CorruptError{Path: s.path, Reason: fmt.Sprintf("size %d bytes is not a valid segment size", s.size)}
+		}
+		if i > 0 && segs[i-1].end() != s.start {
+			closeAll()
+			return nil, &CorruptError{Path: s.path, Reason: fmt.Sprintf("segment starts at %d but the previous one ends at %d", s.start, segs[i-1].end())}
+		}
+	}
+	cl.segs.Store(&segs)
+	return cl, nil
+}
+
+// segments returns the current segment list (do not modify).
+func (cl *commitLog) segments() []*segment { return *cl.segs.Load() }
+
+// minOffset returns the first commitlog offset still on disk.
+func (cl *commitLog) minOffset() int64 {
+	segs := cl.segments()
+	if len(segs) == 0 {
+		return 0
+	}
+	return segs[0].start
+}
+
+// segmentFor returns the segment holding offset, or nil.
+func (cl *commitLog) segmentFor(offset int64) *segment {
+	segs := cl.segments()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].end() > offset })
+	if i < len(segs) && segs[i].start <= offset {
+		return segs[i]
+	}
+	return nil
+}
+
+// readAt fills dst with the bytes at offset. The range must lie below the write position and
+// inside one segment; otherwise it returns an error wrapping ErrNotFound.
+func (cl *commitLog) readAt(dst []byte, offset int64) error {
+	if offset < 0 || offset+int64(len(dst)) > cl.writePos.Load() {
+		return fmt.Errorf("%w: commitlog range [%d, %d) is beyond the written data", ErrNotFound, offset, offset+int64(len(dst)))
+	}
+	seg := cl.segmentFor(offset)
+	if seg == nil || offset+int64(len(dst)) > seg.end() {
+		return fmt.Errorf("%w: commitlog range [%d, %d) is not in one segment", ErrNotFound, offset, offset+int64(len(dst)))
+	}
+	if _, err := seg.f.ReadAt(dst, offset-seg.start); err != nil {
+		return fmt.Errorf("store: read commitlog at %d: %w", offset, err)
+	}
+	return nil
+}
+
+// createSegment creates (or resets) the segment file starting at start, preallocated to the
+// configured size, and makes its directory entry durable.
+func (cl *commitLog) createSegment(start int64) (*segment, error) {
+	path := filepath.Join(cl.dir, fileName(start))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("store: create commitlog segment: %w", err)
+	}
+	if err := f.Truncate(cl.segSize); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("store: preallocate commitlog segment: %w", err)
+	}
+	if err := syncDir(cl.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, err
+	}
+	return &segment{start: start, size: cl.segSize, path: path, f: f}, nil
+}
+
+// addSegment publishes a new last segment.
+func (cl *commitLog) addSegment(s *segment) {
+	old := cl.segments()
+	segs := make([]*segment, len(old), len(old)+1)
+	copy(segs, old)
+	segs = append(segs, s)
+	cl.segs.Store(&segs)
+}
+
+// reserve returns the segment and offset where n contiguous bytes of records are to be
+// written. When the current segment has fewer than n+8 bytes left, it writes the blank
+// filler over the rest, creates the next segment and publishes the write position at its
+// start. It must be called by the single writer. n must fit in an empty segment (checked by
+// the caller with maxRecordBytes).
+func (cl *commitLog) reserve(n int64) (*segment, int64, error) {
+	pos := cl.writePos.Load()
+	segs := cl.segments()
+	if len(segs) == 0 {
+		s, err := cl.createSegment(pos)
+		if err != nil {
+			return nil, 0, err
+		}
+		cl.addSegment(s)
+		return s, pos, nil
+	}
+	cur := segs[len(segs)-1]
+	left := cur.end() - pos
+	if n+blankFillerSize <= left {
+		return cur, pos, nil
+	}
+	if left >= blankFillerSize {
+		var filler [blankFillerSize]byte
+		binary.BigEndian.PutUint32(filler[0:], uint32(left))
+		binary.BigEndian.PutUint32(filler[4:], message.BlankMagicCode)
+		if _, err := cur.f.WriteAt(filler[:], pos-cur.start); err != nil {
+			return nil, 0, fmt.Errorf("store: write commitlog blank filler: %w", err)
+		}
+	}
+	next, err := cl.createSegment(cur.end())
+	if err != nil {
+		return nil, 0, err
+	}
+	cl.addSegment(next)
+	cl.writePos.Store(next.start)
+	return next, next.start, nil
+}
+
+// maxRecordBytes is the largest run of records one append can hold: a whole segment minus
+// the filler that must still fit after it.
+func (cl *commitLog) maxRecordBytes() int64 { return cl.segSize - blankFillerSize }
+
+// close closes all segment files.
+func (cl *commitLog) close() error {
+	var first error
+	for _, s := range cl.segments() {
+		if err := s.f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// syncDir fsyncs a directory so that file creations, renames and removals in it survive a
+// power failure.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("store: open dir for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("store: fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// segmentReader reads a segment sequentially through a large buffer (for recovery scans).
+type segmentReader struct {
+	seg    *segment
+	buf    []byte
+	bufOff int64 // segment-local offset of buf[0]
+	n      int   // valid bytes in buf
+}
+
+const scanChunk = 4 << 20
+
+// at returns n bytes at the segment-local offset off (n must not run past the segment end).
+func (r *segmentReader) at(off int64, n int) ([]byte, error) {
+	if off >= r.bufOff && off+int64(n) <= r.bufOff+int64(r.n) {
+		i := off - r.bufOff
+		return r.buf[i : i+int64(n)], nil
+	}
+	want := max(n, scanChunk)
+	if rest := r.seg.size - off; int64(want) > rest {
+		want = int(rest)
+	}
+	if want < n {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if cap(r.buf) < want {
+		r.buf = make([]byte, want)
+	}
+	r.buf = r.buf[:want]
+	m, err := r.seg.f.ReadAt(r.buf, off)
+	if m < n {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	r.bufOff, r.n = off, m
+	return r.buf[:n], nil
+}

@@ -1,0 +1,82 @@
+// Package store is Sluice's message store: a RocketMQ-style commitlog with one consume
+// queue per topic and queue id, group commit, a checkpoint and crash recovery.
+//
+// # Layout on disk
+//
+//	<Dir>/lock                                   flock(2) so that one process owns the directory
+//	<Dir>/checkpoint                             flushed positions, written atomically (temp file + rename, CRC32)
+//	<Dir>/commitlog/00000000000000000000         commitlog segment starting at byte 0
+//	<Dir>/commitlog/00000000001073741824         next segment (name = its start offset, 20 digits)
+//	<Dir>/consumequeue/<topic>/<queueId>/00000000000000000000   consume-queue file (name = byte offset of its first entry)
+//
+// The commitlog is the single source of truth. Every message of every topic is appended to it
+// as a stored record (PROTOCOL §4.1, built by [message.AppendRecord]) in segment files of
+// [Config.CommitLogSegmentSize] bytes, preallocated with Truncate. When a record (plus 8 bytes)
+// does not fit in the space left in a segment, the rest of the segment gets a blank filler
+// ([int32 remaining][message.BlankMagicCode]) and the record starts the next segment, so a
+// record never spans two files.
+//
+// A consume queue is an index of one topic/queue id: fixed 20-byte entries (commitlog offset
+// int64, record size int32, tags code int64; PROTOCOL §6.1), one per message, in files of
+// [Config.ConsumeQueueEntries] entries. Entry n is the message with queue offset n, so a
+// pull at an offset is a seek into the consume queue followed by a read of the commitlog.
+//
+// # Write path
+//
+// [Store.PutMessage] encodes the record outside any lock, then, holding the single writer
+// lock, assigns the commitlog offset (the write position, rolling to a new segment if
+// needed), the queue offset (the consume queue's next entry) and the store timestamp, patches
+// those three fields into the encoded bytes, writes the record with pwrite (WriteAt), appends
+// the consume-queue entry, and only then publishes the new write position and queue length.
+// Readers never look past the published positions, so a half-written record is never served,
+// and since pwrite lands in the page cache, reads see new data before any fsync.
+// Half messages and rolled-back transactional messages (transaction type PREPARED or
+// ROLLBACK in the sysflag) are written to the commitlog only: they get queue offset 0 and no
+// consume-queue entry (PROTOCOL §4.2). After the lock is released, the [Store.OnDispatch]
+// hooks run, which is how the broker wakes long-polling pulls.
+//
+// # Flushing and group commit
+//
+// With ASYNC_FLUSH a background goroutine fsyncs the commitlog every [Config.FlushInterval]
+// and PutMessage returns as soon as the record is in the page cache: a process crash (kill -9)
+// loses nothing, a power failure may lose the last interval.
+//
+// With SYNC_FLUSH PutMessage waits until the commitlog is fsynced up to the end of its record.
+// Waiters do not fsync themselves: they wake the flush goroutine and wait on a channel that is
+// closed after the next fsync. While one fsync runs, later puts pile up behind it and the next
+// fsync covers all of them — group commit: N concurrent puts cost far fewer than N fsyncs.
+// A put whose fsync does not complete within [Config.SyncFlushTimeout] returns
+// [PutFlushDiskTimeout] (the record is written; only its durability is unconfirmed).
+//
+// Consume queues are flushed lazily by a second goroutine every
+// [Config.FlushConsumeQueueInterval], because they can be rebuilt from the commitlog. That
+// goroutine then writes the checkpoint: the commitlog offset below which every consume-queue
+// entry is on disk ("consume queues flushed") and the fsynced commitlog offset.
+//
+// # Recovery
+//
+// [Open] trusts what the checkpoint says is on disk and re-checks everything after it:
+//
+//  1. It scans the commitlog from the start of the segment holding the checkpointed
+//     consume-queue position (from the first segment when there is no valid checkpoint),
+//     validating every record: magic code, TOTALSIZE against the fields, body CRC, and that
+//     the record's PHYSICALOFFSET field equals its position. The first record that fails —
+//     a torn write, garbage, a flipped byte, zeros — is the cut: the rest of that segment is
+//     zeroed and later segments are deleted. New puts continue at the cut.
+//  2. Each consume queue drops its tail entries that point at or after the checkpointed
+//     position (they may be torn or point at cut records) and the cut itself.
+//  3. Every valid record from the checkpointed position up to the cut is dispatched again,
+//     which rebuilds the dropped entries and adds those that never reached a consume queue.
+//     A consume queue whose files are inconsistent is discarded and rebuilt from the first
+//     segment.
+//
+// Because a SYNC_FLUSH put is acknowledged only after the fsync that covers it, and the scan
+// stops only at a record that is invalid, an acknowledged record is never cut; because every
+// record after the last checkpoint is validated, a torn record is never served.
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. Lock order: Store.lifeMu (read side held by every
+// operation, write side by Close) → Store.putMu (the single writer) → Store.queuesMu →
+// consumeQueue.mu. The flush lock (flusher.syncMu) is taken without holding any of them.
+package store

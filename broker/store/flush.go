@@ -1,0 +1,174 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// flusher fsyncs the commitlog and tells SYNC_FLUSH waiters when their bytes are durable.
+//
+// Group commit: a waiter records the end offset of its records, kicks the flush goroutine
+// and waits on done, a channel closed (and replaced) after every fsync pass. One pass fsyncs
+// everything written up to the moment it starts, so every put that arrived while the
+// previous fsync ran is covered by the next single fsync.
+type flusher struct {
+	cl *commitLog
+
+	syncMu sync.Mutex // serializes fsync passes
+
+	mu          sync.Mutex // guards the fields below
+	flushed     int64      // every commitlog byte below this offset is fsynced
+	flushedTime int64      // unix ms of the last pass that advanced flushed
+	done        chan struct{}
+	err         error // last fsync error (cleared by a successful pass)
+
+	kick chan struct{} // capacity 1: "someone is waiting"
+}
+
+func newFlusher(cl *commitLog, flushed int64) *flusher {
+	return &flusher{cl: cl, flushed: flushed, done: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// state returns the flushed offset and the channel that the next pass closes.
+func (fl *flusher) state() (int64, chan struct{}) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.flushed, fl.done
+}
+
+// flush fsyncs every segment holding bytes between the flushed offset and the current write
+// position, then wakes the waiters. It returns the new flushed offset.
+func (fl *flusher) flush() (int64, error) {
+	fl.syncMu.Lock()
+	defer fl.syncMu.Unlock()
+	target := fl.cl.writePos.Load()
+	from, _ := fl.state()
+	if target <= from {
+		return from, nil
+	}
+	var err error
+	for _, s := range fl.cl.segments() {
+		if s.end() > from && s.start < target {
+			if err = s.f.Sync(); err != nil {
+				break
+			}
+		}
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	fl.err = err
+	if err != nil {
+		return fl.flushed, err
+	}
+	fl.flushed = target
+	fl.flushedTime = time.Now().UnixMilli()
+	close(fl.done)
+	fl.done = make(chan struct{})
+	return target, nil
+}
+
+// wake asks the flush goroutine for a pass without blocking.
+func (fl *flusher) wake() {
+	select {
+	case fl.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waitFlushed waits until the commitlog is fsynced up to end. It returns false when
+// timeout passes, ctx ends or stopped is closed first.
+func (fl *flusher) waitFlushed(ctx context.Context, end int64, timeout time.Duration, stopped <-chan struct{}) bool {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		flushed, done := fl.state()
+		if flushed >= end {
+			return true
+		}
+		fl.wake()
+		select {
+		case <-done:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-stopped:
+			flushed, _ := fl.state()
+			return flushed >= end
+		}
+	}
+}
+
+// runCommitLogFlusher is the flush goroutine. With SYNC_FLUSH it runs a pass whenever a
+// waiter kicks it; with ASYNC_FLUSH every FlushInterval. It returns when stop is closed (Close
+// runs the final flush itself).
+func (s *Store) runCommitLogFlusher() {
+	defer s.wg.Done()
+	var tick <-chan time.Time
+	if s.cfg.FlushDiskType == AsyncFlush {
+		t := time.NewTicker(s.cfg.FlushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.flusher.kick:
+		case <-tick:
+		}
+		if _, err := s.flusher.flush(); err != nil {
+			s.log.Error("commitlog fsync failed", "err", err)
+		}
+	}
+}
+
+// runCheckpointer fsyncs consume queues and writes the checkpoint every
+// FlushConsumeQueueInterval until stop is closed.
+func (s *Store) runCheckpointer() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.FlushConsumeQueueInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if err := s.checkpoint(); err != nil {
+			s.log.Error("checkpoint failed", "err", err)
+		}
+	}
+}
+
+// checkpoint makes the consume queues durable and records how far: it takes the write
+// position D (every record below D has its consume-queue entries written), fsyncs all
+// consume queues, makes sure the commitlog is fsynced at least up to D, and writes
+// {commitLogFlushed, consumeQueueFlushed: D}. It skips the write when nothing changed.
+func (s *Store) checkpoint() error {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	d := s.cl.writePos.Load()
+	for _, cq := range s.queueList() {
+		if err := cq.flush(); err != nil {
+			return err
+		}
+	}
+	clFlushed, err := s.flusher.flush()
+	if err != nil {
+		return err
+	}
+	s.flusher.mu.Lock()
+	flushedTime := s.flusher.flushedTime
+	s.flusher.mu.Unlock()
+	cp := checkpoint{commitLogFlushed: clFlushed, commitLogFlushedTime: flushedTime, consumeQueueFlushed: min(d, clFlushed), time: time.Now().UnixMilli()}
+	if cp.commitLogFlushed == s.lastCP.commitLogFlushed && cp.consumeQueueFlushed == s.lastCP.consumeQueueFlushed {
+		return nil
+	}
+	if err := writeCheckpoint(s.cfg.Dir, cp); err != nil {
+		return err
+	}
+	s.lastCP = cp
+	return nil
+}

@@ -1,0 +1,328 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// Pull limits (PROTOCOL §3.4, §6.2).
+const (
+	// DefaultMaxTransferBytes is the byte cap GetMessage uses when maxBytes < 1: 256 KiB
+	// (RocketMQ maxTransferBytesOnMessageInMemory).
+	DefaultMaxTransferBytes = 256 << 10
+	// minScanBytes is the least number of consume-queue bytes one GetMessage scans: 16000
+	// (800 entries), or maxMsgNums*20 when larger.
+	minScanBytes = 16000
+)
+
+// GetMessage reads up to maxMsgNums messages and at most maxBytes bytes of records (but
+// always at least one matching message) from the consume queue topic/queueID, starting at
+// queue offset offset, skipping entries the filter rejects (nil matches all). It scans at
+// most max(16000, maxMsgNums*20) bytes of consume-queue entries, never past the end of one
+// consume-queue file. maxMsgNums < 1 means 1; maxBytes < 1 means 256 KiB. The broker applies
+// its own transfer caps (32 messages) by passing them here.
+//
+// Status and NextBeginOffset follow PROTOCOL §3.4 "Store lookup":
+//
+//	no consume queue          NO_MATCHED_LOGIC_QUEUE  0
+//	queue empty (max = 0)     NO_MESSAGE_IN_QUEUE     0
+//	offset < min              OFFSET_TOO_SMALL        min
+//	offset == max             OFFSET_OVERFLOW_ONE     offset
+//	offset > max              OFFSET_OVERFLOW_BADLY   max
+//	some entries match        FOUND                   offset + entries scanned
+//	none match the filter     NO_MATCHED_MESSAGE      offset + entries scanned
+//	records deleted           MESSAGE_WAS_REMOVING    offset + entries scanned
+//	consume-queue file gone   OFFSET_FOUND_NULL       start of the next file
+//
+// It returns ErrClosed after Close and an error for I/O failures; statuses are not errors.
+func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums int, maxBytes int, f Filter) (GetResult, error) {
+	if err := s.begin(); err != nil {
+		return GetResult{}, err
+	}
+	defer s.end()
+	maxMsgNums = max(maxMsgNums, 1)
+	if maxBytes < 1 {
+		maxBytes = DefaultMaxTransferBytes
+	}
+	cq := s.queueFor(topic, queueID, false)
+	if cq == nil {
+		return GetResult{Status: NoMatchedLogicQueue}, nil
+	}
+	minOff, maxOff := cq.min.Load(), cq.max.Load()
+	res := GetResult{MinOffset: minOff, MaxOffset: maxOff}
+	switch {
+	case maxOff == 0:
+		res.Status = NoMessageInQueue
+		return res, nil
+	case offset < minOff:
+		res.Status, res.NextBeginOffset = OffsetTooSmall, minOff
+		return res, nil
+	case offset == maxOff:
+		res.Status, res.NextBeginOffset = OffsetOverflowOne, offset
+		return res, nil
+	case offset > maxOff:
+		res.Status, res.NextBeginOffset = OffsetOverflowBadly, maxOff
+		return res, nil
+	}
+
+	scanEntries := int64(max(minScanBytes, maxMsgNums*cqEntrySize) / cqEntrySize)
+	entries, err := cq.readEntries(offset, scanEntries)
+	if err != nil {
+		if cq.deleted.Load() && errIsClosedFile(err) {
+			return GetResult{Status: NoMatchedLogicQueue}, nil
+		}
+		return GetResult{}, err
+	}
+	if entries == nil {
+		res.Status = OffsetFoundNull
+		res.NextBeginOffset = offset + cq.perFile - offset%cq.perFile
+		return res, nil
+	}
+
+	res.Status = NoMatchedMessage
+	minPhy := s.cl.minOffset()
+	var body []byte
+	var ends []int
+	n := int64(len(entries) / cqEntrySize)
+	i := int64(0)
+	for ; i < n; i++ {
+		e := getEntry(entries[i*cqEntrySize:])
+		if e.empty() || e.padding() {
+			continue
+		}
+		if len(ends) > 0 && (len(ends) >= maxMsgNums || len(body)+int(e.size) > maxBytes) {
+			break // batch full; this entry is not consumed
+		}
+		if e.phy < minPhy {
+			if len(ends) == 0 {
+				res.Status = MessageWasRemoving
+			}
+			continue
+		}
+		if f != nil && !f.MatchTagsCode(e.tags) {
+			if len(ends) == 0 {
+				res.Status = NoMatchedMessage
+			}
+			continue
+		}
+		start := len(body)
+		body = slices.Grow(body, int(e.size))[:start+int(e.size)]
+		rec := body[start:]
+		if err := s.cl.readAt(rec, e.phy); err != nil {
+			body = body[:start]
+			if errors.Is(err, ErrNotFound) {
+				if len(ends) == 0 {
+					res.Status = MessageWasRemoving
+				}
+				continue
+			}
+			return GetResult{}, err
+		}
+		if !validRecordHeader(rec, e.phy) {
+			// The entry does not point at its record: never serve what is there.
+			s.log.Error("consume queue entry does not match the commitlog", "topic", topic, "queueId", queueID, "queueOffset", offset+i, "commitLogOffset", e.phy, "size", e.size)
+			body = body[:start]
+			continue
+		}
+		if f != nil && !f.MatchRecord(rec) {
+			body = body[:start]
+			if len(ends) == 0 {
+				res.Status = NoMatchedMessage
+			}
+			continue
+		}
+		ends = append(ends, len(body))
+		res.Status = Found
+	}
+	res.NextBeginOffset = offset + i
+	if len(ends) > 0 {
+		res.Body = body
+		res.Records = make([][]byte, len(ends))
+		start := 0
+		for k, end := range ends {
+			res.Records[k] = body[start:end:end]
+			start = end
+		}
+		res.MessageCount = len(ends)
+	}
+	return res, nil
+}
+
+// validRecordHeader checks that rec starts like the stored record at phy: TOTALSIZE equals
+// len(rec), the magic code, and the PHYSICALOFFSET field.
+func validRecordHeader(rec []byte, phy int64) bool {
+	return len(rec) >= posSysFlag &&
+		int(binary.BigEndian.Uint32(rec)) == len(rec) &&
+		binary.BigEndian.Uint32(rec[4:]) == message.MagicCode &&
+		int64(binary.BigEndian.Uint64(rec[posPhysicalOffset:])) == phy
+}
+
+// storeTimestampAt reads the STORETIMESTAMP of the record at commitlog offset phy.
+func (s *Store) storeTimestampAt(phy int64) (int64, error) {
+	var hdr [posBornHost + 20 + 8]byte // long enough for an IPv6 born host
+	n := len(hdr)
+	if rest := s.cl.writePos.Load() - phy; rest < int64(n) {
+		n = int(max(rest, 0))
+	}
+	if seg := s.cl.segmentFor(phy); seg != nil && seg.end()-phy < int64(n) {
+		n = int(seg.end() - phy)
+	}
+	if n < posBornHost+16 {
+		return 0, fmt.Errorf("%w: no record at commitlog offset %d", ErrNotFound, phy)
+	}
+	if err := s.cl.readAt(hdr[:n], phy); err != nil {
+		return 0, err
+	}
+	if binary.BigEndian.Uint32(hdr[4:]) != message.MagicCode {
+		return 0, fmt.Errorf("%w: no record at commitlog offset %d", ErrNotFound, phy)
+	}
+	p := storeTimestampPos(int32(binary.BigEndian.Uint32(hdr[posSysFlag:])))
+	if p+8 > n {
+		return 0, fmt.Errorf("%w: short record at commitlog offset %d", ErrNotFound, phy)
+	}
+	return int64(binary.BigEndian.Uint64(hdr[p:])), nil
+}
+
+// queueStoreTime returns the store timestamp of the message at queue offset idx.
+func (s *Store) queueStoreTime(cq *consumeQueue, idx int64) (int64, error) {
+	e, err := cq.entryAt(idx)
+	if err != nil {
+		return 0, err
+	}
+	if e.empty() || e.padding() {
+		return 0, fmt.Errorf("%w: queue offset %d is padding", ErrNotFound, idx)
+	}
+	return s.storeTimestampAt(e.phy)
+}
+
+// OffsetByTimestamp returns the queue offset of the message of topic/queueID stored at
+// tsMillis (unix ms) by binary search over store times: the first offset stored exactly
+// then, else the nearer of its neighbours (the earlier one on a tie); the min offset when
+// tsMillis is before every message and the last offset (max-1) when after (as RocketMQ
+// getOffsetInQueueByTime). It returns 0 when the queue does not exist or is empty, and the
+// min offset when a record cannot be read.
+func (s *Store) OffsetByTimestamp(topic string, queueID int32, tsMillis int64) int64 {
+	if err := s.begin(); err != nil {
+		return 0
+	}
+	defer s.end()
+	cq := s.queueFor(topic, queueID, false)
+	if cq == nil {
+		return 0
+	}
+	lo, hi := cq.min.Load(), cq.max.Load()
+	if lo >= hi {
+		return 0
+	}
+	first := lo
+	// Skip entries whose records are gone (below the commitlog min offset).
+	minPhy := s.cl.minOffset()
+	for lo < hi {
+		e, err := cq.entryAt(lo)
+		if err != nil {
+			return first
+		}
+		if !e.padding() && e.phy >= minPhy {
+			break
+		}
+		lo++
+	}
+	if lo >= hi {
+		return first
+	}
+	// Lower bound: the first offset whose store time >= tsMillis.
+	l, h := lo, hi
+	for l < h {
+		mid := l + (h-l)/2
+		ts, err := s.queueStoreTime(cq, mid)
+		if err != nil {
+			return first
+		}
+		if ts < tsMillis {
+			l = mid + 1
+		} else {
+			h = mid
+		}
+	}
+	if l == hi {
+		return hi - 1 // after every message
+	}
+	right, err := s.queueStoreTime(cq, l)
+	if err != nil {
+		return first
+	}
+	if right == tsMillis || l == lo {
+		return l
+	}
+	left, err := s.queueStoreTime(cq, l-1)
+	if err != nil {
+		return l
+	}
+	if tsMillis-left > right-tsMillis {
+		return l
+	}
+	return l - 1
+}
+
+// EarliestMessageTime returns the store timestamp (unix ms) of the first available message
+// of topic/queueID. It returns an error wrapping ErrNotFound when the queue does not exist
+// or is empty, ErrClosed after Close.
+func (s *Store) EarliestMessageTime(topic string, queueID int32) (int64, error) {
+	if err := s.begin(); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	cq := s.queueFor(topic, queueID, false)
+	if cq == nil {
+		return 0, fmt.Errorf("%w: no consume queue %s/%d", ErrNotFound, topic, queueID)
+	}
+	minPhy := s.cl.minOffset()
+	for idx, hi := cq.min.Load(), cq.max.Load(); idx < hi; idx++ {
+		e, err := cq.entryAt(idx)
+		if err != nil {
+			return 0, err
+		}
+		if e.padding() || e.empty() || e.phy < minPhy {
+			continue
+		}
+		return s.storeTimestampAt(e.phy)
+	}
+	return 0, fmt.Errorf("%w: consume queue %s/%d is empty", ErrNotFound, topic, queueID)
+}
+
+// LookMessageByOffset returns the message whose record starts at commitLogOffset, decoded
+// (body as stored, not decompressed; no CRC check), and the raw record. It returns an error
+// wrapping ErrNotFound when no record starts there, ErrClosed after Close.
+func (s *Store) LookMessageByOffset(commitLogOffset int64) (*message.MessageExt, []byte, error) {
+	if err := s.begin(); err != nil {
+		return nil, nil, err
+	}
+	defer s.end()
+	if commitLogOffset < s.cl.minOffset() {
+		return nil, nil, fmt.Errorf("%w: commitlog offset %d was deleted or is negative", ErrNotFound, commitLogOffset)
+	}
+	var hdr [8]byte
+	if err := s.cl.readAt(hdr[:], commitLogOffset); err != nil {
+		return nil, nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(hdr[:]))
+	if binary.BigEndian.Uint32(hdr[4:]) != message.MagicCode || size < int32(posBornHost) {
+		return nil, nil, fmt.Errorf("%w: no record starts at commitlog offset %d", ErrNotFound, commitLogOffset)
+	}
+	rec := make([]byte, size)
+	if err := s.cl.readAt(rec, commitLogOffset); err != nil {
+		return nil, nil, err
+	}
+	if !validRecordHeader(rec, commitLogOffset) {
+		return nil, nil, fmt.Errorf("%w: no record starts at commitlog offset %d", ErrNotFound, commitLogOffset)
+	}
+	m, _, err := message.DecodeRecord(rec, message.DecodeOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: record at commitlog offset %d: %v", ErrNotFound, commitLogOffset, err)
+	}
+	return m, rec, nil
+}

@@ -1,0 +1,504 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// Store is the message store: one commitlog, one consume queue per topic/queue id, a flush
+// goroutine, a checkpoint goroutine. Create it with Open and release it with Close. All
+// methods are safe for concurrent use.
+type Store struct {
+	cfg     Config
+	log     *slog.Logger
+	lock    *os.File // flock on <Dir>/lock
+	cl      *commitLog
+	flusher *flusher
+	cqRoot  string // <Dir>/consumequeue
+
+	lifeMu sync.RWMutex // read side: an operation is running; write side: Close
+	closed bool         // guarded by lifeMu
+
+	putMu sync.Mutex // the single writer of the commitlog and the consume queues
+
+	queuesMu sync.RWMutex
+	queues   map[string]map[int32]*consumeQueue // guarded by queuesMu
+
+	hooksMu sync.RWMutex
+	hooks   []func(topic string, queueID int32, queueOffset int64, tagsCode int64)
+
+	cpMu   sync.Mutex // serializes checkpoint
+	lastCP checkpoint // guarded by cpMu
+
+	stop      chan struct{} // closed by Close: goroutines exit
+	stopped   chan struct{} // closed at the end of Close: SYNC_FLUSH waiters give up
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	bufPool sync.Pool // *[]byte encode buffers
+}
+
+// Open opens (creating if needed) the store in cfg.Dir, recovers it (see the package doc:
+// the commitlog tail after the last checkpoint is validated and a torn tail cut, consume
+// queues are truncated and rebuilt) and starts the flush and checkpoint goroutines.
+// It returns a *ConfigError for a bad Config, a *CorruptError for store files it cannot
+// repair, and an error when another process holds the directory.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "commitlog"), filepath.Join(cfg.Dir, "consumequeue")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("store: create %s: %w", d, err)
+		}
+	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "store"),
+		lock:    lock,
+		cqRoot:  filepath.Join(cfg.Dir, "consumequeue"),
+		queues:  make(map[string]map[int32]*consumeQueue),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	clFlushed, err := s.recover()
+	if err != nil {
+		if s.cl != nil {
+			s.cl.close()
+		}
+		for _, cq := range s.queueList() {
+			cq.close()
+		}
+		unlockDir(lock)
+		return nil, err
+	}
+	s.flusher = newFlusher(s.cl, clFlushed)
+	// Make the recovered state durable and record it before taking traffic.
+	if err := s.checkpoint(); err != nil {
+		s.cl.close()
+		for _, cq := range s.queueList() {
+			cq.close()
+		}
+		unlockDir(lock)
+		return nil, err
+	}
+	s.wg.Add(2)
+	go s.runCommitLogFlusher()
+	go s.runCheckpointer()
+	return s, nil
+}
+
+// Close stops the goroutines, flushes the commitlog and consume queues, writes the
+// checkpoint and closes all files. Safe to call more than once; later calls return the
+// first call's result. Stop order: refuse new operations and wait for running ones, stop
+// the goroutines, final flush + checkpoint, release SYNC_FLUSH waiters, close files.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.lifeMu.Lock()
+		s.closed = true
+		s.lifeMu.Unlock()
+		close(s.stop)
+		s.wg.Wait()
+		err := s.checkpoint()
+		close(s.stopped)
+		if cerr := s.cl.close(); err == nil && cerr != nil {
+			err = fmt.Errorf("store: close commitlog: %w", cerr)
+		}
+		for _, cq := range s.queueList() {
+			cq.close()
+		}
+		unlockDir(s.lock)
+		s.closeErr = err
+	})
+	return s.closeErr
+}
+
+// begin registers a running operation; it fails with ErrClosed after Close.
+func (s *Store) begin() error {
+	s.lifeMu.RLock()
+	if s.closed {
+		s.lifeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) end() { s.lifeMu.RUnlock() }
+
+// queueFor returns the consume queue of topic/queueID; with create it makes a new one.
+func (s *Store) queueFor(topic string, queueID int32, create bool) *consumeQueue {
+	s.queuesMu.RLock()
+	cq := s.queues[topic][queueID]
+	s.queuesMu.RUnlock()
+	if cq != nil || !create {
+		return cq
+	}
+	s.queuesMu.Lock()
+	defer s.queuesMu.Unlock()
+	if cq = s.queues[topic][queueID]; cq != nil {
+		return cq
+	}
+	cq = newConsumeQueue(queueDir(s.cqRoot, topic, queueID), topic, queueID, int64(s.cfg.ConsumeQueueEntries))
+	s.addQueueLocked(cq)
+	return cq
+}
+
+func (s *Store) addQueueLocked(cq *consumeQueue) {
+	m := s.queues[cq.topic]
+	if m == nil {
+		m = make(map[int32]*consumeQueue)
+		s.queues[cq.topic] = m
+	}
+	m[cq.queueID] = cq
+}
+
+// queueList returns a snapshot of all consume queues.
+func (s *Store) queueList() []*consumeQueue {
+	s.queuesMu.RLock()
+	defer s.queuesMu.RUnlock()
+	var out []*consumeQueue
+	for _, m := range s.queues {
+		for _, cq := range m {
+			out = append(out, cq)
+		}
+	}
+	return out
+}
+
+// Byte positions of the fields the store assigns inside an encoded record (PROTOCOL §4.1).
+const (
+	posQueueOffset    = 20 // QUEUEOFFSET int64
+	posPhysicalOffset = 28 // PHYSICALOFFSET int64
+	posSysFlag        = 36 // SYSFLAG int32
+	posBornHost       = 48 // BORNHOST: 8 bytes (IPv4) or 20 (IPv6), then STORETIMESTAMP int64
+)
+
+// storeTimestampPos returns the position of STORETIMESTAMP in a record with sysFlag.
+func storeTimestampPos(sysFlag int32) int {
+	if sysFlag&message.SysFlagBornHostV6 != 0 {
+		return posBornHost + 20
+	}
+	return posBornHost + 8
+}
+
+// dispatched reports whether a message with sysFlag gets a consume-queue entry: not for
+// half messages (PREPARED) and rolled-back ones (PROTOCOL §4.2).
+func dispatched(sysFlag int32) bool {
+	t := message.TransactionType(sysFlag)
+	return t != message.SysFlagTransactionPrepared && t != message.SysFlagTransactionRollback
+}
+
+// PutMessage stores one message in the commitlog and, unless its transaction type is
+// PREPARED or ROLLBACK, appends its entry (with tagsCode) to the consume queue of
+// msg.Topic/msg.QueueID. The store assigns msg.CommitLogOffset, msg.QueueOffset (the
+// queue's next offset; 0 when not dispatched), msg.StoreTimestamp (now, in ms, if zero),
+// msg.StoreSize, msg.BodyCRC, msg.OffsetMsgID and msg.MsgID (UNIQ_KEY or the offset id)
+// and encodes the record with message.AppendRecord; msg.StoreHost must be set by the caller.
+//
+// tagsCode is the consume-queue tag slot: message.TagHashCode(tag) normally, the delivery
+// timestamp for SCHEDULE_TOPIC_XXXX. With SYNC_FLUSH it returns after the fsync covering the
+// record (group commit), or with Status PutFlushDiskTimeout when that takes longer than
+// Config.SyncFlushTimeout or ctx ends while waiting (the message is stored either way). ctx
+// ending before the write returns ctx.Err() and stores nothing.
+//
+// Errors: *MessageTooLargeError (body over MaxMessageSize or record over a segment),
+// *InvalidArgumentError (bad topic or queue id), *message.ValidationError (topic or
+// properties too long for the record), ErrClosed, or an I/O error.
+func (s *Store) PutMessage(ctx context.Context, msg *message.MessageExt, tagsCode int64) (PutResult, error) {
+	if msg == nil {
+		return PutResult{}, &InvalidArgumentError{Field: "msg", Reason: "nil"}
+	}
+	return s.put(ctx, []*message.MessageExt{msg}, []int64{tagsCode})
+}
+
+// PutMessages stores a batch atomically in one commitlog append: all records are written
+// with one write, are contiguous in one segment, and get consecutive queue offsets. All
+// messages must have the same topic and queue id. tagsCodes holds one tags code per message;
+// nil means message.TagHashCode of each message's tag. Results describe the first message;
+// OffsetMsgIDs has one id per message. Errors as PutMessage, plus *InvalidArgumentError for
+// an empty batch, mixed topics/queues or a tagsCodes length mismatch.
+func (s *Store) PutMessages(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+	if len(msgs) == 0 {
+		return PutResult{}, &InvalidArgumentError{Field: "msgs", Reason: "empty batch"}
+	}
+	if tagsCodes == nil {
+		tagsCodes = make([]int64, len(msgs))
+		for i, m := range msgs {
+			if m != nil {
+				tagsCodes[i] = message.TagHashCode(m.Tag())
+			}
+		}
+	}
+	if len(tagsCodes) != len(msgs) {
+		return PutResult{}, &InvalidArgumentError{Field: "tagsCodes", Reason: fmt.Sprintf("%d tags codes for %d messages", len(tagsCodes), len(msgs))}
+	}
+	for i, m := range msgs {
+		if m == nil {
+			return PutResult{}, &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is nil", i)}
+		}
+		if m.Topic != msgs[0].Topic || m.QueueID != msgs[0].QueueID {
+			return PutResult{}, &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is for %s/%d, the batch for %s/%d: one topic and queue per batch",
+				i, m.Topic, m.QueueID, msgs[0].Topic, msgs[0].QueueID)}
+		}
+	}
+	return s.put(ctx, msgs, tagsCodes)
+}
+
+func (s *Store) getBuf() *[]byte {
+	if b, ok := s.bufPool.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 4096)
+	return &b
+}
+
+func (s *Store) putBuf(b *[]byte) {
+	if cap(*b) <= 1<<20 { // do not pin huge buffers
+		*b = (*b)[:0]
+		s.bufPool.Put(b)
+	}
+}
+
+// put is the write path shared by PutMessage and PutMessages (see the package doc).
+func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+	if err := ctx.Err(); err != nil {
+		return PutResult{}, err
+	}
+	topic, queueID := msgs[0].Topic, msgs[0].QueueID
+	if err := message.ValidateTopic(topic); err != nil {
+		return PutResult{}, &InvalidArgumentError{Field: "topic", Reason: "not a valid topic name", Err: err}
+	}
+	if queueID < 0 {
+		return PutResult{}, &InvalidArgumentError{Field: "queueId", Reason: fmt.Sprintf("%d is negative", queueID)}
+	}
+
+	// 1. Encode outside the lock; offsets and the store time are patched in below.
+	bp := s.getBuf()
+	defer s.putBuf(bp)
+	buf := *bp
+	ends := make([]int, len(msgs)) // end of record i in buf
+	for i, m := range msgs {
+		if len(m.Body) > s.cfg.MaxMessageSize {
+			return PutResult{}, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
+		}
+		var err error
+		if buf, err = message.AppendRecord(buf, m, message.MarshalProperties(m.Properties)); err != nil {
+			return PutResult{}, err
+		}
+		ends[i] = len(buf)
+	}
+	*bp = buf
+	if int64(len(buf)) > s.cl.maxRecordBytes() {
+		return PutResult{}, &MessageTooLargeError{What: "record", Size: len(buf), Limit: int(s.cl.maxRecordBytes())}
+	}
+
+	// 2. Under the writer lock: assign positions, write commitlog then consume queue, publish.
+	if err := s.begin(); err != nil {
+		return PutResult{}, err
+	}
+	entries := make([]byte, 0, len(msgs)*cqEntrySize)
+	s.putMu.Lock()
+	var cq *consumeQueue
+	for _, m := range msgs {
+		if dispatched(m.SysFlag) {
+			cq = s.queueFor(topic, queueID, true)
+			break
+		}
+	}
+	seg, pos, err := s.cl.reserve(int64(len(buf)))
+	if err != nil {
+		s.putMu.Unlock()
+		s.end()
+		return PutResult{}, err
+	}
+	now := time.Now().UnixMilli()
+	var queueOffset int64
+	if cq != nil {
+		queueOffset = cq.max.Load()
+	}
+	start := 0
+	for i, m := range msgs {
+		rec := buf[start:ends[i]]
+		m.CommitLogOffset = pos + int64(start)
+		if m.StoreTimestamp == 0 {
+			m.StoreTimestamp = now
+			binary.BigEndian.PutUint64(rec[storeTimestampPos(m.SysFlag):], uint64(now))
+		}
+		m.QueueOffset = 0
+		if dispatched(m.SysFlag) {
+			m.QueueOffset = queueOffset
+			queueOffset++
+			var e [cqEntrySize]byte
+			putEntry(e[:], cqEntry{phy: m.CommitLogOffset, size: m.StoreSize, tags: tagsCodes[i]})
+			entries = append(entries, e[:]...)
+		}
+		binary.BigEndian.PutUint64(rec[posQueueOffset:], uint64(m.QueueOffset))
+		binary.BigEndian.PutUint64(rec[posPhysicalOffset:], uint64(m.CommitLogOffset))
+		start = ends[i]
+	}
+	if _, err := seg.f.WriteAt(buf, pos-seg.start); err != nil {
+		s.putMu.Unlock()
+		s.end()
+		return PutResult{}, fmt.Errorf("store: write commitlog: %w", err)
+	}
+	if cq != nil {
+		if err := cq.write(cq.max.Load(), entries); err != nil {
+			s.putMu.Unlock()
+			s.end()
+			return PutResult{}, err
+		}
+	}
+	end := pos + int64(len(buf))
+	// Publish: commitlog first, then the queue, so a reader that sees a queue entry can read its record.
+	s.cl.writePos.Store(end)
+	if cq != nil {
+		cq.max.Store(queueOffset)
+	}
+	s.putMu.Unlock()
+	s.end()
+
+	// 3. Results, hooks, and (SYNC_FLUSH) the wait for the fsync.
+	res := PutResult{
+		Status:          PutOK,
+		CommitLogOffset: msgs[0].CommitLogOffset,
+		QueueOffset:     msgs[0].QueueOffset,
+		MsgSize:         msgs[0].StoreSize,
+		StoreTimestamp:  msgs[0].StoreTimestamp,
+		OffsetMsgIDs:    make([]string, len(msgs)),
+		Count:           len(msgs),
+		WroteBytes:      int64(len(buf)),
+	}
+	for i, m := range msgs {
+		m.OffsetMsgID = message.OffsetMsgID(m.StoreHost, m.CommitLogOffset)
+		if m.MsgID == "" {
+			if m.MsgID = m.UniqKey(); m.MsgID == "" {
+				m.MsgID = m.OffsetMsgID
+			}
+		}
+		res.OffsetMsgIDs[i] = m.OffsetMsgID
+	}
+	if cq != nil {
+		s.hooksMu.RLock()
+		hooks := s.hooks
+		s.hooksMu.RUnlock()
+		for _, h := range hooks {
+			for i, m := range msgs {
+				if dispatched(m.SysFlag) {
+					h(topic, queueID, m.QueueOffset, tagsCodes[i])
+				}
+			}
+		}
+	}
+	if s.cfg.FlushDiskType == SyncFlush {
+		if !s.flusher.waitFlushed(ctx, end, s.cfg.SyncFlushTimeout, s.stopped) {
+			res.Status = PutFlushDiskTimeout
+		}
+	}
+	return res, nil
+}
+
+// OnDispatch registers f to be called after each message reaches its consume queue, with
+// the topic, queue id, queue offset and tags code (the broker wakes long-polling pulls
+// with it). f runs on the putting goroutine after the writer lock is released, in
+// registration order; it must not block. Register hooks before traffic starts.
+func (s *Store) OnDispatch(f func(topic string, queueID int32, queueOffset int64, tagsCode int64)) {
+	if f == nil {
+		return
+	}
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	s.hooks = append(s.hooks[:len(s.hooks):len(s.hooks)], f)
+}
+
+// MaxOffset returns the next queue offset to be written for topic/queueID (the entry count
+// including removed ones); 0 if there is no such consume queue.
+func (s *Store) MaxOffset(topic string, queueID int32) int64 {
+	if cq := s.queueFor(topic, queueID, false); cq != nil {
+		return cq.max.Load()
+	}
+	return 0
+}
+
+// MinOffset returns the first available queue offset of topic/queueID; 0 if there is no
+// such consume queue.
+func (s *Store) MinOffset(topic string, queueID int32) int64 {
+	if cq := s.queueFor(topic, queueID, false); cq != nil {
+		return cq.min.Load()
+	}
+	return 0
+}
+
+// MaxPhyOffset returns the commitlog write position in bytes: the offset the next record
+// will get (unless it rolls to a new segment).
+func (s *Store) MaxPhyOffset() int64 { return s.cl.writePos.Load() }
+
+// MinPhyOffset returns the first commitlog offset still on disk (the start of the oldest
+// segment).
+func (s *Store) MinPhyOffset() int64 { return s.cl.minOffset() }
+
+// Topics returns every topic that has consume queues, with their queue ids (unsorted).
+// The map is a copy.
+func (s *Store) Topics() map[string][]int32 {
+	s.queuesMu.RLock()
+	defer s.queuesMu.RUnlock()
+	out := make(map[string][]int32, len(s.queues))
+	for t, m := range s.queues {
+		ids := make([]int32, 0, len(m))
+		for id := range m {
+			ids = append(ids, id)
+		}
+		out[t] = ids
+	}
+	return out
+}
+
+// DeleteTopic removes the consume queues of topic (files and directory). The commitlog is
+// untouched, and a checkpoint is written so that recovery does not rebuild the deleted
+// queues from records written before the deletion. A later put to the topic starts new
+// queues at offset 0. Deleting an unknown topic is not an error.
+func (s *Store) DeleteTopic(topic string) error {
+	if err := message.ValidateTopic(topic); err != nil {
+		return &InvalidArgumentError{Field: "topic", Reason: "not a valid topic name", Err: err}
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	s.putMu.Lock()
+	s.queuesMu.Lock()
+	qs := s.queues[topic]
+	delete(s.queues, topic)
+	s.queuesMu.Unlock()
+	for _, cq := range qs {
+		cq.deleted.Store(true)
+		cq.close()
+	}
+	err := os.RemoveAll(filepath.Join(s.cqRoot, topic))
+	if err == nil {
+		err = syncDir(s.cqRoot)
+	}
+	s.putMu.Unlock()
+	defer s.end()
+	if err != nil {
+		return fmt.Errorf("store: delete topic %s: %w", topic, err)
+	}
+	return s.checkpoint()
+}
+
+// errIsClosedFile reports whether err comes from a file closed underneath a reader
+// (DeleteTopic).
+func errIsClosedFile(err error) bool { return errors.Is(err, os.ErrClosed) }
