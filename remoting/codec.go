@@ -388,8 +388,9 @@ func decodeBinaryHeader(h []byte) (*RemotingCommand, error) {
 // maxFrameSize is the largest frame in bytes counting the length field, as Java's
 // frameMaxLength; <= 0 means [DefaultMaxFrameSize]. A clean end of stream before the
 // first byte returns io.EOF unwrapped. Errors: [*FrameError] for a length < 4 or
-// > maxFrameSize-4, or a stream that ends inside the frame (wrapping io.ErrUnexpectedEOF);
-// other read errors are returned as they are.
+// > maxFrameSize-4 (Field "length"), a header length beyond the frame (Field
+// "headerLength"), or a stream that ends inside the frame (Field "length" or "body",
+// wrapping io.ErrUnexpectedEOF); other read errors are returned as they are.
 func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
 	if maxFrameSize <= 0 {
 		maxFrameSize = DefaultMaxFrameSize
@@ -436,6 +437,9 @@ func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
 			return nil, &FrameError{Field: "body", Reason: fmt.Sprintf("stream ended inside a frame of length %d", length), Err: io.ErrUnexpectedEOF}
 		}
 		return nil, err
+	}
+	if hl := int(binary.BigEndian.Uint32(frame) & maxHeaderLen); hl > len(frame)-4 {
+		return nil, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header length %d exceeds the %d bytes left in the frame", hl, len(frame)-4)}
 	}
 	return frame, nil
 }

@@ -271,6 +271,7 @@ func TestReadFrame(t *testing.T) {
 		{"partial length", []byte{0, 0}, 0, "length"},
 		{"truncated body", good[:len(good)-1], 0, "body"},
 		{"truncated large body", append(lenOnly(2<<20), make([]byte, 1<<20)...), 0, "body"},
+		{"header length beyond frame", append(lenOnly(6), 0, 0, 0, 3, '{', '}'), 0, "headerLength"},
 	}
 	for _, tc := range cases {
 		_, err := ReadFrame(bytes.NewReader(tc.in), tc.max)
