@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// processQueue is the client-side state of one assigned message queue: the messages
+// pulled and not yet finished, and the offset that may be committed.
+//
+// Offset accounting: high is the next offset to pull (the broker's nextBeginOffset).
+// Every offset below high is either in flight (in msgs) or done — consumed, safely sent
+// back for retry, or never handed to a handler because a tag filter dropped it. The
+// committable offset is therefore the lowest in-flight offset, or high when nothing is in
+// flight; it never passes an unfinished message, whatever order handlers finish in.
+type processQueue struct {
+	mq message.MessageQueue
+
+	mu    sync.Mutex
+	msgs  map[int64]*message.MessageExt // in flight, by queue offset
+	order []int64                       // in-flight offsets ascending; finished ones are popped lazily from the front
+	high  int64                         // next offset to pull; -1 before the start offset is known
+	bytes int64                         // body bytes in flight
+
+	dropped atomic.Bool
+	cancel  context.CancelFunc // stops the pull loop
+	done    chan struct{}      // closed when the pull loop returned
+}
+
+func newProcessQueue(mq message.MessageQueue, start int64) *processQueue {
+	return &processQueue{mq: mq, msgs: make(map[int64]*message.MessageExt), high: start, done: make(chan struct{})}
+}
+
+// put records msgs (ascending queue offsets, as pulled) as in flight and moves high to
+// next (nextBeginOffset). Messages at or above next, or already in flight, are ignored.
+func (pq *processQueue) put(msgs []*message.MessageExt, next int64) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	for _, m := range msgs {
+		if _, dup := pq.msgs[m.QueueOffset]; dup || m.QueueOffset >= next {
+			continue
+		}
+		if n := len(pq.order); n > 0 && pq.order[n-1] >= m.QueueOffset {
+			continue // out of order or replayed: never regress the accounting
+		}
+		pq.msgs[m.QueueOffset] = m
+		pq.order = append(pq.order, m.QueueOffset)
+		pq.bytes += int64(len(m.Body))
+	}
+	if next > pq.high {
+		pq.high = next
+	}
+}
+
+// advance moves high to next when no message came with the answer (PULL_NOT_FOUND,
+// PULL_RETRY_IMMEDIATELY: everything below next was filtered out or does not exist).
+func (pq *processQueue) advance(next int64) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	if next > pq.high {
+		pq.high = next
+	}
+}
+
+// remove marks msgs finished and returns the new committable offset.
+func (pq *processQueue) remove(msgs []*message.MessageExt) int64 {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	for _, m := range msgs {
+		if old, ok := pq.msgs[m.QueueOffset]; ok {
+			pq.bytes -= int64(len(old.Body))
+			delete(pq.msgs, m.QueueOffset)
+		}
+	}
+	return pq.commitOffsetLocked()
+}
+
+// commitOffset returns the offset to commit: the lowest in-flight offset, or high when
+// nothing is in flight (-1 when unknown).
+func (pq *processQueue) commitOffset() int64 {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	return pq.commitOffsetLocked()
+}
+
+func (pq *processQueue) commitOffsetLocked() int64 {
+	for len(pq.order) > 0 {
+		if _, inFlight := pq.msgs[pq.order[0]]; inFlight {
+			return pq.order[0]
+		}
+		pq.order = pq.order[1:]
+	}
+	return pq.high
+}
+
+// load returns the number of in-flight messages and their body bytes (flow control).
+func (pq *processQueue) load() (count int, bytes int64) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	return len(pq.msgs), pq.bytes
+}
