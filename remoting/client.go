@@ -183,23 +183,29 @@ func (c *Client) onConnClose(conn *Conn) {
 }
 
 // conn returns the open connection to addr, dialing it if needed. Concurrent callers
-// share one dial. The loop runs at most twice: once more if the cached conn closed.
+// share one dial. A cached connection that has closed is dropped and re-dialed at once
+// (before its own close handler removes it). At most 3 dials are attempted.
 func (c *Client) conn(ctx context.Context, addr string) (*Conn, error) {
-	for attempt := 0; ; attempt++ {
+	var e *clientEntry
+	for attempt := 0; attempt < 3; attempt++ {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return nil, &ConnError{Addr: addr, Op: "dial", Err: ErrClosed}
 		}
-		e := c.conns[addr]
+		e = c.conns[addr]
+		if e != nil && e.closedConn() {
+			delete(c.conns, addr)
+			e = nil
+		}
 		if e == nil {
 			e = &clientEntry{ready: make(chan struct{})}
 			c.conns[addr] = e
 			c.wg.Add(1)
-			go func() {
+			go func(e *clientEntry) {
 				defer c.wg.Done()
 				c.dial(addr, e)
-			}()
+			}(e)
 		}
 		c.mu.Unlock()
 		select {
@@ -210,10 +216,20 @@ func (c *Client) conn(ctx context.Context, addr string) (*Conn, error) {
 		if e.err != nil {
 			return nil, e.err
 		}
-		if e.conn.ctx.Err() == nil || attempt >= 1 {
+		if e.conn.ctx.Err() == nil {
 			return e.conn, nil
 		}
-		// The cached conn closed between lookup and use; onConnClose removed it. Re-dial once.
+	}
+	return e.conn, nil // closed again right after dialing; the call reports the ConnError
+}
+
+// closedConn reports whether the entry holds a dialed connection that has closed.
+func (e *clientEntry) closedConn() bool {
+	select {
+	case <-e.ready:
+		return e.conn != nil && e.conn.ctx.Err() != nil
+	default:
+		return false
 	}
 }
 

@@ -1,0 +1,109 @@
+package remoting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestServerInvokeTimeoutAndConnLoss(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	results := make(chan error, 2)
+	var serverConn atomic.Pointer[Conn]
+	s.Handle(HeartBeat, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		serverConn.Store(conn)
+		return NewResponse(Success, "")
+	})
+	c := newClient(t, ClientConfig{})
+	block := make(chan struct{})
+	c.RegisterHandler(CheckTransactionState, func(ctx context.Context, addr string, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return NewResponse(Success, "")
+	})
+	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	conn := serverConn.Load()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	_, err := conn.Invoke(ctx, NewRequest(CheckTransactionState, nil, nil))
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("want ErrTimeout, got %v", err)
+	}
+	if n := conn.pendingLen(); n != 0 {
+		t.Fatalf("server-side pending entries after timeout: %d", n)
+	}
+
+	// A server→client call pending while the client goes away fails at once.
+	go func() {
+		_, err := conn.Invoke(context.Background(), NewRequest(CheckTransactionState, nil, nil))
+		results <- err
+	}()
+	waitFor(t, 3*time.Second, "pending server call", func() bool { return conn.pendingLen() == 1 })
+	c.CloseConn(s.Addr())
+	var ce *ConnError
+	if err := <-results; !errors.As(err, &ce) {
+		t.Fatalf("want *ConnError, got %v", err)
+	}
+	<-conn.Context().Done()
+	if err := conn.InvokeOneway(context.Background(), NewRequest(CheckTransactionState, nil, nil)); !errors.As(err, &ce) {
+		t.Fatalf("oneway on a closed conn: %v", err)
+	}
+	close(block)
+}
+
+// Many goroutines share one connection while it is repeatedly dropped: every call
+// returns (a response or a *ConnError, never a hang or a timeout) and answers match.
+func TestConcurrentCallsWithConnectionChurn(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+	const workers, calls = 8, 150
+	var ok, connErrs atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < calls; i++ {
+				body := fmt.Sprintf("%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, err := c.InvokeSync(ctx, s.Addr(), NewRequest(SendMessage, nil, []byte(body)))
+				cancel()
+				var ce *ConnError
+				switch {
+				case err == nil && string(resp.Body) == body:
+					ok.Add(1)
+				case errors.As(err, &ce):
+					if connErrs.Add(1) < 5 {
+						t.Logf("conn error: %v", err)
+					}
+				default:
+					errc <- fmt.Errorf("call %s: resp=%v err=%v", body, resp, err)
+					return
+				}
+				if w == 0 && i%15 == 0 {
+					c.CloseConn(s.Addr())
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if ok.Load() == 0 {
+		t.Fatal("no call succeeded")
+	}
+	t.Logf("ok=%d connErrors=%d", ok.Load(), connErrs.Load())
+}
