@@ -16,8 +16,8 @@ const maxJSONDepth = 64
 // ParseTopicRouteData decodes a GET_ROUTEINFO_BY_TOPIC (RocketMQ request code 105)
 // response body. It accepts strict JSON ({"0":"ip:port"}) and the fastjson dialect of
 // Java name servers answering clients older than 4.9.4, whose numeric map keys are
-// unquoted ({0:"ip:port"}, PROTOCOL.md §3.1). Missing queueDatas/brokerDatas give
-// empty slices. Errors wrap [ErrBadRouteData]: empty body, text that is not JSON
+// unquoted ({0:"ip:port"}, PROTOCOL.md §3.1). Missing queueDatas/brokerDatas/filterServerTable
+// give empty slices and maps. Errors wrap [ErrBadRouteData]: empty body, text that is not JSON
 // after quoting bare numeric keys, nesting deeper than 64, or a broker address map
 // key that is not an int64.
 func ParseTopicRouteData(body []byte) (*TopicRouteData, error) {
@@ -37,6 +37,9 @@ func ParseTopicRouteData(body []byte) (*TopicRouteData, error) {
 	}
 	if r.BrokerDatas == nil {
 		r.BrokerDatas = []*BrokerData{}
+	}
+	if r.FilterServerTable == nil {
+		r.FilterServerTable = map[string][]string{}
 	}
 	for i, q := range r.QueueDatas {
 		if q == nil {
