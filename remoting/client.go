@@ -328,10 +328,13 @@ func (c *Client) CloseConn(addr string) {
 
 // Close closes all connections, fails pending calls with errors wrapping [ErrClosed]
 // and waits for every goroutine of the client (readers, writers, request handlers,
-// async callbacks) to return. Later calls fail with ErrClosed. Idempotent; returns nil.
+// async callbacks) to return. Frames already queued (e.g. a one-way
+// UPDATE_CONSUMER_OFFSET sent just before Close) are written first, waiting at most
+// WriteTimeout per connection (connections are flushed in parallel). Later calls fail
+// with ErrClosed. Idempotent; returns nil.
 //
-// Stop order: mark closed (no new goroutines or dials) → cancel dials → close every
-// connection (see conn.go) → wait for goroutines.
+// Stop order: mark closed (no new goroutines or dials) → cancel dials → flush queued
+// frames → close every connection (see conn.go) → wait for goroutines.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -346,12 +349,19 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	c.cancel()
+	var flush sync.WaitGroup
 	for _, e := range entries {
 		<-e.ready // dials finish promptly: their context is cancelled
 		if e.conn != nil {
-			e.conn.closeWith(ErrClosed)
+			flush.Add(1)
+			go func(conn *Conn) {
+				defer flush.Done()
+				conn.flushQueued()
+				conn.closeWith(ErrClosed)
+			}(e.conn)
 		}
 	}
+	flush.Wait()
 	c.wg.Wait()
 	return nil
 }

@@ -72,6 +72,9 @@ type Conn struct {
 	cancel context.CancelFunc
 	out    chan []byte // bounded outgoing queue of encoded frames
 
+	flushOnce sync.Once
+	flushed   chan struct{} // closed by the writer when it wrote the flush marker
+
 	inFlight  atomic.Int32 // requests being handled
 	lastWrite atomic.Int64 // unix nanoseconds of the last completed socket write
 
@@ -93,6 +96,7 @@ func newConn(nc net.Conn, remote string, opts *connOptions) *Conn {
 		ctx:     ctx,
 		cancel:  cancel,
 		out:     make(chan []byte, opts.queueLen),
+		flushed: make(chan struct{}),
 		pending: make(map[int32]*pendingCall),
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
@@ -124,11 +128,35 @@ func (c *Conn) LocalAddr() string { return c.nc.LocalAddr().String() }
 // Context returns a context that is done when the connection closes.
 func (c *Conn) Context() context.Context { return c.ctx }
 
-// Close closes the connection; pending calls on it fail with a [*ConnError] wrapping
+// Close closes the connection gracefully: frames already queued (a response just
+// returned, a one-way request) are written first, waiting at most the write timeout,
+// then the connection is closed; pending calls on it fail with a [*ConnError] wrapping
 // [ErrClosed]. It is idempotent and always returns nil.
 func (c *Conn) Close() error {
+	c.flushQueued()
 	c.closeWith(ErrClosed)
 	return nil
+}
+
+// flushQueued waits until every frame queued before the call has been written, the
+// connection closed, or the write timeout passed. Only the first call waits.
+func (c *Conn) flushQueued() {
+	c.flushOnce.Do(func() {
+		t := time.NewTimer(c.opts.writeTimeout)
+		defer t.Stop()
+		select {
+		case c.out <- nil: // flush marker: the writer closes c.flushed when it gets there
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			return
+		}
+		select {
+		case <-c.flushed:
+		case <-c.ctx.Done():
+		case <-t.C:
+		}
+	})
 }
 
 // Err returns why the connection closed, or nil while it is open.
@@ -243,13 +271,24 @@ func (c *Conn) writeLoop() {
 			if c.opts.writeTimeout > 0 {
 				_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
 			}
-			_, err := bw.Write(f)
+			marker := f == nil // a nil frame is flushQueued's marker
+			var err error
+			if !marker {
+				_, err = bw.Write(f)
+			}
 			// Coalesce what is already queued (bounded) into one flush.
 			for i := 0; err == nil && i < 128 && len(c.out) > 0; i++ {
-				_, err = bw.Write(<-c.out)
+				if g := <-c.out; g != nil {
+					_, err = bw.Write(g)
+				} else {
+					marker = true
+				}
 			}
 			if err == nil {
 				err = bw.Flush()
+			}
+			if err == nil && marker {
+				close(c.flushed) // only one marker is ever sent (flushOnce)
 			}
 			if err != nil {
 				c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)

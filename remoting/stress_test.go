@@ -107,3 +107,64 @@ func TestConcurrentCallsWithConnectionChurn(t *testing.T) {
 	}
 	t.Logf("ok=%d connErrors=%d", ok.Load(), connErrs.Load())
 }
+
+// One-way requests queued right before Client.Close still reach the server (a consumer
+// persists offsets with one-way UPDATE_CONSUMER_OFFSET just before it shuts down).
+func TestCloseFlushesQueuedOneways(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	var got atomic.Int64
+	s.Handle(UpdateConsumerOffset, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		got.Add(1)
+		return nil
+	})
+	s.Handle(HeartBeat, echoHandler)
+	c, err := NewClient(ClientConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	for i := 0; i < n; i++ {
+		if err := c.InvokeOneway(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(UpdateConsumerOffset, nil, make([]byte, 512))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "all one-way requests handled", func() bool { return got.Load() == n })
+}
+
+// A server that sends a one-way request and then closes the connection still delivers
+// the request (Conn.Close flushes the queue first).
+func TestConnCloseDeliversQueuedFrames(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(UnregisterClient, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		if err := conn.InvokeOneway(ctx, NewRequest(NotifyConsumerIDsChanged, map[string]string{"consumerGroup": "g"}, nil)); err != nil {
+			t.Errorf("InvokeOneway: %v", err)
+		}
+		conn.Close()
+		return nil
+	})
+	c := newClient(t, ClientConfig{})
+	notified := make(chan string, 1)
+	c.RegisterHandler(NotifyConsumerIDsChanged, func(ctx context.Context, addr string, req *RemotingCommand) *RemotingCommand {
+		notified <- req.ExtFields["consumerGroup"]
+		return nil
+	})
+	_, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(UnregisterClient, nil, nil))
+	var ce *ConnError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *ConnError once the server closed, got %v", err)
+	}
+	select {
+	case g := <-notified:
+		if g != "g" {
+			t.Fatalf("got group %q", g)
+		}
+	case <-ctxTimeout(t, 3*time.Second).Done():
+		t.Fatal("one-way request queued before Conn.Close was lost")
+	}
+}
