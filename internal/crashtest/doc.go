@@ -1,0 +1,6 @@
+// Package crashtest holds the broker crash test (crash_test.go): a Sluice broker runs as a
+// child process with SYNC_FLUSH while producers send to it, is killed with SIGKILL at
+// random points, and after every restart on the same data directory each message that
+// was answered SEND_OK must be readable with its exact body, and every record the broker
+// serves must decode with a valid body CRC. The package has no non-test code.
+package crashtest
