@@ -373,7 +373,7 @@ func verify(t *testing.T, rc *remoting.Client, c *child, acked map[int]ack) int 
 			resp := invoke(t, rc, c.addr, remoting.PullMessage, map[string]string{
 				"consumerGroup": verifyGroup, "topic": topic, "queueId": strconv.Itoa(q),
 				"queueOffset": strconv.FormatInt(off, 10), "maxMsgNums": "32",
-				"sysFlag": "4", // subscription in the request; no commit, no suspend
+				"sysFlag":      "4", // subscription in the request; no commit, no suspend
 				"commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
 				"subVersion": "0", "expressionType": "TAG",
 			})
