@@ -156,15 +156,17 @@ func TestInvokeAsyncTimeout(t *testing.T) {
 	if n := clientConn(c, s.Addr()).pendingLen(); n != 0 {
 		t.Fatalf("pending entries after async timeout: %d", n)
 	}
-	// Already-expired context: the callback still runs exactly once with ErrTimeout.
+	// Already-expired context: InvokeAsync fails with ErrTimeout and never calls cb.
 	if err := c.InvokeAsync(ctx, s.Addr(), NewRequest(PullMessage, nil, nil), func(r *RemotingCommand, err error) {
 		results <- err
-	}); err != nil {
-		if !errors.Is(err, ErrTimeout) {
-			t.Fatalf("unexpected error %v", err)
-		}
-	} else if err := <-results; !errors.Is(err, ErrTimeout) {
-		t.Fatalf("want ErrTimeout, got %v", err)
+	}); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("want ErrTimeout for an expired context, got %v", err)
+	}
+	if _, err := c.InvokeSync(ctx, s.Addr(), NewRequest(PullMessage, nil, nil)); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("sync with an expired context: %v", err)
+	}
+	if err := c.InvokeOneway(ctx, s.Addr(), NewRequest(PullMessage, nil, nil)); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("oneway with an expired context: %v", err)
 	}
 	if len(results) != 0 {
 		t.Fatal("callback called more than once")

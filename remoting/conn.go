@@ -261,39 +261,51 @@ func (c *Conn) send(ctx context.Context, frame []byte) error {
 	}
 }
 
+// Writer batching limits: one writev call carries at most this many frames / bytes
+// (the byte limit is checked before adding a frame, so one big frame always goes).
+const (
+	maxBatchFrames = 128
+	maxBatchBytes  = 1 << 20
+)
+
 func (c *Conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	batch := make([][]byte, 0, maxBatchFrames)
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case f := <-c.out:
-			if c.opts.writeTimeout > 0 {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
-			}
-			marker := f == nil // a nil frame is flushQueued's marker
-			var err error
-			if !marker {
-				_, err = bw.Write(f)
-			}
-			// Coalesce what is already queued (bounded) into one flush.
-			for i := 0; err == nil && i < 128 && len(c.out) > 0; i++ {
-				if g := <-c.out; g != nil {
-					_, err = bw.Write(g)
-				} else {
+			// Coalesce what is already queued (bounded) into one writev call.
+			batch = batch[:0]
+			size, marker := 0, false
+			for {
+				if f == nil { // flushQueued's marker
 					marker = true
+				} else {
+					batch = append(batch, f)
+					size += len(f)
 				}
+				if len(batch) >= maxBatchFrames || size >= maxBatchBytes || len(c.out) == 0 {
+					break
+				}
+				f = <-c.out // only this goroutine receives, and len > 0: does not block
 			}
-			if err == nil {
-				err = bw.Flush()
+			var err error
+			if len(batch) > 0 {
+				if c.opts.writeTimeout > 0 {
+					_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
+				}
+				bufs := net.Buffers(batch)
+				_, err = bufs.WriteTo(c.nc)
 			}
-			if err == nil && marker {
-				close(c.flushed) // only one marker is ever sent (flushOnce)
-			}
+			clear(batch) // drop references to written frames
 			if err != nil {
 				c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
 				c.closeWith(fmt.Errorf("write: %w", err))
 				return
+			}
+			if marker {
+				close(c.flushed) // only one marker is ever sent (flushOnce)
 			}
 			c.lastWrite.Store(time.Now().UnixNano())
 		}
@@ -333,7 +345,7 @@ func (c *Conn) awaitFrame(br *bufio.Reader) error {
 }
 
 func (c *Conn) readLoop() {
-	br := bufio.NewReaderSize(c.nc, 32<<10)
+	br := bufio.NewReaderSize(c.nc, 8<<10)
 	for {
 		err := c.awaitFrame(br)
 		var frame []byte
@@ -466,6 +478,9 @@ type result struct {
 // until the response arrives or the connection closes. Connection loss gives a
 // [*ConnError]; an encoding problem a [*HeaderError] or [*FrameError].
 func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingCommand, error) {
+	if err := ctx.Err(); err != nil { // do not send what nobody waits for
+		return nil, timeoutErr(c.remote, req, err)
+	}
 	frame, err := prepare(req, false)
 	if err != nil {
 		return nil, err
@@ -498,6 +513,9 @@ func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingComma
 // invokeAsync sends req and arranges for cb to be called exactly once with the response
 // or an error, unless it returns an error (then cb is never called).
 func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
+	if err := ctx.Err(); err != nil {
+		return timeoutErr(c.remote, req, err)
+	}
 	frame, err := prepare(req, false)
 	if err != nil {
 		return err
@@ -552,6 +570,9 @@ func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*R
 // Errors: [*ConnError] if the connection is closed, ErrTimeout if ctx expired while the
 // outgoing queue was full, encoding errors as for [Conn.Invoke].
 func (c *Conn) InvokeOneway(ctx context.Context, req *RemotingCommand) error {
+	if err := ctx.Err(); err != nil {
+		return timeoutErr(c.remote, req, err)
+	}
 	frame, err := prepare(req, true)
 	if err != nil {
 		return err
