@@ -59,8 +59,10 @@
 //
 //  1. It scans the commitlog from the start of the segment holding the checkpointed
 //     consume-queue position (from the first segment when there is no valid checkpoint),
-//     validating every record: magic code, TOTALSIZE against the fields, body CRC, and that
-//     the record's PHYSICALOFFSET field equals its position. The first record that fails —
+//     validating every record: magic code, TOTALSIZE against the fields, body CRC, that the
+//     record's PHYSICALOFFSET field equals its position, a valid topic name and no NUL byte
+//     in the properties (the body CRC does not cover topic and properties; a zero-filled
+//     torn tail there shows up as NUL bytes, which PutMessage never accepts). The first record that fails —
 //     a torn write, garbage, a flipped byte, zeros — is the cut: the rest of that segment is
 //     zeroed and later segments are deleted. New puts continue at the cut.
 //  2. Each consume queue drops its tail entries that point at or after the checkpointed

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,14 @@ import (
 // minRecordSize is the smallest possible stored record: IPv4 hosts, empty body, topic and
 // properties (PROTOCOL §4.1).
 var minRecordSize = message.RecordSize(0, 0, 0, 0)
+
+// rawProperties returns the PROPERTIES bytes of a record that message.DecodeRecord accepted.
+func rawProperties(rec []byte, sysFlag int32) []byte {
+	p := message.RecordSize(sysFlag, 0, 0, 0) - 7 // BODY length field
+	p += 4 + int(int32(binary.BigEndian.Uint32(rec[p:])))
+	p += 1 + int(rec[p]) // TOPIC
+	return rec[p+2:]     // after the PROPERTIES length
+}
 
 type queueKey struct {
 	topic   string
@@ -67,8 +76,8 @@ func (s *Store) recover() (int64, error) {
 		if pos < from || !dispatched(m.SysFlag) {
 			return nil
 		}
-		if message.ValidateTopic(m.Topic) != nil || m.QueueID < 0 {
-			s.log.Warn("recovery: record with an invalid topic or queue id is not indexed", "commitLogOffset", pos, "topic", m.Topic, "queueId", m.QueueID)
+		if m.QueueID < 0 {
+			s.log.Warn("recovery: record with a negative queue id is not indexed", "commitLogOffset", pos, "topic", m.Topic, "queueId", m.QueueID)
 			return nil
 		}
 		redispatched++
@@ -243,6 +252,12 @@ func (s *Store) scanCommitLog(from int64, fn func(pos int64, m *message.MessageE
 			}
 			if m.CommitLogOffset != pos {
 				return pos, fmt.Sprintf("record says it is at offset %d", m.CommitLogOffset), nil
+			}
+			if err := message.ValidateTopic(m.Topic); err != nil {
+				return pos, fmt.Sprintf("invalid topic in record: %v", err), nil
+			}
+			if bytes.IndexByte(rawProperties(rec, m.SysFlag), 0) >= 0 {
+				return pos, "NUL byte in the properties (zero-filled torn write)", nil
 			}
 			if err := fn(pos, m); err != nil {
 				return 0, "", err

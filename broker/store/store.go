@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,7 +218,7 @@ func dispatched(sysFlag int32) bool {
 // ending before the write returns ctx.Err() and stores nothing.
 //
 // Errors: *MessageTooLargeError (body over MaxMessageSize or record over a segment),
-// *InvalidArgumentError (bad topic or queue id), *message.ValidationError (topic or
+// *InvalidArgumentError (bad topic or queue id, a NUL byte in a property), *message.ValidationError (topic or
 // properties too long for the record), ErrClosed, or an I/O error.
 func (s *Store) PutMessage(ctx context.Context, msg *message.MessageExt, tagsCode int64) (PutResult, error) {
 	if msg == nil {
@@ -296,8 +297,13 @@ func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes [
 		if len(m.Body) > s.cfg.MaxMessageSize {
 			return PutResult{}, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
 		}
+		props := message.MarshalProperties(m.Properties)
+		if strings.IndexByte(props, 0) >= 0 {
+			// Recovery treats a NUL in the properties as a zero-filled torn write.
+			return PutResult{}, &InvalidArgumentError{Field: "properties", Reason: "contains a NUL byte"}
+		}
 		var err error
-		if buf, err = message.AppendRecord(buf, m, message.MarshalProperties(m.Properties)); err != nil {
+		if buf, err = message.AppendRecord(buf, m, props); err != nil {
 			return PutResult{}, err
 		}
 		ends[i] = len(buf)
