@@ -275,6 +275,15 @@ func decodeJSONHeader(h []byte) (*RemotingCommand, error) {
 	if len(bytes.TrimSpace(h)) == 0 {
 		return nil, &HeaderError{Field: "header", Reason: "empty JSON header"}
 	}
+	if cmd, ok := decodeJSONHeaderFast(h); ok {
+		return cmd, nil
+	}
+	return decodeJSONHeaderStd(h)
+}
+
+// decodeJSONHeaderStd decodes with encoding/json: the reference behaviour, and the path
+// for every input the fast parser does not take.
+func decodeJSONHeaderStd(h []byte) (*RemotingCommand, error) {
 	var jh jsonHeader
 	if err := json.Unmarshal(h, &jh); err != nil {
 		field := "header"

@@ -3,6 +3,7 @@ package remoting
 import (
 	"bytes"
 	"encoding/binary"
+	"reflect"
 	"testing"
 )
 
@@ -95,6 +96,38 @@ func FuzzReadFrame(f *testing.F) {
 				t.Fatal("frame length does not match the length field")
 			}
 			_, _, _ = DecodeFrame(frame)
+		}
+	})
+}
+
+// FuzzJSONFastPath: whenever the reflection-free header parser accepts an input,
+// encoding/json must accept it too and produce the same command.
+func FuzzJSONFastPath(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		if len(s) >= 8 && s[4] == 0 {
+			f.Add(s[8:])
+		}
+	}
+	for _, h := range []string{
+		`{"code":0,"extFields":{"a":"1"},"flag":1,"language":"JAVA","opaque":5,"serializeTypeCurrentRPC":"JSON","version":409}`,
+		`{"code":34,"language":"GO","version":317,"opaque":5,"flag":0,"remark":"","extFields":{"properties":"KEYS\u0001k\u0002\ud83d\ude00\u00e9\/"}}`,
+		`{"Code":1}`, `{"code":1,"code":2}`, `{"code":-0,"language":300,"x":[1]}`, `{"language":"\ud800"}`,
+		`{"remark":null,"extFields":{"a":null}}`, `{"extFields":{"a":"1","a":"2"}}`, ` { } `, `{"code":1e1}`,
+		`{"remar\u212a":"x"}`, "{\"remark\":\"\xff\"}", `{"flag":2147483648}`, `{"k":true,"n":null,"f":false}`,
+	} {
+		f.Add([]byte(h))
+	}
+	f.Fuzz(func(t *testing.T, h []byte) {
+		fast, ok := decodeJSONHeaderFast(h)
+		std, err := decodeJSONHeaderStd(h)
+		if !ok {
+			return
+		}
+		if err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json: %v", h, err)
+		}
+		if !reflect.DeepEqual(fast, std) {
+			t.Fatalf("input %q\nfast %#v\n std %#v", h, fast, std)
 		}
 	})
 }
