@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,8 @@ type flusher struct {
 	err         error // last fsync error (cleared by a successful pass)
 
 	kick chan struct{} // capacity 1: "someone is waiting"
+
+	passes atomic.Int64 // fsync passes that advanced flushed (for tests and metrics)
 }
 
 func newFlusher(cl *commitLog, flushed int64) *flusher {
@@ -63,6 +66,7 @@ func (fl *flusher) flush() (int64, error) {
 	}
 	fl.flushed = target
 	fl.flushedTime = time.Now().UnixMilli()
+	fl.passes.Add(1)
 	close(fl.done)
 	fl.done = make(chan struct{})
 	return target, nil

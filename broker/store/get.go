@@ -94,7 +94,7 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 		if e.empty() || e.padding() {
 			continue
 		}
-		if e.size < int32(minRecordSize) || e.phy < 0 {
+		if e.size < int32(minRecordSize) || int64(e.size) > s.cl.maxRecordBytes() || e.phy < 0 {
 			s.log.Error("invalid consume queue entry skipped", "topic", topic, "queueId", queueID, "queueOffset", offset+i, "commitLogOffset", e.phy, "size", e.size)
 			continue
 		}
@@ -111,10 +111,6 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 			if len(ends) == 0 {
 				res.Status = NoMatchedMessage
 			}
-			continue
-		}
-		if int64(e.size) > s.cl.maxRecordBytes() {
-			s.log.Error("invalid consume queue entry skipped", "topic", topic, "queueId", queueID, "queueOffset", offset+i, "commitLogOffset", e.phy, "size", e.size)
 			continue
 		}
 		start := len(body)

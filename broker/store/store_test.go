@@ -205,7 +205,9 @@ func TestSegmentRollOver(t *testing.T) {
 	}
 }
 
-func be32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
 
 // tagFilter matches messages whose tag is in tags, first by tags code, then by the TAGS
 // property of the record (as the broker's tag filter does).
