@@ -75,7 +75,8 @@ func (c ClientConfig) Validate() error {
 // from (as dialed). ctx is done when that connection closes or the client is closed.
 // Returning nil sends no response; otherwise the client sets the opaque and the
 // RESPONSE flag and answers in the request's serialize type (not for one-way requests).
-// A panic is answered with SYSTEM_ERROR (1).
+// A panic is answered with SYSTEM_ERROR (1). Return a new command for every call (the
+// client writes to it).
 type RequestHandler func(ctx context.Context, addr string, req *RemotingCommand) *RemotingCommand
 
 // Client is a remoting client: one TCP connection per address, shared by all calls,

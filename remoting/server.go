@@ -81,7 +81,8 @@ func (c ServerConfig) Validate() error {
 // down. Returning nil sends no response. The server sets Opaque and the RESPONSE flag
 // on the returned command and answers in the serialize type of the request; one-way
 // requests get no response. A panic is answered with SYSTEM_ERROR (1) and the panic
-// text as remark.
+// text as remark. Return a new command for every call (the server writes to it); the
+// request, including its Body, belongs to the handler.
 type Handler func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand
 
 // Server is a remoting server: it accepts TCP connections, reads frames, runs the
