@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,5 +167,40 @@ func TestConnCloseDeliversQueuedFrames(t *testing.T) {
 		}
 	case <-ctxTimeout(t, 3*time.Second).Done():
 		t.Fatal("one-way request queued before Conn.Close was lost")
+	}
+}
+
+// A peer that starts a frame and stalls is closed after the idle timeout, like an idle one.
+func TestStalledFrameClosedAfterIdleTimeout(t *testing.T) {
+	s := startServer(t, ServerConfig{IdleTimeout: 100 * time.Millisecond})
+	rec := recordCloses(s)
+	nc := rawDial(t, s.Addr())
+	local := nc.LocalAddr().String()
+	if _, err := nc.Write([]byte{0, 0, 0, 100, 0, 0}); err != nil { // 6 of 104 bytes
+		t.Fatal(err)
+	}
+	expectClosed(t, nc)
+	waitFor(t, 3*time.Second, "close recorded", func() bool { _, ok := rec.cause(local); return ok })
+	if cause, _ := rec.cause(local); cause == nil {
+		t.Fatal("no cause")
+	}
+}
+
+// Client.IdleTimeout drops a silent connection; the next call dials again.
+func TestClientIdleTimeout(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(HeartBeat, echoHandler)
+	c := newClient(t, ClientConfig{IdleTimeout: 100 * time.Millisecond})
+	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	first := clientConn(c, s.Addr())
+	waitFor(t, 5*time.Second, "idle client conn dropped", func() bool { return clientConn(c, s.Addr()) == nil })
+	if err := first.Err(); err == nil || !strings.Contains(err.Error(), "idle") {
+		t.Fatalf("close cause %v", err)
+	}
+	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("b")))
+	if err != nil || string(resp.Body) != "b" {
+		t.Fatalf("%v %v", resp, err)
 	}
 }
