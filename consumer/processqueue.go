@@ -34,13 +34,16 @@ func newProcessQueue(mq message.MessageQueue, start int64) *processQueue {
 	return &processQueue{mq: mq, msgs: make(map[int64]*message.MessageExt), high: start, done: make(chan struct{})}
 }
 
-// put records msgs (ascending queue offsets, as pulled) as in flight and moves high to
-// next (nextBeginOffset). Messages at or above next, or already in flight, are ignored.
-func (pq *processQueue) put(msgs []*message.MessageExt, next int64) {
+// put records msgs (ascending queue offsets, as pulled) as in flight, moves high to next
+// (nextBeginOffset) and returns the messages it accepted. Messages below the previous
+// high (already pulled), at or above next, not above the last in-flight offset, or
+// already in flight are left out.
+func (pq *processQueue) put(msgs []*message.MessageExt, next int64) []*message.MessageExt {
 	pq.mu.Lock()
 	defer pq.mu.Unlock()
+	var accepted []*message.MessageExt
 	for _, m := range msgs {
-		if _, dup := pq.msgs[m.QueueOffset]; dup || m.QueueOffset >= next {
+		if _, dup := pq.msgs[m.QueueOffset]; dup || m.QueueOffset >= next || m.QueueOffset < pq.high {
 			continue
 		}
 		if n := len(pq.order); n > 0 && pq.order[n-1] >= m.QueueOffset {
@@ -49,10 +52,12 @@ func (pq *processQueue) put(msgs []*message.MessageExt, next int64) {
 		pq.msgs[m.QueueOffset] = m
 		pq.order = append(pq.order, m.QueueOffset)
 		pq.bytes += int64(len(m.Body))
+		accepted = append(accepted, m)
 	}
 	if next > pq.high {
 		pq.high = next
 	}
+	return accepted
 }
 
 // advance moves high to next when no message came with the answer (PULL_NOT_FOUND,

@@ -1,0 +1,229 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
+)
+
+// MessageModel says how a consumer group shares messages.
+type MessageModel int
+
+const (
+	// Clustering: each message goes to one consumer of the group; queues are split
+	// between members (the default).
+	Clustering MessageModel = iota
+	// Broadcasting: every consumer gets every message. Not supported yet by PushConsumer.
+	Broadcasting
+)
+
+// String returns the RocketMQ name: "CLUSTERING" or "BROADCASTING".
+func (m MessageModel) String() string {
+	switch m {
+	case Clustering:
+		return client.MessageModelClustering
+	case Broadcasting:
+		return client.MessageModelBroadcasting
+	}
+	return fmt.Sprintf("MessageModel(%d)", int(m))
+}
+
+// ConsumeFromWhere says where a consumer group starts on a queue it has no stored offset
+// for (QUERY_CONSUMER_OFFSET answered 22 QUERY_NOT_FOUND). A stored offset always wins.
+type ConsumeFromWhere int
+
+const (
+	// ConsumeFromLastOffset starts at the queue's max offset: only new messages
+	// (GET_MAX_OFFSET, request code 30). Retry topics start at 0. The default.
+	ConsumeFromLastOffset ConsumeFromWhere = iota
+	// ConsumeFromFirstOffset starts at offset 0 (everything still stored).
+	ConsumeFromFirstOffset
+	// ConsumeFromTimestamp starts at the first message stored at or near
+	// Config.ConsumeTimestamp (SEARCH_OFFSET_BY_TIMESTAMP, request code 29). Retry topics
+	// start at their max offset.
+	ConsumeFromTimestamp
+)
+
+// String returns the RocketMQ name, e.g. "CONSUME_FROM_LAST_OFFSET".
+func (w ConsumeFromWhere) String() string {
+	switch w {
+	case ConsumeFromLastOffset:
+		return client.ConsumeFromLastOffset
+	case ConsumeFromFirstOffset:
+		return client.ConsumeFromFirstOffset
+	case ConsumeFromTimestamp:
+		return client.ConsumeFromTimestamp
+	}
+	return fmt.Sprintf("ConsumeFromWhere(%d)", int(w))
+}
+
+// Defaults of Config (RocketMQ DefaultMQPushConsumer defaults; DESIGN "Seed defaults").
+const (
+	DefaultConsumeGoroutines          = 20
+	DefaultPullBatchSize              = 32
+	DefaultConsumeMessageBatchMaxSize = 1
+	DefaultMaxReconsumeTimes          = 16
+	DefaultPersistOffsetInterval      = 5 * time.Second
+	DefaultRebalanceInterval          = 20 * time.Second
+	DefaultHeartbeatInterval          = 30 * time.Second
+	DefaultPullThresholdForQueue      = 1000
+	DefaultPullThresholdSizeForQueue  = 100 << 20 // 100 MiB
+	DefaultConsumeTimestampAgo        = 30 * time.Minute
+)
+
+// Limits checked by Config.Validate.
+const (
+	MaxPullBatchSize              = 1024
+	MaxConsumeMessageBatchMaxSize = 1024
+	MaxConsumeGoroutines          = 1000
+)
+
+// Config configures a PushConsumer. NamesrvAddrs and Group are required; the rest has
+// defaults.
+type Config struct {
+	// NamesrvAddrs are the name servers, each "host:port". Required.
+	NamesrvAddrs []string
+	// Group is the consumer group. Required; topic character rules, at most 127 bytes
+	// minus the "%RETRY%" prefix.
+	Group string
+	// InstanceName distinguishes consumers in one process in the client id
+	// ("<ip>@<InstanceName>"). Default: unique per PushConsumer, so two consumers in one
+	// process are two group members.
+	InstanceName string
+	// MessageModel is Clustering (default). Broadcasting is not supported yet and fails
+	// Validate.
+	MessageModel MessageModel
+	// ConsumeFromWhere applies to queues without a stored offset. Default:
+	// ConsumeFromLastOffset.
+	ConsumeFromWhere ConsumeFromWhere
+	// ConsumeTimestamp is the start time for ConsumeFromTimestamp. Default: 30 minutes
+	// before NewPushConsumer.
+	ConsumeTimestamp time.Time
+	// ConsumeGoroutines is the number of handler goroutines shared by all queues.
+	// Default: 20; at most 1000.
+	ConsumeGoroutines int
+	// PullBatchSize is the most messages one PULL_MESSAGE asks for (maxMsgNums).
+	// Default: 32; at most 1024 (brokers cap it at 32 anyway).
+	PullBatchSize int
+	// ConsumeMessageBatchMaxSize is the most messages one handler call gets, all from one
+	// queue. Default: 1; at most 1024.
+	ConsumeMessageBatchMaxSize int
+	// MaxReconsumeTimes is how often a failed message is redelivered through
+	// %RETRY%<group> before the broker moves it to %DLQ%<group>. Default: 16.
+	MaxReconsumeTimes int
+	// PersistOffsetInterval is how often consumed offsets are written to the brokers
+	// (UPDATE_CONSUMER_OFFSET, request code 15). Default: 5s.
+	PersistOffsetInterval time.Duration
+	// RebalanceInterval is how often queues are re-allocated among the group's members;
+	// a NOTIFY_CONSUMER_IDS_CHANGED from a broker triggers one at once. Default: 20s.
+	RebalanceInterval time.Duration
+	// HeartbeatInterval is how often HEART_BEAT goes to every broker. Default: 30s.
+	HeartbeatInterval time.Duration
+	// PullThresholdForQueue pauses pulling a queue while this many of its messages are
+	// cached and unfinished. Default: 1000.
+	PullThresholdForQueue int
+	// PullThresholdSizeForQueue pauses pulling a queue while this many body bytes of its
+	// messages are cached and unfinished. Default: 100 MiB.
+	PullThresholdSizeForQueue int64
+	// Middlewares wrap every handler, the first listed outermost (middleware.ChainConsume).
+	Middlewares []middleware.ConsumeMiddleware
+	// Logger receives the consumer's logs. Default: slog.Default().
+	Logger *slog.Logger
+
+	// Test hooks, unexported: zero means the production default.
+	routeRefreshInterval time.Duration // 30s
+	pullErrorBackoff     time.Duration // 3s after a failed pull
+	localRetryDelay      time.Duration // 5s before a message whose send-back failed runs again
+	suspendTimeout       time.Duration // 20s long-polling suspend
+}
+
+func (c *Config) setDefaults() {
+	if c.ConsumeTimestamp.IsZero() {
+		c.ConsumeTimestamp = time.Now().Add(-DefaultConsumeTimestampAgo)
+	}
+	if c.ConsumeGoroutines == 0 {
+		c.ConsumeGoroutines = DefaultConsumeGoroutines
+	}
+	if c.PullBatchSize == 0 {
+		c.PullBatchSize = DefaultPullBatchSize
+	}
+	if c.ConsumeMessageBatchMaxSize == 0 {
+		c.ConsumeMessageBatchMaxSize = DefaultConsumeMessageBatchMaxSize
+	}
+	if c.MaxReconsumeTimes == 0 || c.MaxReconsumeTimes == -1 {
+		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
+	}
+	if c.PersistOffsetInterval == 0 {
+		c.PersistOffsetInterval = DefaultPersistOffsetInterval
+	}
+	if c.RebalanceInterval == 0 {
+		c.RebalanceInterval = DefaultRebalanceInterval
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.PullThresholdForQueue == 0 {
+		c.PullThresholdForQueue = DefaultPullThresholdForQueue
+	}
+	if c.PullThresholdSizeForQueue == 0 {
+		c.PullThresholdSizeForQueue = DefaultPullThresholdSizeForQueue
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.pullErrorBackoff == 0 {
+		c.pullErrorBackoff = 3 * time.Second
+	}
+	if c.localRetryDelay == 0 {
+		c.localRetryDelay = 5 * time.Second
+	}
+	if c.suspendTimeout == 0 {
+		c.suspendTimeout = 20 * time.Second
+	}
+}
+
+// Validate reports the first invalid field as an error naming it and the limit.
+func (c Config) Validate() error {
+	if len(c.NamesrvAddrs) == 0 {
+		return errors.New("consumer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+	}
+	if c.Group == "" {
+		return errors.New("consumer: Config.Group is empty: a consumer group is required")
+	}
+	if err := message.ValidateTopic(message.RetryTopic(c.Group)); err != nil {
+		return fmt.Errorf("consumer: Config.Group %q (its retry topic %%RETRY%%<group> must be a valid topic): %w", c.Group, err)
+	}
+	switch {
+	case c.MessageModel == Broadcasting:
+		return errors.New("consumer: Config.MessageModel BROADCASTING is not supported yet; use Clustering")
+	case c.MessageModel != Clustering:
+		return fmt.Errorf("consumer: Config.MessageModel %d is unknown", int(c.MessageModel))
+	case c.ConsumeFromWhere < ConsumeFromLastOffset || c.ConsumeFromWhere > ConsumeFromTimestamp:
+		return fmt.Errorf("consumer: Config.ConsumeFromWhere %d is unknown", int(c.ConsumeFromWhere))
+	case c.ConsumeGoroutines < 0 || c.ConsumeGoroutines > MaxConsumeGoroutines:
+		return fmt.Errorf("consumer: Config.ConsumeGoroutines %d must be 1..%d (0 = default %d)", c.ConsumeGoroutines, MaxConsumeGoroutines, DefaultConsumeGoroutines)
+	case c.PullBatchSize < 0 || c.PullBatchSize > MaxPullBatchSize:
+		return fmt.Errorf("consumer: Config.PullBatchSize %d must be 1..%d (0 = default %d)", c.PullBatchSize, MaxPullBatchSize, DefaultPullBatchSize)
+	case c.ConsumeMessageBatchMaxSize < 0 || c.ConsumeMessageBatchMaxSize > MaxConsumeMessageBatchMaxSize:
+		return fmt.Errorf("consumer: Config.ConsumeMessageBatchMaxSize %d must be 1..%d (0 = default %d)", c.ConsumeMessageBatchMaxSize, MaxConsumeMessageBatchMaxSize, DefaultConsumeMessageBatchMaxSize)
+	case c.MaxReconsumeTimes < -1:
+		return fmt.Errorf("consumer: Config.MaxReconsumeTimes %d must be >= 0 (0 or -1 = default %d)", c.MaxReconsumeTimes, DefaultMaxReconsumeTimes)
+	case c.PullThresholdForQueue < 0:
+		return fmt.Errorf("consumer: Config.PullThresholdForQueue %d must not be negative", c.PullThresholdForQueue)
+	case c.PullThresholdSizeForQueue < 0:
+		return fmt.Errorf("consumer: Config.PullThresholdSizeForQueue %d must not be negative", c.PullThresholdSizeForQueue)
+	}
+	for name, d := range map[string]time.Duration{
+		"PersistOffsetInterval": c.PersistOffsetInterval, "RebalanceInterval": c.RebalanceInterval, "HeartbeatInterval": c.HeartbeatInterval,
+	} {
+		if d < 0 {
+			return fmt.Errorf("consumer: Config.%s %v must not be negative", name, d)
+		}
+	}
+	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+}

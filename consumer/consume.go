@@ -1,0 +1,221 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// dispatch splits pulled messages into handler batches of at most
+// ConsumeMessageBatchMaxSize consecutive messages of one (restored) topic and hands them
+// to the workers. It returns false if ctx ended first; undispatched messages stay
+// unfinished, so the committed offset does not pass them.
+func (c *PushConsumer) dispatch(ctx context.Context, pq *processQueue, msgs []*message.MessageExt) bool {
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && j-i < c.cfg.ConsumeMessageBatchMaxSize && msgs[j].Topic == msgs[i].Topic {
+			j++
+		}
+		req := &consumeRequest{pq: pq, msgs: msgs[i:j], topic: msgs[i].Topic}
+		if !c.submit(ctx, req) {
+			return false
+		}
+		i = j
+	}
+	return true
+}
+
+func (c *PushConsumer) submit(ctx context.Context, req *consumeRequest) bool {
+	select {
+	case c.consumeCh <- req:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// worker runs handler batches until Shutdown stops the workers.
+func (c *PushConsumer) worker() {
+	defer c.workers.Done()
+	for {
+		select {
+		case <-c.workersStop:
+			return
+		case req := <-c.consumeCh:
+			c.consume(req)
+		}
+	}
+}
+
+// consume runs one batch. Success finishes the messages. ReconsumeLater, an error or a
+// panic sends each message back for redelivery (CONSUMER_SEND_MSG_BACK, else a normal
+// send to %RETRY%<group>); a message that cannot be sent back either stays unfinished
+// and runs again locally after a delay.
+func (c *PushConsumer) consume(req *consumeRequest) {
+	if req.pq.dropped.Load() {
+		return // the queue's new owner delivers these again
+	}
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for _, m := range req.msgs {
+		m.SetProperty(message.PropertyConsumeStartTimestamp, now)
+	}
+	c.mu.Lock()
+	sub := c.subs[req.topic]
+	c.mu.Unlock()
+	var res message.ConsumeResult
+	var err error
+	if sub == nil || sub.handler == nil {
+		res, err = message.ReconsumeLater, fmt.Errorf("no subscription for topic %q", req.topic)
+	} else {
+		res, err = c.call(sub, req.msgs)
+	}
+	if err == nil && res == message.ConsumeSuccess {
+		req.pq.remove(req.msgs)
+		return
+	}
+	c.log.Warn("consumer: handler failed, sending back for redelivery", "topic", req.topic, "queue", req.pq.mq.String(),
+		"offset", req.msgs[0].QueueOffset, "count", len(req.msgs), "result", res.String(), "err", err)
+	if req.pq.dropped.Load() {
+		return
+	}
+	var done, failed []*message.MessageExt
+	for _, m := range req.msgs {
+		if err := c.sendBack(m); err != nil {
+			c.log.Warn("consumer: send-back failed; retrying locally", "msgId", m.MsgID, "err", err)
+			m.ReconsumeTimes++
+			failed = append(failed, m)
+		} else {
+			done = append(done, m)
+		}
+	}
+	req.pq.remove(done)
+	if len(failed) > 0 {
+		c.retryLater(&consumeRequest{pq: req.pq, msgs: failed, topic: req.topic})
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (c *PushConsumer) call(sub *subscription, msgs []*message.MessageExt) (res message.ConsumeResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = message.ReconsumeLater, fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return sub.handler(c.handlerCtx, msgs)
+}
+
+// retryLater runs req again after localRetryDelay (5 s). During Shutdown it does
+// nothing: the messages stay unfinished and the offset does not pass them.
+func (c *PushConsumer) retryLater(req *consumeRequest) {
+	c.spawn(func() {
+		if sleep(c.ctx, c.cfg.localRetryDelay) {
+			c.submit(c.ctx, req)
+		}
+	})
+}
+
+// sendBack asks the broker that holds m to redeliver it later: CONSUMER_SEND_MSG_BACK
+// (request code 36; PROTOCOL §3.8) with delayLevel 0, so the broker delays by level
+// 3 + reconsume count, or moves it to %DLQ%<group> after MaxReconsumeTimes. If that
+// fails, m is sent to %RETRY%<group> as a normal message (§7.5).
+func (c *PushConsumer) sendBack(m *message.MessageExt) error {
+	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultBrokerTimeout)
+	defer cancel()
+	ext := map[string]string{
+		"offset":            strconv.FormatInt(m.CommitLogOffset, 10),
+		"group":             c.cfg.Group,
+		"delayLevel":        "0",
+		"originMsgId":       m.MsgID,
+		"originTopic":       m.Topic,
+		"unitMode":          "false",
+		"maxReconsumeTimes": strconv.Itoa(c.cfg.MaxReconsumeTimes),
+	}
+	addr, ok := c.cl.BrokerAddr(m.BrokerName)
+	if !ok && m.StoreHost.IsValid() {
+		addr, ok = m.StoreHost.String(), true
+	}
+	var first error
+	if ok {
+		resp, err := c.cl.InvokeSync(ctx, addr, remoting.NewRequest(remoting.ConsumerSendMsgBack, ext, nil))
+		switch {
+		case err != nil:
+			first = &BrokerError{Request: remoting.ConsumerSendMsgBack, Broker: addr, Err: err}
+		case resp.ResponseCode() != remoting.Success:
+			first = &BrokerError{Request: remoting.ConsumerSendMsgBack, Broker: addr, Code: resp.ResponseCode(), Remark: resp.Remark}
+		default:
+			return nil
+		}
+	} else {
+		first = fmt.Errorf("no address for broker %q", m.BrokerName)
+	}
+	c.log.Debug("consumer: send-back refused; sending to the retry topic", "msgId", m.MsgID, "err", first)
+	if err := c.sendToRetryTopic(ctx, m); err != nil {
+		return errors.Join(first, err)
+	}
+	return nil
+}
+
+// sendToRetryTopic publishes m to %RETRY%<group> with SEND_MESSAGE_V2 as producer group
+// CLIENT_INNER_PRODUCER: properties kept plus ORIGIN_MESSAGE_ID, RETRY_TOPIC (the
+// original topic), DELAY = 3 + reconsume count, without TRAN_MSG; header reconsumeTimes
+// = count + 1 and maxReconsumeTimes (PROTOCOL §7.5).
+func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageExt) error {
+	rd, err := c.cl.Route(ctx, c.retryTopic)
+	if err != nil {
+		return err
+	}
+	qs, err := client.PublishQueues(c.retryTopic, rd)
+	if err != nil {
+		return err
+	}
+	if len(qs) == 0 {
+		return fmt.Errorf("consumer: no writable queue of %s", c.retryTopic)
+	}
+	mq := qs[rand.IntN(len(qs))]
+	addr, ok := c.cl.BrokerAddr(mq.BrokerName)
+	if !ok {
+		return fmt.Errorf("consumer: no master address for broker %q", mq.BrokerName)
+	}
+	props := make(map[string]string, len(m.Properties)+4)
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	for _, k := range []string{message.PropertyTransactionPrepared, message.PropertyMinOffset, message.PropertyMaxOffset, message.PropertyConsumeStartTimestamp} {
+		delete(props, k)
+	}
+	if props[message.PropertyOriginMessageID] == "" {
+		props[message.PropertyOriginMessageID] = m.MsgID
+	}
+	props[message.PropertyRetryTopic] = m.Topic
+	props[message.PropertyDelayTimeLevel] = strconv.Itoa(3 + int(m.ReconsumeTimes))
+	props[message.PropertyReconsumeTime] = strconv.Itoa(int(m.ReconsumeTimes) + 1)
+	props[message.PropertyMaxReconsumeTimes] = strconv.Itoa(c.cfg.MaxReconsumeTimes)
+	h := client.SendHeader{
+		ProducerGroup:         client.InnerProducerGroup,
+		Topic:                 c.retryTopic,
+		DefaultTopic:          message.AutoCreateTopicKey,
+		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
+		QueueID:               mq.QueueID,
+		BornTimestamp:         time.Now().UnixMilli(),
+		Flag:                  m.Flag,
+		Properties:            message.MarshalProperties(props),
+		ReconsumeTimes:        m.ReconsumeTimes + 1,
+		MaxReconsumeTimes:     int32(c.cfg.MaxReconsumeTimes),
+		BrokerName:            mq.BrokerName,
+	}
+	resp, err := c.cl.InvokeSync(ctx, addr, remoting.NewRequest(remoting.SendMessageV2, h.Ext(), m.Body))
+	if err != nil {
+		return &BrokerError{Request: remoting.SendMessageV2, Broker: addr, Err: err}
+	}
+	if !client.SendStored(resp.ResponseCode()) {
+		return &BrokerError{Request: remoting.SendMessageV2, Broker: addr, Code: resp.ResponseCode(), Remark: resp.Remark}
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ok(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+	return message.ConsumeSuccess, nil
+}
+
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return a
+}
+
+func TestConfigValidate(t *testing.T) {
+	ns := []string{"127.0.0.1:9876"}
+	for name, cfg := range map[string]Config{
+		"no namesrv":     {Group: "g"},
+		"no group":       {NamesrvAddrs: ns},
+		"bad group":      {NamesrvAddrs: ns, Group: "a b"},
+		"long group":     {NamesrvAddrs: ns, Group: strings.Repeat("g", 125)},
+		"broadcasting":   {NamesrvAddrs: ns, Group: "g", MessageModel: Broadcasting},
+		"from where":     {NamesrvAddrs: ns, Group: "g", ConsumeFromWhere: 7},
+		"goroutines":     {NamesrvAddrs: ns, Group: "g", ConsumeGoroutines: -1},
+		"pull batch":     {NamesrvAddrs: ns, Group: "g", PullBatchSize: 5000},
+		"consume batch":  {NamesrvAddrs: ns, Group: "g", ConsumeMessageBatchMaxSize: 2000},
+		"reconsume":      {NamesrvAddrs: ns, Group: "g", MaxReconsumeTimes: -2},
+		"negative timer": {NamesrvAddrs: ns, Group: "g", RebalanceInterval: -time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewPushConsumer(cfg); err == nil || !strings.Contains(err.Error(), "Config.") {
+				t.Fatalf("want an error naming the field, got %v", err)
+			}
+		})
+	}
+}
+
+func TestSubscribeAndHeartbeatShape(t *testing.T) {
+	c, err := NewPushConsumer(Config{NamesrvAddrs: []string{deadAddr(t)}, Group: "cg", Logger: quiet, ConsumeFromWhere: ConsumeFromFirstOffset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown(context.Background())
+	if err := c.Start(); !errors.Is(err, ErrNoSubscription) {
+		t.Fatalf("Start without Subscribe: %v", err)
+	}
+	var ve *message.ValidationError
+	if err := c.Subscribe("bad topic", "*", ok); !errors.As(err, &ve) || ve.Field != "topic" {
+		t.Fatalf("bad topic: %v", err)
+	}
+	if err := c.Subscribe("%RETRY%cg", "*", ok); !errors.As(err, &ve) {
+		t.Fatalf("retry topic: %v", err)
+	}
+	if err := c.Subscribe("T", "a\x01b", ok); !errors.As(err, &ve) || ve.Field != "tag" {
+		t.Fatalf("bad tag: %v", err)
+	}
+	if err := c.Subscribe("T", "*", nil); err == nil {
+		t.Fatal("nil handler accepted")
+	}
+	if err := c.Subscribe("T", "TagB || TagA", ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("T", "*", ok); err == nil {
+		t.Fatal("double subscription accepted")
+	}
+
+	body, err := json.Marshal(c.heartbeatData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb struct {
+		ProducerDataSet []json.RawMessage `json:"producerDataSet"`
+		ConsumerDataSet []struct {
+			GroupName, ConsumeType, MessageModel, ConsumeFromWhere string
+			UnitMode                                               bool
+			SubscriptionDataSet                                    []struct {
+				Topic, SubString, ExpressionType string
+				TagsSet, CodeSet                 []string
+				SubVersion                       int64
+				ClassFilterMode                  bool
+			}
+		} `json:"consumerDataSet"`
+	}
+	if err := json.Unmarshal(body, &hb); err != nil {
+		t.Fatal(err)
+	}
+	if len(hb.ConsumerDataSet) != 1 {
+		t.Fatalf("heartbeat %s", body)
+	}
+	cd := hb.ConsumerDataSet[0]
+	if cd.GroupName != "cg" || cd.ConsumeType != "CONSUME_PASSIVELY" || cd.MessageModel != "CLUSTERING" || cd.ConsumeFromWhere != "CONSUME_FROM_FIRST_OFFSET" {
+		t.Fatalf("consumer data %s", body)
+	}
+	subs := cd.SubscriptionDataSet
+	if len(subs) != 2 || subs[0].Topic != "%RETRY%cg" || subs[1].Topic != "T" {
+		t.Fatalf("subscriptions %s", body)
+	}
+	if subs[0].SubString != "*" || len(subs[0].TagsSet) != 0 || subs[0].CodeSet == nil || subs[0].ExpressionType != "TAG" {
+		t.Fatalf("retry subscription %s", body)
+	}
+	if subs[1].SubString != "TagB || TagA" || strings.Join(subs[1].TagsSet, ",") != "TagA,TagB" ||
+		strings.Join(subs[1].CodeSet, ",") != "2598919,2598920" || subs[1].SubVersion <= 0 {
+		t.Fatalf("topic subscription %s", body)
+	}
+	// codeSet elements are JSON strings, as the Go client sends them.
+	if !strings.Contains(string(body), `"codeSet":["2598919","2598920"]`) {
+		t.Fatalf("codeSet not strings: %s", body)
+	}
+}
+
+// When both the send-back and the fallback send fail, the message stays unfinished (the
+// committed offset stops at it), its ReconsumeTimes grows, and it is handed to a worker
+// again after the local retry delay.
+func TestFailedSendBackKeepsOffsetAndRetriesLocally(t *testing.T) {
+	c, err := NewPushConsumer(Config{NamesrvAddrs: []string{deadAddr(t)}, Group: "cg", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cfg.localRetryDelay = 20 * time.Millisecond
+	calls := 0
+	if err := c.Subscribe("T", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		calls++
+		if string(msgs[0].Body) == "bad" {
+			return message.ReconsumeLater, nil
+		}
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mq := message.MessageQueue{Topic: "T", BrokerName: "gone", QueueID: 0}
+	pq := newProcessQueue(mq, 10)
+	msgs := []*message.MessageExt{
+		{Message: message.Message{Topic: "T", Body: []byte("good")}, QueueOffset: 10, BrokerName: "gone"},
+		{Message: message.Message{Topic: "T", Body: []byte("bad")}, QueueOffset: 11, BrokerName: "gone"},
+		{Message: message.Message{Topic: "T", Body: []byte("good")}, QueueOffset: 12, BrokerName: "gone"},
+	}
+	pq.put(msgs, 13)
+	c.consume(&consumeRequest{pq: pq, msgs: msgs[:1], topic: "T"})
+	c.consume(&consumeRequest{pq: pq, msgs: msgs[2:], topic: "T"})
+	if got := pq.commitOffset(); got != 11 {
+		t.Fatalf("commit %d, want 11", got)
+	}
+	c.consume(&consumeRequest{pq: pq, msgs: msgs[1:2], topic: "T"})
+	if got := pq.commitOffset(); got != 11 {
+		t.Fatalf("commit after failed send-back %d, want 11 (the failed message)", got)
+	}
+	if msgs[1].ReconsumeTimes != 1 {
+		t.Fatalf("reconsume times %d", msgs[1].ReconsumeTimes)
+	}
+	select {
+	case req := <-c.consumeCh:
+		if len(req.msgs) != 1 || req.msgs[0] != msgs[1] || req.pq != pq {
+			t.Fatalf("retried %+v", req)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no local retry")
+	}
+	if calls != 3 {
+		t.Fatalf("%d handler calls", calls)
+	}
+}

@@ -1,0 +1,379 @@
+// Package consumer is Sluice's RocketMQ 4.x push consumer: it joins a consumer group,
+// shares the group's message queues with the other members (rebalance), long-polls
+// each assigned queue with PULL_MESSAGE, runs handlers on a worker pool, sends failed
+// messages back for redelivery through %RETRY%<group>, and commits offsets that never
+// pass an unfinished message.
+//
+// Every PushConsumer owns its own connections and goroutines (no process-wide client
+// table, no global logger); Shutdown releases all of them.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+var (
+	// ErrClosed is returned by Start and Subscribe after Shutdown.
+	ErrClosed = errors.New("consumer: closed")
+	// ErrStarted is returned by Subscribe after Start (subscriptions are fixed at Start).
+	ErrStarted = errors.New("consumer: already started")
+	// ErrNoSubscription is returned by Start when Subscribe was never called.
+	ErrNoSubscription = errors.New("consumer: no subscription")
+)
+
+type state int
+
+const (
+	stateNew state = iota
+	stateStarted
+	stateClosed
+)
+
+// subscription is one subscribed topic.
+type subscription struct {
+	topic   string
+	tags    map[string]bool // nil = all tags ("*")
+	data    client.SubscriptionData
+	handler middleware.ConsumeFunc // Config.Middlewares around the user's handler; nil for the retry topic
+}
+
+// consumeRequest is a batch of messages of one process queue for one handler call.
+type consumeRequest struct {
+	pq    *processQueue
+	msgs  []*message.MessageExt
+	topic string // the (restored) topic whose subscription handles the batch
+}
+
+// PushConsumer consumes messages of its subscriptions in clustering mode with concurrent
+// handlers. Create it with NewPushConsumer, Subscribe, Start, and Shutdown when done.
+//
+// Delivery is at least once: a message is redelivered when its handler fails (through
+// %RETRY%<group>, after the broker's delay for 3 + reconsume count), and may be
+// redelivered after a rebalance or a crash for messages past the last committed offset.
+//
+// Lock order: PushConsumer.mu, then processQueue.mu; no lock is held during network I/O.
+type PushConsumer struct {
+	cfg        Config
+	log        *slog.Logger
+	cl         *client.Client
+	retryTopic string
+
+	mu    sync.Mutex
+	state state
+	subs  map[string]*subscription // topic → subscription, including the retry topic
+	pqs   map[message.MessageQueue]*processQueue
+
+	ctx    context.Context // rebalance, persist, pull loops, retry timers; cancelled by Shutdown
+	cancel context.CancelFunc
+	loops  sync.WaitGroup // goroutines started with spawn; Add only under mu while not closed
+
+	consumeCh     chan *consumeRequest
+	workersStop   chan struct{}
+	workers       sync.WaitGroup
+	handlerCtx    context.Context // given to handlers; cancelled when Shutdown gives up waiting
+	handlerCancel context.CancelFunc
+
+	rebalanceKick chan struct{} // buffered 1
+}
+
+// NewPushConsumer returns a consumer for cfg (defaults applied). It opens no connection
+// before Start. It fails with an error naming the field when cfg is invalid.
+func NewPushConsumer(cfg Config) (*PushConsumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	c := &PushConsumer{
+		cfg:           cfg,
+		log:           cfg.Logger,
+		retryTopic:    message.RetryTopic(cfg.Group),
+		subs:          make(map[string]*subscription),
+		pqs:           make(map[message.MessageQueue]*processQueue),
+		consumeCh:     make(chan *consumeRequest),
+		workersStop:   make(chan struct{}),
+		rebalanceKick: make(chan struct{}, 1),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.handlerCtx, c.handlerCancel = context.WithCancel(context.Background())
+	cl, err := client.New(client.Config{
+		NamesrvAddrs:         cfg.NamesrvAddrs,
+		InstanceName:         cfg.InstanceName,
+		Logger:               cfg.Logger,
+		RouteRefreshInterval: cfg.routeRefreshInterval,
+		HeartbeatInterval:    cfg.HeartbeatInterval,
+		Heartbeat:            c.heartbeatData,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	c.cl = cl
+	// The retry topic is subscribed automatically in clustering mode (PROTOCOL §3.6).
+	c.subs[c.retryTopic] = &subscription{topic: c.retryTopic, data: client.NewTagSubscription(c.retryTopic, message.SubscribeAll, time.Now().UnixNano())}
+	return c, nil
+}
+
+// ClientID returns the id this consumer is known by in its group ("<ip>@<instance>").
+func (c *PushConsumer) ClientID() string { return c.cl.ClientID() }
+
+// Subscribe registers handler for the messages of topic whose tag matches tagExpr: "*"
+// (or "") for all, or "TagA || TagB" (parsed with message.ParseTagExpression; tags match
+// exactly, and are re-checked on the client because brokers filter by hash code).
+// Config.Middlewares wrap handler. Retried messages of topic arrive at the same handler,
+// with Topic restored from %RETRY%<group> and ReconsumeTimes counting the redeliveries.
+// Errors: a *message.ValidationError for a bad topic or tag, an error for a nil handler
+// or a topic subscribed twice, ErrStarted after Start, ErrClosed after Shutdown.
+func (c *PushConsumer) Subscribe(topic, tagExpr string, handler middleware.ConsumeFunc) error {
+	if err := message.ValidateTopic(topic); err != nil {
+		return err
+	}
+	if message.IsRetryTopic(topic) || message.IsDLQTopic(topic) {
+		return &message.ValidationError{Field: "topic", Reason: fmt.Sprintf("%q is a retry or DLQ topic; retries of a group are consumed automatically", topic)}
+	}
+	tags := message.ParseTagExpression(tagExpr)
+	for _, t := range tags {
+		if err := message.ValidateTag(t); err != nil {
+			return err
+		}
+	}
+	if handler == nil {
+		return errors.New("consumer: Subscribe: handler is nil")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case stateStarted:
+		return ErrStarted
+	case stateClosed:
+		return ErrClosed
+	}
+	if _, dup := c.subs[topic]; dup {
+		return fmt.Errorf("consumer: topic %q is already subscribed", topic)
+	}
+	s := &subscription{
+		topic:   topic,
+		data:    client.NewTagSubscription(topic, tagExpr, time.Now().UnixNano()),
+		handler: middleware.ChainConsume(handler, c.cfg.Middlewares...),
+	}
+	if tags != nil {
+		s.tags = make(map[string]bool, len(tags))
+		for _, t := range tags {
+			s.tags[t] = true
+		}
+	}
+	c.subs[topic] = s
+	return nil
+}
+
+// heartbeatData builds the HEART_BEAT body (PROTOCOL §3.6): one consumer data with all
+// subscriptions, sorted by topic, the retry topic included.
+func (c *PushConsumer) heartbeatData() client.HeartbeatData {
+	c.mu.Lock()
+	subs := make([]client.SubscriptionData, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s.data)
+	}
+	c.mu.Unlock()
+	sort.Slice(subs, func(i, j int) bool { return subs[i].Topic < subs[j].Topic })
+	return client.HeartbeatData{ConsumerDataSet: []client.ConsumerData{{
+		GroupName:           c.cfg.Group,
+		ConsumeType:         client.ConsumeTypePassively,
+		MessageModel:        c.cfg.MessageModel.String(),
+		ConsumeFromWhere:    c.cfg.ConsumeFromWhere.String(),
+		SubscriptionDataSet: subs,
+	}}}
+}
+
+// spawn runs f in a goroutine counted by c.loops; false once Shutdown has begun.
+func (c *PushConsumer) spawn(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed {
+		return false
+	}
+	c.loops.Add(1)
+	go func() {
+		defer c.loops.Done()
+		f()
+	}()
+	return true
+}
+
+// Start looks up the routes of the subscribed topics, sends HEART_BEAT to their brokers,
+// starts the handler goroutines, and starts rebalancing (at once, then every
+// RebalanceInterval and on NOTIFY_CONSUMER_IDS_CHANGED) and offset persistence (every
+// PersistOffsetInterval). Topics without a route yet are logged and picked up by a later
+// rebalance. Errors: ErrNoSubscription, ErrClosed. A second call does nothing.
+func (c *PushConsumer) Start() error {
+	c.mu.Lock()
+	switch {
+	case c.state == stateClosed:
+		c.mu.Unlock()
+		return ErrClosed
+	case c.state == stateStarted:
+		c.mu.Unlock()
+		return nil
+	case len(c.subs) < 2: // the retry topic alone
+		c.mu.Unlock()
+		return ErrNoSubscription
+	}
+	c.state = stateStarted
+	topics := c.topicsLocked()
+	c.mu.Unlock()
+
+	c.cl.RegisterHandler(remoting.NotifyConsumerIDsChanged, func(ctx context.Context, addr string, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+		c.log.Debug("consumer: consumer ids changed", "group", c.cfg.Group, "broker", addr)
+		c.kickRebalance()
+		return nil
+	})
+	if err := c.cl.Start(); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	for _, t := range topics {
+		if _, err := c.cl.Route(c.ctx, t); err != nil {
+			c.log.Warn("consumer: no route yet", "topic", t, "err", err)
+		}
+	}
+	if err := c.cl.SendHeartbeat(c.ctx); err != nil {
+		c.log.Warn("consumer: heartbeat failed", "err", err)
+	}
+	for i := 0; i < c.cfg.ConsumeGoroutines; i++ {
+		c.workers.Add(1)
+		go c.worker()
+	}
+	c.spawn(c.rebalanceLoop)
+	c.spawn(c.persistLoop)
+	return nil
+}
+
+func (c *PushConsumer) topicsLocked() []string {
+	out := make([]string, 0, len(c.subs))
+	for t := range c.subs {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *PushConsumer) kickRebalance() {
+	select {
+	case c.rebalanceKick <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d or until ctx is done; false if ctx is done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (c *PushConsumer) persistLoop() {
+	t := time.NewTicker(c.cfg.PersistOffsetInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			if err := c.persistOffsets(c.ctx); err != nil {
+				c.log.Warn("consumer: persisting offsets failed", "err", err)
+			}
+		}
+	}
+}
+
+// persistOffsets writes the committable offset of every assigned queue to its broker.
+func (c *PushConsumer) persistOffsets(ctx context.Context) error {
+	c.mu.Lock()
+	pqs := make([]*processQueue, 0, len(c.pqs))
+	for _, pq := range c.pqs {
+		pqs = append(pqs, pq)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, pq := range pqs {
+		if off := pq.commitOffset(); off >= 0 {
+			if err := c.updateOffset(ctx, pq.mq, off); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown stops the consumer: no more pulls or rebalances; handlers already running may
+// finish until ctx is done (then their context is cancelled); the offsets of all
+// assigned queues are persisted — never past a message that has not finished —;
+// UNREGISTER_CLIENT (RocketMQ request code 35) goes to the brokers; connections are
+// closed. It returns ctx's error if handlers were still running, joined with persist and
+// unregister failures. A handler that ignores its context keeps its goroutine until it
+// returns. Idempotent.
+//
+// Stop order: refuse new work → stop rebalance, persist and pull loops and local-retry
+// timers → stop workers and wait for running handlers (bounded by ctx) → persist offsets
+// → unregister → close connections.
+func (c *PushConsumer) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return nil
+	}
+	wasStarted := c.state == stateStarted
+	c.state = stateClosed
+	c.mu.Unlock()
+
+	c.cancel()
+	c.loops.Wait()
+	if !wasStarted {
+		c.handlerCancel()
+		return c.cl.Close()
+	}
+	close(c.workersStop)
+	done := make(chan struct{})
+	go func() { c.workers.Wait(); close(done) }()
+	var errs []error
+	handlersDone := true
+	select {
+	case <-done:
+	case <-ctx.Done():
+		handlersDone = false
+		c.handlerCancel()
+		errs = append(errs, fmt.Errorf("consumer: handlers still running at shutdown: %w", ctx.Err()))
+	}
+	// Persist and unregister even when ctx has expired: with a short budget of their own.
+	octx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		octx, cancel = context.WithTimeout(context.Background(), client.DefaultBrokerTimeout)
+		defer cancel()
+	}
+	if err := c.persistOffsets(octx); err != nil {
+		errs = append(errs, fmt.Errorf("consumer: persist offsets: %w", err))
+	}
+	if err := c.cl.Unregister(octx, "", c.cfg.Group); err != nil {
+		errs = append(errs, fmt.Errorf("consumer: %w", err))
+	}
+	c.handlerCancel()
+	_ = c.cl.Close()
+	if handlersDone {
+		<-done
+	}
+	return errors.Join(errs...)
+}
