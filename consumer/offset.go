@@ -13,13 +13,14 @@ import (
 // BrokerError reports a broker request that failed: the request code, the broker, and
 // either the response code and remark or the transport error.
 type BrokerError struct {
-	Request remoting.RequestCode
-	Broker  string // broker name or address
-	Code    remoting.ResponseCode
-	Remark  string
-	Err     error
+	Request remoting.RequestCode  // the request that failed, e.g. QUERY_CONSUMER_OFFSET (14)
+	Broker  string                // broker name and/or "ip:port"
+	Code    remoting.ResponseCode // the broker's response code; 0 when it did not answer (see Err)
+	Remark  string                // the broker's error text for Code
+	Err     error                 // transport or decoding failure; nil when the broker answered
 }
 
+// Error implements error.
 func (e *BrokerError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("consumer: %s to %s: %v", e.Request, e.Broker, e.Err)

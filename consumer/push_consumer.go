@@ -239,9 +239,16 @@ func (c *PushConsumer) Start() error {
 	if err := c.cl.Start(); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
+	// Routes of the subscribed topics first: they name the brokers the heartbeat goes to.
+	// The retry topic usually appears only after that heartbeat (the broker creates it),
+	// so a rebalance picks it up later.
 	for _, t := range topics {
 		if _, err := c.cl.Route(c.ctx, t); err != nil {
-			c.log.Warn("consumer: no route yet", "topic", t, "err", err)
+			level := slog.LevelWarn
+			if errors.Is(err, client.ErrTopicNotExist) {
+				level = slog.LevelDebug
+			}
+			c.log.Log(c.ctx, level, "consumer: no route yet", "topic", t, "err", err)
 		}
 	}
 	if err := c.cl.SendHeartbeat(c.ctx); err != nil {

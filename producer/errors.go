@@ -26,8 +26,9 @@ var (
 type SendError struct {
 	// Topic is the message's topic.
 	Topic string
-	// Queue and BrokerAddr name where the last attempt went (zero if none was made).
-	Queue      message.MessageQueue
+	// Queue is the message queue of the last attempt (zero if none was made).
+	Queue message.MessageQueue
+	// BrokerAddr is the "ip:port" of the last attempt's broker ("" if none was made).
 	BrokerAddr string
 	// Attempts is how many sends were made (0 when the route lookup failed).
 	Attempts int

@@ -26,24 +26,24 @@ const (
 // HeartbeatData is the JSON body of HEART_BEAT (RocketMQ request code 34; PROTOCOL §3.6):
 // the client id and the producer and consumer groups this client takes part in.
 type HeartbeatData struct {
-	ClientID        string         `json:"clientID"`
-	ProducerDataSet []ProducerData `json:"producerDataSet"`
-	ConsumerDataSet []ConsumerData `json:"consumerDataSet"`
+	ClientID        string         `json:"clientID"`        // "<ip>@<instance>"; filled in by Client
+	ProducerDataSet []ProducerData `json:"producerDataSet"` // producer groups; [] when none
+	ConsumerDataSet []ConsumerData `json:"consumerDataSet"` // consumer groups; [] when none
 }
 
 // ProducerData names a producer group (Java ProducerData).
 type ProducerData struct {
-	GroupName string `json:"groupName"`
+	GroupName string `json:"groupName"` // producer group
 }
 
 // ConsumerData describes one consumer group of this client (Java ConsumerData).
 type ConsumerData struct {
-	GroupName           string             `json:"groupName"`
-	ConsumeType         string             `json:"consumeType"`      // ConsumeTypePassively or ConsumeTypeActively
-	MessageModel        string             `json:"messageModel"`     // MessageModelClustering or MessageModelBroadcasting
-	ConsumeFromWhere    string             `json:"consumeFromWhere"` // ConsumeFromLastOffset, ...
-	UnitMode            bool               `json:"unitMode"`
-	SubscriptionDataSet []SubscriptionData `json:"subscriptionDataSet"`
+	GroupName           string             `json:"groupName"`           // consumer group
+	ConsumeType         string             `json:"consumeType"`         // ConsumeTypePassively or ConsumeTypeActively
+	MessageModel        string             `json:"messageModel"`        // MessageModelClustering or MessageModelBroadcasting
+	ConsumeFromWhere    string             `json:"consumeFromWhere"`    // ConsumeFromLastOffset, ...
+	UnitMode            bool               `json:"unitMode"`            // always false in Sluice
+	SubscriptionDataSet []SubscriptionData `json:"subscriptionDataSet"` // one per topic, %RETRY%<group> included
 }
 
 // SubscriptionData is one topic subscription of a consumer group (Java SubscriptionData).
@@ -51,13 +51,13 @@ type ConsumerData struct {
 // decimal strings (the Go client's form; Java's fastjson accepts strings or numbers);
 // both are empty for "*".
 type SubscriptionData struct {
-	ClassFilterMode bool     `json:"classFilterMode"`
-	Topic           string   `json:"topic"`
-	SubString       string   `json:"subString"`
-	TagsSet         []string `json:"tagsSet"`
-	CodeSet         []string `json:"codeSet"`
-	SubVersion      int64    `json:"subVersion"`     // a version that only grows; Sluice uses unix ns like the Go client
-	ExpressionType  string   `json:"expressionType"` // ExpressionTypeTag
+	ClassFilterMode bool     `json:"classFilterMode"` // always false (class filters are not supported)
+	Topic           string   `json:"topic"`           // subscribed topic
+	SubString       string   `json:"subString"`       // the tag expression, "*" for all
+	TagsSet         []string `json:"tagsSet"`         // the expression's tags, sorted; [] for "*"
+	CodeSet         []string `json:"codeSet"`         // Java hash codes of TagsSet as decimal strings, sorted
+	SubVersion      int64    `json:"subVersion"`      // a version that only grows; Sluice uses unix ns like the Go client
+	ExpressionType  string   `json:"expressionType"`  // ExpressionTypeTag
 }
 
 // NewTagSubscription builds the SubscriptionData for topic and a tag expression ("*",

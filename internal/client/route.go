@@ -39,7 +39,7 @@ type TopicRouteData struct {
 
 // QueueData is one broker's share of a topic (Java QueueData).
 type QueueData struct {
-	BrokerName     string `json:"brokerName"`
+	BrokerName     string `json:"brokerName"`     // broker holding these queues
 	ReadQueueNums  int    `json:"readQueueNums"`  // queues 0..n-1 consumers read
 	WriteQueueNums int    `json:"writeQueueNums"` // queues 0..n-1 producers write
 	Perm           int    `json:"perm"`           // PermRead | PermWrite | ...
@@ -73,8 +73,8 @@ func (q *QueueData) UnmarshalJSON(b []byte) error {
 
 // BrokerData names a broker (master plus slaves) and its addresses (Java BrokerData).
 type BrokerData struct {
-	Cluster    string `json:"cluster"`
-	BrokerName string `json:"brokerName"`
+	Cluster    string `json:"cluster"`    // cluster name, e.g. "DefaultCluster"
+	BrokerName string `json:"brokerName"` // broker name, e.g. "broker-a"
 	// BrokerAddrs maps broker id (0 = master, >= 1 = slave) to "ip:port".
 	BrokerAddrs map[int64]string `json:"brokerAddrs"`
 }
@@ -87,11 +87,12 @@ func (b BrokerData) MasterAddr() (string, bool) {
 
 // RouteError reports a route body that cannot be used.
 type RouteError struct {
-	Topic  string
-	Reason string
-	Err    error
+	Topic  string // the topic whose route was asked for
+	Reason string // what is wrong with the body
+	Err    error  // the JSON decoding error, if any
 }
 
+// Error implements error.
 func (e *RouteError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("client: route of topic %q: %s: %v", e.Topic, e.Reason, e.Err)
