@@ -1,0 +1,378 @@
+// Package broker is a message broker with Apache RocketMQ 4.x semantics that speaks the
+// RocketMQ remoting protocol, so the official RocketMQ clients use it unchanged.
+//
+// A [Broker] owns a [store.Store] (commitlog + consume queues), a remoting server with one
+// processor per request code, and a few tables persisted beside the store in
+// <storePathRootDir>/config: topics.json, consumerOffset.json and subscriptionGroup.json.
+// It registers with one or more name servers every registerNameServerPeriod (30 s) and
+// whenever a topic changes; with no namesrvAddr it runs an embedded name server.
+//
+// Request flow, for the two codes that carry the traffic:
+//
+//   - SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320): validate the
+//     header and size, find or auto-create the topic from TBW102, build the stored record
+//     (born host = the client's address, store host = ours, property CLUSTER added) and
+//     append it to the commitlog; the store dispatches it to its consume queue and wakes
+//     held pulls. See send.go.
+//   - PULL_MESSAGE (11): read up to maxMsgNums records from the consume queue at the
+//     requested offset, filtered by the subscription's tags; when there is nothing yet,
+//     hold the request (long polling) until a message arrives or the client's suspend
+//     timeout passes. See pull.go.
+//
+// Clients are tracked by connection (clients.go): a consumer group's membership changes
+// when a heartbeat brings a new client, when a connection closes, or when a client's
+// heartbeats stop for clientChannelExpiredTimeout; the group's consumers are then told
+// to rebalance with NOTIFY_CONSUMER_IDS_CHANGED (40).
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// ErrClosed is returned by Start after Shutdown.
+var ErrClosed = errors.New("broker: closed")
+
+// Broker is a RocketMQ-compatible broker. Create it with New, then Start; Shutdown stops it.
+type Broker struct {
+	cfg          Config
+	log          *slog.Logger
+	delayLevels  []time.Duration
+	namesrvAddrs []string
+
+	store    *store.Store
+	server   *remoting.Server
+	client   *remoting.Client // to the name servers
+	embedded *namesrv.NameServer
+
+	topics   *topicTable
+	offsets  *offsetTable
+	groups   *groupTable
+	clients  *clientManager
+	arrivals *arrivals
+	sched    *scheduler
+
+	addr      string         // advertised "ip:port"
+	storeHost netip.AddrPort // the same, as stored in records
+
+	registerNow chan struct{} // a topic changed: register with the name servers soon
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	spawnMu     sync.Mutex // guards waiting and wg.Add against wg.Wait
+	waiting     bool       // Shutdown is waiting for wg: spawn no more
+	started     atomic.Bool
+	stopped     atomic.Bool
+}
+
+// New validates cfg (see [Config]) and prepares a broker; it opens nothing yet. Errors: a
+// *ConfigError naming the key, or an error reading the config/*.json files.
+func New(cfg Config) (*Broker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	levels, _ := ParseDelayLevels(cfg.MessageDelayLevel)
+	b := &Broker{cfg: cfg, log: cfg.Logger.With("broker", cfg.BrokerName), delayLevels: levels,
+		registerNow: make(chan struct{}, 1), arrivals: newArrivals()}
+	for _, k := range cfg.ignored {
+		b.log.Info("broker.conf key accepted but has no effect in Sluice", "key", k)
+	}
+	var err error
+	if b.topics, err = newTopicTable(cfg.StorePathRootDir, &b.cfg); err != nil {
+		return nil, err
+	}
+	b.topics.onChange = b.requestRegister
+	if b.offsets, err = newOffsetTable(cfg.StorePathRootDir); err != nil {
+		return nil, err
+	}
+	if b.groups, err = newGroupTable(cfg.StorePathRootDir, boolOr(cfg.AutoCreateSubscriptionGroup, true)); err != nil {
+		return nil, err
+	}
+	if b.sched, err = newScheduler(b); err != nil {
+		return nil, err
+	}
+	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// Start opens the store (recovering it after a crash), starts the embedded name server
+// when namesrvAddr is empty, listens, registers with the name servers and starts the
+// background tasks. On error everything started so far is stopped again.
+func (b *Broker) Start() (err error) {
+	if b.stopped.Load() {
+		return ErrClosed
+	}
+	if !b.started.CompareAndSwap(false, true) {
+		return errors.New("broker: already started")
+	}
+	defer func() {
+		if err != nil {
+			_ = b.Shutdown(context.Background())
+		}
+	}()
+	flush, _ := store.ParseFlushDiskType(b.cfg.FlushDiskType)
+	b.store, err = store.Open(store.Config{
+		Dir:                  b.cfg.StorePathRootDir,
+		CommitLogSegmentSize: b.cfg.MappedFileSizeCommitLog,
+		FlushDiskType:        flush,
+		FlushInterval:        time.Duration(b.cfg.FlushIntervalCommitLog) * time.Millisecond,
+		SyncFlushTimeout:     time.Duration(b.cfg.SyncFlushTimeout) * time.Millisecond,
+		MaxMessageSize:       b.cfg.MaxMessageSize,
+		Logger:               b.log,
+	})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	b.store.OnDispatch(func(topic string, queueID int32, _ int64, _ int64) { b.arrivals.arrived(topic, queueID) })
+
+	if b.cfg.NamesrvAddr == "" {
+		b.embedded, err = namesrv.New(namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger})
+		if err != nil {
+			return err
+		}
+		if err = b.embedded.Start(); err != nil {
+			return fmt.Errorf("start embedded name server: %w", err)
+		}
+		b.namesrvAddrs = []string{b.embedded.Addr()}
+	} else {
+		for _, a := range strings.Split(b.cfg.NamesrvAddr, ";") {
+			if a = strings.TrimSpace(a); a != "" {
+				b.namesrvAddrs = append(b.namesrvAddrs, a)
+			}
+		}
+	}
+	if b.client, err = remoting.NewClient(remoting.ClientConfig{Logger: b.log}); err != nil {
+		return err
+	}
+
+	b.server, err = remoting.NewServer(remoting.ServerConfig{Addr: b.cfg.ListenAddr, Logger: b.log,
+		MaxFrameSize: max(remoting.DefaultMaxFrameSize, b.cfg.MaxMessageSize+1<<20)})
+	if err != nil {
+		return err
+	}
+	b.registerProcessors()
+	b.server.OnConnClose(func(c *remoting.Conn) { b.notifyLater(b.clients.removeConn(c.ID())) })
+	if err = b.server.Start(); err != nil {
+		return fmt.Errorf("listen %s: %w", b.cfg.ListenAddr, err)
+	}
+	b.addr = b.server.Addr()
+	ap, perr := netip.ParseAddrPort(b.addr)
+	if perr != nil {
+		return fmt.Errorf("broker address %q: %w", b.addr, perr)
+	}
+	b.storeHost = ap
+
+	regCtx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	b.registerAll(regCtx)
+	cancel()
+	b.spawn(b.registerLoop)
+	b.spawn(b.offsetFlushLoop)
+	b.spawn(b.clientExpiryLoop)
+	b.sched.start()
+	b.log.Info("broker started", "addr", b.addr, "namesrv", strings.Join(b.namesrvAddrs, ";"),
+		"store", b.cfg.StorePathRootDir, "flushDiskType", b.cfg.FlushDiskType)
+	return nil
+}
+
+// spawn runs f in a goroutine the broker waits for on Shutdown. Once Shutdown has begun
+// waiting, f is not started.
+func (b *Broker) spawn(f func()) {
+	b.spawnMu.Lock()
+	defer b.spawnMu.Unlock()
+	if b.waiting {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+// Addr returns the broker's advertised address "ip:port" (after Start).
+func (b *Broker) Addr() string { return b.addr }
+
+// NamesrvAddr returns the name servers the broker registers with, joined by ";" (the
+// embedded one's address when it runs one).
+func (b *Broker) NamesrvAddr() string { return strings.Join(b.namesrvAddrs, ";") }
+
+// Name returns the broker name.
+func (b *Broker) Name() string { return b.cfg.BrokerName }
+
+// Shutdown stops the broker. Stop order: unregister from the name servers (clients stop
+// routing here), stop the remoting server (no new requests; held pulls are released by
+// their connection contexts) and wait for in-flight requests, stop background tasks,
+// persist offsets, close the store (final flush and checkpoint), stop the embedded name
+// server, close the name-server client. It is idempotent and returns the first error;
+// ctx bounds the waiting.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	if !b.stopped.CompareAndSwap(false, true) {
+		return nil
+	}
+	var errs []error
+	if b.client != nil && b.addr != "" {
+		uctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		for _, ns := range b.namesrvAddrs {
+			err := namesrv.UnregisterBroker(uctx, b.client, ns, namesrv.UnregisterBrokerRequest{
+				ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr})
+			if err != nil {
+				b.log.Warn("unregister from name server failed", "namesrv", ns, "err", err)
+			}
+		}
+		cancel()
+	}
+	if b.server != nil {
+		if err := b.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("remoting server: %w", err))
+		}
+	}
+	b.cancel()
+	b.spawnMu.Lock()
+	b.waiting = true
+	b.spawnMu.Unlock()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("waiting for background tasks: %w", ctx.Err()))
+	}
+	if err := b.offsets.persist(); err != nil {
+		errs = append(errs, fmt.Errorf("persist offsets: %w", err))
+	}
+	if b.store != nil {
+		if err := b.sched.persist(); err != nil {
+			errs = append(errs, fmt.Errorf("persist delay offsets: %w", err))
+		}
+	}
+	if b.store != nil {
+		if err := b.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	if b.embedded != nil {
+		if err := b.embedded.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("embedded name server: %w", err))
+		}
+	}
+	if b.client != nil {
+		_ = b.client.Close()
+	}
+	b.log.Info("broker stopped")
+	return errors.Join(errs...)
+}
+
+// notifyLater tells the groups' consumers to rebalance, from a goroutine the broker owns.
+// Nothing is sent once the broker is stopping.
+func (b *Broker) notifyLater(groups []string) {
+	if len(groups) == 0 || b.stopped.Load() {
+		return
+	}
+	b.spawn(func() { b.clients.notify(b.ctx, groups) })
+}
+
+// requestRegister asks the register loop to register soon (after a topic change).
+func (b *Broker) requestRegister() {
+	select {
+	case b.registerNow <- struct{}{}:
+	default:
+	}
+}
+
+// registerAll registers the whole topic table with every name server.
+func (b *Broker) registerAll(ctx context.Context) {
+	topics, version := b.topics.snapshot()
+	for _, ns := range b.namesrvAddrs {
+		_, err := namesrv.RegisterBroker(ctx, b.client, ns, namesrv.RegisterBrokerRequest{
+			ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr,
+			BrokerID: b.cfg.BrokerID, HAServerAddr: b.addr,
+			Topics: namesrv.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version},
+		})
+		if err != nil {
+			b.log.Warn("register with name server failed", "namesrv", ns, "err", err)
+		}
+	}
+}
+
+// registerLoop re-registers every registerNameServerPeriod and soon after topic changes.
+func (b *Broker) registerLoop() {
+	period := time.Duration(b.cfg.RegisterNameServerPeriod) * time.Millisecond
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		case <-b.registerNow:
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+		b.registerAll(ctx)
+		cancel()
+	}
+}
+
+// offsetFlushLoop writes consumer offsets every flushConsumerOffsetInterval.
+func (b *Broker) offsetFlushLoop() {
+	t := time.NewTicker(time.Duration(b.cfg.FlushConsumerOffsetInterval) * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+			if err := b.offsets.persist(); err != nil {
+				b.log.Error("persist consumer offsets", "err", err)
+			}
+		}
+	}
+}
+
+// clientExpiryLoop drops clients whose heartbeats stopped (every 10 s, or a tenth of the
+// expiry when that is shorter).
+func (b *Broker) clientExpiryLoop() {
+	maxAge := time.Duration(b.cfg.ClientChannelExpiredTimeout) * time.Millisecond
+	t := time.NewTicker(min(10*time.Second, max(maxAge/10, 50*time.Millisecond)))
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case now := <-t.C:
+			b.clients.notify(b.ctx, b.clients.expire(now, maxAge))
+		}
+	}
+}
+
+// randomQueue picks a queue id in [0, n).
+func randomQueue(n int) int32 { return int32(rand.IntN(max(n, 1))) }
+
+// hostOf parses a remote "ip:port" into a netip.AddrPort (zero on failure).
+func hostOf(addr string) netip.AddrPort {
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return ap
+	}
+	if h, p, err := net.SplitHostPort(addr); err == nil {
+		if a, err := netip.ParseAddr(h); err == nil {
+			var port uint16
+			fmt.Sscan(p, &port)
+			return netip.AddrPortFrom(a, port)
+		}
+	}
+	return netip.AddrPort{}
+}

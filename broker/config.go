@@ -1,0 +1,376 @@
+package broker
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/store"
+)
+
+// DefaultMessageDelayLevel is RocketMQ's default delay table (messageDelayLevel): level n
+// is the n-th duration.
+const DefaultMessageDelayLevel = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+// Config configures a broker. Each field with a `conf` tag is the broker.conf key of the
+// same name in Apache RocketMQ 4.x, with the same unit, so an existing broker.conf works;
+// the zero value of a field means its documented default. Load a file with
+// [LoadConfigFile] or [ParseConfig].
+type Config struct {
+	// BrokerClusterName is the cluster this broker registers under. Default "DefaultCluster".
+	BrokerClusterName string `conf:"brokerClusterName"`
+	// BrokerName names the broker in routes. Default "broker-a".
+	BrokerName string `conf:"brokerName"`
+	// BrokerID: 0 is the master. Sluice runs masters only; another value is an error.
+	BrokerID int64 `conf:"brokerId"`
+	// BrokerIP1 is the address the broker binds and advertises. Default "127.0.0.1".
+	BrokerIP1 string `conf:"brokerIP1"`
+	// ListenPort is the broker's TCP port. Default 10911; 0 picks a free port.
+	ListenPort int `conf:"listenPort"`
+	// ListenAddr, when set, overrides BrokerIP1:ListenPort (e.g. "127.0.0.1:0" in tests).
+	ListenAddr string `conf:"listenAddr"`
+	// NamesrvAddr lists name servers as "ip:port;ip:port". Empty: the broker starts an
+	// embedded name server on NamesrvListenAddr and registers with it.
+	NamesrvAddr string `conf:"namesrvAddr"`
+	// NamesrvListenAddr is where the embedded name server listens when NamesrvAddr is
+	// empty. Default "127.0.0.1:9876".
+	NamesrvListenAddr string `conf:"namesrvListenAddr"`
+	// StorePathRootDir is the data directory: commitlog, consume queues, checkpoint and
+	// config/*.json (topics, offsets, groups). Required.
+	StorePathRootDir string `conf:"storePathRootDir"`
+	// MappedFileSizeCommitLog is the size of one commitlog segment in bytes. Default
+	// 1073741824 (1 GiB).
+	MappedFileSizeCommitLog int64 `conf:"mappedFileSizeCommitLog"`
+	// FlushDiskType is ASYNC_FLUSH (fsync every FlushIntervalCommitLog ms) or SYNC_FLUSH
+	// (a send is answered after fsync). Default "ASYNC_FLUSH".
+	FlushDiskType string `conf:"flushDiskType"`
+	// FlushIntervalCommitLog is the ASYNC_FLUSH fsync period in ms. Default 500.
+	FlushIntervalCommitLog int64 `conf:"flushIntervalCommitLog"`
+	// SyncFlushTimeout is how long a SYNC_FLUSH send waits for fsync, in ms, before it is
+	// answered FLUSH_DISK_TIMEOUT (code 10). Default 5000.
+	SyncFlushTimeout int64 `conf:"syncFlushTimeout"`
+	// MaxMessageSize is the largest message body (and batch body) in bytes; larger sends
+	// get MESSAGE_ILLEGAL (13). Default 4194304 (4 MiB).
+	MaxMessageSize int `conf:"maxMessageSize"`
+	// DefaultTopicQueueNums is the queue count of TBW102, the template auto-created topics
+	// inherit (a producer asks for at most 4). Default 8.
+	DefaultTopicQueueNums int `conf:"defaultTopicQueueNums"`
+	// AutoCreateTopicEnable lets a send to an unknown topic create it. Default true; set
+	// "false" in broker.conf to turn it off.
+	AutoCreateTopicEnable *bool `conf:"autoCreateTopicEnable"`
+	// AutoCreateSubscriptionGroup creates consumer group configs on first use. Default true.
+	AutoCreateSubscriptionGroup *bool `conf:"autoCreateSubscriptionGroup"`
+	// LongPollingEnable holds a pull that finds no message until one arrives or the
+	// client's suspend timeout passes; off, it is held ShortPollingTimeMills. Default true.
+	LongPollingEnable *bool `conf:"longPollingEnable"`
+	// ShortPollingTimeMills is the hold time in ms when long polling is off. Default 1000.
+	ShortPollingTimeMills int64 `conf:"shortPollingTimeMills"`
+	// NotifyConsumerIdsChangedEnable pushes NOTIFY_CONSUMER_IDS_CHANGED (40) to a group's
+	// consumers when its membership changes. Default true.
+	NotifyConsumerIdsChangedEnable *bool `conf:"notifyConsumerIdsChangedEnable"`
+	// RegionID is returned in send responses (MSG_REGION). Default "DefaultRegion".
+	RegionID string `conf:"regionId"`
+	// BrokerPermission is the broker's perm bits (4 read, 2 write). Default 6.
+	BrokerPermission int `conf:"brokerPermission"`
+	// RegisterNameServerPeriod is how often the broker re-registers, in ms. Default 30000.
+	RegisterNameServerPeriod int64 `conf:"registerNameServerPeriod"`
+	// ClientChannelExpiredTimeout drops a client whose last heartbeat is older than this,
+	// in ms. Default 120000 (RocketMQ's CHANNEL_EXPIRED_TIMEOUT).
+	ClientChannelExpiredTimeout int64 `conf:"clientChannelExpiredTimeout"`
+	// FlushConsumerOffsetInterval is how often consumer offsets are written to disk, in ms.
+	// Default 5000.
+	FlushConsumerOffsetInterval int64 `conf:"flushConsumerOffsetInterval"`
+	// MessageDelayLevel is the delay table: space-separated durations with unit s, m, h or
+	// d. Default DefaultMessageDelayLevel.
+	MessageDelayLevel string `conf:"messageDelayLevel"`
+	// FileReservedTime is how long commitlog files are kept, in hours. Default 72.
+	FileReservedTime int `conf:"fileReservedTime"`
+	// BrokerRole must be ASYNC_MASTER (default) or SYNC_MASTER; Sluice has no slaves.
+	BrokerRole string `conf:"brokerRole"`
+	// EnablePropertyFilter allows SQL92 subscriptions. Default false.
+	EnablePropertyFilter bool `conf:"enablePropertyFilter"`
+
+	// Logger receives the broker's logs. Default slog.Default().
+	Logger *slog.Logger
+
+	listenPortSet bool     // listenPort was given in a file, so 0 means "a free port"
+	ignored       []string // keys accepted from a file that have no effect
+}
+
+// ignoredConfKeys are Apache RocketMQ broker.conf keys Sluice accepts so an existing file
+// loads, but that have no effect here (thread pools, JVM-side tuning). They are logged at
+// Info when set.
+var ignoredConfKeys = map[string]bool{
+	"deleteWhen": true, "diskMaxUsedSpaceRatio": true, "sendMessageThreadPoolNums": true,
+	"pullMessageThreadPoolNums": true, "useReentrantLockWhenPutMessage": true,
+	"waitTimeMillsInSendQueue": true, "osPageCacheBusyTimeOutMills": true,
+	"mapedFileSizeConsumeQueue": true, "mappedFileSizeConsumeQueue": true,
+	"flushConsumeQueueLeastPages": true, "flushCommitLogLeastPages": true,
+	"transientStorePoolEnable": true, "traceTopicEnable": true, "storePathCommitLog": true,
+	"storePathConsumeQueue": true, "storePathIndex": true, "storeCheckpoint": true,
+	"abortFile": true, "maxTransferCountOnMessageInMemory": true, "slaveReadEnable": true,
+	"transactionTimeOut": true, "transactionCheckInterval": true, "transactionCheckMax": true,
+	"aclEnable": true, "haListenPort": true, "fastListenPort": true,
+}
+
+// boolPtr returns a pointer to v, for the *bool fields of Config.
+func boolPtr(v bool) *bool { return &v }
+
+func boolOr(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// setDefaults fills zero fields with their documented defaults.
+func (c *Config) setDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.BrokerClusterName, "DefaultCluster")
+	def(&c.BrokerName, "broker-a")
+	def(&c.BrokerIP1, "127.0.0.1")
+	def(&c.NamesrvListenAddr, "127.0.0.1:9876")
+	def(&c.FlushDiskType, "ASYNC_FLUSH")
+	def(&c.RegionID, "DefaultRegion")
+	def(&c.MessageDelayLevel, DefaultMessageDelayLevel)
+	def(&c.BrokerRole, "ASYNC_MASTER")
+	if c.ListenAddr == "" {
+		port := c.ListenPort
+		if port == 0 && !c.listenPortSet {
+			port = 10911
+		}
+		c.ListenAddr = net.JoinHostPort(c.BrokerIP1, strconv.Itoa(port))
+	}
+	if c.MappedFileSizeCommitLog == 0 {
+		c.MappedFileSizeCommitLog = 1 << 30
+	}
+	if c.FlushIntervalCommitLog == 0 {
+		c.FlushIntervalCommitLog = 500
+	}
+	if c.SyncFlushTimeout == 0 {
+		c.SyncFlushTimeout = 5000
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 4 << 20
+	}
+	if c.DefaultTopicQueueNums == 0 {
+		c.DefaultTopicQueueNums = 8
+	}
+	if c.ShortPollingTimeMills == 0 {
+		c.ShortPollingTimeMills = 1000
+	}
+	if c.BrokerPermission == 0 {
+		c.BrokerPermission = permRead | permWrite
+	}
+	if c.RegisterNameServerPeriod == 0 {
+		c.RegisterNameServerPeriod = 30000
+	}
+	if c.ClientChannelExpiredTimeout == 0 {
+		c.ClientChannelExpiredTimeout = 120000
+	}
+	if c.FlushConsumerOffsetInterval == 0 {
+		c.FlushConsumerOffsetInterval = 5000
+	}
+	if c.FileReservedTime == 0 {
+		c.FileReservedTime = 72
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// ConfigError names a configuration key and what is wrong with its value.
+type ConfigError struct {
+	Key    string
+	Value  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("broker config %s: %s", e.Key, e.Reason)
+	}
+	return fmt.Sprintf("broker config %s=%q: %s", e.Key, e.Value, e.Reason)
+}
+
+// Validate checks the config after defaults are applied. It returns a *ConfigError naming
+// the key.
+func (c *Config) Validate() error {
+	cp := *c
+	cp.setDefaults()
+	return cp.validate()
+}
+
+func (c *Config) validate() error {
+	if c.StorePathRootDir == "" {
+		return &ConfigError{Key: "storePathRootDir", Reason: "required"}
+	}
+	if c.BrokerID != 0 {
+		return &ConfigError{Key: "brokerId", Value: strconv.FormatInt(c.BrokerID, 10), Reason: "only masters (0) are supported"}
+	}
+	if c.BrokerRole != "ASYNC_MASTER" && c.BrokerRole != "SYNC_MASTER" {
+		return &ConfigError{Key: "brokerRole", Value: c.BrokerRole, Reason: "must be ASYNC_MASTER or SYNC_MASTER; Sluice has no slaves"}
+	}
+	if _, err := store.ParseFlushDiskType(c.FlushDiskType); err != nil {
+		return &ConfigError{Key: "flushDiskType", Value: c.FlushDiskType, Reason: "must be ASYNC_FLUSH or SYNC_FLUSH"}
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+		return &ConfigError{Key: "listenAddr", Value: c.ListenAddr, Reason: err.Error()}
+	}
+	if c.MaxMessageSize < 0 || c.MaxMessageSize > 64<<20 {
+		return &ConfigError{Key: "maxMessageSize", Value: strconv.Itoa(c.MaxMessageSize), Reason: "must be between 1 and 67108864 bytes"}
+	}
+	if c.MappedFileSizeCommitLog < 64<<10 {
+		return &ConfigError{Key: "mappedFileSizeCommitLog", Value: strconv.FormatInt(c.MappedFileSizeCommitLog, 10), Reason: "must be at least 65536 bytes"}
+	}
+	if c.MappedFileSizeCommitLog < int64(c.MaxMessageSize)+64<<10 {
+		return &ConfigError{Key: "mappedFileSizeCommitLog", Value: strconv.FormatInt(c.MappedFileSizeCommitLog, 10), Reason: "must exceed maxMessageSize by at least 65536 bytes so a largest message fits a segment"}
+	}
+	if c.DefaultTopicQueueNums < 1 || c.DefaultTopicQueueNums > 1024 {
+		return &ConfigError{Key: "defaultTopicQueueNums", Value: strconv.Itoa(c.DefaultTopicQueueNums), Reason: "must be 1..1024"}
+	}
+	if _, err := ParseDelayLevels(c.MessageDelayLevel); err != nil {
+		return &ConfigError{Key: "messageDelayLevel", Value: c.MessageDelayLevel, Reason: err.Error()}
+	}
+	return nil
+}
+
+// ParseDelayLevels parses a messageDelayLevel table ("1s 5s 10s 1m 2h 1d"). Level n is
+// element n-1. Units: s, m, h, d (and ms for tests).
+func ParseDelayLevels(s string) ([]time.Duration, error) {
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("empty delay table")
+	}
+	out := make([]time.Duration, 0, len(fields))
+	for _, f := range fields {
+		unit := time.Second
+		num := f
+		switch {
+		case strings.HasSuffix(f, "ms"):
+			unit, num = time.Millisecond, strings.TrimSuffix(f, "ms")
+		case strings.HasSuffix(f, "s"):
+			num = strings.TrimSuffix(f, "s")
+		case strings.HasSuffix(f, "m"):
+			unit, num = time.Minute, strings.TrimSuffix(f, "m")
+		case strings.HasSuffix(f, "h"):
+			unit, num = time.Hour, strings.TrimSuffix(f, "h")
+		case strings.HasSuffix(f, "d"):
+			unit, num = 24*time.Hour, strings.TrimSuffix(f, "d")
+		default:
+			return nil, fmt.Errorf("level %q has no unit (s, m, h, d)", f)
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("level %q is not a positive whole number of its unit", f)
+		}
+		out = append(out, time.Duration(n)*unit)
+	}
+	return out, nil
+}
+
+// LoadConfigFile reads a RocketMQ-style broker.conf (see ParseConfig).
+func LoadConfigFile(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, err
+	}
+	defer f.Close()
+	return ParseConfig(f)
+}
+
+// ParseConfig reads broker.conf text: one "key=value" (or "key: value") per line, "#" and
+// "!" start comments, blank lines ignored. Keys are matched exactly as Apache RocketMQ
+// spells them. An unknown key, a duplicate key or a value of the wrong type is a
+// *ConfigError naming the key and line. Keys RocketMQ knows that have no effect in Sluice
+// are accepted (see the package docs).
+func ParseConfig(r io.Reader) (Config, error) {
+	var c Config
+	fields := confFields()
+	seen := map[string]int{}
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || text[0] == '#' || text[0] == '!' {
+			continue
+		}
+		i := strings.IndexAny(text, "=:")
+		if i <= 0 {
+			return Config{}, &ConfigError{Key: text, Reason: fmt.Sprintf("line %d is not key=value", line)}
+		}
+		key, val := strings.TrimSpace(text[:i]), strings.TrimSpace(text[i+1:])
+		if prev, dup := seen[key]; dup {
+			return Config{}, &ConfigError{Key: key, Reason: fmt.Sprintf("set twice (lines %d and %d)", prev, line)}
+		}
+		seen[key] = line
+		if ignoredConfKeys[key] {
+			c.ignored = append(c.ignored, key)
+			continue
+		}
+		idx, ok := fields[key]
+		if !ok {
+			return Config{}, &ConfigError{Key: key, Reason: fmt.Sprintf("unknown key (line %d)", line)}
+		}
+		if err := setField(reflect.ValueOf(&c).Elem().Field(idx), val); err != nil {
+			return Config{}, &ConfigError{Key: key, Value: val, Reason: err.Error()}
+		}
+		if key == "listenPort" {
+			c.listenPortSet = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// confFields maps broker.conf keys to Config field indexes.
+func confFields() map[string]int {
+	t := reflect.TypeOf(Config{})
+	m := make(map[string]int)
+	for i := 0; i < t.NumField(); i++ {
+		if k := t.Field(i).Tag.Get("conf"); k != "" {
+			m[k] = i
+		}
+	}
+	return m
+}
+
+func setField(v reflect.Value, s string) error {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		v.SetInt(n)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("not true or false")
+		}
+		v.SetBool(b)
+	case reflect.Pointer:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("not true or false")
+		}
+		v.Set(reflect.ValueOf(&b))
+	default:
+		return fmt.Errorf("unsupported field kind %s", v.Kind())
+	}
+	return nil
+}

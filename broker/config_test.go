@@ -1,0 +1,68 @@
+package broker
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	conf := `# a broker.conf as Apache RocketMQ ships it
+brokerClusterName = DefaultCluster
+brokerName = broker-a
+brokerId = 0
+deleteWhen = 04
+fileReservedTime = 48
+brokerRole = ASYNC_MASTER
+flushDiskType = SYNC_FLUSH
+autoCreateTopicEnable=false
+messageDelayLevel=1s 2s
+storePathRootDir=/tmp/x
+listenPort: 0
+`
+	c, err := ParseConfig(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.FileReservedTime != 48 || c.FlushDiskType != "SYNC_FLUSH" || boolOr(c.AutoCreateTopicEnable, true) || c.ListenAddr != "127.0.0.1:0" {
+		t.Fatalf("parsed %+v", c)
+	}
+	var ce *ConfigError
+	for in, key := range map[string]string{
+		"noSuchKey=1":                 "noSuchKey",
+		"listenPort=abc":              "listenPort",
+		"brokerName=a\nbrokerName=b":  "brokerName",
+		"autoCreateTopicEnable=maybe": "autoCreateTopicEnable",
+		"just text":                   "just text",
+	} {
+		if _, err := ParseConfig(strings.NewReader(in)); !errors.As(err, &ce) || ce.Key != key {
+			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
+		}
+	}
+	for _, bad := range []Config{
+		{},
+		{StorePathRootDir: "/x", BrokerRole: "SLAVE"},
+		{StorePathRootDir: "/x", FlushDiskType: "SOMETIMES"},
+		{StorePathRootDir: "/x", MessageDelayLevel: "1s 5x"},
+		{StorePathRootDir: "/x", MappedFileSizeCommitLog: 1024},
+	} {
+		if err := bad.Validate(); !errors.As(err, &ce) {
+			t.Errorf("%+v: want ConfigError, got %v", bad, err)
+		}
+	}
+}
+
+func TestParseDelayLevels(t *testing.T) {
+	got, err := ParseDelayLevels(DefaultMessageDelayLevel)
+	if err != nil || len(got) != 18 || got[0] != time.Second || got[4] != time.Minute || got[17] != 2*time.Hour {
+		t.Fatalf("%v %v", got, err)
+	}
+	if _, err := ParseDelayLevels("1s 0s"); err == nil {
+		t.Fatal("zero level accepted")
+	}
+}

@@ -1,0 +1,275 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// registerProcessors installs one handler per request code. Codes not listed are
+// answered REQUEST_CODE_NOT_SUPPORTED (3) by the remoting server.
+func (b *Broker) registerProcessors() {
+	s := b.server
+	s.Handle(remoting.SendMessage, b.handleSend(false))
+	s.Handle(remoting.SendMessageV2, b.handleSend(true))
+	s.Handle(remoting.SendBatchMessage, b.handleSendBatch)
+	s.Handle(remoting.PullMessage, b.handlePull)
+	s.Handle(remoting.ConsumerSendMsgBack, b.handleSendBack)
+	s.Handle(remoting.HeartBeat, b.handleHeartbeat)
+	s.Handle(remoting.UnregisterClient, b.handleUnregisterClient)
+	s.Handle(remoting.GetConsumerListByGroup, b.handleConsumerList)
+	s.Handle(remoting.QueryConsumerOffset, b.handleQueryOffset)
+	s.Handle(remoting.UpdateConsumerOffset, b.handleUpdateOffset)
+	s.Handle(remoting.GetMaxOffset, b.handleQueueOffset(func(t string, q int32) int64 { return b.store.MaxOffset(t, q) }))
+	s.Handle(remoting.GetMinOffset, b.handleQueueOffset(func(t string, q int32) int64 { return b.store.MinOffset(t, q) }))
+	s.Handle(remoting.SearchOffsetByTimestamp, b.handleSearchOffset)
+	s.Handle(remoting.GetEarliestMsgStoreTime, b.handleEarliestTime)
+	s.Handle(remoting.ViewMessageByID, b.handleViewMessage)
+	s.Handle(remoting.UpdateAndCreateTopic, b.handleCreateTopic)
+	s.Handle(remoting.DeleteTopicInBroker, b.handleDeleteTopic)
+	s.Handle(remoting.GetAllSubscriptionGroupConfig, b.handleAllGroups)
+}
+
+// handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer
+// groups, creates %RETRY%<group> for clustering consumer groups, and tells a group's
+// consumers to rebalance when its membership or subscriptions changed.
+func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	var hb HeartbeatData
+	if err := json.Unmarshal(req.Body, &hb); err != nil {
+		return errResponse(remoting.SystemError, "heartbeat body is not HeartbeatData JSON: %v", err)
+	}
+	if hb.ClientID == "" {
+		return errResponse(remoting.SystemError, "heartbeat without clientID")
+	}
+	for _, cd := range hb.ConsumerDataSet {
+		if cd.GroupName == "" {
+			return errResponse(remoting.SystemError, "heartbeat consumer data without groupName")
+		}
+		if b.groups.find(cd.GroupName) == nil {
+			return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
+		}
+		if cd.MessageModel != "BROADCASTING" {
+			retry := message.RetryTopic(cd.GroupName)
+			if _, _, err := b.topics.getOrCreate(retry, func() *namesrv.TopicConfig {
+				return &namesrv.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+			}); err != nil {
+				b.log.Error("persist topic config", "topic", retry, "err", err)
+			}
+		}
+	}
+	changed := b.clients.heartbeat(conn, &hb, time.Now())
+	if len(changed) > 0 {
+		// Notify after answering: the client is waiting for this response.
+		b.notifyLater(changed)
+	}
+	return remoting.NewResponse(remoting.Success, "")
+}
+
+// handleUnregisterClient serves UNREGISTER_CLIENT (35).
+func (b *Broker) handleUnregisterClient(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	clientID, err := req.ExtString("clientID", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	pg, _ := req.ExtString("producerGroup", false)
+	cg, _ := req.ExtString("consumerGroup", false)
+	if changed := b.clients.unregister(conn, clientID, pg, cg); len(changed) > 0 {
+		b.notifyLater(changed)
+	}
+	return remoting.NewResponse(remoting.Success, "")
+}
+
+// handleConsumerList serves GET_CONSUMER_LIST_BY_GROUP (38): {"consumerIdList":[...]}
+// with the client ids exactly as the clients sent them in heartbeats.
+func (b *Broker) handleConsumerList(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	group, err := req.ExtString("consumerGroup", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	ids := b.clients.consumerIDs(group)
+	if len(ids) == 0 {
+		return errResponse(remoting.SystemError, "no consumer for this group, %s", group)
+	}
+	r := remoting.NewResponse(remoting.Success, "")
+	r.Body, _ = json.Marshal(map[string][]string{"consumerIdList": ids})
+	return r
+}
+
+func groupTopicQueue(req *remoting.RemotingCommand) (group, topic string, queueID int32, err error) {
+	if group, err = req.ExtString("consumerGroup", true); err != nil {
+		return
+	}
+	if topic, err = req.ExtString("topic", true); err != nil {
+		return
+	}
+	queueID, err = req.ExtInt32("queueId", true)
+	return
+}
+
+// handleQueryOffset serves QUERY_CONSUMER_OFFSET (14). With no committed offset it
+// answers QUERY_NOT_FOUND (22) and the client starts where its consumeFromWhere says.
+// (Java answers 0 instead for a "young" queue whose first message is still in memory;
+// Sluice leaves the choice to the client, so a new group with CONSUME_FROM_LAST_OFFSET
+// always starts at the end.)
+func (b *Broker) handleQueryOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	group, topic, q, err := groupTopicQueue(req)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	off, ok := b.offsets.query(group, topic, q)
+	if !ok {
+		return errResponse(remoting.QueryNotFound, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+	}
+	return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(off, 10))
+}
+
+// handleUpdateOffset serves UPDATE_CONSUMER_OFFSET (15).
+func (b *Broker) handleUpdateOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	group, topic, q, err := groupTopicQueue(req)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	off, err := req.ExtInt64("commitOffset", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if off < 0 {
+		return errResponse(remoting.SystemError, "commitOffset %d is negative", off)
+	}
+	b.offsets.commit(group, topic, q, off)
+	return remoting.NewResponse(remoting.Success, "")
+}
+
+func topicQueue(req *remoting.RemotingCommand) (string, int32, error) {
+	topic, err := req.ExtString("topic", true)
+	if err != nil {
+		return "", 0, err
+	}
+	q, err := req.ExtInt32("queueId", true)
+	return topic, q, err
+}
+
+// handleQueueOffset serves GET_MAX_OFFSET (30) and GET_MIN_OFFSET (31): ext "offset".
+func (b *Broker) handleQueueOffset(get func(string, int32) int64) remoting.Handler {
+	return func(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+		topic, q, err := topicQueue(req)
+		if err != nil {
+			return errResponse(remoting.SystemError, "%v", err)
+		}
+		return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(get(topic, q), 10))
+	}
+}
+
+// handleSearchOffset serves SEARCH_OFFSET_BY_TIMESTAMP (29): ext "offset".
+func (b *Broker) handleSearchOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	topic, q, err := topicQueue(req)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	ts, err := req.ExtInt64("timestamp", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(b.store.OffsetByTimestamp(topic, q, ts), 10))
+}
+
+// handleEarliestTime serves GET_EARLIEST_MSG_STORETIME (32): ext "timestamp" (ms).
+func (b *Broker) handleEarliestTime(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	topic, q, err := topicQueue(req)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	ts, err := b.store.EarliestMessageTime(topic, q)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	return remoting.NewResponse(remoting.Success, "").SetExt("timestamp", strconv.FormatInt(ts, 10))
+}
+
+// handleViewMessage serves VIEW_MESSAGE_BY_ID (33): ext "offset" is a commitlog offset;
+// the body is the raw record.
+func (b *Broker) handleViewMessage(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	off, err := req.ExtInt64("offset", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	_, raw, err := b.store.LookMessageByOffset(off)
+	if err != nil {
+		return errResponse(remoting.SystemError, "can not find message by the offset, %d", off)
+	}
+	r := remoting.NewResponse(remoting.Success, "")
+	r.Body = raw
+	return r
+}
+
+// handleCreateTopic serves UPDATE_AND_CREATE_TOPIC (17) and registers the change with
+// the name servers.
+func (b *Broker) handleCreateTopic(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	topic, err := req.ExtString("topic", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if err := message.ValidateTopic(topic); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if message.IsSendForbiddenTopic(topic) || topic == message.AutoCreateTopicKey {
+		return errResponse(remoting.SystemError, "the topic[%s] is conflict with system topic", topic)
+	}
+	tc := namesrv.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	var r, w, perm, sys int32
+	if r, err = req.ExtInt32("readQueueNums", true); err == nil {
+		if w, err = req.ExtInt32("writeQueueNums", true); err == nil {
+			if perm, err = req.ExtInt32("perm", false); err == nil {
+				sys, err = req.ExtInt32("topicSysFlag", false)
+			}
+		}
+	}
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if r < 1 || w < 1 || r > 1024 || w > 1024 {
+		return errResponse(remoting.SystemError, "readQueueNums %d / writeQueueNums %d: each must be 1..1024", r, w)
+	}
+	tc.ReadQueueNums, tc.WriteQueueNums, tc.TopicSysFlag = int(r), int(w), int(sys)
+	if perm != 0 {
+		tc.Perm = int(perm)
+	}
+	if ft, _ := req.ExtString("topicFilterType", false); ft != "" {
+		tc.TopicFilterType = ft
+	}
+	tc.Order, _ = req.ExtBool("order")
+	if err := b.topics.put(tc); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	b.log.Info("topic created or updated", "topic", topic, "read", r, "write", w, "perm", tc.Perm, "order", tc.Order)
+	return remoting.NewResponse(remoting.Success, "")
+}
+
+// handleDeleteTopic serves DELETE_TOPIC_IN_BROKER (215): removes the topic's config,
+// consume queues and offsets.
+func (b *Broker) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	topic, err := req.ExtString("topic", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if err := b.topics.remove(topic); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	b.offsets.removeTopic(topic)
+	if err := b.store.DeleteTopic(topic); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	return remoting.NewResponse(remoting.Success, "")
+}
+
+// handleAllGroups serves GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201).
+func (b *Broker) handleAllGroups(_ context.Context, _ *remoting.Conn, _ *remoting.RemotingCommand) *remoting.RemotingCommand {
+	r := remoting.NewResponse(remoting.Success, "")
+	r.Body, _ = json.Marshal(b.groups.snapshot())
+	return r
+}

@@ -1,0 +1,204 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/filter"
+	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// Pull sysFlag bits (Java PullSysFlag).
+const (
+	pullFlagCommitOffset = 1 << 0 // store commitOffset for the group
+	pullFlagSuspend      = 1 << 1 // long polling allowed
+	pullFlagSubscription = 1 << 2 // use the subscription in the request, not the heartbeat's
+)
+
+// Transfer limits of one pull (Java maxTransferCountOnMessageInMemory and
+// maxTransferBytesOnMessageInMemory).
+const (
+	maxPullMessages = 32
+	maxPullBytes    = 256 << 10
+	// maxSuspend caps a client's suspendTimeoutMillis so a held pull always ends
+	// before the Go client's 30 s RPC timeout.
+	maxSuspend = 25 * time.Second
+)
+
+type pullHeader struct {
+	group, topic          string
+	queueID               int32
+	queueOffset           int64
+	maxMsgNums            int32
+	sysFlag               int32
+	commitOffset          int64
+	suspendTimeoutMillis  int64
+	subscription, exprTyp string
+	subVersion            int64
+}
+
+func parsePullHeader(req *remoting.RemotingCommand) (*pullHeader, error) {
+	h := &pullHeader{}
+	var err error
+	set := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	set(func() (e error) { h.group, e = req.ExtString("consumerGroup", true); return })
+	set(func() (e error) { h.topic, e = req.ExtString("topic", true); return })
+	set(func() (e error) { h.queueID, e = req.ExtInt32("queueId", true); return })
+	set(func() (e error) { h.queueOffset, e = req.ExtInt64("queueOffset", true); return })
+	set(func() (e error) { h.maxMsgNums, e = req.ExtInt32("maxMsgNums", true); return })
+	set(func() (e error) { h.sysFlag, e = req.ExtInt32("sysFlag", true); return })
+	set(func() (e error) { h.commitOffset, e = req.ExtInt64("commitOffset", true); return })
+	set(func() (e error) { h.suspendTimeoutMillis, e = req.ExtInt64("suspendTimeoutMillis", true); return })
+	set(func() (e error) { h.subscription, e = req.ExtString("subscription", false); return })
+	set(func() (e error) { h.exprTyp, e = req.ExtString("expressionType", false); return })
+	set(func() (e error) { h.subVersion, e = req.ExtInt64("subVersion", false); return })
+	if err == nil && h.queueOffset < 0 {
+		err = &remoting.HeaderError{Field: "queueOffset", Reason: fmt.Sprintf("%d is negative", h.queueOffset)}
+	}
+	return h, err
+}
+
+// pullFilter returns the tag filter for a pull, from the request (SUBSCRIPTION bit) or
+// from the group's heartbeat, or an error response (PROTOCOL §3.4 checks 7 and 8).
+func (b *Broker) pullFilter(h *pullHeader) (*filter.TagFilter, *remoting.RemotingCommand) {
+	expr, typ := h.subscription, h.exprTyp
+	if h.sysFlag&pullFlagSubscription == 0 {
+		sub := b.clients.subscription(h.group, h.topic)
+		if sub == nil {
+			return nil, errResponse(remoting.SubscriptionNotExist, "the consumer's subscription not exist, group: %s, topic: %s", h.group, h.topic)
+		}
+		if sub.data.SubVersion < h.subVersion {
+			return nil, errResponse(remoting.SubscriptionNotLatest, "the consumer's subscription not latest")
+		}
+		if sub.data.ExpressionType == "" || sub.data.ExpressionType == "TAG" {
+			return sub.filter, nil
+		}
+		expr, typ = sub.data.SubString, sub.data.ExpressionType
+	}
+	switch typ {
+	case "", "TAG":
+		return filter.NewTagFilter(expr), nil
+	case "SQL92":
+		if !b.cfg.EnablePropertyFilter {
+			return nil, errResponse(remoting.SystemError, "The broker does not support consumer to filter message by SQL92 (enablePropertyFilter=false)")
+		}
+		return nil, errResponse(remoting.SystemError, "SQL92 filtering is not implemented by this Sluice broker yet")
+	default:
+		return nil, errResponse(remoting.SubscriptionParseFailed, "unknown expression type %q", typ)
+	}
+}
+
+// handlePull serves PULL_MESSAGE (RocketMQ request code 11) with long polling.
+func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	h, err := parsePullHeader(req)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if b.cfg.BrokerPermission&permRead == 0 {
+		return errResponse(remoting.NoPermission, "the broker[%s] pulling message is forbidden", b.cfg.BrokerName)
+	}
+	g := b.groups.find(h.group)
+	if g == nil {
+		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", h.group)
+	}
+	if !g.ConsumeEnable {
+		return errResponse(remoting.NoPermission, "subscription group no permission, %s", h.group)
+	}
+	tc := b.topics.get(h.topic)
+	if tc == nil {
+		return errResponse(remoting.TopicNotExist, "topic[%s] not exist, apply first please!", h.topic)
+	}
+	if tc.Perm&permRead == 0 {
+		return errResponse(remoting.NoPermission, "the topic[%s] pulling message is forbidden", h.topic)
+	}
+	if h.queueID < 0 || int(h.queueID) >= tc.ReadQueueNums {
+		return errResponse(remoting.SystemError, "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d]", h.queueID, h.topic, tc.ReadQueueNums)
+	}
+	f, resp := b.pullFilter(h)
+	if resp != nil {
+		return resp
+	}
+	if h.sysFlag&pullFlagCommitOffset != 0 && h.commitOffset >= 0 {
+		b.offsets.commit(h.group, h.topic, h.queueID, h.commitOffset)
+	}
+	maxNums := int(h.maxMsgNums)
+	if maxNums <= 0 || maxNums > maxPullMessages {
+		maxNums = maxPullMessages
+	}
+
+	var hold time.Duration
+	if h.sysFlag&pullFlagSuspend != 0 {
+		hold = time.Duration(b.cfg.ShortPollingTimeMills) * time.Millisecond
+		if boolOr(b.cfg.LongPollingEnable, true) {
+			hold = min(time.Duration(h.suspendTimeoutMillis)*time.Millisecond, maxSuspend)
+		}
+	}
+	deadline := time.Now().Add(hold)
+	var timer *time.Timer
+	for {
+		// Watch before reading, so an arrival between the read and the wait is not missed.
+		var arrived <-chan struct{}
+		if hold > 0 {
+			arrived = b.arrivals.watch(h.topic, h.queueID)
+		}
+		res, err := b.store.GetMessage(h.topic, h.queueID, h.queueOffset, maxNums, maxPullBytes, f)
+		if err != nil {
+			return errResponse(remoting.SystemError, "get message: %v", err)
+		}
+		wait := time.Until(deadline)
+		if res.Status != store.OffsetOverflowOne || hold <= 0 || wait <= 0 {
+			return pullResponse(h.queueOffset, res)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-arrived:
+		case <-timer.C:
+			deadline = time.Now() // read once more, then answer
+		case <-ctx.Done():
+			return nil // the connection closed or the broker is stopping
+		}
+	}
+}
+
+// pullResponse maps a store lookup to the PULL_MESSAGE response (PROTOCOL §3.4 table).
+// The four offsets ext fields are always present: the Go client reads a missing
+// nextBeginOffset as 0.
+func pullResponse(offset int64, res store.GetResult) *remoting.RemotingCommand {
+	var code remoting.ResponseCode
+	switch res.Status {
+	case store.Found:
+		code = remoting.Success
+	case store.NoMatchedMessage, store.MessageWasRemoving:
+		code = remoting.PullRetryImmediately
+	case store.NoMatchedLogicQueue, store.NoMessageInQueue:
+		code = remoting.PullNotFound
+		if offset != 0 {
+			code = remoting.PullOffsetMoved
+		}
+	case store.OffsetTooSmall, store.OffsetOverflowBadly:
+		code = remoting.PullOffsetMoved
+	default: // OffsetOverflowOne, OffsetFoundNull
+		code = remoting.PullNotFound
+	}
+	r := remoting.NewResponse(code, res.Status.String())
+	r.SetExt("nextBeginOffset", strconv.FormatInt(res.NextBeginOffset, 10))
+	r.SetExt("minOffset", strconv.FormatInt(res.MinOffset, 10))
+	r.SetExt("maxOffset", strconv.FormatInt(res.MaxOffset, 10))
+	r.SetExt("suggestWhichBrokerId", "0")
+	if code == remoting.Success {
+		r.Body = res.Body
+	}
+	return r
+}

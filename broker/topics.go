@@ -1,0 +1,166 @@
+package broker
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/message"
+)
+
+// Perm bits (Java PermName).
+const (
+	permInherit = namesrv.PermInherit
+	permWrite   = namesrv.PermWrite
+	permRead    = namesrv.PermRead
+)
+
+// topicTable holds the broker's topic configs and persists them to
+// <root>/config/topics.json in Java's TopicConfigManager layout. Every change bumps the
+// data version and calls onChange (the broker re-registers with the name servers).
+type topicTable struct {
+	path     string
+	onChange func()
+
+	mu      sync.RWMutex
+	topics  map[string]*namesrv.TopicConfig
+	version namesrv.DataVersion
+}
+
+type topicsFile struct {
+	TopicConfigTable map[string]*namesrv.TopicConfig `json:"topicConfigTable"`
+	DataVersion      namesrv.DataVersion             `json:"dataVersion"`
+}
+
+func newTopicTable(root string, cfg *Config) (*topicTable, error) {
+	t := &topicTable{path: filepath.Join(root, "config", "topics.json"), topics: map[string]*namesrv.TopicConfig{}}
+	var f topicsFile
+	if err := readJSONFile(t.path, &f); err != nil {
+		return nil, err
+	}
+	for name, tc := range f.TopicConfigTable {
+		t.topics[name] = tc
+	}
+	t.version = f.DataVersion
+	// System topics, as Java's TopicConfigManager creates them at start.
+	if boolOr(cfg.AutoCreateTopicEnable, true) {
+		t.topics[message.AutoCreateTopicKey] = &namesrv.TopicConfig{TopicName: message.AutoCreateTopicKey,
+			ReadQueueNums: cfg.DefaultTopicQueueNums, WriteQueueNums: cfg.DefaultTopicQueueNums,
+			Perm: permInherit | permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	} else {
+		delete(t.topics, message.AutoCreateTopicKey)
+	}
+	levels, _ := ParseDelayLevels(cfg.MessageDelayLevel)
+	t.putSystem(message.ScheduleTopic, len(levels))
+	t.putSystem(message.TransHalfTopic, 1)
+	t.putSystem(message.TransOpHalfTopic, 1)
+	t.putSystem(cfg.BrokerClusterName, 16)
+	t.putSystem(cfg.BrokerName, 1)
+	return t, nil
+}
+
+func (t *topicTable) putSystem(name string, queues int) {
+	if _, ok := t.topics[name]; ok {
+		return
+	}
+	t.topics[name] = &namesrv.TopicConfig{TopicName: name, ReadQueueNums: queues, WriteQueueNums: queues,
+		Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+}
+
+// get returns a copy of the topic's config, or nil.
+func (t *topicTable) get(name string) *namesrv.TopicConfig {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if tc, ok := t.topics[name]; ok {
+		c := *tc
+		return &c
+	}
+	return nil
+}
+
+// put creates or replaces a topic config and persists the table.
+func (t *topicTable) put(tc namesrv.TopicConfig) error {
+	t.mu.Lock()
+	c := tc
+	t.topics[tc.TopicName] = &c
+	err := t.persistLocked()
+	t.mu.Unlock()
+	if t.onChange != nil {
+		t.onChange()
+	}
+	return err
+}
+
+// getOrCreate returns the topic's config, creating it from create() when missing. The
+// bool reports whether it was created.
+func (t *topicTable) getOrCreate(name string, create func() *namesrv.TopicConfig) (*namesrv.TopicConfig, bool, error) {
+	if tc := t.get(name); tc != nil {
+		return tc, false, nil
+	}
+	t.mu.Lock()
+	if tc, ok := t.topics[name]; ok {
+		c := *tc
+		t.mu.Unlock()
+		return &c, false, nil
+	}
+	tc := create()
+	if tc == nil {
+		t.mu.Unlock()
+		return nil, false, nil
+	}
+	t.topics[name] = tc
+	err := t.persistLocked()
+	c := *tc
+	t.mu.Unlock()
+	if t.onChange != nil {
+		t.onChange()
+	}
+	return &c, true, err
+}
+
+func (t *topicTable) remove(name string) error {
+	t.mu.Lock()
+	delete(t.topics, name)
+	err := t.persistLocked()
+	t.mu.Unlock()
+	if t.onChange != nil {
+		t.onChange()
+	}
+	return err
+}
+
+func (t *topicTable) persistLocked() error {
+	t.version.Counter++
+	t.version.Timestamp = time.Now().UnixMilli()
+	if err := writeJSONFile(t.path, topicsFile{TopicConfigTable: t.topics, DataVersion: t.version}); err != nil {
+		return fmt.Errorf("persist topics: %w", err)
+	}
+	return nil
+}
+
+// snapshot returns copies of all configs and the data version, for registration.
+func (t *topicTable) snapshot() (map[string]*namesrv.TopicConfig, namesrv.DataVersion) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[string]*namesrv.TopicConfig, len(t.topics))
+	for k, v := range t.topics {
+		c := *v
+		out[k] = &c
+	}
+	return out, t.version
+}
+
+// names returns the sorted topic names.
+func (t *topicTable) names() []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]string, 0, len(t.topics))
+	for k := range t.topics {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
