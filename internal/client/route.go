@@ -19,6 +19,11 @@ const (
 	PermInherit  = 1 // INHERIT: new topics may be auto-created from this one (TBW102)
 )
 
+// MaxQueueNums bounds readQueueNums, writeQueueNums and orderTopicConf counts accepted
+// from a name server (65536), so a hostile or broken route cannot make the client
+// allocate without limit. Real topics have at most a few hundred queues per broker.
+const MaxQueueNums = 1 << 16
+
 // MasterID is the broker id of a master in BrokerData.brokerAddrs; slaves have ids >= 1.
 const MasterID int64 = 0
 
@@ -106,7 +111,7 @@ func (e *RouteError) Unwrap() error { return e.Err }
 // ParseTopicRouteData decodes a GET_ROUTEINFO_BY_TOPIC response body (PROTOCOL §3.1). It
 // accepts strict JSON and the fastjson dialect of Java name servers that writes numeric
 // map keys unquoted ({0:"ip:port"}). It returns a *RouteError when the body is empty, is
-// not JSON, or lacks queueDatas.
+// not JSON, lacks queueDatas, or has queue counts outside 0..MaxQueueNums.
 func ParseTopicRouteData(topic string, body []byte) (*TopicRouteData, error) {
 	if len(body) == 0 {
 		return nil, &RouteError{Topic: topic, Reason: "empty route body"}
@@ -124,6 +129,12 @@ func ParseTopicRouteData(topic string, body []byte) (*TopicRouteData, error) {
 	var rd TopicRouteData
 	if err := json.Unmarshal(norm, &rd); err != nil {
 		return nil, &RouteError{Topic: topic, Reason: "bad route JSON", Err: err}
+	}
+	for _, qd := range rd.QueueDatas {
+		if qd.ReadQueueNums < 0 || qd.ReadQueueNums > MaxQueueNums || qd.WriteQueueNums < 0 || qd.WriteQueueNums > MaxQueueNums {
+			return nil, &RouteError{Topic: topic, Reason: fmt.Sprintf("broker %q has %d read / %d write queues; allowed 0..%d",
+				qd.BrokerName, qd.ReadQueueNums, qd.WriteQueueNums, MaxQueueNums)}
+		}
 	}
 	return &rd, nil
 }
@@ -246,7 +257,7 @@ func PublishQueues(topic string, rd *TopicRouteData) ([]message.MessageQueue, er
 			}
 			name, num, ok := strings.Cut(part, ":")
 			n, err := strconv.Atoi(num)
-			if !ok || err != nil || n < 0 || name == "" {
+			if !ok || err != nil || n < 0 || n > MaxQueueNums || name == "" {
 				return nil, fmt.Errorf("%w: %q", ErrBadOrderTopicConf, rd.OrderTopicConf)
 			}
 			for q := 0; q < n; q++ {

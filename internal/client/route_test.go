@@ -61,6 +61,8 @@ func TestParseTopicRouteDataErrors(t *testing.T) {
 		"no queueDatas": `{"brokerDatas":[]}`,
 		"null queues":   `{"queueDatas":null}`,
 		"wrong type":    `{"queueDatas":[{"brokerName":"b","perm":"six"}]}`,
+		"huge queues":   `{"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":1,"writeQueueNums":2000000000}]}`,
+		"negative":      `{"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":-1,"writeQueueNums":1}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseTopicRouteData("T", []byte(body))
