@@ -90,6 +90,11 @@ func (cq *consumeQueue) fileFor(idx int64) *cqFile {
 // readEntries returns the raw entries from queue offset idx up to n entries, stopping at the
 // end of idx's file and at max. It returns nil, nil when the file holding idx is missing.
 func (cq *consumeQueue) readEntries(idx int64, n int64) ([]byte, error) {
+	return cq.readEntriesInto(nil, idx, n)
+}
+
+// readEntriesInto is readEntries reusing buf's storage when it is large enough.
+func (cq *consumeQueue) readEntriesInto(buf []byte, idx int64, n int64) ([]byte, error) {
 	f := cq.fileFor(idx)
 	if f == nil {
 		return nil, nil
@@ -98,7 +103,10 @@ func (cq *consumeQueue) readEntries(idx int64, n int64) ([]byte, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	buf := make([]byte, n*cqEntrySize)
+	if int64(cap(buf)) < n*cqEntrySize {
+		buf = make([]byte, n*cqEntrySize)
+	}
+	buf = buf[:n*cqEntrySize]
 	if _, err := f.f.ReadAt(buf, (idx-f.start)*cqEntrySize); err != nil {
 		return nil, fmt.Errorf("store: read consume queue %s/%d at %d: %w", cq.topic, cq.queueID, idx, err)
 	}

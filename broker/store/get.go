@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/sluicemq/sluice/message"
 )
@@ -70,7 +71,12 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 	}
 
 	scanEntries := int64(max(minScanBytes, maxMsgNums*cqEntrySize) / cqEntrySize)
-	entries, err := cq.readEntries(offset, scanEntries)
+	bufs := getBufs.Get().(*getBuffers)
+	defer getBufs.Put(bufs)
+	entries, err := cq.readEntriesInto(bufs.entries, offset, scanEntries)
+	if entries != nil && cap(entries) <= maxPooledBuffer {
+		bufs.entries = entries
+	}
 	if err != nil {
 		if cq.deleted.Load() && errIsClosedFile(err) {
 			return GetResult{Status: NoMatchedLogicQueue}, nil
@@ -85,7 +91,13 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 
 	res.Status = NoMatchedMessage
 	minPhy := s.cl.minOffset()
-	var body []byte
+	rr := recordReader{cl: s.cl, win: bufs.window[:0]}
+	defer func() {
+		if cap(rr.win) <= maxPooledBuffer {
+			bufs.window = rr.win[:0]
+		}
+	}()
+	body := make([]byte, 0, bodySizeHint(entries, maxMsgNums, maxBytes, s.cl.maxRecordBytes()))
 	var ends []int
 	n := int64(len(entries) / cqEntrySize)
 	i := int64(0)
@@ -116,7 +128,7 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 		start := len(body)
 		body = slices.Grow(body, int(e.size))[:start+int(e.size)]
 		rec := body[start:]
-		if err := s.cl.readAt(rec, e.phy); err != nil {
+		if err := rr.read(rec, e.phy, entries[(i+1)*cqEntrySize:]); err != nil {
 			body = body[:start]
 			if errors.Is(err, ErrNotFound) {
 				if len(ends) == 0 {
@@ -154,6 +166,88 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 		res.MessageCount = len(ends)
 	}
 	return res, nil
+}
+
+// getBuffers are GetMessage's scratch buffers (consume-queue entries, read-ahead window),
+// pooled; the returned body is always freshly allocated.
+type getBuffers struct{ entries, window []byte }
+
+var getBufs = sync.Pool{New: func() any { return new(getBuffers) }}
+
+// maxPooledBuffer is the largest scratch buffer kept in the pool: 1 MiB.
+const maxPooledBuffer = 1 << 20
+
+// bodySizeHint estimates the body size of a GetMessage: the sizes of the first maxMsgNums
+// plausible entries, stopping before maxBytes is exceeded (but counting at least one).
+func bodySizeHint(entries []byte, maxMsgNums, maxBytes int, maxRecord int64) int {
+	total, n := 0, 0
+	for ; len(entries) >= cqEntrySize && n < maxMsgNums; entries = entries[cqEntrySize:] {
+		e := getEntry(entries)
+		if e.empty() || e.padding() || e.size <= 0 || int64(e.size) > maxRecord {
+			continue
+		}
+		if n > 0 && total+int(e.size) > maxBytes {
+			break
+		}
+		total += int(e.size)
+		n++
+	}
+	return total
+}
+
+// readAheadMax bounds one read-ahead of GetMessage: 64 KiB.
+const readAheadMax = 64 << 10
+
+// recordReader reads the records of one GetMessage. Records of a queue are often close to
+// each other in the commitlog, so instead of one pread per record it reads a window that
+// also covers the following entries' records, as long as the window stays under
+// readAheadMax and at least half of its bytes belong to those records.
+type recordReader struct {
+	cl    *commitLog
+	win   []byte
+	start int64 // commitlog offset of win[0]
+}
+
+// read fills dst with the record at phy; next holds the raw consume-queue entries after it.
+func (r *recordReader) read(dst []byte, phy int64, next []byte) error {
+	size := int64(len(dst))
+	if phy >= r.start && phy+size <= r.start+int64(len(r.win)) {
+		copy(dst, r.win[phy-r.start:])
+		return nil
+	}
+	end, useful := phy+size, size
+	for ; len(next) >= cqEntrySize; next = next[cqEntrySize:] {
+		e := getEntry(next)
+		if e.empty() || e.padding() || e.size <= 0 {
+			continue
+		}
+		if e.phy < end {
+			break
+		}
+		newEnd, newUseful := e.phy+int64(e.size), useful+int64(e.size)
+		if newEnd-phy > readAheadMax || newEnd-phy > 2*newUseful {
+			break
+		}
+		end, useful = newEnd, newUseful
+	}
+	if seg := r.cl.segmentFor(phy); seg != nil {
+		end = min(end, seg.end())
+	}
+	end = min(end, r.cl.writePos.Load())
+	if end-phy <= size {
+		return r.cl.readAt(dst, phy) // nothing to read ahead; readAt reports bounds errors
+	}
+	if int64(cap(r.win)) < end-phy {
+		r.win = make([]byte, end-phy)
+	}
+	r.win = r.win[:end-phy]
+	if err := r.cl.readAt(r.win, phy); err != nil {
+		r.win = r.win[:0]
+		return err
+	}
+	r.start = phy
+	copy(dst, r.win)
+	return nil
 }
 
 // validRecordHeader checks that rec starts like the stored record at phy: TOTALSIZE equals

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+func benchStore(b *testing.B, ft FlushDiskType) *Store {
+	b.Helper()
+	s, err := Open(Config{
+		Dir:                  b.TempDir(),
+		CommitLogSegmentSize: 64 << 20,
+		ConsumeQueueEntries:  100000,
+		FlushDiskType:        ft,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+var benchBody = strings.Repeat("b", 1024)
+
+// BenchmarkPutMessage stores 1 KiB messages: serially and from 16 goroutines per CPU (where
+// SYNC_FLUSH group commit shares fsyncs; the puts/fsync metric shows by how much), under
+// both flush types.
+func BenchmarkPutMessage(b *testing.B) {
+	for _, ft := range []FlushDiskType{AsyncFlush, SyncFlush} {
+		b.Run(ft.String(), func(b *testing.B) {
+			s := benchStore(b, ft)
+			m := newMsg("Bench", 0, benchBody, "TagA")
+			tags := message.TagHashCode("TagA")
+			b.SetBytes(int64(len(benchBody)))
+			b.ReportAllocs()
+			for b.Loop() {
+				m.StoreTimestamp = 0
+				if _, err := s.PutMessage(context.Background(), m, tags); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(ft.String()+"/parallel", func(b *testing.B) {
+			s := benchStore(b, ft)
+			tags := message.TagHashCode("TagA")
+			b.SetBytes(int64(len(benchBody)))
+			b.ReportAllocs()
+			start := s.flusher.passes.Load()
+			b.SetParallelism(16) // 16 putters per CPU: group commit shares fsyncs among them
+			b.RunParallel(func(pb *testing.PB) {
+				m := newMsg("Bench", 0, benchBody, "TagA")
+				for pb.Next() {
+					m.StoreTimestamp = 0
+					if _, err := s.PutMessage(context.Background(), m, tags); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			if ft == SyncFlush {
+				b.ReportMetric(float64(b.N)/float64(max(1, s.flusher.passes.Load()-start)), "puts/fsync")
+			}
+		})
+	}
+}
+
+// BenchmarkGetMessage pulls 32 messages of 1 KiB per call from a queue of 10000.
+func BenchmarkGetMessage(b *testing.B) {
+	s := benchStore(b, AsyncFlush)
+	const n = 10000
+	msgs := make([]*message.MessageExt, 100)
+	for i := 0; i < n; i += len(msgs) {
+		for k := range msgs {
+			msgs[k] = newMsg("Bench", 1, benchBody, fmt.Sprintf("Tag%d", k%4))
+		}
+		if _, err := s.PutMessages(context.Background(), msgs, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("all", func(b *testing.B) {
+		b.ReportAllocs()
+		off := int64(0)
+		for b.Loop() {
+			r, err := s.GetMessage("Bench", 1, off, 32, 0, nil)
+			if err != nil || r.MessageCount != 32 {
+				b.Fatalf("%v %d", err, r.MessageCount)
+			}
+			b.SetBytes(int64(len(r.Body)))
+			off = r.NextBeginOffset % (n - 32)
+		}
+	})
+	b.Run("tagFilter", func(b *testing.B) {
+		f := newTagFilter("Tag1")
+		b.ReportAllocs()
+		off := int64(0)
+		for b.Loop() {
+			r, err := s.GetMessage("Bench", 1, off, 32, 0, f)
+			if err != nil || r.MessageCount == 0 {
+				b.Fatalf("%v %d", err, r.MessageCount)
+			}
+			off = r.NextBeginOffset % (n - 200)
+		}
+	})
+}
