@@ -1,0 +1,98 @@
+package producer
+
+// Tests against the real Sluice broker (embedded name server, real TCP and files).
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+func startBroker(t *testing.T, maxMessageSize int) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(broker.Config{
+		ListenAddr:        "127.0.0.1:0",
+		NamesrvListenAddr: "127.0.0.1:0",
+		StorePathRootDir:  t.TempDir(),
+		MaxMessageSize:    maxMessageSize,
+		Logger:            quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Shutdown(ctx); err != nil {
+			t.Errorf("broker shutdown: %v", err)
+		}
+	})
+	return b
+}
+
+func TestBrokerAutoCreatesTopic(t *testing.T) {
+	b := startBroker(t, 0)
+	p := newProducer(t, Config{NamesrvAddrs: strings.Split(b.NamesrvAddr(), ";"), Group: "pg"})
+	seen := map[int]bool{}
+	for i := 0; i < 8; i++ {
+		r, err := p.SendSync(context.Background(), message.NewMessage("FreshTopic", []byte("hello")).SetTag("t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != message.SendOK || r.Queue.BrokerName != b.Name() || r.Queue.QueueID >= 4 {
+			t.Fatalf("result %+v", r)
+		}
+		if _, _, err := message.ParseOffsetMsgID(r.OffsetMsgID); err != nil {
+			t.Fatalf("offset msg id %q: %v", r.OffsetMsgID, err)
+		}
+		seen[r.Queue.QueueID] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("queues used %v, want the 4 of the auto-created topic", seen)
+	}
+	// The broker registered the new topic: the name server now has its own route.
+	cl, err := client.New(client.Config{NamesrvAddrs: strings.Split(b.NamesrvAddr(), ";"), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rd, err := cl.FetchRoute(context.Background(), "FreshTopic")
+		if err == nil {
+			qs, _ := client.PublishQueues("FreshTopic", rd)
+			if len(qs) != 4 {
+				t.Fatalf("auto-created topic has %d write queues, want 4", len(qs))
+			}
+			break
+		}
+		if !errors.Is(err, client.ErrTopicNotExist) || time.Now().After(deadline) {
+			t.Fatalf("route of the auto-created topic: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestBrokerRefusesOversizeWithoutRetry(t *testing.T) {
+	b := startBroker(t, 1024)
+	// The producer's own limit is the default 4 MiB, so the broker's 1 KiB limit decides.
+	p := newProducer(t, Config{NamesrvAddrs: strings.Split(b.NamesrvAddr(), ";")})
+	if _, err := p.SendSync(context.Background(), message.NewMessage("Big", []byte("small"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.SendSync(context.Background(), message.NewMessage("Big", make([]byte, 2000)))
+	var se *SendError
+	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() {
+		t.Fatalf("oversize send: %v", err)
+	}
+}
