@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicemq/sluice/broker"
+)
+
+func newBrokerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run a broker (with an embedded name server unless --namesrv is given) until SIGINT/SIGTERM",
+		Long: `Run a broker. Settings come from a RocketMQ-style broker.conf (-c) and are
+overridden by the flags that are given. Without --namesrv (and without namesrvAddr in
+the file) the broker starts an embedded name server on --namesrv-listen.`,
+		Args: cobra.NoArgs,
+		RunE: runBroker,
+	}
+	f := cmd.Flags()
+	f.StringP("config", "c", "", "broker.conf file (key=value, Apache RocketMQ keys)")
+	f.String("data-dir", "", "data directory (storePathRootDir); default $HOME/sluice/store")
+	f.String("listen", "", "listen address ip:port (default brokerIP1:listenPort, 127.0.0.1:10911)")
+	f.String("namesrv", "", "name server address(es) ip:port;ip:port; empty = embedded name server")
+	f.String("namesrv-listen", "", "listen address of the embedded name server (default 127.0.0.1:9876)")
+	f.String("broker-name", "", "broker name (default broker-a)")
+	f.String("cluster", "", "cluster name (default DefaultCluster)")
+	addShutdownFlag(cmd)
+	return cmd
+}
+
+// brokerConfig loads -c and applies the flags that were set.
+func brokerConfig(cmd *cobra.Command) (broker.Config, error) {
+	f := cmd.Flags()
+	var cfg broker.Config
+	if path, _ := f.GetString("config"); path != "" {
+		c, err := broker.LoadConfigFile(path)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+	}
+	for flag, dst := range map[string]*string{
+		"data-dir":       &cfg.StorePathRootDir,
+		"listen":         &cfg.ListenAddr,
+		"namesrv":        &cfg.NamesrvAddr,
+		"namesrv-listen": &cfg.NamesrvListenAddr,
+		"broker-name":    &cfg.BrokerName,
+		"cluster":        &cfg.BrokerClusterName,
+	} {
+		if f.Changed(flag) {
+			*dst, _ = f.GetString(flag)
+		}
+	}
+	if cfg.StorePathRootDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return cfg, fmt.Errorf("--data-dir not given and no home directory: %w", err)
+		}
+		cfg.StorePathRootDir = filepath.Join(home, "sluice", "store")
+	}
+	return cfg, nil
+}
+
+func runBroker(cmd *cobra.Command, _ []string) error {
+	log, err := newLogger(cmd)
+	if err != nil {
+		return err
+	}
+	cfg, err := brokerConfig(cmd)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	grace, _ := cmd.Flags().GetDuration("shutdown-timeout")
+	b, err := broker.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := b.Start(); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker %s listening on %s, name server %s, data in %s\n",
+		b.Name(), b.Addr(), b.NamesrvAddr(), cfg.StorePathRootDir)
+	<-cmd.Context().Done()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		return fmt.Errorf("broker shutdown: %w", err)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "sluice broker stopped")
+	return nil
+}
