@@ -317,6 +317,24 @@ func TestTwoConsumersShareQueuesExactlyOnce(t *testing.T) {
 	if per["c1"] == 0 || per["c2"] == 0 {
 		t.Fatalf("one consumer got nothing: %v", per)
 	}
+	col.mu.Unlock()
+
+	// c2 leaves: c1 takes over its queues from the offsets c2 persisted — nothing old comes
+	// again, nothing new is missed.
+	shutdown(t, c2)
+	waitFor(t, 15*time.Second, "c1 owns all 8 queues again", func() bool { return len(assigned(c1, "Payments")) == 8 })
+	s2 := send(t, p, "Payments", 40, "late")
+	waitFor(t, 20*time.Second, "the 40 later messages", func() bool { return col.total() >= 160 })
+	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Payments", s2.ends, c1) })
+	col.mu.Lock()
+	if col.count != 160 {
+		t.Fatalf("%d deliveries after c2 left, want 160", col.count)
+	}
+	for body := range s2.bodies {
+		if col.got[body] != 1 || col.by[body] != "c1" {
+			t.Fatalf("%q delivered %d times, last to %s", body, col.got[body], col.by[body])
+		}
+	}
 }
 
 func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
