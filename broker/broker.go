@@ -33,6 +33,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,7 +142,8 @@ func (b *Broker) Start() (err error) {
 	b.store.OnDispatch(func(topic string, queueID int32, _ int64, _ int64) { b.arrivals.arrived(topic, queueID) })
 
 	if b.cfg.NamesrvAddr == "" {
-		b.embedded, err = namesrv.New(namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger})
+		b.embedded, err = namesrv.New(namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger,
+			KVConfigPath: filepath.Join(b.cfg.StorePathRootDir, "config", "namesrv_kv.json")})
 		if err != nil {
 			return err
 		}
