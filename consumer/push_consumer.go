@@ -229,6 +229,11 @@ func (c *PushConsumer) Start() error {
 	}
 	c.state = stateStarted
 	topics := c.topicsLocked()
+	// Workers start under the lock, so a concurrent Shutdown sees all of them.
+	for i := 0; i < c.cfg.ConsumeGoroutines; i++ {
+		c.workers.Add(1)
+		go c.worker()
+	}
 	c.mu.Unlock()
 
 	c.cl.RegisterHandler(remoting.NotifyConsumerIDsChanged, func(ctx context.Context, addr string, req *remoting.RemotingCommand) *remoting.RemotingCommand {
@@ -253,10 +258,6 @@ func (c *PushConsumer) Start() error {
 	}
 	if err := c.cl.SendHeartbeat(c.ctx); err != nil {
 		c.log.Warn("consumer: heartbeat failed", "err", err)
-	}
-	for i := 0; i < c.cfg.ConsumeGoroutines; i++ {
-		c.workers.Add(1)
-		go c.worker()
 	}
 	c.spawn(c.rebalanceLoop)
 	c.spawn(c.persistLoop)
