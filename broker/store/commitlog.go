@@ -149,6 +149,10 @@ func (cl *commitLog) readAt(dst []byte, offset int64) error {
 		return fmt.Errorf("%w: commitlog range [%d, %d) is not in one segment", ErrNotFound, offset, offset+int64(len(dst)))
 	}
 	if _, err := seg.f.ReadAt(dst, offset-seg.start); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			// DeleteExpiredFiles (or Close) removed the segment under this reader.
+			return fmt.Errorf("%w: commitlog segment %d was deleted", ErrNotFound, seg.start)
+		}
 		return fmt.Errorf("store: read commitlog at %d: %w", offset, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -88,7 +89,8 @@ func (cq *consumeQueue) fileFor(idx int64) *cqFile {
 }
 
 // readEntries returns the raw entries from queue offset idx up to n entries, stopping at the
-// end of idx's file and at max. It returns nil, nil when the file holding idx is missing.
+// end of idx's file and at max. It returns nil, nil when the file holding idx is missing or
+// was deleted under the reader.
 func (cq *consumeQueue) readEntries(idx int64, n int64) ([]byte, error) {
 	return cq.readEntriesInto(nil, idx, n)
 }
@@ -108,6 +110,9 @@ func (cq *consumeQueue) readEntriesInto(buf []byte, idx int64, n int64) ([]byte,
 	}
 	buf = buf[:n*cqEntrySize]
 	if _, err := f.f.ReadAt(buf, (idx-f.start)*cqEntrySize); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return nil, nil // deleted under the reader (retention or DeleteTopic)
+		}
 		return nil, fmt.Errorf("store: read consume queue %s/%d at %d: %w", cq.topic, cq.queueID, idx, err)
 	}
 	return buf, nil

@@ -76,6 +76,13 @@
 // stops only at a record that is invalid, an acknowledged record is never cut; because every
 // record after the last checkpoint is validated, a torn record is never served.
 //
+// # Retention
+//
+// [Store.DeleteExpiredFiles] deletes the oldest commitlog segments whose last write is older
+// than a cutoff (the broker's fileReservedTime), never the one being written, then drops
+// consume-queue files that only point at deleted data and moves each queue's min offset to
+// its first surviving message. Pulls below it answer OFFSET_TOO_SMALL.
+//
 // # Concurrency
 //
 // All methods are safe for concurrent use. Lock order: Store.lifeMu (read side held by every

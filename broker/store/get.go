@@ -78,14 +78,14 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 		bufs.entries = entries
 	}
 	if err != nil {
-		if cq.deleted.Load() && errIsClosedFile(err) {
-			return GetResult{Status: NoMatchedLogicQueue}, nil
-		}
 		return GetResult{}, err
+	}
+	if entries == nil && cq.deleted.Load() {
+		return GetResult{Status: NoMatchedLogicQueue}, nil // DeleteTopic ran under this reader
 	}
 	if entries == nil {
 		res.Status = OffsetFoundNull
-		res.NextBeginOffset = offset + cq.perFile - offset%cq.perFile
+		res.NextBeginOffset = cq.nextFileStart(offset)
 		return res, nil
 	}
 

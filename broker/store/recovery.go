@@ -104,6 +104,12 @@ func (s *Store) recover() (int64, error) {
 			}
 		}
 	}
+	// Queues may point at segments retention deleted: move their min offsets past them.
+	for _, cq := range s.queueList() {
+		if err := cq.deleteBelow(cl.minOffset()); err != nil {
+			return 0, err
+		}
+	}
 	s.log.Info("store recovered", "commitLogMaxOffset", cut, "checkpointOffset", d, "redispatched", redispatched, "queues", len(s.queueList()))
 
 	clFlushed := first

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -505,6 +504,3 @@ func (s *Store) DeleteTopic(topic string) error {
 	return s.checkpoint()
 }
 
-// errIsClosedFile reports whether err comes from a file closed underneath a reader
-// (DeleteTopic).
-func errIsClosedFile(err error) bool { return errors.Is(err, os.ErrClosed) }
