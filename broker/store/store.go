@@ -503,4 +503,3 @@ func (s *Store) DeleteTopic(topic string) error {
 	}
 	return s.checkpoint()
 }
-
