@@ -43,7 +43,8 @@ type SubscriptionData struct {
 	ExpressionType string   `json:"expressionType"` // "TAG" (also ""), or "SQL92"
 }
 
-// subscription is a compiled subscription the pull path filters with.
+// subscription is a compiled subscription the pull path filters with. It is immutable
+// once published in consumerGroup.subs, so pulls may use it without the lock.
 type subscription struct {
 	data   SubscriptionData
 	filter *filter.TagFilter
@@ -117,7 +118,8 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *HeartbeatData, now ti
 			cur, ok := g.subs[sd.Topic]
 			if ok && cur.data.SubString == sd.SubString && cur.data.ExpressionType == sd.ExpressionType {
 				if sd.SubVersion > cur.data.SubVersion {
-					cur.data.SubVersion = sd.SubVersion
+					// Replace, never mutate: pulls read subscriptions without the lock.
+					g.subs[sd.Topic] = &subscription{data: sd, filter: cur.filter}
 				}
 				continue
 			}
