@@ -192,8 +192,11 @@ func bodySizeHint(entries []byte, maxMsgNums, maxBytes int, maxRecord int64) int
 		total += int(e.size)
 		n++
 	}
-	return total
+	return min(total, maxBodyHint)
 }
+
+// maxBodyHint caps the pre-allocation of a GetMessage body: 16 MiB (it grows if needed).
+const maxBodyHint = 16 << 20
 
 // readAheadMax bounds one read-ahead of GetMessage: 64 KiB.
 const readAheadMax = 64 << 10
@@ -407,8 +410,14 @@ func (s *Store) LookMessageByOffset(commitLogOffset int64) (*message.MessageExt,
 	if err := s.cl.readAt(hdr[:], commitLogOffset); err != nil {
 		return nil, nil, err
 	}
-	size := int32(binary.BigEndian.Uint32(hdr[:]))
-	if binary.BigEndian.Uint32(hdr[4:]) != message.MagicCode || size < int32(posBornHost) {
+	size := int64(int32(binary.BigEndian.Uint32(hdr[:])))
+	// Bound the size before allocating: the offset may come from a client, and a body can
+	// contain bytes that look like a record header.
+	limit := min(s.cl.maxRecordBytes(), s.cl.writePos.Load()-commitLogOffset)
+	if seg := s.cl.segmentFor(commitLogOffset); seg != nil {
+		limit = min(limit, seg.end()-commitLogOffset)
+	}
+	if binary.BigEndian.Uint32(hdr[4:]) != message.MagicCode || size < int64(minRecordSize) || size > limit {
 		return nil, nil, fmt.Errorf("%w: no record starts at commitlog offset %d", ErrNotFound, commitLogOffset)
 	}
 	rec := make([]byte, size)

@@ -683,6 +683,14 @@ func TestTransactionTypesAndLook(t *testing.T) {
 	if err != nil || m.PreparedTransactionOffset != pres.CommitLogOffset {
 		t.Fatalf("look commit: %+v %v", m, err)
 	}
+	// A body that contains a fake record header with a huge size: looked up by its offset,
+	// it is rejected without allocating the size it claims.
+	fake := newMsg("Fake", 0, "", "")
+	fake.Body = append([]byte{0x7F, 0xFF, 0xFF, 0xFF}, 0xDA, 0xA3, 0x20, 0xA7)
+	fres := put(t, s, fake)
+	if _, _, err := s.LookMessageByOffset(fres.CommitLogOffset + bodyPos); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("fake header inside a body: %v", err)
+	}
 	for _, off := range []int64{-1, 1, pres.CommitLogOffset + 10, s.MaxPhyOffset(), s.MaxPhyOffset() + 100, 1 << 40} {
 		if _, _, err := s.LookMessageByOffset(off); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("LookMessageByOffset(%d) = %v, want ErrNotFound", off, err)
