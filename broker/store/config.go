@@ -161,6 +161,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("store: invalid config %s=%v: %s", e.Field, e.Value, e.Reason)
 }

@@ -23,6 +23,7 @@ type MessageTooLargeError struct {
 	Limit int    // the limit in bytes
 }
 
+// Error implements error.
 func (e *MessageTooLargeError) Error() string {
 	if e.What == "record" {
 		return fmt.Sprintf("store: message too large: encoded record of %d bytes does not fit in a commitlog segment (limit %d bytes)", e.Size, e.Limit)
@@ -41,6 +42,7 @@ type InvalidArgumentError struct {
 	Err    error
 }
 
+// Error implements error.
 func (e *InvalidArgumentError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("store: invalid %s: %s: %v", e.Field, e.Reason, e.Err)
@@ -59,4 +61,5 @@ type CorruptError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *CorruptError) Error() string { return fmt.Sprintf("store: corrupt %s: %s", e.Path, e.Reason) }
