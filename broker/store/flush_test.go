@@ -114,23 +114,59 @@ func TestSyncFlushTimeout(t *testing.T) {
 	s := openStore(t, cfg)
 	s.flusher.syncMu.Lock() // a disk that does not answer
 	r, err := s.PutMessage(context.Background(), newMsg("TO", 0, "slow", ""), 0)
+	s.flusher.syncMu.Unlock()
 	if err != nil || r.Status != PutFlushDiskTimeout {
-		s.flusher.syncMu.Unlock()
 		t.Fatalf("got %+v %v, want FLUSH_DISK_TIMEOUT", r, err)
 	}
+	// The message is stored; only its durability was unconfirmed.
+	if got := bodies(t, s, "TO", 0); len(got) != 1 {
+		t.Fatalf("stored: %v", got)
+	}
+}
+
+func TestSyncFlushContextEndsWhileWaiting(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	cfg.SyncFlushTimeout = time.Hour
+	cfg.FlushConsumeQueueInterval = time.Hour
+	s := openStore(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	cfgTimeout := s.cfg.SyncFlushTimeout
-	s.cfg.SyncFlushTimeout = time.Hour
-	r2, err := s.PutMessage(ctx, newMsg("TO", 0, "ctx", ""), 0)
-	s.cfg.SyncFlushTimeout = cfgTimeout
+	s.flusher.syncMu.Lock()
+	r, err := s.PutMessage(ctx, newMsg("TO", 0, "ctx", ""), 0)
 	s.flusher.syncMu.Unlock()
-	if err != nil || r2.Status != PutFlushDiskTimeout {
-		t.Fatalf("ctx expiry while waiting: %+v %v", r2, err)
+	if err != nil || r.Status != PutFlushDiskTimeout {
+		t.Fatalf("ctx expiry while waiting: %+v %v", r, err)
 	}
-	// Both messages are stored (only their durability was unconfirmed).
-	if got := bodies(t, s, "TO", 0); len(got) != 2 {
+	if got := bodies(t, s, "TO", 0); len(got) != 1 {
 		t.Fatalf("stored: %v", got)
+	}
+}
+
+func TestCloseReleasesSyncFlushWaiters(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	cfg.SyncFlushTimeout = time.Hour
+	cfg.FlushConsumeQueueInterval = time.Hour
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.flusher.syncMu.Lock()
+	done := make(chan PutResult, 1)
+	go func() {
+		r, _ := s.PutMessage(context.Background(), newMsg("CL", 0, "x", ""), 0)
+		done <- r
+	}()
+	waitFor(t, 5*time.Second, func() bool { return s.MaxOffset("CL", 0) == 1 })
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	s.flusher.syncMu.Unlock() // Close's final flush covers the waiter
+	if r := <-done; r.Status != PutOK {
+		t.Fatalf("waiter got %v", r.Status)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
 }
 
