@@ -65,6 +65,7 @@ type Broker struct {
 	clients  *clientManager
 	arrivals *arrivals
 	sched    *scheduler
+	locks    *queueLocks
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -106,6 +107,7 @@ func New(cfg Config) (*Broker, error) {
 	if b.sched, err = newScheduler(b); err != nil {
 		return nil, err
 	}
+	b.locks = newQueueLocks(time.Duration(cfg.RebalanceLockMaxLiveTime) * time.Millisecond)
 	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
@@ -168,7 +170,13 @@ func (b *Broker) Start() (err error) {
 		return err
 	}
 	b.registerProcessors()
-	b.server.OnConnClose(func(c *remoting.Conn) { b.notifyLater(b.clients.removeConn(c.ID())) })
+	b.server.OnConnClose(func(c *remoting.Conn) {
+		groups, gone := b.clients.removeConn(c.ID())
+		for _, m := range gone {
+			b.locks.releaseClient(m.group, m.clientID)
+		}
+		b.notifyLater(groups)
+	})
 	if err = b.server.Start(); err != nil {
 		return fmt.Errorf("listen %s: %w", b.cfg.ListenAddr, err)
 	}

@@ -187,23 +187,28 @@ func (m *clientManager) unregister(conn *remoting.Conn, clientID, producerGroup,
 	return nil
 }
 
+// member names one client of a consumer group.
+type member struct{ group, clientID string }
+
 // removeConn drops everything registered on conn and returns the consumer groups that
-// lost a member.
-func (m *clientManager) removeConn(connID uint64) []string {
+// lost a member, and the members it removed.
+func (m *clientManager) removeConn(connID uint64) ([]string, []member) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, g := range m.producers {
 		delete(g, connID)
 	}
 	var changed []string
+	var gone []member
 	for _, g := range m.consumers {
-		if _, ok := g.channels[connID]; ok {
+		if ch, ok := g.channels[connID]; ok {
 			delete(g.channels, connID)
 			changed = append(changed, g.name)
+			gone = append(gone, member{g.name, ch.clientID})
 			m.pruneLocked(g)
 		}
 	}
-	return changed
+	return changed, gone
 }
 
 // pruneLocked forgets a group with no members left.

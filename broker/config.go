@@ -84,6 +84,10 @@ type Config struct {
 	// ClientChannelExpiredTimeout drops a client whose last heartbeat is older than this,
 	// in ms. Default 120000 (RocketMQ's CHANNEL_EXPIRED_TIMEOUT).
 	ClientChannelExpiredTimeout int64 `conf:"clientChannelExpiredTimeout"`
+	// RebalanceLockMaxLiveTime is how long an orderly consumer's queue lock
+	// (LOCK_BATCH_MQ, 41) lives without renewal, in ms. Default 60000 (Java's
+	// rocketmq.broker.rebalance.lockMaxLiveTime).
+	RebalanceLockMaxLiveTime int64 `conf:"rebalanceLockMaxLiveTime"`
 	// FlushConsumerOffsetInterval is how often consumer offsets are written to disk, in ms.
 	// Default 5000.
 	FlushConsumerOffsetInterval int64 `conf:"flushConsumerOffsetInterval"`
@@ -178,6 +182,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ClientChannelExpiredTimeout == 0 {
 		c.ClientChannelExpiredTimeout = 120000
+	}
+	if c.RebalanceLockMaxLiveTime == 0 {
+		c.RebalanceLockMaxLiveTime = DefaultRebalanceLockMaxLiveTime
 	}
 	if c.FlushConsumerOffsetInterval == 0 {
 		c.FlushConsumerOffsetInterval = 5000

@@ -33,6 +33,8 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.UpdateAndCreateTopic, b.handleCreateTopic)
 	s.Handle(remoting.DeleteTopicInBroker, b.handleDeleteTopic)
 	s.Handle(remoting.GetAllSubscriptionGroupConfig, b.handleAllGroups)
+	s.Handle(remoting.LockBatchMQ, b.handleLockBatch)
+	s.Handle(remoting.UnlockBatchMQ, b.handleUnlockBatch)
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer
