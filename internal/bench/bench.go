@@ -1,0 +1,320 @@
+// Package bench measures Sluice end to end over loopback: producer throughput and send
+// latency (Produce), push-consumer drain throughput (Consume), and, as a comparison
+// peer, synchronous publishes to a NATS JetStream stream (ProduceJetStream). The
+// `sluice bench` command and this package's go test benchmarks use it.
+//
+// Numbers are only measured here, never asserted: a run reports what it saw.
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// Defaults and limits of Config.
+const (
+	DefaultTopic     = "SluiceBench"
+	DefaultQueues    = 8
+	DefaultSize      = 1024 // bytes
+	DefaultDuration  = 10 * time.Second
+	DefaultMessages  = 100_000 // Consume's prefill when Config.Messages is 0
+	DefaultNatsURL   = "nats://127.0.0.1:4222"
+	MaxSize          = message.DefaultMaxMessageSize // 4 MiB
+	MaxProducers     = 1024
+	MaxInflight      = 1024
+	MaxQueues        = 1024
+	prefillInflight  = 16 // Consume's prefill concurrency per producer, at least
+	consumerShutdown = 10 * time.Second
+)
+
+// Target names a system under test.
+const (
+	TargetSluice    = "sluice"
+	TargetJetStream = "jetstream"
+)
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// Progress receives a run's progress. Nil in Config means none.
+type Progress interface {
+	// Phase starts a phase ("warmup", "produce", "prefill", "consume") of total
+	// messages; total is -1 when the phase runs for a duration instead.
+	Phase(name string, total int64)
+	// Add reports n more messages done in the current phase. It is called from many
+	// goroutines at once and must be cheap (an atomic add).
+	Add(n int64)
+}
+
+// Config configures a run. The zero value is usable for an embedded broker apart from
+// NamesrvAddrs (Sluice targets) — a run against JetStream needs only NatsURL.
+type Config struct {
+	// NamesrvAddrs are the Sluice name servers ("host:port"). Required for Sluice runs.
+	NamesrvAddrs []string
+	// NatsURL is the NATS server for ProduceJetStream. Default: nats://127.0.0.1:4222.
+	NatsURL string
+	// Topic is the topic to produce to; Consume uses a fresh topic named after it
+	// (Topic + "_c<unix ns>") and deletes it afterwards. JetStream uses a stream named
+	// SLUICE_BENCH_<Topic> on subject sluice.bench.<Topic>, deleted afterwards.
+	// Default: "SluiceBench".
+	Topic string
+	// Queues is the queue count the topic is created with. Default: 8; at most 1024.
+	Queues int
+	// Size is the body size in bytes; the first 8 bytes carry a sequence number.
+	// Default: 1024; 8..4194304.
+	Size int
+	// Producers is the number of producers (each its own connections). Default: 1;
+	// at most 1024.
+	Producers int
+	// Inflight is the number of concurrent synchronous sends per producer (one
+	// goroutine each). Default: 1; at most 1024.
+	Inflight int
+	// Messages is how many messages to send (Produce) or to prefill and drain
+	// (Consume). Zero: Produce runs for Duration; Consume uses 100000.
+	Messages int64
+	// Duration is how long Produce sends when Messages is 0. Default: 10s.
+	Duration time.Duration
+	// Warmup is how many untimed sends each producer makes before Produce starts the
+	// clock (route lookup, connections). Default: 0 = 100; negative = none.
+	Warmup int
+	// ConsumeGoroutines is the push consumer's handler goroutine count. Default: 20.
+	ConsumeGoroutines int
+	// ConsumeBatch is the most messages one handler call gets
+	// (consumeMessageBatchMaxSize). Default: 1.
+	ConsumeBatch int
+	// PullBatch is the most messages one pull asks for (pullBatchSize). Default: 32.
+	PullBatch int
+	// Progress, if set, is told the phases and every message done.
+	Progress Progress
+	// Logger receives the SDK logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.NatsURL == "" {
+		c.NatsURL = DefaultNatsURL
+	}
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.Queues == 0 {
+		c.Queues = DefaultQueues
+	}
+	if c.Size == 0 {
+		c.Size = DefaultSize
+	}
+	if c.Producers == 0 {
+		c.Producers = 1
+	}
+	if c.Inflight == 0 {
+		c.Inflight = 1
+	}
+	if c.Messages == 0 && c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 100
+	}
+	if c.Logger == nil {
+		c.Logger = discard
+	}
+	if c.Progress == nil {
+		c.Progress = noProgress{}
+	}
+}
+
+// Validate reports the first field outside its limits, naming it.
+func (c Config) Validate() error {
+	switch {
+	case c.Size != 0 && (c.Size < 8 || c.Size > MaxSize):
+		return fmt.Errorf("bench: Size %d bytes is outside 8..%d", c.Size, MaxSize)
+	case c.Producers < 0 || c.Producers > MaxProducers:
+		return fmt.Errorf("bench: Producers %d is outside 1..%d", c.Producers, MaxProducers)
+	case c.Inflight < 0 || c.Inflight > MaxInflight:
+		return fmt.Errorf("bench: Inflight %d is outside 1..%d", c.Inflight, MaxInflight)
+	case c.Queues < 0 || c.Queues > MaxQueues:
+		return fmt.Errorf("bench: Queues %d is outside 1..%d", c.Queues, MaxQueues)
+	case c.Messages < 0:
+		return fmt.Errorf("bench: Messages %d must not be negative", c.Messages)
+	case c.Duration < 0:
+		return fmt.Errorf("bench: Duration %v must not be negative", c.Duration)
+	case c.ConsumeGoroutines < 0 || c.ConsumeBatch < 0 || c.PullBatch < 0:
+		return fmt.Errorf("bench: ConsumeGoroutines %d, ConsumeBatch %d and PullBatch %d must not be negative",
+			c.ConsumeGoroutines, c.ConsumeBatch, c.PullBatch)
+	}
+	return nil
+}
+
+type noProgress struct{}
+
+func (noProgress) Phase(string, int64) {}
+func (noProgress) Add(int64)           {}
+
+// Result is what one run measured.
+type Result struct {
+	// Target is TargetSluice or TargetJetStream.
+	Target string
+	// Kind is "produce" or "consume".
+	Kind string
+	// Messages is the number of messages acknowledged (produce) or consumed once
+	// (consume) inside the timed window.
+	Messages int64
+	// Bytes is the body bytes of those messages.
+	Bytes int64
+	// Elapsed is the timed window: first send to last acknowledgement (produce), or
+	// consumer Start to the last message handled (consume).
+	Elapsed time.Duration
+	// Latency holds one sample per acknowledged send, from the call to its return
+	// (produce only; empty for consume).
+	Latency Histogram
+	// Duplicates counts messages handled more than once (consume only).
+	Duplicates int64
+}
+
+// MsgPerSec returns Messages per second of Elapsed.
+func (r *Result) MsgPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Messages) / r.Elapsed.Seconds()
+}
+
+// MBPerSec returns body megabytes (10^6 bytes) per second of Elapsed.
+func (r *Result) MBPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Bytes) / 1e6 / r.Elapsed.Seconds()
+}
+
+// sendFunc sends one body synchronously and returns when it was acknowledged.
+type sendFunc func(ctx context.Context, body []byte) error
+
+// plan is what drive sends: either a fixed count or for a duration.
+type plan struct {
+	messages int64         // > 0: exactly this many
+	duration time.Duration // else: until this much time has passed
+	inflight int           // goroutines per sender
+	phase    string
+}
+
+// drive runs the workers: plan.inflight goroutines per sender, each with its own body
+// buffer and latency histogram. Sequence numbers 1..n go into the first 8 body bytes.
+// The first failure stops every worker and is returned.
+func drive(ctx context.Context, cfg *Config, senders []sendFunc, p plan) (*Result, error) {
+	total := p.messages
+	if total == 0 {
+		total = -1
+	}
+	cfg.Progress.Phase(p.phase, total)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		next     atomic.Int64
+		stop     atomic.Bool
+		firstErr error
+		errOnce  sync.Once
+		mu       sync.Mutex
+		res      = &Result{Kind: "produce"}
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; stop.Store(true); cancel() })
+	}
+	start := time.Now()
+	if p.messages == 0 {
+		t := time.AfterFunc(p.duration, func() { stop.Store(true) })
+		defer t.Stop()
+	}
+	for _, send := range senders {
+		for range p.inflight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body := makeBody(cfg.Size)
+				var h Histogram
+				var bytes int64
+				defer func() {
+					mu.Lock()
+					res.Latency.Merge(&h)
+					res.Bytes += bytes
+					mu.Unlock()
+				}()
+				for !stop.Load() {
+					seq := next.Add(1)
+					if p.messages > 0 && seq > p.messages {
+						return
+					}
+					binary.BigEndian.PutUint64(body, uint64(seq))
+					t0 := time.Now()
+					if err := send(ctx, body); err != nil {
+						fail(fmt.Errorf("send %d: %w", seq, err))
+						return
+					}
+					h.Record(time.Since(t0))
+					bytes += int64(len(body))
+					cfg.Progress.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.Messages = int64(res.Latency.Count())
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// makeBody returns a body of size bytes: an 8-byte sequence slot, then filler.
+func makeBody(size int) []byte {
+	b := make([]byte, size)
+	for i := 8; i < size; i++ {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+// bodySeq returns the sequence number in a body made by makeBody (0 if too short).
+func bodySeq(b []byte) int64 {
+	if len(b) < 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b))
+}
+
+// warmup sends n untimed messages through each sender.
+func warmup(ctx context.Context, cfg *Config, senders []sendFunc) error {
+	if cfg.Warmup <= 0 {
+		return nil
+	}
+	_, err := drive(ctx, cfg, senders, plan{messages: int64(cfg.Warmup * len(senders)), inflight: 1, phase: "warmup"})
+	if err != nil {
+		return fmt.Errorf("bench: warm-up: %w", err)
+	}
+	return nil
+}
+
+// shutdownAll runs every stop function with a shared 10 s budget and joins the errors.
+func shutdownAll(stops []func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), consumerShutdown)
+	defer cancel()
+	var errs []error
+	for _, s := range stops {
+		errs = append(errs, s(ctx))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/producer"
+)
+
+// producerGroup is the producer group of every bench producer.
+const producerGroup = "SluiceBenchProducer"
+
+// startProducers starts n Sluice producers and returns a send function for each and a
+// stop function shutting them all down.
+func startProducers(cfg *Config, n int, topic string) ([]sendFunc, func(ctx context.Context) error, error) {
+	var ps []*producer.Producer
+	stop := func(ctx context.Context) error {
+		var errs []error
+		for _, p := range ps {
+			errs = append(errs, p.Shutdown(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	senders := make([]sendFunc, 0, n)
+	for range n {
+		p, err := producer.New(producer.Config{NamesrvAddrs: cfg.NamesrvAddrs, Group: producerGroup, Logger: cfg.Logger})
+		if err == nil {
+			err = p.Start()
+		}
+		if err != nil {
+			if p != nil {
+				ps = append(ps, p)
+			}
+			return nil, nil, errors.Join(fmt.Errorf("bench: producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
+		}
+		ps = append(ps, p)
+		senders = append(senders, func(ctx context.Context, body []byte) error {
+			_, err := p.SendSync(ctx, message.NewMessage(topic, body))
+			return err
+		})
+	}
+	return senders, stop, nil
+}
+
+// Produce sends Config.Messages messages (or for Config.Duration) to Config.Topic
+// through Config.Producers Sluice producers with Config.Inflight concurrent SendSync
+// calls each, after an untimed warm-up, and reports throughput and send latency. The
+// topic is created first (UPDATE_AND_CREATE_TOPIC with Config.Queues queues on every
+// master). Errors: an invalid Config, no NamesrvAddrs, topic creation, and the first
+// failed send (which stops the run).
+func Produce(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if len(cfg.NamesrvAddrs) == 0 {
+		return nil, errors.New("bench: NamesrvAddrs is empty: a Sluice run needs a name server")
+	}
+	if err := EnsureTopic(ctx, cfg.NamesrvAddrs, cfg.Topic, cfg.Queues); err != nil {
+		return nil, err
+	}
+	senders, stop, err := startProducers(&cfg, cfg.Producers, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	res, err := func() (*Result, error) {
+		if err := warmup(ctx, &cfg, senders); err != nil {
+			return nil, err
+		}
+		return drive(ctx, &cfg, senders, plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"})
+	}()
+	if serr := shutdownAll([]func(context.Context) error{stop}); serr != nil && err == nil {
+		err = fmt.Errorf("bench: producer shutdown: %w", serr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Target = TargetSluice
+	return res, nil
+}
+
+// Consume measures a push consumer draining a backlog: it creates a fresh topic
+// (Config.Topic + "_c<unix ns>", Config.Queues queues), prefills it with
+// Config.Messages messages (default 100000) through Config.Producers producers with at
+// least 16 concurrent sends each (untimed), then starts a PushConsumer of a fresh
+// consumer group from the first offset and times Start until every message has been
+// handled once. The topic is deleted afterwards. The handler only counts; duplicates
+// are counted apart. Errors: an invalid Config, no NamesrvAddrs, topic, prefill or
+// consumer failures, and ctx ending before the drain completes.
+func Consume(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Messages == 0 {
+		cfg.Messages = DefaultMessages
+	}
+	cfg.setDefaults()
+	if len(cfg.NamesrvAddrs) == 0 {
+		return nil, errors.New("bench: NamesrvAddrs is empty: a Sluice run needs a name server")
+	}
+	stamp := time.Now().UnixNano()
+	topic := fmt.Sprintf("%s_c%d", cfg.Topic, stamp)
+	group := fmt.Sprintf("SluiceBenchConsumer_%d", stamp)
+	if err := EnsureTopic(ctx, cfg.NamesrvAddrs, topic, cfg.Queues); err != nil {
+		return nil, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := DeleteTopic(dctx, cfg.NamesrvAddrs, topic); err != nil {
+			cfg.Logger.Warn("bench: could not delete the consume topic", "topic", topic, "err", err)
+		}
+	}()
+
+	senders, stop, err := startProducers(&cfg, cfg.Producers, topic)
+	if err != nil {
+		return nil, err
+	}
+	_, err = drive(ctx, &cfg, senders, plan{messages: cfg.Messages, inflight: max(cfg.Inflight, prefillInflight), phase: "prefill"})
+	if serr := shutdownAll([]func(context.Context) error{stop}); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: prefill: %w", err)
+	}
+	return drain(ctx, &cfg, topic, group)
+}
+
+// drain times a fresh push consumer group reading cfg.Messages messages of topic.
+func drain(ctx context.Context, cfg *Config, topic, group string) (*Result, error) {
+	n := cfg.Messages
+	seen := make([]atomic.Bool, n)
+	var (
+		distinct, dups, bytes atomic.Int64
+		doneOnce              sync.Once
+		done                  = make(chan struct{})
+	)
+	c, err := consumer.NewPushConsumer(consumer.Config{
+		NamesrvAddrs:               cfg.NamesrvAddrs,
+		Group:                      group,
+		ConsumeFromWhere:           consumer.ConsumeFromFirstOffset,
+		ConsumeGoroutines:          cfg.ConsumeGoroutines,
+		ConsumeMessageBatchMaxSize: cfg.ConsumeBatch,
+		PullBatchSize:              cfg.PullBatch,
+		Logger:                     cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: consumer: %w", err)
+	}
+	err = c.Subscribe(topic, message.SubscribeAll, func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		for _, m := range msgs {
+			seq := bodySeq(m.Body)
+			if seq < 1 || seq > n || !seen[seq-1].CompareAndSwap(false, true) {
+				dups.Add(1)
+				continue
+			}
+			bytes.Add(int64(len(m.Body)))
+			cfg.Progress.Add(1)
+			if distinct.Add(1) == n {
+				doneOnce.Do(func() { close(done) })
+			}
+		}
+		return message.ConsumeSuccess, nil
+	})
+	if err != nil {
+		_ = shutdownAll([]func(context.Context) error{c.Shutdown})
+		return nil, fmt.Errorf("bench: subscribe: %w", err)
+	}
+	cfg.Progress.Phase("consume", n)
+	start := time.Now()
+	if err := c.Start(); err != nil {
+		_ = shutdownAll([]func(context.Context) error{c.Shutdown})
+		return nil, fmt.Errorf("bench: consumer start: %w", err)
+	}
+	var elapsed time.Duration
+	select {
+	case <-done:
+		elapsed = time.Since(start)
+	case <-ctx.Done():
+	}
+	serr := shutdownAll([]func(context.Context) error{c.Shutdown})
+	if elapsed == 0 {
+		return nil, fmt.Errorf("bench: drain stopped after %d of %d messages: %w", distinct.Load(), n, ctx.Err())
+	}
+	if serr != nil {
+		return nil, fmt.Errorf("bench: consumer shutdown: %w", serr)
+	}
+	return &Result{Target: TargetSluice, Kind: "consume", Messages: distinct.Load(), Bytes: bytes.Load(), Elapsed: elapsed, Duplicates: dups.Load()}, nil
+}
