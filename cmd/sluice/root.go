@@ -25,6 +25,7 @@ func newRootCmd() *cobra.Command {
 		newNamesrvCmd(),
 		newBrokerCmd(),
 		newAdminCmd(),
+		newQuickstartCmd(),
 	)
 	return root
 }
