@@ -41,6 +41,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -66,6 +67,7 @@ type Broker struct {
 	arrivals *arrivals
 	sched    *scheduler
 	locks    *queueLocks
+	txn      *txnService
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -107,6 +109,7 @@ func New(cfg Config) (*Broker, error) {
 	if b.sched, err = newScheduler(b); err != nil {
 		return nil, err
 	}
+	b.txn = newTxnService(b)
 	b.locks = newQueueLocks(time.Duration(cfg.RebalanceLockMaxLiveTime) * time.Millisecond)
 	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -137,9 +140,13 @@ func (b *Broker) Start() (err error) {
 		SyncFlushTimeout:     time.Duration(b.cfg.SyncFlushTimeout) * time.Millisecond,
 		MaxMessageSize:       b.cfg.MaxMessageSize,
 		Logger:               b.log,
+		RecoverTagsCode:      b.recoverTagsCode,
 	})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
+	}
+	if err = b.txn.load(); err != nil {
+		return fmt.Errorf("load transaction state: %w", err)
 	}
 	b.store.OnDispatch(func(topic string, queueID int32, _ int64, _ int64) { b.arrivals.arrived(topic, queueID) })
 
@@ -194,9 +201,21 @@ func (b *Broker) Start() (err error) {
 	b.spawn(b.offsetFlushLoop)
 	b.spawn(b.clientExpiryLoop)
 	b.sched.start()
+	b.spawn(b.txn.checkLoop)
 	b.log.Info("broker started", "addr", b.addr, "namesrv", strings.Join(b.namesrvAddrs, ";"),
 		"store", b.cfg.StorePathRootDir, "flushDiskType", b.cfg.FlushDiskType)
 	return nil
+}
+
+// recoverTagsCode is the consume-queue tag code of a record the store re-dispatches
+// during recovery: the delivery time for delayed messages, else the tag hash.
+func (b *Broker) recoverTagsCode(m *message.MessageExt) int64 {
+	if m.Topic == message.ScheduleTopic {
+		if level := m.DelayLevel(); level > 0 {
+			return b.sched.deliverAt(b.sched.clampLevel(level), m.StoreTimestamp)
+		}
+	}
+	return message.TagHashCode(m.Tag())
 }
 
 // spawn runs f in a goroutine the broker waits for on Shutdown. Once Shutdown has begun

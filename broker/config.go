@@ -98,6 +98,16 @@ type Config struct {
 	FileReservedTime int `conf:"fileReservedTime"`
 	// BrokerRole must be ASYNC_MASTER (default) or SYNC_MASTER; Sluice has no slaves.
 	BrokerRole string `conf:"brokerRole"`
+	// TransactionTimeOut is how old a half message must be, in ms, before the broker
+	// checks its state with the producer. Default 60000 (Sluice's seed; Apache RocketMQ
+	// 4.9 defaults to 6000).
+	TransactionTimeOut int64 `conf:"transactionTimeOut"`
+	// TransactionCheckInterval is how often half messages are scanned for checks, in ms.
+	// Default 60000.
+	TransactionCheckInterval int64 `conf:"transactionCheckInterval"`
+	// TransactionCheckMax is how many checks a half message gets before it is discarded
+	// to TRANS_CHECK_MAX_TIME_TOPIC. Default 15.
+	TransactionCheckMax int `conf:"transactionCheckMax"`
 	// EnablePropertyFilter allows SQL92 subscriptions. Default false.
 	EnablePropertyFilter bool `conf:"enablePropertyFilter"`
 
@@ -120,7 +130,6 @@ var ignoredConfKeys = map[string]bool{
 	"transientStorePoolEnable": true, "traceTopicEnable": true, "storePathCommitLog": true,
 	"storePathConsumeQueue": true, "storePathIndex": true, "storeCheckpoint": true,
 	"abortFile": true, "maxTransferCountOnMessageInMemory": true, "slaveReadEnable": true,
-	"transactionTimeOut": true, "transactionCheckInterval": true, "transactionCheckMax": true,
 	"aclEnable": true, "haListenPort": true, "fastListenPort": true,
 }
 
@@ -188,6 +197,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.FlushConsumerOffsetInterval == 0 {
 		c.FlushConsumerOffsetInterval = 5000
+	}
+	if c.TransactionTimeOut == 0 {
+		c.TransactionTimeOut = 60000
+	}
+	if c.TransactionCheckInterval == 0 {
+		c.TransactionCheckInterval = 60000
+	}
+	if c.TransactionCheckMax == 0 {
+		c.TransactionCheckMax = 15
 	}
 	if c.FileReservedTime == 0 {
 		c.FileReservedTime = 72

@@ -33,6 +33,7 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.UpdateAndCreateTopic, b.handleCreateTopic)
 	s.Handle(remoting.DeleteTopicInBroker, b.handleDeleteTopic)
 	s.Handle(remoting.GetAllSubscriptionGroupConfig, b.handleAllGroups)
+	s.Handle(remoting.EndTransaction, b.handleEndTransaction)
 	s.Handle(remoting.LockBatchMQ, b.handleLockBatch)
 	s.Handle(remoting.UnlockBatchMQ, b.handleUnlockBatch)
 }

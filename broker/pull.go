@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker/filter"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -110,6 +111,10 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 	}
 	if !g.ConsumeEnable {
 		return errResponse(remoting.NoPermission, "subscription group no permission, %s", h.group)
+	}
+	switch h.topic {
+	case message.ScheduleTopic, message.TransHalfTopic, message.TransOpHalfTopic:
+		return errResponse(remoting.NoPermission, "the topic[%s] is an internal system topic and cannot be consumed", h.topic)
 	}
 	tc := b.topics.get(h.topic)
 	if tc == nil {

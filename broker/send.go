@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
@@ -192,8 +191,11 @@ func (b *Broker) handleSend(v2 bool) remoting.Handler {
 			StoreHost:      b.storeHost,
 			ReconsumeTimes: h.reconsumeTimes,
 		}
-		if props[message.PropertyTransactionPrepared] == "true" || message.TransactionType(h.sysFlag) != message.SysFlagTransactionNot {
-			return b.sendResponse(remoting.NoPermission, "transactional (half) messages are not supported by this Sluice broker yet")
+		if props[message.PropertyTransactionPrepared] == "true" {
+			if resp := b.prepareHalf(m); resp != nil {
+				return resp
+			}
+			return b.put(ctx, m, message.TagHashCode(m.Tag()))
 		}
 		if message.IsRetryTopic(h.topic) {
 			b.routeRetry(m, h.maxReconsumeTimes)
@@ -254,9 +256,6 @@ func (b *Broker) applyDelay(m *message.MessageExt) (int64, *remoting.RemotingCom
 
 // put appends one message and builds the send response.
 func (b *Broker) put(ctx context.Context, m *message.MessageExt, tagsCode int64) *remoting.RemotingCommand {
-	if m.StoreTimestamp == 0 {
-		m.StoreTimestamp = time.Now().UnixMilli()
-	}
 	res, err := b.store.PutMessage(ctx, m, tagsCode)
 	if err != nil {
 		return b.putError(err)
@@ -311,7 +310,6 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 		return b.sendResponse(remoting.MessageIllegal, "empty batch")
 	}
 	outer := message.UnmarshalProperties(h.properties)
-	now := time.Now().UnixMilli()
 	msgs := make([]*message.MessageExt, len(items))
 	codes := make([]int64, len(items))
 	for i, it := range items {
@@ -340,7 +338,6 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 			BornTimestamp:  h.bornTimestamp,
 			BornHost:       hostOf(conn.RemoteAddr()),
 			StoreHost:      b.storeHost,
-			StoreTimestamp: now,
 			ReconsumeTimes: h.reconsumeTimes,
 		}
 		codes[i] = message.TagHashCode(props[message.PropertyTags])
