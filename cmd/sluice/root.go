@@ -26,6 +26,7 @@ func newRootCmd() *cobra.Command {
 		newBrokerCmd(),
 		newAdminCmd(),
 		newQuickstartCmd(),
+		newBenchCmd(),
 	)
 	return root
 }

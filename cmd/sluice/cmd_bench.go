@@ -1,0 +1,386 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/sluicemq/sluice/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure produce and consume throughput (embedded broker by default)",
+		Long: `Measure Sluice end to end over TCP. Without --namesrv an embedded name server
+and broker run in this process on free loopback ports with a temporary data
+directory (removed afterwards), flushing as --flush says. With --namesrv the run
+goes to that cluster (its own flush setting applies).
+
+  sluice bench produce --messages 200000                   # one producer, one send in flight
+  sluice bench produce --inflight 16 --duration 20s
+  sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
+  sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	pf := cmd.PersistentFlags()
+	pf.Int("size", bench.DefaultSize, "message body size in bytes (8..4194304)")
+	pf.Int("producers", 1, "number of producers, each with its own connections")
+	pf.Int("inflight", 1, "concurrent synchronous sends per producer (one goroutine each)")
+	pf.String("flush", bench.AsyncFlush, "flushDiskType of the embedded broker: ASYNC_FLUSH or SYNC_FLUSH")
+	pf.Duration("duration", 0, "send for this long (produce; default 10s unless --messages is given)")
+	pf.Int64("messages", 0, "number of messages to send (produce) or to prefill and drain (consume; default 100000)")
+	pf.String("namesrv", "", "name server address(es) ip:port;ip:port of an external broker (default: embedded broker)")
+	pf.String("topic", bench.DefaultTopic, "topic to send to (consume uses a fresh <topic>_c<ns> topic and deletes it)")
+	pf.Int("queues", bench.DefaultQueues, "queue count the topic is created with")
+	pf.Bool("progress", true, "show a progress bar on stderr (when stderr is a terminal, or when the flag is given explicitly)")
+	pf.Bool("verbose", false, "show broker and client logs on stderr (level from --log-level)")
+
+	produce := &cobra.Command{
+		Use:   "produce",
+		Short: "Send messages and report msg/s, MB/s and p50/p99 send latency",
+		Args:  cobra.NoArgs,
+		RunE:  runBenchProduce,
+	}
+	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream, sync publish) or both (same run, with the ratio)")
+	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
+
+	consume := &cobra.Command{
+		Use:   "consume",
+		Short: "Prefill --messages messages, then report how fast a push consumer drains them",
+		Args:  cobra.NoArgs,
+		RunE:  runBenchConsume,
+	}
+	consume.Flags().Int("consume-goroutines", 20, "push consumer handler goroutines (ConsumeGoroutines)")
+	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
+	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
+	cmd.AddCommand(produce, consume)
+	return cmd
+}
+
+// benchSetup is what runBenchProduce and runBenchConsume share.
+type benchSetup struct {
+	cfg      bench.Config
+	flush    string
+	embedded *bench.Embedded
+	bar      *barProgress
+}
+
+// benchConfig reads the shared flags into a bench.Config and validates them.
+func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
+	f := cmd.Flags()
+	s := &benchSetup{}
+	c := &s.cfg
+	c.Size, _ = f.GetInt("size")
+	c.Producers, _ = f.GetInt("producers")
+	c.Inflight, _ = f.GetInt("inflight")
+	c.Duration, _ = f.GetDuration("duration")
+	c.Messages, _ = f.GetInt64("messages")
+	c.Topic, _ = f.GetString("topic")
+	c.Queues, _ = f.GetInt("queues")
+	s.flush, _ = f.GetString("flush")
+	ns, _ := f.GetString("namesrv")
+	c.NamesrvAddrs = splitAddrs(ns)
+	switch {
+	case c.Size < 8 || c.Size > bench.MaxSize:
+		return nil, fmt.Errorf("--size %d: must be 8..%d bytes", c.Size, bench.MaxSize)
+	case c.Producers < 1 || c.Producers > bench.MaxProducers:
+		return nil, fmt.Errorf("--producers %d: must be 1..%d", c.Producers, bench.MaxProducers)
+	case c.Inflight < 1 || c.Inflight > bench.MaxInflight:
+		return nil, fmt.Errorf("--inflight %d: must be 1..%d", c.Inflight, bench.MaxInflight)
+	case c.Queues < 1 || c.Queues > bench.MaxQueues:
+		return nil, fmt.Errorf("--queues %d: must be 1..%d", c.Queues, bench.MaxQueues)
+	case c.Messages < 0:
+		return nil, fmt.Errorf("--messages %d: must not be negative", c.Messages)
+	case c.Duration < 0:
+		return nil, fmt.Errorf("--duration %v: must not be negative", c.Duration)
+	case f.Changed("duration") && f.Changed("messages"):
+		return nil, errors.New("--duration and --messages: give one of them, not both")
+	case s.flush != bench.AsyncFlush && s.flush != bench.SyncFlush:
+		return nil, fmt.Errorf("--flush %q: want %s or %s", s.flush, bench.AsyncFlush, bench.SyncFlush)
+	case len(c.NamesrvAddrs) > 0 && f.Changed("flush"):
+		return nil, errors.New("--flush applies to the embedded broker only; an external broker flushes as its broker.conf says")
+	}
+	c.Logger = discardLogger()
+	if v, _ := f.GetBool("verbose"); v {
+		l, err := newLogger(cmd)
+		if err != nil {
+			return nil, err
+		}
+		c.Logger = l
+	}
+	if p, _ := f.GetBool("progress"); p && (f.Changed("progress") || isTerminal(cmd.ErrOrStderr())) {
+		s.bar = newBarProgress(cmd.ErrOrStderr())
+		c.Progress = s.bar
+	}
+	return s, nil
+}
+
+// startBroker starts the embedded broker unless --namesrv was given.
+func (s *benchSetup) startBroker(out io.Writer) error {
+	if len(s.cfg.NamesrvAddrs) > 0 {
+		fmt.Fprintf(out, "broker: external, name server %v\n", s.cfg.NamesrvAddrs)
+		return nil
+	}
+	e, err := bench.StartEmbedded(bench.EmbeddedConfig{FlushDiskType: s.flush, Logger: s.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	s.embedded = e
+	s.cfg.NamesrvAddrs = e.NamesrvAddrs()
+	fmt.Fprintf(out, "broker: embedded %s at %s (%s), name server %s, data in %s\n",
+		e.Broker.Name(), e.Broker.Addr(), s.flush, e.Broker.NamesrvAddr(), e.Dir())
+	return nil
+}
+
+// close stops the progress bar and the embedded broker (if any).
+func (s *benchSetup) close() error {
+	if s.bar != nil {
+		s.bar.stop()
+	}
+	if s.embedded == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := s.embedded.Shutdown(ctx); err != nil {
+		return fmt.Errorf("embedded broker shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *benchSetup) describe(target string) string {
+	c := s.cfg
+	amount := fmt.Sprintf("%d messages", c.Messages)
+	if c.Messages == 0 {
+		amount = fmt.Sprintf("for %v", c.Duration)
+		if c.Duration == 0 {
+			amount = fmt.Sprintf("for %v", bench.DefaultDuration)
+		}
+	}
+	return fmt.Sprintf("%s produce: %d producer(s) x %d in flight, %d-byte bodies, %s", target, c.Producers, c.Inflight, c.Size, amount)
+}
+
+func printProduce(out io.Writer, r *bench.Result) {
+	h := &r.Latency
+	fmt.Fprintf(out, "  sent       %d messages (%d bytes) in %v\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
+	fmt.Fprintf(out, "  latency    p50 %v, p99 %v, mean %v, max %v\n", roundLat(h.Quantile(0.5)), roundLat(h.Quantile(0.99)), roundLat(h.Mean()), roundLat(h.Max()))
+}
+
+// roundLat keeps three significant digits or so for latencies.
+func roundLat(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
+
+func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
+	s, err := benchConfig(cmd)
+	if err != nil {
+		return err
+	}
+	target, _ := cmd.Flags().GetString("target")
+	s.cfg.NatsURL, _ = cmd.Flags().GetString("nats-url")
+	runSluice := target == bench.TargetSluice || target == "both"
+	runJS := target == bench.TargetJetStream || target == "both"
+	if !runSluice && !runJS {
+		return fmt.Errorf("--target %q: want sluice, jetstream or both", target)
+	}
+	out := cmd.OutOrStdout()
+	defer func() { err = errors.Join(err, s.close()) }()
+	ctx := cmd.Context()
+
+	var sres, jres *bench.Result
+	if runSluice {
+		if err := s.startBroker(out); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, s.describe("sluice"))
+		if sres, err = bench.Produce(ctx, s.cfg); err != nil {
+			return err
+		}
+		s.bar.finish()
+		printProduce(out, sres)
+	}
+	if runJS {
+		fmt.Fprintf(out, "%s (stream %s at %s, file storage, sync publish)\n", s.describe("jetstream"), func() string { st, _ := bench.JetStreamNames(s.cfg.Topic); return st }(), s.cfg.NatsURL)
+		if jres, err = bench.ProduceJetStream(ctx, s.cfg); err != nil {
+			return err
+		}
+		s.bar.finish()
+		printProduce(out, jres)
+	}
+	if sres != nil && jres != nil && jres.MsgPerSec() > 0 {
+		fmt.Fprintf(out, "ratio sluice/jetstream: %.2fx msg/s, p50 latency %.2fx, p99 latency %.2fx\n",
+			sres.MsgPerSec()/jres.MsgPerSec(),
+			float64(sres.Latency.Quantile(0.5))/float64(max(jres.Latency.Quantile(0.5), 1)),
+			float64(sres.Latency.Quantile(0.99))/float64(max(jres.Latency.Quantile(0.99), 1)))
+	}
+	return nil
+}
+
+func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
+	s, err := benchConfig(cmd)
+	if err != nil {
+		return err
+	}
+	f := cmd.Flags()
+	if f.Changed("duration") {
+		return errors.New("--duration: consume drains a fixed backlog; give --messages instead")
+	}
+	s.cfg.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
+	s.cfg.ConsumeBatch, _ = f.GetInt("consume-batch")
+	s.cfg.PullBatch, _ = f.GetInt("pull-batch")
+	switch {
+	case s.cfg.ConsumeGoroutines < 1 || s.cfg.ConsumeGoroutines > 1000:
+		return fmt.Errorf("--consume-goroutines %d: must be 1..1000", s.cfg.ConsumeGoroutines)
+	case s.cfg.ConsumeBatch < 1 || s.cfg.ConsumeBatch > 1024:
+		return fmt.Errorf("--consume-batch %d: must be 1..1024", s.cfg.ConsumeBatch)
+	case s.cfg.PullBatch < 1 || s.cfg.PullBatch > 1024:
+		return fmt.Errorf("--pull-batch %d: must be 1..1024", s.cfg.PullBatch)
+	}
+	if s.cfg.Messages == 0 {
+		s.cfg.Messages = bench.DefaultMessages
+	}
+	out := cmd.OutOrStdout()
+	defer func() { err = errors.Join(err, s.close()) }()
+	if err := s.startBroker(out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "sluice consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d\n",
+		s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
+	r, err := bench.Consume(cmd.Context(), s.cfg)
+	if err != nil {
+		return err
+	}
+	s.bar.finish()
+	fmt.Fprintf(out, "  consumed   %d messages (%d bytes) in %v, %d duplicate(s)\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond), r.Duplicates)
+	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
+	return nil
+}
+
+// barProgress shows a bench.Progress on a progress bar: Add only bumps an atomic
+// counter; one goroutine copies it to the bar every 100 ms (so senders never wait on
+// the bar's lock). Its methods are safe on a nil *barProgress (no bar).
+type barProgress struct {
+	w     io.Writer
+	count atomic.Int64
+
+	mu      sync.Mutex
+	bar     *progressbar.ProgressBar
+	stopped bool
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+func newBarProgress(w io.Writer) *barProgress {
+	b := &barProgress{w: w, quit: make(chan struct{}), done: make(chan struct{})}
+	go b.loop()
+	return b
+}
+
+func (b *barProgress) loop() {
+	defer close(b.done)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-t.C:
+			b.mu.Lock()
+			if b.bar != nil {
+				_ = b.bar.Set64(b.count.Load())
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// Phase implements bench.Progress: it closes the previous bar and starts a new one.
+func (b *barProgress) Phase(name string, total int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
+	b.closeBarLocked()
+	b.count.Store(0)
+	b.bar = progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(b.w),
+		progressbar.OptionSetDescription(fmt.Sprintf("%-8s", name)),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("msg"),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSetSpinnerChangeInterval(0), // no goroutine of its own
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+// Add implements bench.Progress.
+func (b *barProgress) Add(n int64) { b.count.Add(n) }
+
+func (b *barProgress) closeBarLocked() {
+	if b.bar != nil {
+		_ = b.bar.Set64(b.count.Load())
+		_ = b.bar.Finish()
+		_ = b.bar.Exit()
+		fmt.Fprint(b.w, "\r\033[K") // clear the bar's line before results are printed
+		b.bar = nil
+	}
+}
+
+// finish closes the current bar so that results print on a clean line.
+func (b *barProgress) finish() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closeBarLocked()
+}
+
+// stop closes the bar and stops the refresh goroutine. Idempotent.
+func (b *barProgress) stop() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return
+	}
+	b.stopped = true
+	b.closeBarLocked()
+	b.mu.Unlock()
+	close(b.quit)
+	<-b.done
+}
+
+// isTerminal reports whether w is a terminal (a progress bar would only litter a file
+// or pipe with carriage returns).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// Ensure barProgress satisfies bench.Progress.
+var _ bench.Progress = (*barProgress)(nil)

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/bench"
+)
+
+// produceLines matches the result lines of one produce run.
+var (
+	sentLine       = regexp.MustCompile(`sent\s+(\d+) messages \((\d+) bytes\) in \S+`)
+	throughputLine = regexp.MustCompile(`throughput (\d+) msg/s, ([\d.]+) MB/s`)
+	latencyLine    = regexp.MustCompile(`latency\s+p50 \S+, p99 \S+, mean \S+, max \S+`)
+)
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestBenchProduceEmbedded(t *testing.T) {
+	out, stderr, err := execRoot(t, 60*time.Second, "bench", "produce", "--messages", "400", "--size", "256", "--producers", "2", "--inflight", "2")
+	if err != nil {
+		t.Fatalf("bench produce: %v\n%s", err, out)
+	}
+	if stderr != "" {
+		t.Errorf("no progress bar or logs expected on a non-terminal stderr, got %q", stderr)
+	}
+	for _, want := range []string{"broker: embedded broker-a at 127.0.0.1:", "(ASYNC_FLUSH)", "sluice produce: 2 producer(s) x 2 in flight, 256-byte bodies, 400 messages"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	m := sentLine.FindStringSubmatch(out)
+	if m == nil || atoi(t, m[1]) != 400 || atoi(t, m[2]) != 400*256 {
+		t.Fatalf("sent line %v in:\n%s", m, out)
+	}
+	if tp := throughputLine.FindStringSubmatch(out); tp == nil || atoi(t, tp[1]) <= 0 {
+		t.Errorf("throughput line %v in:\n%s", tp, out)
+	}
+	if !latencyLine.MatchString(out) {
+		t.Errorf("no latency line in:\n%s", out)
+	}
+	if strings.Contains(out, "jetstream") {
+		t.Errorf("--target sluice ran JetStream:\n%s", out)
+	}
+}
+
+func TestBenchProduceDurationSyncFlushWithProgress(t *testing.T) {
+	out, stderr, err := execRoot(t, 60*time.Second, "bench", "produce", "--duration", "400ms", "--flush", "SYNC_FLUSH", "--inflight", "4", "--progress")
+	if err != nil {
+		t.Fatalf("bench produce: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "(SYNC_FLUSH)") || !strings.Contains(out, "for 400ms") {
+		t.Errorf("output:\n%s", out)
+	}
+	if m := sentLine.FindStringSubmatch(out); m == nil || atoi(t, m[1]) == 0 {
+		t.Errorf("sent line %v in:\n%s", m, out)
+	}
+	// --progress given explicitly: the bar is drawn on stderr even though it is no terminal.
+	if !strings.Contains(stderr, "produce") || !strings.Contains(stderr, "msg/s") {
+		t.Errorf("--progress drew no bar on stderr: %q", stderr)
+	}
+}
+
+func TestBenchConsumeExternalBroker(t *testing.T) {
+	e, err := bench.StartEmbedded(bench.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := e.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	ns := e.Broker.NamesrvAddr()
+	out, _, err := execRoot(t, 60*time.Second, "bench", "consume", "--namesrv", ns, "--messages", "1500", "--size", "128", "--consume-batch", "8", "--queues", "4")
+	if err != nil {
+		t.Fatalf("bench consume: %v\n%s", err, out)
+	}
+	for _, want := range []string{"broker: external, name server [" + ns + "]", "prefill 1500 messages of 128 bytes", "consume batch 8", "consumed   1500 messages (192000 bytes)", ", 0 duplicate(s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if tp := throughputLine.FindStringSubmatch(out); tp == nil || atoi(t, tp[1]) <= 0 {
+		t.Errorf("throughput line %v in:\n%s", tp, out)
+	}
+}
+
+func TestBenchProduceBothTargets(t *testing.T) {
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(bench.DefaultNatsURL, "nats://"), time.Second)
+	if err != nil {
+		t.Skipf("no NATS server at %s: %v", bench.DefaultNatsURL, err)
+	}
+	c.Close()
+	out, _, err := execRoot(t, 60*time.Second, "bench", "produce", "--target", "both", "--messages", "300", "--topic", "CmdBenchBoth")
+	if err != nil {
+		t.Fatalf("bench produce --target both: %v\n%s", err, out)
+	}
+	if n := len(sentLine.FindAllString(out, -1)); n != 2 {
+		t.Errorf("%d sent lines, want 2 (sluice and jetstream):\n%s", n, out)
+	}
+	for _, want := range []string{"sluice produce:", "jetstream produce:", "stream SLUICE_BENCH_CmdBenchBoth", "ratio sluice/jetstream: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "produce", "--messages", "10", "--duration", "1s"}, "give one of them, not both"},
+		{[]string{"bench", "produce", "--flush", "LAZY"}, `--flush "LAZY"`},
+		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--flush", "SYNC_FLUSH"}, "--flush applies to the embedded broker only"},
+		{[]string{"bench", "produce", "--target", "kafka"}, `--target "kafka"`},
+		{[]string{"bench", "produce", "--size", "4"}, "--size 4: must be 8..4194304 bytes"},
+		{[]string{"bench", "produce", "--producers", "0"}, "--producers 0"},
+		{[]string{"bench", "produce", "--inflight", "5000"}, "--inflight 5000"},
+		{[]string{"bench", "produce", "--messages", "-1"}, "--messages -1"},
+		{[]string{"bench", "consume", "--duration", "1s"}, "give --messages instead"},
+		{[]string{"bench", "consume", "--consume-batch", "0"}, "--consume-batch 0"},
+		{[]string{"bench", "consume", "--pull-batch", "2000"}, "--pull-batch 2000"},
+		{[]string{"bench", "produce", "--target", "jetstream", "--nats-url", "nats://127.0.0.1:1", "--messages", "1"}, "127.0.0.1:1"},
+	} {
+		_, _, err := execRoot(t, 20*time.Second, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
