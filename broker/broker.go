@@ -202,6 +202,7 @@ func (b *Broker) Start() (err error) {
 	b.spawn(b.clientExpiryLoop)
 	b.sched.start()
 	b.spawn(b.txn.checkLoop)
+	b.spawn(b.retentionLoop)
 	b.log.Info("broker started", "addr", b.addr, "namesrv", strings.Join(b.namesrvAddrs, ";"),
 		"store", b.cfg.StorePathRootDir, "flushDiskType", b.cfg.FlushDiskType)
 	return nil

@@ -96,6 +96,15 @@ type Config struct {
 	MessageDelayLevel string `conf:"messageDelayLevel"`
 	// FileReservedTime is how long commitlog files are kept, in hours. Default 72.
 	FileReservedTime int `conf:"fileReservedTime"`
+	// DeleteWhen lists the hours of the day ("04", or "04;16") at which expired commitlog
+	// files are deleted. Default "04".
+	DeleteWhen string `conf:"deleteWhen"`
+	// DiskMaxUsedSpaceRatio: above this disk usage, in percent, expired files are deleted
+	// at once rather than at DeleteWhen, and 10 points above it (or at 95) even unexpired
+	// files, oldest first. Default 75.
+	DiskMaxUsedSpaceRatio int `conf:"diskMaxUsedSpaceRatio"`
+	// CleanResourceInterval is how often retention is considered, in ms. Default 10000.
+	CleanResourceInterval int64 `conf:"cleanResourceInterval"`
 	// BrokerRole must be ASYNC_MASTER (default) or SYNC_MASTER; Sluice has no slaves.
 	BrokerRole string `conf:"brokerRole"`
 	// TransactionTimeOut is how old a half message must be, in ms, before the broker
@@ -122,7 +131,7 @@ type Config struct {
 // loads, but that have no effect here (thread pools, JVM-side tuning). They are logged at
 // Info when set.
 var ignoredConfKeys = map[string]bool{
-	"deleteWhen": true, "diskMaxUsedSpaceRatio": true, "sendMessageThreadPoolNums": true,
+	"sendMessageThreadPoolNums": true,
 	"pullMessageThreadPoolNums": true, "useReentrantLockWhenPutMessage": true,
 	"waitTimeMillsInSendQueue": true, "osPageCacheBusyTimeOutMills": true,
 	"mapedFileSizeConsumeQueue": true, "mappedFileSizeConsumeQueue": true,
@@ -158,6 +167,13 @@ func (c *Config) setDefaults() {
 	def(&c.RegionID, "DefaultRegion")
 	def(&c.MessageDelayLevel, DefaultMessageDelayLevel)
 	def(&c.BrokerRole, "ASYNC_MASTER")
+	def(&c.DeleteWhen, "04")
+	if c.DiskMaxUsedSpaceRatio == 0 {
+		c.DiskMaxUsedSpaceRatio = 75
+	}
+	if c.CleanResourceInterval == 0 {
+		c.CleanResourceInterval = 10000
+	}
 	if c.ListenAddr == "" {
 		port := c.ListenPort
 		if port == 0 && !c.listenPortSet {
@@ -264,6 +280,12 @@ func (c *Config) validate() error {
 	}
 	if c.DefaultTopicQueueNums < 1 || c.DefaultTopicQueueNums > 1024 {
 		return &ConfigError{Key: "defaultTopicQueueNums", Value: strconv.Itoa(c.DefaultTopicQueueNums), Reason: "must be 1..1024"}
+	}
+	if _, err := deleteHours(c.DeleteWhen); err != nil {
+		return err
+	}
+	if c.DiskMaxUsedSpaceRatio < 10 || c.DiskMaxUsedSpaceRatio > 95 {
+		return &ConfigError{Key: "diskMaxUsedSpaceRatio", Value: strconv.Itoa(c.DiskMaxUsedSpaceRatio), Reason: "must be 10..95 (percent)"}
 	}
 	if _, err := ParseDelayLevels(c.MessageDelayLevel); err != nil {
 		return &ConfigError{Key: "messageDelayLevel", Value: c.MessageDelayLevel, Reason: err.Error()}

@@ -1,0 +1,66 @@
+package broker
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// TestRetention: at the deleteWhen hour, segments older than fileReservedTime are
+// deleted; a consumer behind the new minimum is moved to it (PULL_OFFSET_MOVED) instead of
+// failing forever. Outside deleteWhen nothing is deleted unless the disk is too full.
+func TestRetention(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		c.MappedFileSizeCommitLog = 4<<20 + 64<<10 // small segments: they fill fast
+		c.MaxMessageSize = 4 << 20
+		c.DeleteWhen = "04"
+	})
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Old", 1)
+	body := make([]byte, 512<<10)
+	for i := 0; i < 24; i++ { // ~12 MiB: three segments
+		if r := sendV1(t, c, b.Addr(), "Old", 0, body, nil); r.ResponseCode() != remoting.Success {
+			t.Fatal(r.Remark)
+		}
+	}
+	later := time.Now().Add(80 * time.Hour)
+	notFour := time.Date(later.Year(), later.Month(), later.Day(), 5, 0, 0, 0, later.Location())
+	if n := b.cleanOnce(notFour, 10); n != 0 {
+		t.Fatalf("deleted %d files outside deleteWhen", n)
+	}
+	four := time.Date(later.Year(), later.Month(), later.Day(), 4, 0, 0, 0, later.Location())
+	if n := b.cleanOnce(four, 10); n == 0 {
+		t.Fatal("nothing deleted at deleteWhen")
+	}
+	minOff := b.store.MinOffset("Old", 0)
+	if minOff == 0 {
+		t.Fatal("the consume queue's min offset did not move")
+	}
+	r := pull(t, c, b.Addr(), "g", "Old", 0, 0, "*", 0)
+	if r.ResponseCode() != remoting.PullOffsetMoved || r.ExtFields["nextBeginOffset"] != strconv.FormatInt(minOff, 10) {
+		t.Fatalf("pull below the minimum: %d %v", r.Code, r.ExtFields)
+	}
+	r = pull(t, c, b.Addr(), "g", "Old", 0, minOff, "*", 0)
+	got, err := message.DecodeRecords(r.Body, message.DecodeOptions{CheckCRC: true})
+	if r.ResponseCode() != remoting.Success || err != nil || len(got) == 0 || got[0].QueueOffset != minOff {
+		t.Fatalf("pull at the minimum: %d %v", r.Code, err)
+	}
+	// A full disk (over diskMaxUsedSpaceRatio) deletes expired files at once; a disk
+	// almost full (10 points more) deletes even fresh ones, oldest first.
+	for i := 0; i < 24; i++ {
+		if r := sendV1(t, c, b.Addr(), "Old", 0, body, nil); r.ResponseCode() != remoting.Success {
+			t.Fatal(r.Remark)
+		}
+	}
+	now := time.Now()
+	if n := b.cleanOnce(now, 80); n != 0 {
+		t.Fatalf("fresh files deleted at 80%% usage: %d", n)
+	}
+	before := b.store.MinPhyOffset()
+	if n := b.cleanOnce(now, 99); n == 0 || b.store.MinPhyOffset() <= before {
+		t.Fatalf("a disk at 99%% deleted %d files", n)
+	}
+}
