@@ -13,15 +13,62 @@ import (
 
 // Defaults of Config (RocketMQ DefaultMQProducer defaults; DESIGN "Seed defaults").
 const (
-	DefaultGroup                      = "DEFAULT_PRODUCER"
-	DefaultSendTimeout                = 3 * time.Second
-	DefaultRetryTimesWhenSendFailed   = 2
-	DefaultMaxMessageSize             = message.DefaultMaxMessageSize // 4 MiB
+	// DefaultGroup is the producer group when Config.Group is empty.
+	DefaultGroup = "DEFAULT_PRODUCER"
+	// DefaultSendTimeout bounds one send attempt (Java sendMsgTimeout, 3000 ms).
+	DefaultSendTimeout = 3 * time.Second
+	// DefaultRetryTimesWhenSendFailed is how many more sync attempts follow a failed one
+	// (Java retryTimesWhenSendFailed 2: 3 attempts in all).
+	DefaultRetryTimesWhenSendFailed = 2
+	// DefaultRetryTimesWhenSendAsyncFailed is how many more async attempts follow a
+	// failed one, on the same broker (Java retryTimesWhenSendAsyncFailed 2).
+	DefaultRetryTimesWhenSendAsyncFailed = 2
+	// DefaultMaxMessageSize is the largest message or encoded batch in bytes: 4 MiB
+	// (4194304), the broker's default maxMessageSize.
+	DefaultMaxMessageSize = message.DefaultMaxMessageSize
+	// DefaultCompressMsgBodyOverHowmuch is the body size in bytes from which bodies are
+	// zlib-compressed (Java compressMsgBodyOverHowmuch 4096).
 	DefaultCompressMsgBodyOverHowmuch = 4096
-	DefaultCompressLevel              = 5
+	// DefaultCompressLevel is the zlib level RocketMQ clients use.
+	DefaultCompressLevel = 5
+	// DefaultFaultIsolationDuration is how long a broker whose send attempt failed is
+	// avoided when latency fault tolerance is on. Java 4.x charges a failure as 30 s of
+	// latency, which its table turns into 600 s; Sluice isolates for 30 s (the table's
+	// shortest non-zero window) so a restarted broker is used again soon. A failure that
+	// also took long gets the longer of the two windows.
+	DefaultFaultIsolationDuration = 30 * time.Second
+	// DefaultMaxAsyncInflight bounds async sends in progress per producer (count).
+	DefaultMaxAsyncInflight = 10000
+	// DefaultMaxAsyncInflightBytes bounds the body bytes of async sends in progress per
+	// producer: 128 MiB.
+	DefaultMaxAsyncInflightBytes = 128 << 20
 )
 
-// Config configures a Producer. The zero value is usable apart from NamesrvAddrs.
+// LatencyFaultRule is one row of the latency fault tolerance table: a send attempt that
+// took at least Latency makes its broker not available for NotAvailable. The rule with
+// the largest Latency not above the measured latency applies; below every rule the
+// broker stays available.
+type LatencyFaultRule struct {
+	// Latency is the threshold, measured from sending the request to its response.
+	Latency time.Duration
+	// NotAvailable is how long the broker is then avoided.
+	NotAvailable time.Duration
+}
+
+// DefaultLatencyFaultRules is RocketMQ's table (Java MQFaultStrategy latencyMax /
+// notAvailableDuration): at least 550 ms → 30 s, 1 s → 60 s, 2 s → 120 s, 3 s → 180 s,
+// 15 s → 600 s. Faster answers (Java's 50 ms and 100 ms rows map to 0) keep the broker
+// available.
+var DefaultLatencyFaultRules = []LatencyFaultRule{
+	{550 * time.Millisecond, 30 * time.Second},
+	{1 * time.Second, 60 * time.Second},
+	{2 * time.Second, 120 * time.Second},
+	{3 * time.Second, 180 * time.Second},
+	{15 * time.Second, 600 * time.Second},
+}
+
+// Config configures a Producer. The zero value is usable apart from NamesrvAddrs; every
+// field documents its default.
 type Config struct {
 	// NamesrvAddrs are the name servers, each "host:port". Required.
 	NamesrvAddrs []string
@@ -32,29 +79,70 @@ type Config struct {
 	// ("<ip>@<InstanceName>"). Default: unique per Producer.
 	InstanceName string
 	// SendTimeout bounds one send attempt (route lookup excluded); the caller's context
-	// bounds the whole SendSync. Default: 3s.
+	// bounds the whole send with its retries. Default: 3s.
 	SendTimeout time.Duration
-	// RetryTimesWhenSendFailed is how many more attempts SendSync makes after a failed one
-	// (transport error or a retryable response code), each on another broker when there
-	// is one. Default: 2 (3 attempts in all). Set to a negative value for no retries.
+	// RetryTimesWhenSendFailed is how many more attempts SendSync and SendBatch make
+	// after a failed one (transport error or a retryable response code: 1, 2, 14, 16,
+	// 17), each on another broker when there is one. Never after MESSAGE_ILLEGAL (13) or
+	// another non-retryable code. Default: 2 (3 attempts in all). Negative: no retries.
 	RetryTimesWhenSendFailed int
-	// MaxMessageSize is the largest body + encoded properties accepted, in bytes; larger
-	// messages fail with a *message.ValidationError before any network traffic.
-	// Default: 4 MiB (4194304), the broker's default maxMessageSize.
+	// RetryTimesWhenSendAsyncFailed is how many more attempts SendAsync makes after a
+	// failed one, on the same broker and message queue. Default: 2. Negative: no retries.
+	RetryTimesWhenSendAsyncFailed int
+	// RetryAnotherBrokerWhenNotStoreOK makes SendSync and SendBatch treat a stored
+	// answer other than SEND_OK (FLUSH_DISK_TIMEOUT 10, SLAVE_NOT_AVAILABLE 11,
+	// FLUSH_SLAVE_TIMEOUT 12) as a reason to try again on another broker while retries
+	// remain. The first copy was stored, so consumers may see the message twice. When
+	// every attempt is not OK the last result is returned with a nil error.
+	// Default: false (such results reach the caller at once).
+	RetryAnotherBrokerWhenNotStoreOK bool
+	// SendLatencyFaultEnable turns latency fault tolerance on: a broker whose send
+	// attempt failed (transport error, or SYSTEM_ERROR 1 / SYSTEM_BUSY 2 /
+	// SERVICE_NOT_AVAILABLE 14) is avoided for FaultIsolationDuration, and a broker that
+	// answered slowly is avoided for the window LatencyFaultRules gives its latency.
+	// The round-robin selector skips avoided brokers while an available one has a queue
+	// (when none has, it takes the broker whose window ends first); order-preserving
+	// selectors (hash, manual) ignore it. Default: true (nil); Java's default is false,
+	// the official Go client has no such feature. Set a pointer to false to turn it off.
+	SendLatencyFaultEnable *bool
+	// LatencyFaultRules is the latency → not-available table, sorted by Latency
+	// ascending. Default: DefaultLatencyFaultRules.
+	LatencyFaultRules []LatencyFaultRule
+	// FaultIsolationDuration is how long a broker whose attempt failed is avoided.
+	// Default: 30s (DefaultFaultIsolationDuration).
+	FaultIsolationDuration time.Duration
+	// Selector picks the message queue of each send unless the send passes
+	// WithSelector or WithQueue. Default: RoundRobinSelector() (one per Producer).
+	Selector MessageQueueSelector
+	// MaxMessageSize is the largest body + encoded properties of one message, and the
+	// largest encoded batch, in bytes; larger ones fail with a *message.ValidationError
+	// before any network traffic. Default: 4 MiB (4194304), the broker's default
+	// maxMessageSize.
 	MaxMessageSize int
 	// CompressMsgBodyOverHowmuch: bodies of at least this many bytes are zlib-compressed
-	// (level CompressLevel) and sent with sysFlag bit0. Default: 4096. Negative: never.
+	// (level CompressLevel) and sent with sysFlag bit0; batches are never compressed.
+	// Default: 4096. Negative: never.
 	CompressMsgBodyOverHowmuch int
 	// CompressLevel is the zlib level (1..9). Default: 5, as RocketMQ clients use.
 	CompressLevel int
-	// Middlewares wrap every SendSync, the first listed outermost (middleware.ChainSend).
+	// MaxAsyncInflight bounds SendAsync calls whose result is not delivered yet; a
+	// further SendAsync waits (bounded by its context) for one to finish.
+	// Default: 10000.
+	MaxAsyncInflight int
+	// MaxAsyncInflightBytes bounds the body bytes of those sends the same way (a single
+	// larger message is still let through alone). Default: 128 MiB.
+	MaxAsyncInflightBytes int64
+	// Middlewares wrap every SendSync and SendAsync, the first listed outermost
+	// (middleware.ChainSend). SendOneway and SendBatch do not run them (no result to
+	// hand back, several messages).
 	Middlewares []middleware.SendMiddleware
 	// Logger receives the producer's logs. Default: slog.Default().
 	Logger *slog.Logger
 
-	// routeRefreshInterval and heartbeatInterval are test hooks (defaults 30s).
-	routeRefreshInterval time.Duration
-	heartbeatInterval    time.Duration
+	// Test hooks (zero = production default).
+	routeRefreshInterval time.Duration                            // 30s
+	heartbeatInterval    time.Duration                            // 30s
+	attemptHook          func(mq message.MessageQueue, err error) // after every send attempt
 }
 
 func (c *Config) setDefaults() {
@@ -64,10 +152,17 @@ func (c *Config) setDefaults() {
 	if c.SendTimeout == 0 {
 		c.SendTimeout = DefaultSendTimeout
 	}
-	if c.RetryTimesWhenSendFailed == 0 {
-		c.RetryTimesWhenSendFailed = DefaultRetryTimesWhenSendFailed
-	} else if c.RetryTimesWhenSendFailed < 0 {
-		c.RetryTimesWhenSendFailed = 0
+	c.RetryTimesWhenSendFailed = retries(c.RetryTimesWhenSendFailed, DefaultRetryTimesWhenSendFailed)
+	c.RetryTimesWhenSendAsyncFailed = retries(c.RetryTimesWhenSendAsyncFailed, DefaultRetryTimesWhenSendAsyncFailed)
+	if c.SendLatencyFaultEnable == nil {
+		on := true
+		c.SendLatencyFaultEnable = &on
+	}
+	if c.LatencyFaultRules == nil {
+		c.LatencyFaultRules = DefaultLatencyFaultRules
+	}
+	if c.FaultIsolationDuration == 0 {
+		c.FaultIsolationDuration = DefaultFaultIsolationDuration
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
@@ -78,15 +173,37 @@ func (c *Config) setDefaults() {
 	if c.CompressLevel == 0 {
 		c.CompressLevel = DefaultCompressLevel
 	}
+	if c.MaxAsyncInflight == 0 {
+		c.MaxAsyncInflight = DefaultMaxAsyncInflight
+	}
+	if c.MaxAsyncInflightBytes == 0 {
+		c.MaxAsyncInflightBytes = DefaultMaxAsyncInflightBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
+// retries maps the documented retry-count convention: 0 → def, negative → none.
+func retries(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// MaxRetryTimes bounds RetryTimesWhenSendFailed and RetryTimesWhenSendAsyncFailed.
+const MaxRetryTimes = 32
+
 // Validate reports the first invalid field as an error naming it: no name server or a
 // malformed "host:port", a Group that breaks the topic character rules (RocketMQ group
-// names follow them), a negative SendTimeout or MaxMessageSize, or a CompressLevel
-// outside 0..9.
+// names follow them), a negative SendTimeout, MaxMessageSize, FaultIsolationDuration,
+// MaxAsyncInflight or MaxAsyncInflightBytes, a retry count above MaxRetryTimes, a
+// CompressLevel outside 0..9, or LatencyFaultRules that are not sorted by Latency or
+// have a negative duration. Zero values are fine: they mean the documented defaults.
 func (c Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("producer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
@@ -103,6 +220,25 @@ func (c Config) Validate() error {
 		return fmt.Errorf("producer: Config.MaxMessageSize %d must not be negative", c.MaxMessageSize)
 	case c.CompressLevel < 0 || c.CompressLevel > 9:
 		return fmt.Errorf("producer: Config.CompressLevel %d must be 1..9 (0 = default 5)", c.CompressLevel)
+	case c.RetryTimesWhenSendFailed > MaxRetryTimes:
+		return fmt.Errorf("producer: Config.RetryTimesWhenSendFailed %d exceeds %d", c.RetryTimesWhenSendFailed, MaxRetryTimes)
+	case c.RetryTimesWhenSendAsyncFailed > MaxRetryTimes:
+		return fmt.Errorf("producer: Config.RetryTimesWhenSendAsyncFailed %d exceeds %d", c.RetryTimesWhenSendAsyncFailed, MaxRetryTimes)
+	case c.FaultIsolationDuration < 0:
+		return fmt.Errorf("producer: Config.FaultIsolationDuration %v must not be negative", c.FaultIsolationDuration)
+	case c.MaxAsyncInflight < 0:
+		return fmt.Errorf("producer: Config.MaxAsyncInflight %d must not be negative", c.MaxAsyncInflight)
+	case c.MaxAsyncInflightBytes < 0:
+		return fmt.Errorf("producer: Config.MaxAsyncInflightBytes %d must not be negative", c.MaxAsyncInflightBytes)
+	}
+	for i, r := range c.LatencyFaultRules {
+		if r.Latency < 0 || r.NotAvailable < 0 {
+			return fmt.Errorf("producer: Config.LatencyFaultRules[%d] %+v: durations must not be negative", i, r)
+		}
+		if i > 0 && r.Latency <= c.LatencyFaultRules[i-1].Latency {
+			return fmt.Errorf("producer: Config.LatencyFaultRules[%d]: Latency %v must be above the previous rule's %v (sorted ascending)",
+				i, r.Latency, c.LatencyFaultRules[i-1].Latency)
+		}
 	}
 	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -16,6 +17,10 @@ var (
 	// ErrNoQueue is wrapped in a *SendError when a topic's route has no writable queue on
 	// a broker with a master.
 	ErrNoQueue = errors.New("producer: no writable message queue")
+	// ErrTopicNotExist matches (errors.Is) a *SendError for a topic that does not exist:
+	// the name servers have no route for it and none for TBW102 either (the brokers'
+	// autoCreateTopicEnable is off), or a broker answered TOPIC_NOT_EXIST (17).
+	ErrTopicNotExist = client.ErrTopicNotExist
 )
 
 // SendError reports a send that did not reach a stored state after all attempts.
@@ -55,6 +60,12 @@ func (e *SendError) Error() string {
 
 // Unwrap returns Err.
 func (e *SendError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrTopicNotExist) true when the broker answered
+// TOPIC_NOT_EXIST (17); a route lookup failure matches through Err.
+func (e *SendError) Is(target error) bool {
+	return target == ErrTopicNotExist && e.Code == remoting.TopicNotExist
+}
 
 // Retryable reports whether the failure is one the producer itself retries: a
 // transport failure or response code 1, 2, 14, 16 or 17 (remoting.ResponseCode.Retryable).

@@ -1,6 +1,25 @@
-// Package producer is Sluice's RocketMQ 4.x producer: it looks up topic routes on the
-// name servers, picks message queues round-robin and sends with SEND_MESSAGE_V2
-// (RocketMQ request code 310), retrying on another broker when a send fails.
+// Package producer is Sluice's RocketMQ 4.x producer. It looks up topic routes on the
+// name servers (falling back to TBW102 so the broker auto-creates a new topic), picks a
+// message queue with a MessageQueueSelector (round-robin by default, hash of a sharding
+// key for ordered sends, or a queue the caller chooses) and sends with SEND_MESSAGE_V2
+// (RocketMQ request code 310) or SEND_BATCH_MESSAGE (320).
+//
+// Send modes:
+//   - SendSync waits for the broker; it retries RetryTimesWhenSendFailed more times
+//     (default 2), each on another broker when there is one.
+//   - SendAsync returns at once and delivers the result to a callback (SendAsyncChan: a
+//     channel); it retries RetryTimesWhenSendAsyncFailed times on the same queue.
+//   - SendOneway sends with the RocketMQ ONEWAY flag and waits for nothing; no retry.
+//   - SendBatch sends several messages of one topic in one request (see SplitBatch).
+//
+// Delayed messages: set a delay level with message.SetDelayLevel (1..18 with the
+// broker's default messageDelayLevel table 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m
+// 20m 30m 1h 2h; 0 or less means none; a level above the broker's maximum is clamped by
+// the broker).
+//
+// Latency fault tolerance (on by default) makes the round-robin selector avoid a broker
+// whose last attempt failed or was slow, for a window that grows with the latency
+// (Config.LatencyFaultRules).
 //
 // Every Producer owns its own connections and goroutines (no process-wide client table);
 // Shutdown releases all of them.
@@ -11,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
@@ -29,28 +47,33 @@ const (
 )
 
 // Producer sends messages to RocketMQ-protocol brokers. Create it with New, call Start,
-// send with SendSync, and Shutdown when done. Safe for concurrent use.
+// send, and Shutdown when done. Safe for concurrent use.
 type Producer struct {
-	cfg  Config
-	cl   *client.Client
-	send middleware.SendFunc // Config.Middlewares around rawSend
+	cfg     Config
+	cl      *client.Client
+	fault   *latencyFault // nil when SendLatencyFaultEnable is false
+	limiter *asyncLimiter
 
 	mu       sync.Mutex
 	state    state
-	inflight sync.WaitGroup // raw sends in progress; Add only under mu while started
-
-	rrMu sync.Mutex
-	rr   map[string]*atomic.Uint32 // topic → round-robin counter
+	inflight sync.WaitGroup // sends in progress (async ones until their callback returned); Add only under mu while started
+	closing  chan struct{}  // closed by Shutdown: wakes SendAsync calls waiting for room
 }
 
-// New returns a producer for cfg (defaults applied). It opens no connection until a
-// send. It fails with an error naming the field when cfg is invalid.
+// New returns a producer for cfg (defaults applied). It opens no connection until Start
+// and a send. It fails with an error naming the field when cfg is invalid.
 func New(cfg Config) (*Producer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
-	p := &Producer{cfg: cfg, rr: make(map[string]*atomic.Uint32)}
+	if cfg.Selector == nil {
+		cfg.Selector = RoundRobinSelector()
+	}
+	p := &Producer{cfg: cfg, closing: make(chan struct{}), limiter: newAsyncLimiter(cfg.MaxAsyncInflight, cfg.MaxAsyncInflightBytes)}
+	if *cfg.SendLatencyFaultEnable {
+		p.fault = newLatencyFault(cfg.LatencyFaultRules, cfg.FaultIsolationDuration)
+	}
 	cl, err := client.New(client.Config{
 		NamesrvAddrs:         cfg.NamesrvAddrs,
 		InstanceName:         cfg.InstanceName,
@@ -65,7 +88,6 @@ func New(cfg Config) (*Producer, error) {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	p.cl = cl
-	p.send = middleware.ChainSend(p.rawSend, cfg.Middlewares...)
 	return p, nil
 }
 
@@ -91,22 +113,84 @@ func (p *Producer) Start() error {
 // ClientID returns the client id this producer sends in heartbeats ("<ip>@<instance>").
 func (p *Producer) ClientID() string { return p.cl.ClientID() }
 
+// SendOption changes one send: which selector picks its message queue.
+type SendOption func(*sendOptions)
+
+type sendOptions struct {
+	selector MessageQueueSelector
+}
+
+// WithSelector makes one send pick its queue with s instead of Config.Selector (nil
+// keeps Config.Selector). Example: WithSelector(HashSelector()) for an ordered send.
+func WithSelector(s MessageQueueSelector) SendOption {
+	return func(o *sendOptions) {
+		if s != nil {
+			o.selector = s
+		}
+	}
+}
+
+// WithQueue sends to the message queue mq, the caller's choice: WithSelector(ManualSelector(mq)).
+func WithQueue(mq message.MessageQueue) SendOption { return WithSelector(ManualSelector(mq)) }
+
+func (p *Producer) selector(opts []SendOption) MessageQueueSelector {
+	if len(opts) == 0 {
+		return p.cfg.Selector
+	}
+	o := sendOptions{selector: p.cfg.Selector}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o.selector
+}
+
+// mode is a send mode's retry policy.
+type mode int
+
+const (
+	modeSync  mode = iota // retries on another broker; RetryAnotherBrokerWhenNotStoreOK applies
+	modeAsync             // retries on the same queue
+)
+
+// chain runs Config.Middlewares around the raw send of msg in mode m.
+func (p *Producer) chain(ctx context.Context, msg *message.Message, sel MessageQueueSelector, m mode) (*message.SendResult, error) {
+	raw := func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
+		return p.rawSend(ctx, msg, sel, m)
+	}
+	if len(p.cfg.Middlewares) == 0 {
+		return raw(ctx, msg)
+	}
+	return middleware.ChainSend(raw, p.cfg.Middlewares...)(ctx, msg)
+}
+
 // SendSync sends msg and waits for the broker's answer, running Config.Middlewares
 // around the send. It sets property UNIQ_KEY on msg when missing (the SendResult's
-// MsgID). Errors: a *message.ValidationError before any network traffic for a message
-// that breaks the rules (topic, tag, empty body, size over MaxMessageSize, a system
-// topic); a *SendError when no attempt stored the message; ErrNotStarted / ErrClosed.
-// A nil error means the broker stored the message; Status tells whether flushing or
-// replication timed out.
-func (p *Producer) SendSync(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
-	return p.send(ctx, msg)
+// MsgID). The queue comes from Config.Selector or the WithSelector / WithQueue option.
+// A failed attempt (transport error or response code 1, 2, 14, 16, 17) is retried up to
+// RetryTimesWhenSendFailed times, on another broker when the round-robin selector has
+// one; ctx bounds the whole send, SendTimeout each attempt.
+//
+// Errors: a *message.ValidationError before any network traffic for a message that
+// breaks the rules (topic, tag, empty body, size over MaxMessageSize, a system topic, a
+// hash send without sharding key); a *SendError when no attempt stored the message
+// (errors.Is(err, ErrTopicNotExist) when the topic has no route and cannot be
+// auto-created); ErrNotStarted / ErrClosed. A nil error means the broker stored the
+// message; Status tells whether flushing or replication timed out.
+func (p *Producer) SendSync(ctx context.Context, msg *message.Message, opts ...SendOption) (*message.SendResult, error) {
+	return p.chain(ctx, msg, p.selector(opts), modeSync)
 }
 
 // AsSendFunc returns SendSync as a middleware.SendFunc (Config.Middlewares included),
 // for code that wraps producers generically.
-func (p *Producer) AsSendFunc() middleware.SendFunc { return p.SendSync }
+func (p *Producer) AsSendFunc() middleware.SendFunc {
+	return func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
+		return p.SendSync(ctx, msg)
+	}
+}
 
-// enter registers a raw send in progress; the caller must call p.inflight.Done.
+// enter registers a send in progress; the caller must call p.inflight.Done.
 func (p *Producer) enter() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -120,20 +204,31 @@ func (p *Producer) enter() error {
 	return nil
 }
 
-// rawSend is the send without middlewares: validate, route, then up to
-// 1+RetryTimesWhenSendFailed attempts.
-func (p *Producer) rawSend(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
+// prepared is a request ready for attempts: header without queue, body, client ids.
+type prepared struct {
+	code   remoting.RequestCode
+	header client.SendHeader
+	body   []byte
+	msgID  string           // UNIQ_KEY(s), comma-joined for a batch
+	selMsg *message.Message // what the selector sees (a batch: its first message)
+}
+
+// checkMessage validates msg for a single send.
+func (p *Producer) checkMessage(msg *message.Message) error {
 	if err := message.Validate(msg, p.cfg.MaxMessageSize); err != nil {
-		return nil, err
+		return err
 	}
 	if message.IsSendForbiddenTopic(msg.Topic) {
-		return nil, &message.ValidationError{Field: "topic", Reason: fmt.Sprintf("%q is a system topic producers may not send to", msg.Topic)}
+		return &message.ValidationError{Field: "topic", Reason: fmt.Sprintf("%q is a system topic producers may not send to", msg.Topic)}
 	}
-	if err := p.enter(); err != nil {
+	return nil
+}
+
+// prepareSingle validates msg, sets UNIQ_KEY, compresses and builds the header.
+func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
+	if err := p.checkMessage(msg); err != nil {
 		return nil, err
 	}
-	defer p.inflight.Done()
-
 	if msg.UniqKey() == "" {
 		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, message.NewUniqID())
 	}
@@ -149,66 +244,176 @@ func (p *Producer) rawSend(ctx context.Context, msg *message.Message) (*message.
 	if msg.Property(message.PropertyTransactionPrepared) == "true" {
 		sysFlag |= message.SysFlagTransactionPrepared
 	}
-	props := message.MarshalProperties(msg.Properties)
+	return &prepared{
+		code: remoting.SendMessageV2,
+		header: client.SendHeader{
+			ProducerGroup:         p.cfg.Group,
+			Topic:                 msg.Topic,
+			DefaultTopic:          message.AutoCreateTopicKey,
+			DefaultTopicQueueNums: client.DefaultTopicQueueNums,
+			SysFlag:               sysFlag,
+			BornTimestamp:         time.Now().UnixMilli(),
+			Flag:                  msg.Flag,
+			Properties:            message.MarshalProperties(msg.Properties),
+		},
+		body:   body,
+		msgID:  msg.UniqKey(),
+		selMsg: msg,
+	}, nil
+}
 
-	queues, err := p.publishQueues(ctx, msg.Topic)
+// rawSend is one message's send without middlewares: validate, route, attempts.
+func (p *Producer) rawSend(ctx context.Context, msg *message.Message, sel MessageQueueSelector, m mode) (*message.SendResult, error) {
+	pr, err := p.prepareSingle(msg)
 	if err != nil {
-		return nil, &SendError{Topic: msg.Topic, Err: err}
+		return nil, err
 	}
-	header := client.SendHeader{
-		ProducerGroup:         p.cfg.Group,
-		Topic:                 msg.Topic,
-		DefaultTopic:          message.AutoCreateTopicKey,
-		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
-		SysFlag:               sysFlag,
-		BornTimestamp:         time.Now().UnixMilli(),
-		Flag:                  msg.Flag,
-		Properties:            props,
+	if err := p.enter(); err != nil {
+		return nil, err
 	}
-	counter := p.counter(msg.Topic)
+	defer p.inflight.Done()
+	return p.sendPrepared(ctx, pr, sel, m)
+}
+
+// sendPrepared makes the attempts of one send. Sync mode: up to
+// 1+RetryTimesWhenSendFailed attempts, each retry asking the selector with the failed
+// broker as lastBroker. Async mode: up to 1+RetryTimesWhenSendAsyncFailed attempts on the
+// first attempt's queue.
+func (p *Producer) sendPrepared(ctx context.Context, pr *prepared, sel MessageQueueSelector, m mode) (*message.SendResult, error) {
+	topic := pr.header.Topic
+	queues, err := p.publishQueues(ctx, topic)
+	if err != nil {
+		return nil, &SendError{Topic: topic, Err: err}
+	}
 	attempts := 1 + p.cfg.RetryTimesWhenSendFailed
-	var last *SendError
-	lastBroker := ""
+	if m == modeAsync {
+		attempts = 1 + p.cfg.RetryTimesWhenSendAsyncFailed
+	}
+	var (
+		mq         message.MessageQueue
+		last       *SendError
+		notOK      *message.SendResult // a stored result other than SEND_OK, kept while retrying
+		lastBroker string
+	)
 	for i := 0; i < attempts; i++ {
-		mq := selectQueue(queues, counter, lastBroker)
-		lastBroker = mq.BrokerName
-		last = &SendError{Topic: msg.Topic, Queue: mq, Attempts: i + 1}
-		addr, ok := p.cl.BrokerAddr(mq.BrokerName)
-		if !ok {
-			last.Err = fmt.Errorf("no master address known for broker %q", mq.BrokerName)
-			continue
-		}
-		last.BrokerAddr = addr
-		h := header
-		h.QueueID = mq.QueueID
-		h.BrokerName = mq.BrokerName
-		req := remoting.NewRequest(remoting.SendMessageV2, h.Ext(), body)
-		actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
-		resp, err := p.cl.InvokeSync(actx, addr, req)
-		cancel()
-		if err != nil {
-			last.Err = err
-			if ctx.Err() != nil { // the caller gave up: no further attempts
-				return nil, last
+		if i == 0 || m == modeSync {
+			if mq, err = p.pick(sel, pr.selMsg, queues, lastBroker); err != nil {
+				if last != nil {
+					return nil, last
+				}
+				return nil, &SendError{Topic: topic, Err: err}
 			}
-			p.cfg.Logger.Debug("producer: send attempt failed", "topic", msg.Topic, "queue", mq.String(), "broker", addr, "err", err)
-			continue
 		}
-		code := resp.ResponseCode()
-		if client.SendStored(code) {
-			r, err := client.ParseSendResponse(resp, mq, msg.UniqKey())
-			if err != nil { // stored, but the answer is malformed: report, do not resend
-				return nil, &SendError{Topic: msg.Topic, Queue: mq, BrokerAddr: addr, Attempts: i + 1, Code: code, Err: err}
+		r, se, retry := p.attempt(ctx, pr, mq)
+		if se == nil {
+			if r.Status != message.SendOK && m == modeSync && p.cfg.RetryAnotherBrokerWhenNotStoreOK && i < attempts-1 {
+				notOK, lastBroker = r, mq.BrokerName
+				continue
 			}
 			return r, nil
 		}
-		last.Code, last.Remark = code, resp.Remark
-		if !code.Retryable() {
-			return nil, last
+		se.Attempts = i + 1
+		last = se
+		if !retry || ctx.Err() != nil {
+			break
 		}
-		p.cfg.Logger.Debug("producer: send attempt refused", "topic", msg.Topic, "queue", mq.String(), "broker", addr, "code", code.String(), "remark", resp.Remark)
+		lastBroker = mq.BrokerName
+	}
+	if notOK != nil {
+		return notOK, nil
 	}
 	return nil, last
+}
+
+// pick asks sel for a queue; the round-robin selector also avoids faulty brokers. A
+// queue from a custom selector must be one of queues.
+func (p *Producer) pick(sel MessageQueueSelector, msg *message.Message, queues []message.MessageQueue, lastBroker string) (message.MessageQueue, error) {
+	if fa, ok := sel.(faultAwareSelector); ok && p.fault != nil {
+		return fa.selectAvailable(msg, queues, lastBroker, p.fault), nil
+	}
+	mq, err := sel.Select(msg, queues, lastBroker)
+	if err != nil {
+		return mq, err
+	}
+	switch sel.(type) {
+	case *roundRobin, hashSelector, manualSelector: // always from the list
+		return mq, nil
+	}
+	for _, q := range queues {
+		if q.BrokerName == mq.BrokerName && q.QueueID == mq.QueueID {
+			return q, nil
+		}
+	}
+	return mq, fmt.Errorf("%w: the selector picked %s", ErrQueueNotFound, mq)
+}
+
+// attempt sends pr to mq once and records the outcome in the fault table. It returns the
+// result when the broker stored the message; otherwise a *SendError for this attempt
+// (Attempts unset) and whether another attempt may help.
+func (p *Producer) attempt(ctx context.Context, pr *prepared, mq message.MessageQueue) (*message.SendResult, *SendError, bool) {
+	se := &SendError{Topic: pr.header.Topic, Queue: mq}
+	addr, ok := p.cl.BrokerAddr(mq.BrokerName)
+	if !ok {
+		se.Err = fmt.Errorf("no master address known for broker %q", mq.BrokerName)
+		p.observe(mq, 0, se.Err, true)
+		return nil, se, true
+	}
+	se.BrokerAddr = addr
+	h := pr.header
+	h.QueueID = mq.QueueID
+	h.BrokerName = mq.BrokerName
+	h.Batch = pr.code == remoting.SendBatchMessage
+	req := remoting.NewRequest(pr.code, h.Ext(), pr.body)
+	actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	start := time.Now()
+	resp, err := p.cl.InvokeSync(actx, addr, req)
+	latency := time.Since(start)
+	cancel()
+	if err != nil {
+		se.Err = err
+		// The caller giving up says nothing about the broker; a timeout or a transport
+		// failure does.
+		p.observe(mq, latency, err, ctx.Err() == nil)
+		if ctx.Err() == nil {
+			p.cfg.Logger.Debug("producer: send attempt failed", "topic", pr.header.Topic, "queue", mq.String(), "broker", addr, "err", err)
+		}
+		return nil, se, true
+	}
+	code := resp.ResponseCode()
+	if client.SendStored(code) {
+		p.observe(mq, latency, nil, false)
+		r, err := client.ParseSendResponse(resp, mq, pr.msgID)
+		if err != nil { // stored, but the answer is malformed: report, do not resend
+			se.Code, se.Err = code, err
+			return nil, se, false
+		}
+		return r, nil, false
+	}
+	se.Code, se.Remark = code, resp.Remark
+	p.observe(mq, latency, resp.ResponseErr(), isolates(code))
+	if code.Retryable() {
+		p.cfg.Logger.Debug("producer: send attempt refused", "topic", pr.header.Topic, "queue", mq.String(), "broker", addr, "code", code.String(), "remark", resp.Remark)
+	}
+	return nil, se, code.Retryable()
+}
+
+// observe records an attempt's latency (and failure) for fault tolerance and the test hook.
+func (p *Producer) observe(mq message.MessageQueue, latency time.Duration, err error, failed bool) {
+	if p.fault != nil {
+		p.fault.update(mq.BrokerName, latency, failed)
+	}
+	if p.cfg.attemptHook != nil {
+		p.cfg.attemptHook(mq, err)
+	}
+}
+
+// AvoidedBrokers returns the brokers latency fault tolerance currently avoids, each with
+// how long it still is. Empty when fault tolerance is off or every broker is available.
+func (p *Producer) AvoidedBrokers() map[string]time.Duration {
+	if p.fault == nil {
+		return map[string]time.Duration{}
+	}
+	return p.fault.avoided()
 }
 
 // publishQueues returns the writable queues of topic. A topic the name servers do not
@@ -238,40 +443,17 @@ func (p *Producer) publishQueues(ctx context.Context, topic string) ([]message.M
 	return qs, nil
 }
 
-func (p *Producer) counter(topic string) *atomic.Uint32 {
-	p.rrMu.Lock()
-	defer p.rrMu.Unlock()
-	c := p.rr[topic]
-	if c == nil {
-		c = new(atomic.Uint32)
-		p.rr[topic] = c
-	}
-	return c
-}
-
-// selectQueue picks the next queue round-robin. With avoidBroker set (a retry), it takes
-// the next queue on a different broker if the list has one.
-func selectQueue(queues []message.MessageQueue, counter *atomic.Uint32, avoidBroker string) message.MessageQueue {
-	n := uint32(len(queues))
-	if avoidBroker != "" {
-		for i := uint32(0); i < n; i++ {
-			q := queues[(counter.Add(1)-1)%n]
-			if q.BrokerName != avoidBroker {
-				return q
-			}
-		}
-	}
-	return queues[(counter.Add(1)-1)%n]
-}
-
-// Shutdown stops the producer: new sends fail with ErrClosed, sends in progress may
+// Shutdown stops the producer: new sends fail with ErrClosed (SendAsync calls waiting
+// for room too), sends in progress — async ones until their callback has returned — may
 // finish until ctx is done, then UNREGISTER_CLIENT (RocketMQ request code 35) goes to
-// every known broker, and connections and goroutines are released. It returns ctx's
-// error if in-flight sends or the unregister did not finish in time (resources are
-// released anyway), or the unregister failures. Idempotent.
+// every known broker, and connections and goroutines are released; async sends still
+// pending then fail with a transport error to their callbacks. It returns ctx's error if
+// in-flight sends or the unregister did not finish in time (resources are released
+// anyway), or the unregister failures. Idempotent. Do not call it from a SendAsync
+// callback (it waits for that callback).
 //
 // Stop order: refuse new sends → wait for in-flight sends (bounded by ctx) → unregister
-// → close the client.
+// → close the client (failing what is left) → wait for the last callbacks.
 func (p *Producer) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	if p.state == stateClosed {
@@ -280,6 +462,7 @@ func (p *Producer) Shutdown(ctx context.Context) error {
 	}
 	wasStarted := p.state == stateStarted
 	p.state = stateClosed
+	close(p.closing)
 	p.mu.Unlock()
 
 	done := make(chan struct{})

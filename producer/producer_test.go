@@ -192,28 +192,40 @@ func TestSendHeaderAndResult(t *testing.T) {
 }
 
 func TestSendRetriesOnAnotherBroker(t *testing.T) {
-	bad := newFakeServer(t, brokerHandlers(refuse(remoting.SystemError, "disk full")))
-	good := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", bad.srv.Addr()}, [2]string{"broker-b", good.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
-
-	for i := 0; i < 12; i++ {
-		r, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
-		if err != nil {
-			t.Fatalf("send %d: %v", i, err)
-		}
-		if r.Queue.BrokerName != "broker-b" {
-			t.Fatalf("stored on %v", r.Queue)
-		}
-	}
-	// Round-robin over 4 queues → half the first attempts hit broker-a, and each of those
-	// was retried exactly once, on broker-b.
-	nBad, nGood := len(bad.requests(remoting.SendMessageV2)), len(good.requests(remoting.SendMessageV2))
-	if nBad == 0 || nGood != 12 {
-		t.Fatalf("attempts: broker-a %d, broker-b %d", nBad, nGood)
-	}
-	if nBad != 6 {
-		t.Fatalf("round-robin sent %d of 12 first attempts to broker-a, want 6", nBad)
+	for _, tc := range []struct {
+		name  string
+		fault bool
+		wantA int // first attempts on the refusing broker-a
+	}{
+		// Round-robin over 4 queues → half the first attempts hit broker-a, and each of
+		// those was retried exactly once, on broker-b.
+		{"fault tolerance off", false, 6},
+		// broker-a answered SYSTEM_ERROR once and is avoided from then on.
+		{"fault tolerance on", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := newFakeServer(t, brokerHandlers(refuse(remoting.SystemError, "disk full")))
+			good := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
+			ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", bad.srv.Addr()}, [2]string{"broker-b", good.srv.Addr()})})
+			p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, SendLatencyFaultEnable: &tc.fault})
+			for i := 0; i < 12; i++ {
+				r, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
+				if err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+				if r.Queue.BrokerName != "broker-b" {
+					t.Fatalf("stored on %v", r.Queue)
+				}
+			}
+			nBad, nGood := len(bad.requests(remoting.SendMessageV2)), len(good.requests(remoting.SendMessageV2))
+			if nGood != 12 || nBad != tc.wantA {
+				t.Fatalf("attempts: broker-a %d (want %d), broker-b %d (want 12)", nBad, tc.wantA, nGood)
+			}
+			avoided := p.AvoidedBrokers()
+			if _, ok := avoided["broker-a"]; ok != tc.fault || len(avoided) > 1 {
+				t.Fatalf("avoided brokers %v", avoided)
+			}
+		})
 	}
 }
 

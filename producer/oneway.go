@@ -1,0 +1,61 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// SendOneway sends msg with the RocketMQ ONEWAY flag (header flag bit1): the broker
+// stores it and answers nothing, so there is no result and no retry. It returns once
+// the request is queued on the connection (bounded by ctx and SendTimeout). A nil error
+// does not mean the message was stored. Middlewares do not run (there is no result for
+// them). The queue comes from Config.Selector or the WithSelector / WithQueue option; a
+// broker that could not be reached is avoided afterwards like any failed broker.
+//
+// Errors: a *message.ValidationError before any network traffic; a *SendError when the
+// route lookup, the selector or the connection failed; ErrNotStarted / ErrClosed.
+func (p *Producer) SendOneway(ctx context.Context, msg *message.Message, opts ...SendOption) error {
+	pr, err := p.prepareSingle(msg)
+	if err != nil {
+		return err
+	}
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.inflight.Done()
+	topic := msg.Topic
+	queues, err := p.publishQueues(ctx, topic)
+	if err != nil {
+		return &SendError{Topic: topic, Err: err}
+	}
+	mq, err := p.pick(p.selector(opts), msg, queues, "")
+	if err != nil {
+		return &SendError{Topic: topic, Err: err}
+	}
+	se := &SendError{Topic: topic, Queue: mq, Attempts: 1}
+	addr, ok := p.cl.BrokerAddr(mq.BrokerName)
+	if !ok {
+		se.Err = fmt.Errorf("no master address known for broker %q", mq.BrokerName)
+		p.observe(mq, 0, se.Err, true)
+		return se
+	}
+	se.BrokerAddr = addr
+	h := pr.header
+	h.QueueID = mq.QueueID
+	h.BrokerName = mq.BrokerName
+	actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	defer cancel()
+	if err := p.cl.InvokeOneway(actx, addr, remoting.NewRequest(pr.code, h.Ext(), pr.body)); err != nil {
+		se.Err = err
+		p.observe(mq, 0, err, ctx.Err() == nil)
+		return se
+	}
+	// Queued is no evidence of a healthy broker: the fault table is left as it is.
+	if p.cfg.attemptHook != nil {
+		p.cfg.attemptHook(mq, nil)
+	}
+	return nil
+}
