@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/adminproto"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -36,6 +37,9 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.EndTransaction, b.handleEndTransaction)
 	s.Handle(remoting.LockBatchMQ, b.handleLockBatch)
 	s.Handle(remoting.UnlockBatchMQ, b.handleUnlockBatch)
+	s.Handle(remoting.InvokeBrokerToResetOffset, b.handleResetOffset)
+	s.Handle(adminproto.GroupSubscriptions, b.handleGroupSubscriptions)
+	s.Handle(adminproto.ReadQueue, b.handleAdminReadQueue)
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer

@@ -1,0 +1,62 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+
+	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// handleGroupSubscriptions serves Sluice's GET_GROUP_SUBSCRIPTIONS (request code 7002,
+// adminproto.GroupSubscriptions): the subscriptions each live client of ext
+// consumerGroup sent in its last HEART_BEAT, as adminproto.GroupSubscriptionsBody JSON.
+// Admin tools and consumers compare them (adminproto.Analyze) to find clients of one
+// group that subscribe to different topics or tags — a group whose members disagree
+// loses messages, because the broker filters a topic's pulls with one subscription per
+// group. An unknown group gives an empty client list.
+func (b *Broker) handleGroupSubscriptions(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	group, err := req.ExtString("consumerGroup", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	r := remoting.NewResponse(remoting.Success, "")
+	r.Body, _ = json.Marshal(adminproto.GroupSubscriptionsBody{Group: group, Clients: b.clients.groupSubscriptions(group)})
+	return r
+}
+
+// groupSubscriptions returns each client's own subscriptions from its last heartbeat,
+// one entry per client id (the most recently updated connection wins), sorted.
+func (m *clientManager) groupSubscriptions(group string) []adminproto.ClientSubscriptions {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []adminproto.ClientSubscriptions{}
+	g := m.consumers[group]
+	if g == nil {
+		return out
+	}
+	latest := map[string]*clientChannel{}
+	for _, ch := range g.channels {
+		if cur := latest[ch.clientID]; cur == nil || ch.lastUpdate.After(cur.lastUpdate) {
+			latest[ch.clientID] = ch
+		}
+	}
+	for id, ch := range latest {
+		cs := adminproto.ClientSubscriptions{ClientID: id, MessageModel: g.messageModel,
+			LastHeartbeat: ch.lastUpdate.UnixMilli(), Subscriptions: []adminproto.Subscription{}}
+		for _, sd := range ch.subs {
+			s := adminproto.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType}
+			if s.ExpressionType == "" || s.ExpressionType == "TAG" {
+				s.Tags = message.ParseTagExpression(sd.SubString)
+				sort.Strings(s.Tags)
+			}
+			cs.Subscriptions = append(cs.Subscriptions, s)
+		}
+		sort.Slice(cs.Subscriptions, func(i, j int) bool { return cs.Subscriptions[i].Topic < cs.Subscriptions[j].Topic })
+		out = append(out, cs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ClientID < out[j].ClientID })
+	return out
+}
