@@ -69,7 +69,9 @@ func FuzzDecodeResetOffsetBody(f *testing.F) {
 	})
 }
 
-func sub(topic, expr string) Subscription { return Subscription{Topic: topic, SubString: expr, ExpressionType: "TAG"} }
+func sub(topic, expr string) Subscription {
+	return Subscription{Topic: topic, SubString: expr, ExpressionType: "TAG"}
+}
 
 func TestAnalyze(t *testing.T) {
 	a := ClientSubscriptions{ClientID: "a", Subscriptions: []Subscription{sub("T", "x || y"), sub("%RETRY%g", "*")}}
