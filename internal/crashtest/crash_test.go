@@ -266,7 +266,8 @@ func makeBody(idx int) []byte {
 type ack struct {
 	queueID     int32
 	queueOffset int64
-	offsetMsgID string
+	msgID       string // UNIQ_KEY, the client message id
+	offsetMsgID string // store host + commitlog offset
 	cycle       int
 }
 
@@ -356,7 +357,8 @@ func queueOffset(t *testing.T, rc *remoting.Client, addr string, code remoting.R
 // verify pulls every message of every queue through PULL_MESSAGE (11), decodes each
 // record with the body CRC checked, checks that each body is exactly the one its index
 // determines and that the queue offsets are dense, and then that every acked message
-// sits at the queue offset and commitlog offset (offset msg id) its SEND_OK reported.
+// sits at the queue offset and commitlog offset (offset msg id) its SEND_OK reported,
+// with the msg id (UNIQ_KEY) it reported.
 // It returns the number of records read.
 func verify(t *testing.T, rc *remoting.Client, c *child, acked map[int]ack) int {
 	t.Helper()
@@ -420,6 +422,9 @@ func verify(t *testing.T, rc *remoting.Client, c *child, acked map[int]ack) int 
 		if got := m.Property(idxProperty); got != strconv.Itoa(idx) {
 			t.Fatalf("queue %d offset %d holds message %s, but SEND_OK said message %d", a.queueID, a.queueOffset, got, idx)
 		}
+		if m.MsgID != a.msgID {
+			t.Fatalf("message %d: msg id %s, SEND_OK said %s", idx, m.MsgID, a.msgID)
+		}
 		if m.OffsetMsgID != a.offsetMsgID {
 			t.Fatalf("message %d: offset msg id %s, SEND_OK said %s", idx, m.OffsetMsgID, a.offsetMsgID)
 		}
@@ -478,7 +483,7 @@ func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.R
 				if res.Status != message.SendOK {
 					continue // stored, but not acked as flushed: not in the ledger
 				}
-				led.add(idx, ack{queueID: int32(res.Queue.QueueID), queueOffset: res.QueueOffset, offsetMsgID: res.OffsetMsgID, cycle: cycle})
+				led.add(idx, ack{queueID: int32(res.Queue.QueueID), queueOffset: res.QueueOffset, msgID: res.MsgID, offsetMsgID: res.OffsetMsgID, cycle: cycle})
 				okCount.Add(1)
 				firstOnce.Do(func() { close(firstOK) })
 			}
