@@ -28,6 +28,7 @@ goes to that cluster (its own flush setting applies).
 
   sluice bench produce --messages 200000                   # one producer, one send in flight
   sluice bench produce --inflight 16 --duration 20s
+  sluice bench produce --async --inflight 64 --messages 500000
   sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
   sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it`,
 		Args: cobra.NoArgs,
@@ -54,6 +55,7 @@ goes to that cluster (its own flush setting applies).
 	}
 	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream, sync publish) or both (same run, with the ratio)")
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
+	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync)")
 
 	consume := &cobra.Command{
 		Use:   "consume",
@@ -168,7 +170,11 @@ func (s *benchSetup) describe(target string) string {
 			amount = fmt.Sprintf("for %v", bench.DefaultDuration)
 		}
 	}
-	return fmt.Sprintf("%s produce: %d producer(s) x %d in flight, %d-byte bodies, %s", target, c.Producers, c.Inflight, c.Size, amount)
+	mode := "sync"
+	if c.Async {
+		mode = "async"
+	}
+	return fmt.Sprintf("%s produce: %d producer(s) x %d in flight (%s), %d-byte bodies, %s", target, c.Producers, c.Inflight, mode, c.Size, amount)
 }
 
 func printProduce(out io.Writer, r *bench.Result) {
@@ -197,6 +203,7 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 	}
 	target, _ := cmd.Flags().GetString("target")
 	s.cfg.NatsURL, _ = cmd.Flags().GetString("nats-url")
+	s.cfg.Async, _ = cmd.Flags().GetBool("async")
 	runSluice := target == bench.TargetSluice || target == "both"
 	runJS := target == bench.TargetJetStream || target == "both"
 	if !runSluice && !runJS {

@@ -36,7 +36,7 @@ func TestBenchProduceEmbedded(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("no progress bar or logs expected on a non-terminal stderr, got %q", stderr)
 	}
-	for _, want := range []string{"broker: embedded broker-a at 127.0.0.1:", "(ASYNC_FLUSH)", "sluice produce: 2 producer(s) x 2 in flight, 256-byte bodies, 400 messages"} {
+	for _, want := range []string{"broker: embedded broker-a at 127.0.0.1:", "(ASYNC_FLUSH)", "sluice produce: 2 producer(s) x 2 in flight (sync), 256-byte bodies, 400 messages"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -106,14 +106,14 @@ func TestBenchProduceBothTargets(t *testing.T) {
 		t.Skipf("no NATS server at %s: %v", bench.DefaultNatsURL, err)
 	}
 	c.Close()
-	out, _, err := execRoot(t, 60*time.Second, "bench", "produce", "--target", "both", "--messages", "300", "--topic", "CmdBenchBoth")
+	out, _, err := execRoot(t, 60*time.Second, "bench", "produce", "--target", "both", "--messages", "300", "--topic", "CmdBenchBoth", "--async", "--inflight", "8")
 	if err != nil {
 		t.Fatalf("bench produce --target both: %v\n%s", err, out)
 	}
 	if n := len(sentLine.FindAllString(out, -1)); n != 2 {
 		t.Errorf("%d sent lines, want 2 (sluice and jetstream):\n%s", n, out)
 	}
-	for _, want := range []string{"sluice produce:", "jetstream produce:", "stream SLUICE_BENCH_CmdBenchBoth", "ratio sluice/jetstream: "} {
+	for _, want := range []string{"sluice produce: 1 producer(s) x 8 in flight (async)", "jetstream produce: 1 producer(s) x 8 in flight (async)", "stream SLUICE_BENCH_CmdBenchBoth", "ratio sluice/jetstream: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -74,9 +74,15 @@ type Config struct {
 	// Producers is the number of producers (each its own connections). Default: 1;
 	// at most 1024.
 	Producers int
-	// Inflight is the number of concurrent synchronous sends per producer (one
-	// goroutine each). Default: 1; at most 1024.
+	// Inflight is the number of sends in flight per producer: concurrent synchronous
+	// sends (one goroutine each), or with Async the window of asynchronous sends.
+	// Default: 1; at most 1024.
 	Inflight int
+	// Async makes Produce and ProduceJetStream send asynchronously — one goroutine per
+	// producer keeps up to Inflight sends outstanding with producer.SendAsync
+	// (JetStream: PublishAsync) — instead of Inflight goroutines calling SendSync.
+	// Latency is then measured from the async call to its completion.
+	Async bool
 	// Messages is how many messages to send (Produce) or to prefill and drain
 	// (Consume). Zero: Produce runs for Duration; Consume uses 100000.
 	Messages int64
@@ -198,6 +204,11 @@ func (r *Result) MBPerSec() float64 {
 // sendFunc sends one body synchronously and returns when it was acknowledged.
 type sendFunc func(ctx context.Context, body []byte) error
 
+// asyncSendFunc starts sending one body and returns at once; done is called exactly once
+// (from any goroutine) with the outcome unless asyncSendFunc itself returns an error.
+// body must not change until done runs.
+type asyncSendFunc func(ctx context.Context, body []byte, done func(error)) error
+
 // plan is what drive sends: either a fixed count or for a duration.
 type plan struct {
 	messages int64         // > 0: exactly this many
@@ -266,6 +277,109 @@ func drive(ctx context.Context, cfg *Config, senders []sendFunc, p plan) (*Resul
 				}
 			}()
 		}
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.Messages = int64(res.Latency.Count())
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// driveAsync is drive for asynchronous senders: one goroutine per sender keeps up to
+// plan.inflight sends outstanding, each with its own body buffer (a slot), and waits for
+// all of them to complete before returning. The first failure stops every sender.
+func driveAsync(ctx context.Context, cfg *Config, senders []asyncSendFunc, p plan) (*Result, error) {
+	total := p.messages
+	if total == 0 {
+		total = -1
+	}
+	cfg.Progress.Phase(p.phase, total)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		next     atomic.Int64
+		stop     atomic.Bool
+		firstErr error
+		errOnce  sync.Once
+		mu       sync.Mutex
+		res      = &Result{Kind: "produce"}
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; stop.Store(true); cancel() })
+	}
+	start := time.Now()
+	if p.messages == 0 {
+		t := time.AfterFunc(p.duration, func() { stop.Store(true) })
+		defer t.Stop()
+	}
+	type slot struct {
+		body []byte
+		seq  int64
+		t0   time.Time
+	}
+	for _, send := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots := make(chan *slot, p.inflight)
+			for range p.inflight {
+				slots <- &slot{body: makeBody(cfg.Size)}
+			}
+			var (
+				hmu   sync.Mutex // callbacks of one sender run concurrently
+				h     Histogram
+				bytes int64
+			)
+			defer func() {
+				for range p.inflight { // every outstanding send has completed
+					<-slots
+				}
+				mu.Lock()
+				res.Latency.Merge(&h)
+				res.Bytes += bytes
+				mu.Unlock()
+			}()
+			for !stop.Load() {
+				var sl *slot
+				select {
+				case sl = <-slots:
+				case <-ctx.Done():
+					return
+				}
+				sl.seq = next.Add(1)
+				if p.messages > 0 && sl.seq > p.messages {
+					slots <- sl
+					return
+				}
+				binary.BigEndian.PutUint64(sl.body, uint64(sl.seq))
+				sl.t0 = time.Now()
+				err := send(ctx, sl.body, func(err error) {
+					if err != nil {
+						fail(fmt.Errorf("send %d: %w", sl.seq, err))
+					} else {
+						d := time.Since(sl.t0)
+						hmu.Lock()
+						h.Record(d)
+						bytes += int64(len(sl.body))
+						hmu.Unlock()
+						cfg.Progress.Add(1)
+					}
+					slots <- sl
+				})
+				if err != nil {
+					fail(fmt.Errorf("send %d: %w", sl.seq, err))
+					slots <- sl
+					return
+				}
+			}
+		}()
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)

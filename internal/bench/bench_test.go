@@ -192,6 +192,66 @@ func TestProduceAndConsumeEmbedded(t *testing.T) {
 	}
 }
 
+func TestProduceAsync(t *testing.T) {
+	e := startEmbedded(t, AsyncFlush)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := Produce(ctx, Config{NamesrvAddrs: e.NamesrvAddrs(), Size: 512, Producers: 2, Inflight: 8, Async: true, Messages: 800, Warmup: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Messages != 800 || res.Bytes != 800*512 || res.Latency.Count() != 800 {
+		t.Fatalf("async produce result %+v: want 800 messages of 512 bytes", res)
+	}
+	// Every message is stored once: a consumer-free check through the consume queues is
+	// Consume's job; here the async window must not lose or duplicate sends.
+	res, err = Produce(ctx, Config{NamesrvAddrs: e.NamesrvAddrs(), Inflight: 4, Async: true, Duration: 200 * time.Millisecond, Warmup: -1})
+	if err != nil || res.Messages == 0 {
+		t.Fatalf("async duration run: %+v, %v", res, err)
+	}
+}
+
+func TestDriveAsyncStopsOnFirstError(t *testing.T) {
+	boom := errors.New("boom")
+	var calls atomic.Int64
+	var wg sync.WaitGroup
+	send := func(ctx context.Context, body []byte, done func(error)) error {
+		calls.Add(1)
+		seq := bodySeq(body)
+		if seq == 70 {
+			return boom // refused at once
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); done(nil) }()
+		return nil
+	}
+	cfg := Config{}
+	cfg.setDefaults()
+	_, err := driveAsync(context.Background(), &cfg, []asyncSendFunc{send}, plan{messages: 1_000_000, inflight: 4, phase: "produce"})
+	wg.Wait()
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "send 70") {
+		t.Fatalf("driveAsync = %v, want boom at send 70", err)
+	}
+	if n := calls.Load(); n != 70 {
+		t.Fatalf("%d sends were started; one sender must stop right at the refused send 70", n)
+	}
+	// A failure reported through done stops the run too.
+	send = func(ctx context.Context, body []byte, done func(error)) error {
+		var err error
+		if bodySeq(body) == 30 {
+			err = boom
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); done(err) }()
+		return nil
+	}
+	res, err := driveAsync(context.Background(), &cfg, []asyncSendFunc{send, send}, plan{messages: 1_000_000, inflight: 3, phase: "produce"})
+	wg.Wait()
+	if !errors.Is(err, boom) || res != nil {
+		t.Fatalf("driveAsync with a failed completion = %+v, %v; want boom", res, err)
+	}
+}
+
 func TestProduceForDurationSyncFlush(t *testing.T) {
 	e := startEmbedded(t, SyncFlush)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -275,6 +335,13 @@ func TestProduceJetStream(t *testing.T) {
 	}
 	if res.Target != TargetJetStream || res.Messages != 300 || res.Bytes != 300*512 || res.Latency.Count() != 300 {
 		t.Fatalf("jetstream result %+v: want 300 messages of 512 bytes", res)
+	}
+	res, err = ProduceJetStream(ctx, Config{NatsURL: url, Topic: "SluiceBenchTestAsync", Messages: 500, Inflight: 16, Async: true, Warmup: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Messages != 500 || res.Latency.Count() != 500 {
+		t.Fatalf("jetstream async result %+v: want 500 messages", res)
 	}
 	if _, err := ProduceJetStream(ctx, Config{NatsURL: "nats://127.0.0.1:1", Messages: 1}); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("ProduceJetStream to a closed port: %v, want a connect error naming the address", err)

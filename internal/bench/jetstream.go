@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,9 +19,16 @@ func JetStreamNames(topic string) (stream, subject string) {
 	return "SLUICE_BENCH_" + clean, "sluice.bench." + clean
 }
 
+// jsAck is one PublishAsync waiting for its PubAck.
+type jsAck struct {
+	f    jetstream.PubAckFuture
+	done func(error)
+}
+
 // ProduceJetStream is Produce's comparison peer: the same workers (Config.Producers
 // connections, Config.Inflight concurrent calls each, same bodies and warm-up) publish
-// synchronously (jetstream.Publish, waiting for the stream's PubAck) to a file-storage
+// synchronously (jetstream.Publish, waiting for the stream's PubAck; with Config.Async,
+// PublishAsync with a window of Config.Inflight per connection) to a file-storage
 // stream with one replica on Config.NatsURL. The stream is created fresh (an old one of
 // the same name is deleted) and deleted afterwards. JetStream file storage fsyncs on
 // its own interval (sync_interval, 2 min by default), so it compares with Sluice's
@@ -34,12 +42,19 @@ func ProduceJetStream(ctx context.Context, cfg Config) (*Result, error) {
 	stream, subject := JetStreamNames(cfg.Topic)
 
 	var conns []*nats.Conn
+	var ackers sync.WaitGroup
+	ackChans := make([]chan jsAck, 0, cfg.Producers)
 	defer func() {
+		for _, ch := range ackChans { // the ack goroutines end once their queue is drained
+			close(ch)
+		}
+		ackers.Wait()
 		for _, nc := range conns {
 			nc.Close()
 		}
 	}()
 	senders := make([]sendFunc, 0, cfg.Producers)
+	asyncs := make([]asyncSendFunc, 0, cfg.Producers)
 	var js0 jetstream.JetStream
 	for i := range cfg.Producers {
 		nc, err := nats.Connect(cfg.NatsURL, nats.Name(fmt.Sprintf("sluice-bench-%d", i)), nats.Timeout(5*time.Second), nats.NoReconnect())
@@ -47,7 +62,7 @@ func ProduceJetStream(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("bench: connect to NATS at %s: %w", cfg.NatsURL, err)
 		}
 		conns = append(conns, nc)
-		js, err := jetstream.New(nc)
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(cfg.Inflight, 1)), jetstream.WithPublishAsyncTimeout(10*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("bench: jetstream: %w", err)
 		}
@@ -57,6 +72,30 @@ func ProduceJetStream(ctx context.Context, cfg Config) (*Result, error) {
 		senders = append(senders, func(ctx context.Context, body []byte) error {
 			_, err := js.Publish(ctx, subject, body)
 			return err
+		})
+		// Async: PublishAsync, and one goroutine per connection that waits for the acks in
+		// publish order (a stream acks in order) and completes each send.
+		acks := make(chan jsAck, max(cfg.Inflight, 1))
+		ackChans = append(ackChans, acks)
+		ackers.Add(1)
+		go func() {
+			defer ackers.Done()
+			for a := range acks {
+				select {
+				case <-a.f.Ok():
+					a.done(nil)
+				case err := <-a.f.Err():
+					a.done(err)
+				}
+			}
+		}()
+		asyncs = append(asyncs, func(ctx context.Context, body []byte, done func(error)) error {
+			f, err := js.PublishAsync(subject, body)
+			if err != nil {
+				return err
+			}
+			acks <- jsAck{f: f, done: done}
+			return nil
 		})
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -83,7 +122,14 @@ func ProduceJetStream(ctx context.Context, cfg Config) (*Result, error) {
 	if err := warmup(ctx, &cfg, senders); err != nil {
 		return nil, err
 	}
-	res, err := drive(ctx, &cfg, senders, plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"})
+	pl := plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"}
+	var res *Result
+	var err error
+	if cfg.Async {
+		res, err = driveAsync(ctx, &cfg, asyncs, pl)
+	} else {
+		res, err = drive(ctx, &cfg, senders, pl)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,14 @@ import (
 const producerGroup = "SluiceBenchProducer"
 
 // startProducers starts n Sluice producers and returns a send function for each and a
-// stop function shutting them all down.
+// stop function shutting them all down. With async set the send functions are also
+// returned as asynchronous ones (SendAsync).
 func startProducers(cfg *Config, n int, topic string) ([]sendFunc, func(ctx context.Context) error, error) {
+	s, _, stop, err := startProducersAsync(cfg, n, topic)
+	return s, stop, err
+}
+
+func startProducersAsync(cfg *Config, n int, topic string) ([]sendFunc, []asyncSendFunc, func(ctx context.Context) error, error) {
 	var ps []*producer.Producer
 	stop := func(ctx context.Context) error {
 		var errs []error
@@ -28,6 +34,7 @@ func startProducers(cfg *Config, n int, topic string) ([]sendFunc, func(ctx cont
 		return errors.Join(errs...)
 	}
 	senders := make([]sendFunc, 0, n)
+	asyncs := make([]asyncSendFunc, 0, n)
 	for range n {
 		p, err := producer.New(producer.Config{NamesrvAddrs: cfg.NamesrvAddrs, Group: producerGroup, Logger: cfg.Logger})
 		if err == nil {
@@ -37,20 +44,24 @@ func startProducers(cfg *Config, n int, topic string) ([]sendFunc, func(ctx cont
 			if p != nil {
 				ps = append(ps, p)
 			}
-			return nil, nil, errors.Join(fmt.Errorf("bench: producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
+			return nil, nil, nil, errors.Join(fmt.Errorf("bench: producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
 		}
 		ps = append(ps, p)
 		senders = append(senders, func(ctx context.Context, body []byte) error {
 			_, err := p.SendSync(ctx, message.NewMessage(topic, body))
 			return err
 		})
+		asyncs = append(asyncs, func(ctx context.Context, body []byte, done func(error)) error {
+			return p.SendAsync(ctx, message.NewMessage(topic, body), func(_ *message.SendResult, err error) { done(err) })
+		})
 	}
-	return senders, stop, nil
+	return senders, asyncs, stop, nil
 }
 
 // Produce sends Config.Messages messages (or for Config.Duration) to Config.Topic
 // through Config.Producers Sluice producers with Config.Inflight concurrent SendSync
-// calls each, after an untimed warm-up, and reports throughput and send latency. The
+// calls each (with Config.Async: a window of Config.Inflight SendAsync calls each),
+// after an untimed warm-up, and reports throughput and send latency. The
 // topic is created first (UPDATE_AND_CREATE_TOPIC with Config.Queues queues on every
 // master). Errors: an invalid Config, no NamesrvAddrs, topic creation, and the first
 // failed send (which stops the run).
@@ -65,7 +76,7 @@ func Produce(ctx context.Context, cfg Config) (*Result, error) {
 	if err := EnsureTopic(ctx, cfg.NamesrvAddrs, cfg.Topic, cfg.Queues); err != nil {
 		return nil, err
 	}
-	senders, stop, err := startProducers(&cfg, cfg.Producers, cfg.Topic)
+	senders, asyncs, stop, err := startProducersAsync(&cfg, cfg.Producers, cfg.Topic)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +84,11 @@ func Produce(ctx context.Context, cfg Config) (*Result, error) {
 		if err := warmup(ctx, &cfg, senders); err != nil {
 			return nil, err
 		}
-		return drive(ctx, &cfg, senders, plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"})
+		pl := plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"}
+		if cfg.Async {
+			return driveAsync(ctx, &cfg, asyncs, pl)
+		}
+		return drive(ctx, &cfg, senders, pl)
 	}()
 	if serr := shutdownAll([]func(context.Context) error{stop}); serr != nil && err == nil {
 		err = fmt.Errorf("bench: producer shutdown: %w", serr)
