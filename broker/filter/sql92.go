@@ -44,7 +44,7 @@ type SQLFilter struct {
 //
 // The language is Apache RocketMQ 4.9's (filter module, SelectorParser.jj):
 //   - literals: integers (0 or [1-9][0-9]*, optional L suffix, Java long range), decimals
-//     (1.5, 1., .5, 1e3, 1.5E-3), 'strings' (” is a quote), TRUE, FALSE, NULL;
+//     (1.5, 1., .5, 1e3, 1.5E-3), 'strings' (a doubled quote inside is one quote), TRUE, FALSE, NULL;
 //   - property names: [A-Za-z_$][A-Za-z0-9_$]*, case-sensitive (no '.', as in RocketMQ 4);
 //     the tag is the property TAGS;
 //   - operators: = <> > >= < <=, [NOT] BETWEEN x AND y, [NOT] IN ('a', ...) (strings only,

@@ -62,7 +62,7 @@ var keywords = map[string]tokenKind{
 }
 
 // token is one lexed token. text is the source slice, except for string literals, where
-// it is the decoded value (” turned into ').
+// it is the decoded value (each doubled quote turned into one).
 type token struct {
 	kind tokenKind
 	pos  int // byte offset in the expression
@@ -208,7 +208,7 @@ func unexpectedChar(expr string, i int) error {
 	return syntaxErr(i, fmt.Sprintf("unexpected character %U", r))
 }
 
-// lexString decodes the string literal starting at expr[start] == '\”. Inside, ”
+// lexString decodes the string literal starting at expr[start], a single quote. Inside, a doubled quote
 // stands for one quote; any other byte, newlines included, is taken as is. It returns
 // the decoded value and the literal's length in bytes.
 func lexString(expr string, start int) (string, int, error) {
