@@ -9,8 +9,9 @@ import (
 const (
 	// MaxSQLLength is the longest expression CompileSQL92 accepts, in bytes.
 	MaxSQLLength = 16 << 10
-	// MaxSQLDepth is the deepest nesting accepted: parentheses, unary operators (NOT, -, +)
-	// and chained comparisons each add a level; AND/OR chains of any length add one.
+	// MaxSQLDepth is the deepest nesting accepted: parentheses and unary operators (NOT, -,
+	// +) count against it, and so does the height of the expression tree, to which each
+	// operator adds one level (a flattened AND/OR chain of any length adds one).
 	MaxSQLDepth = 100
 	// MaxSQLInList is the largest number of values in one IN or NOT IN list.
 	MaxSQLInList = 1024
@@ -98,6 +99,8 @@ func (f *SQLFilter) String() string { return f.root.String() }
 //     number's type: an integer literal parses it as a Java long ("1.5" or " 1" fail), a
 //     decimal literal as a Java double (Double.valueOf: "1", "1.5", "1e3", " 2 ", "NaN"
 //     pass). A failed conversion is an evaluation error: no match, even under <> or NOT.
+//     So "a > 1" does not match a = '1.5' (RocketMQ: Integer.valueOf throws); write
+//     "a > 1.0" to compare decimals.
 //   - Two numbers of different types compare as doubles; doubles order like Java's
 //     Double.compareTo (-0.0 < 0.0; NaN is above everything and equals itself).
 //   - = and <> between strings compare exactly. > >= < <= between two strings (two
@@ -125,7 +128,8 @@ func (f *SQLFilter) String() string { return f.root.String() }
 //     covers "BETWEEN -1 AND -5" (RocketMQ checks only unsigned bounds).
 //   - A "--" comment may end at the end of the expression (RocketMQ needs a newline).
 //
-// Evaluate does not allocate; [SQLFilter.EvaluateErr] also says why evaluation failed.
+// Evaluate does not allocate unless evaluation fails; [SQLFilter.EvaluateErr] also says
+// why evaluation failed.
 func (f *SQLFilter) Evaluate(props map[string]string) bool {
 	ok, _ := f.EvaluateErr(props)
 	return ok
