@@ -122,7 +122,9 @@ func TestDelayedMessagesSurviveRestart(t *testing.T) {
 	}
 	// Wait for the level-1 half only, then stop the broker.
 	waitFor(t, 10*time.Second, func() bool { return sum(maxOffsets(t, b1.Addr(), topic, 2)) == n },
-		func() string { return fmt.Sprintf("level-1 messages delivered: %v", maxOffsets(t, b1.Addr(), topic, 2)) })
+		func() string {
+			return fmt.Sprintf("level-1 messages delivered: %v", maxOffsets(t, b1.Addr(), topic, 2))
+		})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := p.Shutdown(ctx); err != nil {
 		t.Errorf("producer shutdown: %v", err)
@@ -173,8 +175,13 @@ func TestAutoCreateTopicSwitch(t *testing.T) {
 	off, _ := startBrokerCfg(t, broker.Config{AutoCreateTopicEnable: &disabled})
 	p2 := newProducer(t, Config{NamesrvAddrs: nsAddrs(off)})
 	for _, send := range []func() error{
-		func() error { _, err := p2.SendSync(context.Background(), message.NewMessage("Fresh", []byte("x"))); return err },
-		func() error { return (<-p2.SendAsyncChan(context.Background(), message.NewMessage("Fresh", []byte("x")))).Err },
+		func() error {
+			_, err := p2.SendSync(context.Background(), message.NewMessage("Fresh", []byte("x")))
+			return err
+		},
+		func() error {
+			return (<-p2.SendAsyncChan(context.Background(), message.NewMessage("Fresh", []byte("x")))).Err
+		},
 		func() error {
 			_, err := p2.SendBatch(context.Background(), []*message.Message{message.NewMessage("Fresh", []byte("x"))})
 			return err
