@@ -39,6 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/filter"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/message"
@@ -68,6 +69,7 @@ type Broker struct {
 	sched    *scheduler
 	locks    *queueLocks
 	txn      *txnService
+	sqlCache *filter.SQLCache
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -111,7 +113,8 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.txn = newTxnService(b)
 	b.locks = newQueueLocks(time.Duration(cfg.RebalanceLockMaxLiveTime) * time.Millisecond)
-	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info)
+	b.sqlCache = filter.NewSQLCache(1024)
+	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }

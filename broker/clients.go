@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/filter"
+	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -47,7 +47,7 @@ type SubscriptionData struct {
 // once published in consumerGroup.subs, so pulls may use it without the lock.
 type subscription struct {
 	data   SubscriptionData
-	filter *filter.TagFilter
+	filter store.Filter // a *filter.TagFilter or a *filter.SQLFilter
 }
 
 // clientChannel is one client connection of a group.
@@ -73,14 +73,15 @@ type consumerGroup struct {
 type clientManager struct {
 	notifyEnabled bool
 	logf          func(msg string, args ...any)
+	compile       func(SubscriptionData) store.Filter // subscriptions reaching heartbeat are valid
 
 	mu        sync.Mutex
 	consumers map[string]*consumerGroup
 	producers map[string]map[uint64]*clientChannel // group -> conn id -> channel
 }
 
-func newClientManager(notify bool, logf func(string, ...any)) *clientManager {
-	return &clientManager{notifyEnabled: notify, logf: logf, consumers: map[string]*consumerGroup{},
+func newClientManager(notify bool, logf func(string, ...any), compile func(SubscriptionData) store.Filter) *clientManager {
+	return &clientManager{notifyEnabled: notify, logf: logf, compile: compile, consumers: map[string]*consumerGroup{},
 		producers: map[string]map[uint64]*clientChannel{}}
 }
 
@@ -129,7 +130,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *HeartbeatData, now ti
 			if !ok {
 				subsChanged = true
 			}
-			g.subs[sd.Topic] = &subscription{data: sd, filter: filter.NewTagFilter(sd.SubString)}
+			g.subs[sd.Topic] = &subscription{data: sd, filter: m.compile(sd)}
 		}
 		ch.subs = mine
 		if subsChanged {

@@ -69,10 +69,32 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 			}
 		}
 	}
+	// Subscriptions the broker refuses (SQL92 while enablePropertyFilter is off, a
+	// malformed expression) are left out; the rest of the heartbeat is registered, and the
+	// answer names what was refused.
+	var refused *remoting.RemotingCommand
+	for i := range hb.ConsumerDataSet {
+		cd := &hb.ConsumerDataSet[i]
+		kept := cd.SubscriptionDataSet[:0]
+		for _, sd := range cd.SubscriptionDataSet {
+			if _, resp := b.subscriptionFilter(sd.SubString, sd.ExpressionType); resp != nil {
+				b.log.Warn("subscription refused", "group", cd.GroupName, "topic", sd.Topic, "client", hb.ClientID, "reason", resp.Remark)
+				if refused == nil {
+					refused = resp
+				}
+				continue
+			}
+			kept = append(kept, sd)
+		}
+		cd.SubscriptionDataSet = kept
+	}
 	changed := b.clients.heartbeat(conn, &hb, time.Now())
 	if len(changed) > 0 {
 		// Notify after answering: the client is waiting for this response.
 		b.notifyLater(changed)
+	}
+	if refused != nil {
+		return refused
 	}
 	return remoting.NewResponse(remoting.Success, "")
 }

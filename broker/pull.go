@@ -66,34 +66,53 @@ func parsePullHeader(req *remoting.RemotingCommand) (*pullHeader, error) {
 	return h, err
 }
 
-// pullFilter returns the tag filter for a pull, from the request (SUBSCRIPTION bit) or
-// from the group's heartbeat, or an error response (PROTOCOL §3.4 checks 7 and 8).
-func (b *Broker) pullFilter(h *pullHeader) (*filter.TagFilter, *remoting.RemotingCommand) {
-	expr, typ := h.subscription, h.exprTyp
-	if h.sysFlag&pullFlagSubscription == 0 {
-		sub := b.clients.subscription(h.group, h.topic)
-		if sub == nil {
-			return nil, errResponse(remoting.SubscriptionNotExist, "the consumer's subscription not exist, group: %s, topic: %s", h.group, h.topic)
-		}
-		if sub.data.SubVersion < h.subVersion {
-			return nil, errResponse(remoting.SubscriptionNotLatest, "the consumer's subscription not latest")
-		}
-		if sub.data.ExpressionType == "" || sub.data.ExpressionType == "TAG" {
-			return sub.filter, nil
-		}
-		expr, typ = sub.data.SubString, sub.data.ExpressionType
-	}
-	switch typ {
-	case "", "TAG":
+// isSQL reports whether an expression type names a SQL92 filter ("" and "TAG" are tags).
+func isSQL(exprType string) bool { return exprType == "SQL92" }
+
+// subscriptionFilter compiles a subscription's filter: a tag filter for TAG (or ""), a
+// SQL92 filter (cached per expression) when enablePropertyFilter is on. It returns an
+// error response for a refused subscription: SYSTEM_ERROR (1) when SQL92 is off or the
+// type is unknown, SUBSCRIPTION_PARSE_FAILED (23) with position and reason for a
+// malformed expression.
+func (b *Broker) subscriptionFilter(expr, exprType string) (store.Filter, *remoting.RemotingCommand) {
+	switch {
+	case exprType == "" || exprType == "TAG":
 		return filter.NewTagFilter(expr), nil
-	case "SQL92":
-		if !b.cfg.EnablePropertyFilter {
-			return nil, errResponse(remoting.SystemError, "The broker does not support consumer to filter message by SQL92 (enablePropertyFilter=false)")
-		}
-		return nil, errResponse(remoting.SystemError, "SQL92 filtering is not implemented by this Sluice broker yet")
-	default:
-		return nil, errResponse(remoting.SubscriptionParseFailed, "unknown expression type %q", typ)
+	case !isSQL(exprType):
+		return nil, errResponse(remoting.SubscriptionParseFailed, "unknown expression type %q (TAG or SQL92)", exprType)
+	case !b.cfg.EnablePropertyFilter:
+		return nil, errResponse(remoting.SystemError, "The broker does not support consumer to filter message by SQL92: set enablePropertyFilter=true in broker.conf")
 	}
+	f, err := b.sqlCache.Get(expr)
+	if err != nil {
+		return nil, errResponse(remoting.SubscriptionParseFailed, "parse SQL92 expression %q failed: %v", expr, err)
+	}
+	return f, nil
+}
+
+// compiledFilter is the filter of a subscription already checked by subscriptionFilter.
+func (b *Broker) compiledFilter(sd SubscriptionData) store.Filter {
+	f, resp := b.subscriptionFilter(sd.SubString, sd.ExpressionType)
+	if resp != nil {
+		return filter.NewTagFilter("") // unreachable: heartbeats drop refused subscriptions
+	}
+	return f
+}
+
+// pullFilter returns the filter for a pull, from the request (SUBSCRIPTION bit) or from
+// the group's heartbeat, or an error response (PROTOCOL §3.4 checks 7 and 8).
+func (b *Broker) pullFilter(h *pullHeader) (store.Filter, *remoting.RemotingCommand) {
+	if h.sysFlag&pullFlagSubscription != 0 {
+		return b.subscriptionFilter(h.subscription, h.exprTyp)
+	}
+	sub := b.clients.subscription(h.group, h.topic)
+	if sub == nil {
+		return nil, errResponse(remoting.SubscriptionNotExist, "the consumer's subscription not exist, group: %s, topic: %s", h.group, h.topic)
+	}
+	if sub.data.SubVersion < h.subVersion {
+		return nil, errResponse(remoting.SubscriptionNotLatest, "the consumer's subscription not latest")
+	}
+	return sub.filter, nil
 }
 
 // handlePull serves PULL_MESSAGE (RocketMQ request code 11) with long polling.
