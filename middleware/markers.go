@@ -1,0 +1,113 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicemq/sluice/message"
+)
+
+// DefaultMarkerPrefix is the default key prefix of [Dedup] and [Progress]; both use the
+// same marker keys, so [ProgressTracker.ProgressState] also reads what Dedup wrote.
+const DefaultMarkerPrefix = "sluice:dedup"
+
+// MarkerState is the progress marker of a message key.
+type MarkerState int
+
+// Marker states, as stored in Redis (the marker key's value).
+const (
+	// MarkerFailed ("-1"): the last run failed or panicked; the message will run again.
+	MarkerFailed MarkerState = -1
+	// MarkerNone: no marker (never seen, or its TTL passed).
+	MarkerNone MarkerState = 0
+	// MarkerDone ("1"): the handler succeeded; later deliveries are duplicates.
+	MarkerDone MarkerState = 1
+)
+
+// String returns "failed", "none" or "done".
+func (s MarkerState) String() string {
+	switch s {
+	case MarkerFailed:
+		return "failed"
+	case MarkerNone:
+		return "none"
+	case MarkerDone:
+		return "done"
+	}
+	return fmt.Sprintf("MarkerState(%d)", int(s))
+}
+
+// MarkerKey returns the Redis key of key's progress marker: "<prefix>:{<key>}:m". The
+// message key is the hash tag, so the marker and the lock ([LockKey]) share a Redis
+// Cluster slot and one Lua script can touch both.
+func MarkerKey(prefix, key string) string { return prefix + ":{" + key + "}:m" }
+
+// LockKey returns the Redis key of key's dedup lock: "<prefix>:{<key>}:lock". Its value is
+// the holder's random token, the layout go-redsync uses, so a redsync mutex on this name
+// (with the same token) can extend or release it.
+func LockKey(prefix, key string) string { return prefix + ":{" + key + "}:lock" }
+
+func validatePrefix(field, p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("middleware: %s %q: must not contain '{' or '}' (the message key is the hash tag)", field, p)
+	}
+	return nil
+}
+
+// readMarker reads key's marker.
+func readMarker(ctx context.Context, c redis.UniversalClient, mk string) (MarkerState, error) {
+	v, err := c.Get(ctx, mk).Result()
+	if errors.Is(err, redis.Nil) {
+		return MarkerNone, nil
+	}
+	if err != nil {
+		return MarkerNone, err
+	}
+	return parseMarker(v), nil
+}
+
+func parseMarker(v string) MarkerState {
+	switch v {
+	case "1":
+		return MarkerDone
+	case "-1":
+		return MarkerFailed
+	}
+	return MarkerNone
+}
+
+// markScript sets a progress marker without a lock.
+//
+// KEYS[1] the marker key
+// ARGV[1] the new value: "1" (done) or "-1" (failed)
+// ARGV[2] TTL in ms
+//
+// Returns 1 when written; 0 when ARGV[1] is "-1" and the marker already says "1" (a done
+// marker is never downgraded to failed).
+var markScript = redis.NewScript(`
+if ARGV[1] == "-1" and redis.call("GET", KEYS[1]) == "1" then
+  return 0
+end
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+return 1
+`)
+
+// single returns msgs[i:i+1] without allocating a new backing array.
+func single(msgs []*message.MessageExt, i int) []*message.MessageExt { return msgs[i : i+1 : i+1] }
+
+// scopeKey marks, in a handler's context, that a Dedup owns key's marker under prefix, so
+// a Progress with the same prefix inside it does not write the markers again.
+type scopeKey struct{}
+
+type markerScope struct {
+	prefix string
+	key    string
+}
+
+func inScope(ctx context.Context, prefix, key string) bool {
+	s, ok := ctx.Value(scopeKey{}).(*markerScope)
+	return ok && s.prefix == prefix && s.key == key
+}
