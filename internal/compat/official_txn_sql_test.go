@@ -120,7 +120,9 @@ func TestOfficialTransactionProducer(t *testing.T) {
 		}
 	}
 	waitFor(t, 20*time.Second, func() bool { return len(col.bodies()) == 2 && l.count("unknown-forever") >= 2 },
-		func() string { return "committed messages and the check-max discard: got " + strings.Join(col.bodies(), ",") })
+		func() string {
+			return "committed messages and the check-max discard: got " + strings.Join(col.bodies(), ",")
+		})
 	waitFor(t, 10*time.Second, func() bool { return maxOffsetOf(t, b.Addr(), message.TransCheckMaxTimeTopic) == 1 },
 		func() string { return "unknown-forever in TRANS_CHECK_MAX_TIME_TOPIC" })
 	got := col.bodies()
