@@ -57,8 +57,9 @@ func startBrokerCfg(t *testing.T, cfg broker.Config) (b *broker.Broker, stop fun
 
 func nsAddrs(b *broker.Broker) []string { return strings.Split(b.NamesrvAddr(), ";") }
 
-// createTopic creates topic with queues queues on every broker and waits for its route.
-func createTopic(t *testing.T, namesrvs []string, topic string, queues int) {
+// createTopic creates topic with queues queues on every broker and waits for its route
+// (to name brokerNames, when given).
+func createTopic(t *testing.T, namesrvs []string, topic string, queues int, brokerNames ...string) {
 	t.Helper()
 	adm, err := admin.New(admin.Config{NamesrvAddrs: namesrvs, Logger: quiet})
 	if err != nil {
@@ -70,7 +71,7 @@ func createTopic(t *testing.T, namesrvs []string, topic string, queues int) {
 	if _, err := adm.CreateTopic(ctx, admin.TopicSpec{Topic: topic, Queues: queues}); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
-	if _, err := adm.WaitTopicRoute(ctx, topic); err != nil {
+	if _, err := adm.WaitTopicRoute(ctx, topic, brokerNames...); err != nil {
 		t.Fatal(err)
 	}
 }
