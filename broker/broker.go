@@ -69,6 +69,7 @@ type Broker struct {
 	sched    *scheduler
 	locks    *queueLocks
 	txn      *txnService
+	held     *heldPulls
 	sqlCache *filter.SQLCache
 
 	addr      string         // advertised "ip:port"
@@ -93,7 +94,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	levels, _ := ParseDelayLevels(cfg.MessageDelayLevel)
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("broker", cfg.BrokerName), delayLevels: levels,
-		registerNow: make(chan struct{}, 1), arrivals: newArrivals()}
+		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls()}
 	for _, k := range cfg.ignored {
 		b.log.Info("broker.conf key accepted but has no effect in Sluice", "key", k)
 	}
@@ -247,8 +248,8 @@ func (b *Broker) NamesrvAddr() string { return strings.Join(b.namesrvAddrs, ";")
 // Name returns the broker name.
 func (b *Broker) Name() string { return b.cfg.BrokerName }
 
-// Shutdown stops the broker. Stop order: unregister from the name servers (clients stop
-// routing here), stop the remoting server (no new requests; held pulls are released by
+// Shutdown stops the broker. Stop order: answer held pulls, unregister from the name
+// servers (clients stop routing here), stop the remoting server (no new requests; held pulls are released by
 // their connection contexts) and wait for in-flight requests, stop background tasks,
 // persist offsets, close the store (final flush and checkpoint), stop the embedded name
 // server, close the name-server client. It is idempotent and returns the first error;
@@ -258,6 +259,11 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	// Answer held pulls first (PULL_NOT_FOUND): a client whose pull was held would
+	// otherwise wait out its 30 s RPC timeout before it notices the broker is gone.
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	b.held.release(rctx)
+	rcancel()
 	if b.client != nil && b.addr != "" {
 		uctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		for _, ns := range b.namesrvAddrs {

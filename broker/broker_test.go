@@ -397,3 +397,37 @@ func TestRestartKeepsTopicsAndOffsets(t *testing.T) {
 		t.Fatalf("messages after restart: %v", got)
 	}
 }
+
+// TestShutdownAnswersHeldPulls: a pull held for long polling is answered when the broker
+// stops, instead of being dropped with the connection.
+func TestShutdownAnswersHeldPulls(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Held", 1)
+	done := make(chan *remoting.RemotingCommand, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ext := map[string]string{"consumerGroup": "g", "topic": "Held", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+			"sysFlag": strconv.Itoa(pullFlagSubscription | pullFlagSuspend), "commitOffset": "0", "suspendTimeoutMillis": "20000",
+			"subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+		r, _ := c.InvokeSync(ctx, b.Addr(), remoting.NewRequest(remoting.PullMessage, ext, nil))
+		done <- r
+	}()
+	waitFor(t, 5*time.Second, "the pull to be held", func() bool {
+		b.held.mu.Lock()
+		defer b.held.mu.Unlock()
+		return b.held.n == 1
+	})
+	start := time.Now()
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r == nil || r.ResponseCode() != remoting.PullNotFound || r.ExtFields["nextBeginOffset"] != "0" {
+		t.Fatalf("held pull at shutdown: %+v", r)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("shutdown with a held pull took %v", time.Since(start))
+	}
+}

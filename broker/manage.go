@@ -53,6 +53,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 	if hb.ClientID == "" {
 		return errResponse(remoting.SystemError, "heartbeat without clientID")
 	}
+	createdRetry := false
 	for _, cd := range hb.ConsumerDataSet {
 		if cd.GroupName == "" {
 			return errResponse(remoting.SystemError, "heartbeat consumer data without groupName")
@@ -62,12 +63,21 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		if cd.MessageModel != "BROADCASTING" {
 			retry := message.RetryTopic(cd.GroupName)
-			if _, _, err := b.topics.getOrCreate(retry, func() *namesrv.TopicConfig {
+			_, created, err := b.topics.getOrCreate(retry, func() *namesrv.TopicConfig {
 				return &namesrv.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
-			}); err != nil {
+			})
+			if err != nil {
 				b.log.Error("persist topic config", "topic", retry, "err", err)
 			}
+			createdRetry = createdRetry || created
 		}
+	}
+	if createdRetry {
+		// Register the new %RETRY% topic before answering, as Java does: the client
+		// rebalances right after this answer and looks the retry topic's route up.
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		b.registerAll(rctx)
+		cancel()
 	}
 	// Subscriptions the broker refuses (SQL92 while enablePropertyFilter is off, a
 	// malformed expression) are left out; the rest of the heartbeat is registered, and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluicemq/sluice/broker/filter"
@@ -158,7 +159,8 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 	}
 
 	var hold time.Duration
-	if h.sysFlag&pullFlagSuspend != 0 {
+	if h.sysFlag&pullFlagSuspend != 0 && b.held.enter() {
+		defer b.held.leave()
 		hold = time.Duration(b.cfg.ShortPollingTimeMills) * time.Millisecond
 		if boolOr(b.cfg.LongPollingEnable, true) {
 			hold = min(time.Duration(h.suspendTimeoutMillis)*time.Millisecond, maxSuspend)
@@ -177,8 +179,12 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 			return errResponse(remoting.SystemError, "get message: %v", err)
 		}
 		wait := time.Until(deadline)
-		if res.Status != store.OffsetOverflowOne || hold <= 0 || wait <= 0 {
-			return pullResponse(h.queueOffset, res)
+		resp := pullResponse(h.queueOffset, res)
+		// Hold every "nothing yet" answer (PULL_NOT_FOUND: at the end of the queue, or an
+		// empty queue read from 0), as Java does; answering at once would make an idle
+		// client re-pull in a tight loop.
+		if resp.ResponseCode() != remoting.PullNotFound || hold <= 0 || wait <= 0 {
+			return resp
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -190,8 +196,10 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 		case <-arrived:
 		case <-timer.C:
 			deadline = time.Now() // read once more, then answer
+		case <-b.held.stopping:
+			deadline = time.Now() // the broker is stopping: answer now, so the client re-pulls elsewhere
 		case <-ctx.Done():
-			return nil // the connection closed or the broker is stopping
+			return nil // the connection closed
 		}
 	}
 }
@@ -225,4 +233,56 @@ func pullResponse(offset int64, res store.GetResult) *remoting.RemotingCommand {
 		r.Body = res.Body
 	}
 	return r
+}
+
+// heldPulls counts pulls held for long polling, so Shutdown can release them and let
+// their answers go out before it closes connections.
+type heldPulls struct {
+	stopping chan struct{} // closed when the broker begins to stop
+
+	mu      sync.Mutex
+	n       int
+	stopped bool
+	zero    chan struct{} // closed when n drops to 0 after stop
+}
+
+func newHeldPulls() *heldPulls {
+	return &heldPulls{stopping: make(chan struct{}), zero: make(chan struct{})}
+}
+
+// enter registers a pull about to be held; false once the broker is stopping.
+func (h *heldPulls) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return false
+	}
+	h.n++
+	return true
+}
+
+func (h *heldPulls) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n--
+	if h.stopped && h.n == 0 {
+		close(h.zero)
+	}
+}
+
+// release wakes every held pull and waits (up to ctx) until all have answered.
+func (h *heldPulls) release(ctx context.Context) {
+	h.mu.Lock()
+	if !h.stopped {
+		h.stopped = true
+		close(h.stopping)
+		if h.n == 0 {
+			close(h.zero)
+		}
+	}
+	h.mu.Unlock()
+	select {
+	case <-h.zero:
+	case <-ctx.Done():
+	}
 }

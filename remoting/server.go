@@ -108,9 +108,11 @@ type Server struct {
 	stopped chan struct{} // closed when wg reached zero after Shutdown began
 	quit    chan struct{} // closed when Shutdown begins
 
-	mu       sync.Mutex // guards stopping, conns
+	mu       sync.Mutex // guards stopping, conns, closeConns
 	stopping bool
 	conns    map[uint64]*Conn
+	// closeConns are the connections Shutdown is flushing and closing.
+	closeConns []*Conn
 
 	hmu       sync.RWMutex // guards handlers, defaultH, listeners
 	handlers  map[RequestCode]Handler
@@ -337,10 +339,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if ln != nil {
 			_ = ln.Close()
 		}
-		for _, c := range conns {
-			c.closeWith(ErrClosed)
-		}
+		// Write out what each connection has queued (answers handlers already gave,
+		// e.g. held pulls the owner released before shutting down), each bounded by
+		// WriteTimeout and all at once, then close; ctx expiring closes them at once.
+		s.mu.Lock()
+		s.closeConns = conns
+		s.mu.Unlock()
 		go func() { // ends when the last server goroutine ends
+			var flushing sync.WaitGroup
+			for _, c := range conns {
+				flushing.Add(1)
+				go func() {
+					defer flushing.Done()
+					c.flushQueued()
+					c.closeWith(ErrClosed)
+				}()
+			}
+			flushing.Wait()
 			s.wg.Wait()
 			close(s.stopped)
 		}()
@@ -349,6 +364,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-s.stopped:
 		return nil
 	case <-ctx.Done():
+		s.mu.Lock()
+		conns := s.closeConns
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.closeWith(ErrClosed)
+		}
 		return fmt.Errorf("remoting: shutdown: waiting for handlers: %w", ctx.Err())
 	}
 }
