@@ -20,6 +20,11 @@
 // ready or processing; the lists and the schedule hold ids. The dead list
 // ("…:dead", [middleware.ParkKeys].Dead) holds full JSON records with LastError.
 //
+//   - Resend: the record's message (middleware.ParkedRecord.Message) goes to Config.Send.
+//     A failure that middleware.DefaultRetriable calls permanent (a
+//     *message.ValidationError, an error whose Permanent() is true or whose Retryable()
+//     is false) moves the record to the dead list at once; any other failure counts an
+//     attempt and reschedules it after the backoff, until MaxAttempts.
 //   - Intake: the record is scheduled at ParkedAtMs + MinAge, or at its DeliverAtMs when
 //     that is later. An undecodable record goes to the dead list as it is.
 //   - Claim: LMOVE ready → processing plus a lease (expiry = now + Lease, and a random
@@ -88,7 +93,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
 
@@ -559,10 +563,10 @@ func (t *Task) process(ctx context.Context, c *claimed, st *Stats) error {
 	if merr != nil { // cannot happen for this struct; keep the stored JSON then
 		raw = nil
 	}
-	var verr *message.ValidationError
-	if errors.As(err, &verr) || rec.Attempts >= t.cfg.MaxAttempts {
+	permanent := !middleware.DefaultRetriable(err)
+	if permanent || rec.Attempts >= t.cfg.MaxAttempts {
 		t.log.Warn("retrytask: record moved to the dead list", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts,
-			"permanent", verr != nil, "err", err, "dead", t.keys.dead)
+			"permanent", permanent, "err", err, "dead", t.keys.dead)
 		return t.finishCounted(ctx, c, "dead", string(raw), 0, st, &st.Dead)
 	}
 	due := now.Add(t.backoff(rec.Attempts)).UnixMilli()
