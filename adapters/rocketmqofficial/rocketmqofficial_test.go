@@ -199,9 +199,15 @@ func TestConsumeHandlerResults(t *testing.T) {
 		h    middleware.ConsumeFunc
 		want consumer.ConsumeResult
 	}{
-		{"success", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) { return message.ConsumeSuccess, nil }, consumer.ConsumeSuccess},
-		{"later", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) { return message.ReconsumeLater, nil }, consumer.ConsumeRetryLater},
-		{"error", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) { return message.ConsumeSuccess, boom }, consumer.ConsumeRetryLater},
+		{"success", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+			return message.ConsumeSuccess, nil
+		}, consumer.ConsumeSuccess},
+		{"later", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+			return message.ReconsumeLater, nil
+		}, consumer.ConsumeRetryLater},
+		{"error", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+			return message.ConsumeSuccess, boom
+		}, consumer.ConsumeRetryLater},
 		{"panic", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) { panic("bad handler") }, consumer.ConsumeRetryLater},
 	}
 	for _, tc := range cases {
