@@ -53,7 +53,7 @@ func (o *offsetTable) commit(group, topic string, queueID int32, offset int64) {
 		m = map[int32]int64{}
 		o.table[k] = m
 	}
-	if m[queueID] != offset {
+	if cur, ok := m[queueID]; !ok || cur != offset {
 		m[queueID] = offset
 		o.dirty = true
 	}

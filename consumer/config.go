@@ -16,9 +16,12 @@ type MessageModel int
 
 const (
 	// Clustering: each message goes to one consumer of the group; queues are split
-	// between members (the default).
+	// between members (rebalance), offsets are stored on the brokers, failed messages are
+	// retried through %RETRY%<group>. The default.
 	Clustering MessageModel = iota
-	// Broadcasting: every consumer gets every message. Not supported yet by PushConsumer.
+	// Broadcasting: every consumer of the group gets every message of every queue;
+	// offsets are kept in a local file (Config.OffsetStoreDir); a failed message is
+	// logged and not retried.
 	Broadcasting
 )
 
@@ -67,21 +70,44 @@ const (
 	DefaultConsumeGoroutines          = 20
 	DefaultPullBatchSize              = 32
 	DefaultConsumeMessageBatchMaxSize = 1
-	DefaultMaxReconsumeTimes          = 16
-	DefaultPersistOffsetInterval      = 5 * time.Second
-	DefaultRebalanceInterval          = 20 * time.Second
-	DefaultHeartbeatInterval          = 30 * time.Second
-	DefaultPullThresholdForQueue      = 1000
-	DefaultPullThresholdSizeForQueue  = 100 << 20 // 100 MiB
-	DefaultConsumeTimestampAgo        = 30 * time.Minute
+	// DefaultMaxReconsumeTimes is how often a failed message of a concurrent consumer is
+	// redelivered through %RETRY%<group> before it goes to %DLQ%<group>.
+	DefaultMaxReconsumeTimes     = 16
+	DefaultSuspendCurrentQueue   = time.Second // orderly: pause before a failed batch runs again
+	DefaultPersistOffsetInterval = 5 * time.Second
+	DefaultRebalanceInterval     = 20 * time.Second
+	DefaultHeartbeatInterval     = 30 * time.Second
+	DefaultPullThresholdForQueue = 1000
+	DefaultConsumeTimestampAgo   = 30 * time.Minute
+	// DefaultPullThresholdSizeForQueue is 100 MiB of cached message bodies per queue.
+	DefaultPullThresholdSizeForQueue = 100 << 20
+	// DefaultLockRenewInterval is how often an orderly consumer renews the broker locks
+	// of its queues (LOCK_BATCH_MQ; Java RebalanceLockInterval, 20 s).
+	DefaultLockRenewInterval = 20 * time.Second
+	// LockValidity is how long a queue lock counts as held on the client after it was
+	// granted or renewed (Java REBALANCE_LOCK_MAX_LIVE_TIME, 30 s; brokers keep locks
+	// 60 s). An orderly consumer stops consuming a queue whose lock is older.
+	LockValidity = 30 * time.Second
 )
 
 // Limits checked by Config.Validate.
 const (
-	MaxPullBatchSize              = 1024
-	MaxConsumeMessageBatchMaxSize = 1024
+	MaxPullBatchSize = 1024
+	// MaxConsumeMessageBatchMaxSize is the largest ConsumeMessageBatchMaxSize: 32, one
+	// pull's worth (brokers return at most 32 messages per pull).
+	MaxConsumeMessageBatchMaxSize = 32
 	MaxConsumeGoroutines          = 1000
 )
+
+// SuspendCurrentQueueAMoment is what an orderly handler returns to have its batch run
+// again after Config.SuspendCurrentQueueTime, while later messages of the queue wait
+// (RocketMQ ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT). An orderly consumer
+// treats message.ReconsumeLater, an error and a panic the same way; a concurrent
+// consumer treats it like message.ReconsumeLater.
+const SuspendCurrentQueueAMoment message.ConsumeResult = 2
+
+// Retries returns a pointer to n, for Config.MaxReconsumeTimes.
+func Retries(n int) *int { return &n }
 
 // Config configures a PushConsumer. NamesrvAddrs and Group are required; the rest has
 // defaults.
@@ -93,31 +119,46 @@ type Config struct {
 	Group string
 	// InstanceName distinguishes consumers in one process in the client id
 	// ("<ip>@<InstanceName>"). Default: unique per PushConsumer, so two consumers in one
-	// process are two group members.
+	// process are two group members. Broadcasting consumers also use it to name their
+	// offset file, so give a broadcasting consumer a stable InstanceName if several of
+	// the group run on one host.
 	InstanceName string
-	// MessageModel is Clustering (default). Broadcasting is not supported yet and fails
-	// Validate.
+	// MessageModel is Clustering (default) or Broadcasting.
 	MessageModel MessageModel
+	// Orderly consumes each queue in queue-offset order, one handler call at a time per
+	// queue: in clustering mode the consumer locks its queues on the broker
+	// (LOCK_BATCH_MQ, RocketMQ request code 41) and consumes only locked queues; a failed
+	// batch is retried locally after SuspendCurrentQueueTime while the rest of its queue
+	// waits. Default false: concurrent consumption by ConsumeGoroutines handlers.
+	Orderly bool
 	// ConsumeFromWhere applies to queues without a stored offset. Default:
 	// ConsumeFromLastOffset.
 	ConsumeFromWhere ConsumeFromWhere
 	// ConsumeTimestamp is the start time for ConsumeFromTimestamp. Default: 30 minutes
 	// before NewPushConsumer.
 	ConsumeTimestamp time.Time
-	// ConsumeGoroutines is the number of handler goroutines shared by all queues.
-	// Default: 20; at most 1000.
+	// ConsumeGoroutines is the most handler calls running at once, shared by all queues
+	// (orderly: at most one per queue). Default: 20; at most 1000.
 	ConsumeGoroutines int
 	// PullBatchSize is the most messages one PULL_MESSAGE asks for (maxMsgNums).
 	// Default: 32; at most 1024 (brokers cap it at 32 anyway).
 	PullBatchSize int
 	// ConsumeMessageBatchMaxSize is the most messages one handler call gets, all from one
-	// queue. Default: 1; at most 1024.
+	// queue, consecutive. Default: 1; at most 32.
 	ConsumeMessageBatchMaxSize int
-	// MaxReconsumeTimes is how often a failed message is redelivered through
-	// %RETRY%<group> before the broker moves it to %DLQ%<group>. Default: 16.
-	MaxReconsumeTimes int
-	// PersistOffsetInterval is how often consumed offsets are written to the brokers
-	// (UPDATE_CONSUMER_OFFSET, request code 15). Default: 5s.
+	// MaxReconsumeTimes bounds redeliveries of a failed message before it goes to
+	// %DLQ%<group>. Nil or -1: the default — 16 for concurrent consumers (delays 10s 30s
+	// 1m ... 2h, delay level 3 + reconsume count), unlimited for orderly consumers.
+	// 0: a failed message goes to the DLQ at once. N: after N redeliveries (concurrent:
+	// through %RETRY%<group>; orderly: local retries) the next failure moves it to the
+	// DLQ. Not used by broadcasting consumers, which never retry. Set with Retries(n).
+	MaxReconsumeTimes *int
+	// SuspendCurrentQueueTime is how long an orderly consumer waits before running a
+	// failed batch again. Default: 1s.
+	SuspendCurrentQueueTime time.Duration
+	// PersistOffsetInterval is how often consumed offsets are stored
+	// (UPDATE_CONSUMER_OFFSET, request code 15; or the local file in broadcasting
+	// mode). Default: 5s.
 	PersistOffsetInterval time.Duration
 	// RebalanceInterval is how often queues are re-allocated among the group's members;
 	// a NOTIFY_CONSUMER_IDS_CHANGED from a broker triggers one at once. Default: 20s.
@@ -125,11 +166,16 @@ type Config struct {
 	// HeartbeatInterval is how often HEART_BEAT goes to every broker. Default: 30s.
 	HeartbeatInterval time.Duration
 	// PullThresholdForQueue pauses pulling a queue while this many of its messages are
-	// cached and unfinished. Default: 1000.
+	// cached and unfinished; pulling resumes when they drain. Default: 1000.
 	PullThresholdForQueue int
 	// PullThresholdSizeForQueue pauses pulling a queue while this many body bytes of its
 	// messages are cached and unfinished. Default: 100 MiB.
 	PullThresholdSizeForQueue int64
+	// OffsetStoreDir is where a broadcasting consumer keeps its offsets: the file
+	// <OffsetStoreDir>/<Group>/<InstanceName or "DEFAULT">/offsets.json, written
+	// atomically (temporary file, fsync, rename). Default: $HOME/.sluice/offsets
+	// (os.UserHomeDir). Unused in clustering mode.
+	OffsetStoreDir string
 	// Middlewares wrap every handler, the first listed outermost (middleware.ChainConsume).
 	Middlewares []middleware.ConsumeMiddleware
 	// Logger receives the consumer's logs. Default: slog.Default().
@@ -140,6 +186,9 @@ type Config struct {
 	pullErrorBackoff     time.Duration // 3s after a failed pull
 	localRetryDelay      time.Duration // 5s before a message whose send-back failed runs again
 	suspendTimeout       time.Duration // 20s long-polling suspend
+	lockRenewInterval    time.Duration // DefaultLockRenewInterval
+	handoverWait         time.Duration // 3s: how long a dropped queue waits for its running handlers
+	onAssign             func(mq message.MessageQueue, start int64)
 }
 
 func (c *Config) setDefaults() {
@@ -155,8 +204,8 @@ func (c *Config) setDefaults() {
 	if c.ConsumeMessageBatchMaxSize == 0 {
 		c.ConsumeMessageBatchMaxSize = DefaultConsumeMessageBatchMaxSize
 	}
-	if c.MaxReconsumeTimes == 0 || c.MaxReconsumeTimes == -1 {
-		c.MaxReconsumeTimes = DefaultMaxReconsumeTimes
+	if c.SuspendCurrentQueueTime == 0 {
+		c.SuspendCurrentQueueTime = DefaultSuspendCurrentQueue
 	}
 	if c.PersistOffsetInterval == 0 {
 		c.PersistOffsetInterval = DefaultPersistOffsetInterval
@@ -185,6 +234,23 @@ func (c *Config) setDefaults() {
 	if c.suspendTimeout == 0 {
 		c.suspendTimeout = 20 * time.Second
 	}
+	if c.lockRenewInterval == 0 {
+		c.lockRenewInterval = DefaultLockRenewInterval
+	}
+	if c.handoverWait == 0 {
+		c.handoverWait = 3 * time.Second
+	}
+}
+
+// maxReconsume returns the effective redelivery limit: -1 = unlimited.
+func (c *Config) maxReconsume() int {
+	if c.MaxReconsumeTimes == nil || *c.MaxReconsumeTimes < 0 {
+		if c.Orderly {
+			return -1
+		}
+		return DefaultMaxReconsumeTimes
+	}
+	return *c.MaxReconsumeTimes
 }
 
 // Validate reports the first invalid field as an error naming it and the limit.
@@ -199,9 +265,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("consumer: Config.Group %q (its retry topic %%RETRY%%<group> must be a valid topic): %w", c.Group, err)
 	}
 	switch {
-	case c.MessageModel == Broadcasting:
-		return errors.New("consumer: Config.MessageModel BROADCASTING is not supported yet; use Clustering")
-	case c.MessageModel != Clustering:
+	case c.MessageModel != Clustering && c.MessageModel != Broadcasting:
 		return fmt.Errorf("consumer: Config.MessageModel %d is unknown", int(c.MessageModel))
 	case c.ConsumeFromWhere < ConsumeFromLastOffset || c.ConsumeFromWhere > ConsumeFromTimestamp:
 		return fmt.Errorf("consumer: Config.ConsumeFromWhere %d is unknown", int(c.ConsumeFromWhere))
@@ -211,8 +275,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("consumer: Config.PullBatchSize %d must be 1..%d (0 = default %d)", c.PullBatchSize, MaxPullBatchSize, DefaultPullBatchSize)
 	case c.ConsumeMessageBatchMaxSize < 0 || c.ConsumeMessageBatchMaxSize > MaxConsumeMessageBatchMaxSize:
 		return fmt.Errorf("consumer: Config.ConsumeMessageBatchMaxSize %d must be 1..%d (0 = default %d)", c.ConsumeMessageBatchMaxSize, MaxConsumeMessageBatchMaxSize, DefaultConsumeMessageBatchMaxSize)
-	case c.MaxReconsumeTimes < -1:
-		return fmt.Errorf("consumer: Config.MaxReconsumeTimes %d must be >= 0 (0 or -1 = default %d)", c.MaxReconsumeTimes, DefaultMaxReconsumeTimes)
+	case c.MaxReconsumeTimes != nil && *c.MaxReconsumeTimes < -1:
+		return fmt.Errorf("consumer: Config.MaxReconsumeTimes %d must be -1 (default), 0 (straight to the DLQ) or more", *c.MaxReconsumeTimes)
 	case c.PullThresholdForQueue < 0:
 		return fmt.Errorf("consumer: Config.PullThresholdForQueue %d must not be negative", c.PullThresholdForQueue)
 	case c.PullThresholdSizeForQueue < 0:
@@ -220,6 +284,7 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"PersistOffsetInterval": c.PersistOffsetInterval, "RebalanceInterval": c.RebalanceInterval, "HeartbeatInterval": c.HeartbeatInterval,
+		"SuspendCurrentQueueTime": c.SuspendCurrentQueueTime,
 	} {
 		if d < 0 {
 			return fmt.Errorf("consumer: Config.%s %v must not be negative", name, d)

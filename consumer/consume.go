@@ -55,28 +55,25 @@ func (c *PushConsumer) worker() {
 }
 
 // consume runs one batch. Success finishes the messages. ReconsumeLater, an error or a
-// panic sends each message back for redelivery (CONSUMER_SEND_MSG_BACK, else a normal
-// send to %RETRY%<group>); a message that cannot be sent back either stays unfinished
-// and runs again locally after a delay.
+// panic: in clustering mode each message is sent back for redelivery
+// (CONSUMER_SEND_MSG_BACK, else a normal send to %RETRY%<group>), and a message that
+// cannot be sent back either stays unfinished and runs again locally after a delay; in
+// broadcasting mode the failure is logged and the messages count as finished (no
+// consume retry).
 func (c *PushConsumer) consume(req *consumeRequest) {
 	if req.pq.dropped.Load() {
-		return // the queue's new owner delivers these again
+		return // the queue's next owner delivers these again
 	}
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	for _, m := range req.msgs {
-		m.SetProperty(message.PropertyConsumeStartTimestamp, now)
-	}
-	c.mu.Lock()
-	sub := c.subs[req.topic]
-	c.mu.Unlock()
-	var res message.ConsumeResult
-	var err error
-	if sub == nil || sub.handler == nil {
-		res, err = message.ReconsumeLater, fmt.Errorf("no subscription for topic %q", req.topic)
-	} else {
-		res, err = c.call(sub, req.msgs)
-	}
+	req.pq.running.Add(1)
+	defer req.pq.running.Add(-1)
+	res, err := c.run(req.topic, req.msgs)
 	if err == nil && res == message.ConsumeSuccess {
+		req.pq.remove(req.msgs)
+		return
+	}
+	if c.cfg.MessageModel == Broadcasting {
+		c.log.Warn("consumer: handler failed; broadcasting consumers do not retry", "topic", req.topic, "queue", req.pq.mq.String(),
+			"offset", req.msgs[0].QueueOffset, "count", len(req.msgs), "result", res.String(), "err", err)
 		req.pq.remove(req.msgs)
 		return
 	}
@@ -87,7 +84,7 @@ func (c *PushConsumer) consume(req *consumeRequest) {
 	}
 	var done, failed []*message.MessageExt
 	for _, m := range req.msgs {
-		if err := c.sendBack(m); err != nil {
+		if err := c.sendBack(m, 0); err != nil {
 			c.log.Warn("consumer: send-back failed; retrying locally", "msgId", m.MsgID, "err", err)
 			m.ReconsumeTimes++
 			failed = append(failed, m)
@@ -99,6 +96,21 @@ func (c *PushConsumer) consume(req *consumeRequest) {
 	if len(failed) > 0 {
 		c.retryLater(&consumeRequest{pq: req.pq, msgs: failed, topic: req.topic})
 	}
+}
+
+// run sets CONSUME_START_TIME and calls the handler of topic's subscription.
+func (c *PushConsumer) run(topic string, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for _, m := range msgs {
+		m.SetProperty(message.PropertyConsumeStartTimestamp, now)
+	}
+	c.mu.Lock()
+	sub := c.subs[topic]
+	c.mu.Unlock()
+	if sub == nil || sub.handler == nil {
+		return message.ReconsumeLater, fmt.Errorf("no subscription for topic %q", topic)
+	}
+	return c.call(sub, msgs)
 }
 
 // call runs the handler, turning a panic into an error.
@@ -122,20 +134,23 @@ func (c *PushConsumer) retryLater(req *consumeRequest) {
 }
 
 // sendBack asks the broker that holds m to redeliver it later: CONSUMER_SEND_MSG_BACK
-// (request code 36; PROTOCOL §3.8) with delayLevel 0, so the broker delays by level
-// 3 + reconsume count, or moves it to %DLQ%<group> after MaxReconsumeTimes. If that
-// fails, m is sent to %RETRY%<group> as a normal message (§7.5).
-func (c *PushConsumer) sendBack(m *message.MessageExt) error {
+// (request code 36; PROTOCOL §3.8) with maxReconsumeTimes and delayLevel — 0 lets the
+// broker delay by level 3 + reconsume count, or move m to %DLQ%<group> once the count
+// has reached maxReconsumeTimes; -1 moves m to the DLQ at once. If that fails and m is
+// to be retried (not to go to the DLQ), m is sent to %RETRY%<group> as a normal message
+// (§7.5).
+func (c *PushConsumer) sendBack(m *message.MessageExt, delayLevel int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultBrokerTimeout)
 	defer cancel()
+	maxRe := c.cfg.maxReconsume()
 	ext := map[string]string{
 		"offset":            strconv.FormatInt(m.CommitLogOffset, 10),
 		"group":             c.cfg.Group,
-		"delayLevel":        "0",
+		"delayLevel":        strconv.Itoa(delayLevel),
 		"originMsgId":       m.MsgID,
 		"originTopic":       m.Topic,
 		"unitMode":          "false",
-		"maxReconsumeTimes": strconv.Itoa(c.cfg.MaxReconsumeTimes),
+		"maxReconsumeTimes": strconv.Itoa(maxRe),
 	}
 	addr, ok := c.cl.BrokerAddr(m.BrokerName)
 	if !ok && m.StoreHost.IsValid() {
@@ -155,6 +170,11 @@ func (c *PushConsumer) sendBack(m *message.MessageExt) error {
 	} else {
 		first = fmt.Errorf("no address for broker %q", m.BrokerName)
 	}
+	if delayLevel < 0 || c.retryTopic == "" || (maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe) {
+		// Bound for the DLQ: a normal send could not put it there safely (it would
+		// auto-create the DLQ readable); the caller keeps the message and retries.
+		return first
+	}
 	c.log.Debug("consumer: send-back refused; sending to the retry topic", "msgId", m.MsgID, "err", first)
 	if err := c.sendToRetryTopic(ctx, m); err != nil {
 		return errors.Join(first, err)
@@ -165,7 +185,7 @@ func (c *PushConsumer) sendBack(m *message.MessageExt) error {
 // sendToRetryTopic publishes m to %RETRY%<group> with SEND_MESSAGE_V2 as producer group
 // CLIENT_INNER_PRODUCER: properties kept plus ORIGIN_MESSAGE_ID, RETRY_TOPIC (the
 // original topic), DELAY = 3 + reconsume count, without TRAN_MSG; header reconsumeTimes
-// = count + 1 and maxReconsumeTimes (PROTOCOL §7.5).
+// = count + 1 and maxReconsumeTimes (PROTOCOL §7.5; see the comment on the limit).
 func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageExt) error {
 	rd, err := c.cl.Route(ctx, c.retryTopic)
 	if err != nil {
@@ -196,7 +216,7 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 	props[message.PropertyRetryTopic] = m.Topic
 	props[message.PropertyDelayTimeLevel] = strconv.Itoa(3 + int(m.ReconsumeTimes))
 	props[message.PropertyReconsumeTime] = strconv.Itoa(int(m.ReconsumeTimes) + 1)
-	props[message.PropertyMaxReconsumeTimes] = strconv.Itoa(c.cfg.MaxReconsumeTimes)
+	props[message.PropertyMaxReconsumeTimes] = strconv.Itoa(c.cfg.maxReconsume())
 	h := client.SendHeader{
 		ProducerGroup:         client.InnerProducerGroup,
 		Topic:                 c.retryTopic,
@@ -207,8 +227,12 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 		Flag:                  m.Flag,
 		Properties:            message.MarshalProperties(props),
 		ReconsumeTimes:        m.ReconsumeTimes + 1,
-		MaxReconsumeTimes:     int32(c.cfg.MaxReconsumeTimes),
-		BrokerName:            mq.BrokerName,
+		// The broker moves a retry-topic send to the DLQ once the header's reconsume
+		// count reaches this limit; the count here is already one higher than the
+		// send-back path compares, so the limit is one higher too (sendBack only comes
+		// here for a message still under the limit).
+		MaxReconsumeTimes: int32(c.cfg.maxReconsume() + 1),
+		BrokerName:        mq.BrokerName,
 	}
 	resp, err := c.cl.InvokeSync(ctx, addr, remoting.NewRequest(remoting.SendMessageV2, h.Ext(), m.Body))
 	if err != nil {

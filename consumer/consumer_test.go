@@ -37,12 +37,13 @@ func TestConfigValidate(t *testing.T) {
 		"no group":       {NamesrvAddrs: ns},
 		"bad group":      {NamesrvAddrs: ns, Group: "a b"},
 		"long group":     {NamesrvAddrs: ns, Group: strings.Repeat("g", 125)},
-		"broadcasting":   {NamesrvAddrs: ns, Group: "g", MessageModel: Broadcasting},
+		"model":          {NamesrvAddrs: ns, Group: "g", MessageModel: 5},
 		"from where":     {NamesrvAddrs: ns, Group: "g", ConsumeFromWhere: 7},
 		"goroutines":     {NamesrvAddrs: ns, Group: "g", ConsumeGoroutines: -1},
 		"pull batch":     {NamesrvAddrs: ns, Group: "g", PullBatchSize: 5000},
-		"consume batch":  {NamesrvAddrs: ns, Group: "g", ConsumeMessageBatchMaxSize: 2000},
-		"reconsume":      {NamesrvAddrs: ns, Group: "g", MaxReconsumeTimes: -2},
+		"consume batch":  {NamesrvAddrs: ns, Group: "g", ConsumeMessageBatchMaxSize: 33},
+		"reconsume":      {NamesrvAddrs: ns, Group: "g", MaxReconsumeTimes: Retries(-2)},
+		"suspend":        {NamesrvAddrs: ns, Group: "g", SuspendCurrentQueueTime: -time.Second},
 		"negative timer": {NamesrvAddrs: ns, Group: "g", RebalanceInterval: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicemq/sluice/message"
 )
@@ -26,12 +27,59 @@ type processQueue struct {
 	bytes int64                         // body bytes in flight
 
 	dropped atomic.Bool
-	cancel  context.CancelFunc // stops the pull loop
+	running atomic.Int32       // handler calls in progress for this queue
+	cancel  context.CancelFunc // stops the pull loop (and the orderly consume loop)
 	done    chan struct{}      // closed when the pull loop returned
+
+	// Orderly consumption only.
+	ready       chan struct{} // buffered 1: new messages for the consume loop
+	consumeDone chan struct{} // closed when the orderly consume loop returned
+	lockedUntil atomic.Int64  // unix ns until which the broker lock counts as held; 0 = not locked
 }
 
 func newProcessQueue(mq message.MessageQueue, start int64) *processQueue {
-	return &processQueue{mq: mq, msgs: make(map[int64]*message.MessageExt), high: start, done: make(chan struct{})}
+	return &processQueue{mq: mq, msgs: make(map[int64]*message.MessageExt), high: start, done: make(chan struct{}),
+		ready: make(chan struct{}, 1), consumeDone: make(chan struct{})}
+}
+
+// signal wakes the orderly consume loop.
+func (pq *processQueue) signal() {
+	select {
+	case pq.ready <- struct{}{}:
+	default:
+	}
+}
+
+// setLocked records that the broker granted (or renewed) this queue's lock at now.
+func (pq *processQueue) setLocked(now time.Time) {
+	pq.lockedUntil.Store(now.Add(LockValidity).UnixNano())
+}
+
+// locked reports whether the queue's lock still counts as held at now.
+func (pq *processQueue) locked(now time.Time) bool { return now.UnixNano() < pq.lockedUntil.Load() }
+
+// take returns up to n in-flight messages from the lowest offset on, in offset order,
+// all with the topic of the first (retry messages carry their original topic), without
+// removing them (orderly consumption).
+func (pq *processQueue) take(n int) []*message.MessageExt {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	pq.commitOffsetLocked() // pops finished offsets from the front
+	var out []*message.MessageExt
+	for _, off := range pq.order {
+		m, ok := pq.msgs[off]
+		if !ok {
+			continue
+		}
+		if len(out) > 0 && m.Topic != out[0].Topic {
+			break
+		}
+		out = append(out, m)
+		if len(out) == n {
+			break
+		}
+	}
+	return out
 }
 
 // put records msgs (ascending queue offsets, as pulled) as in flight, moves high to next

@@ -1,10 +1,19 @@
-// Package consumer is Sluice's RocketMQ 4.x push consumer: it joins a consumer group,
-// shares the group's message queues with the other members (rebalance), long-polls
-// each assigned queue with PULL_MESSAGE, runs handlers on a worker pool, sends failed
-// messages back for redelivery through %RETRY%<group>, and commits offsets that never
-// pass an unfinished message.
+// Package consumer is Sluice's RocketMQ 4.x consumer SDK.
 //
-// Every PushConsumer owns its own connections and goroutines (no process-wide client
+// [PushConsumer] joins a consumer group and pushes messages to handlers. In clustering
+// mode it shares the group's message queues with the other members (rebalance,
+// AllocateByAveragely), long-polls each assigned queue with PULL_MESSAGE, and stores
+// offsets on the brokers; in broadcasting mode it reads every queue and keeps offsets
+// in a local file. Concurrent consumption runs handlers on a worker pool and sends
+// failed messages back for redelivery through %RETRY%<group> (then %DLQ%<group>);
+// orderly consumption locks its queues on the broker and runs one handler call at a
+// time per queue, retrying a failed batch locally. Committed offsets never pass a
+// message that has not finished.
+//
+// [PullConsumer] pulls explicit queues from explicit offsets and commits offsets only
+// when asked.
+//
+// Every consumer owns its own connections and goroutines (no process-wide client
 // table, no global logger); Shutdown releases all of them.
 package consumer
 
@@ -55,40 +64,57 @@ type consumeRequest struct {
 	topic string // the (restored) topic whose subscription handles the batch
 }
 
-// PushConsumer consumes messages of its subscriptions in clustering mode with concurrent
-// handlers. Create it with NewPushConsumer, Subscribe, Start, and Shutdown when done.
+// pendingReset is a RESET_CONSUMER_CLIENT_OFFSET waiting for the rebalance goroutine.
+type pendingReset struct {
+	topic string
+	table map[message.MessageQueue]int64
+}
+
+// PushConsumer consumes the messages of its subscriptions and hands them to handlers.
+// Create it with NewPushConsumer, Subscribe, Start, and Shutdown when done.
 //
-// Delivery is at least once: a message is redelivered when its handler fails (through
-// %RETRY%<group>, after the broker's delay for 3 + reconsume count), and may be
-// redelivered after a rebalance or a crash for messages past the last committed offset.
+// Delivery is at least once: a message is redelivered when its handler fails
+// (concurrent clustering: through %RETRY%<group> after the broker's delay for 3 +
+// reconsume count; orderly: locally after SuspendCurrentQueueTime), and messages past
+// the last committed offset may come again after a rebalance or a crash.
 //
-// Lock order: PushConsumer.mu, then processQueue.mu; no lock is held during network I/O.
+// Lock order: persistMu, then PushConsumer.mu, then processQueue.mu; no lock but
+// persistMu is held during network I/O.
 type PushConsumer struct {
 	cfg        Config
 	log        *slog.Logger
 	cl         *client.Client
-	retryTopic string
+	broker     *brokerAPI
+	offsets    offsetStore // set by Start
+	retryTopic string      // "" in broadcasting mode
 
-	mu    sync.Mutex
-	state state
-	subs  map[string]*subscription // topic → subscription, including the retry topic
-	pqs   map[message.MessageQueue]*processQueue
+	persistMu sync.Mutex // serializes offset writes: periodic persist, dropped and reset queues
+
+	mu       sync.Mutex
+	state    state
+	subs     map[string]*subscription // topic → subscription, including the retry topic
+	pqs      map[message.MessageQueue]*processQueue
+	draining map[message.MessageQueue]chan struct{} // orderly queues being released; closed when done
+	resets   []pendingReset
 
 	ctx    context.Context // rebalance, persist, pull loops, retry timers; cancelled by Shutdown
 	cancel context.CancelFunc
-	loops  sync.WaitGroup // goroutines started with spawn; Add only under mu while not closed
+	loops  sync.WaitGroup // goroutines started with spawn; never run handlers
 
 	consumeCh     chan *consumeRequest
 	workersStop   chan struct{}
-	workers       sync.WaitGroup
+	workers       sync.WaitGroup  // goroutines that run handlers (spawnWorker); Shutdown waits up to its deadline
+	orderSem      chan struct{}   // orderly: one token per running handler call (ConsumeGoroutines)
 	handlerCtx    context.Context // given to handlers; cancelled when Shutdown gives up waiting
 	handlerCancel context.CancelFunc
 
 	rebalanceKick chan struct{} // buffered 1
+
+	consistencyLast string // rebalance goroutine only: the last logged subscription differences
 }
 
 // NewPushConsumer returns a consumer for cfg (defaults applied). It opens no connection
-// before Start. It fails with an error naming the field when cfg is invalid.
+// or file before Start. It fails with an error naming the field when cfg is invalid.
 func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -97,11 +123,12 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 	c := &PushConsumer{
 		cfg:           cfg,
 		log:           cfg.Logger,
-		retryTopic:    message.RetryTopic(cfg.Group),
 		subs:          make(map[string]*subscription),
 		pqs:           make(map[message.MessageQueue]*processQueue),
+		draining:      make(map[message.MessageQueue]chan struct{}),
 		consumeCh:     make(chan *consumeRequest),
 		workersStop:   make(chan struct{}),
+		orderSem:      make(chan struct{}, cfg.ConsumeGoroutines),
 		rebalanceKick: make(chan struct{}, 1),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -118,8 +145,12 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c.cl = cl
-	// The retry topic is subscribed automatically in clustering mode (PROTOCOL §3.6).
-	c.subs[c.retryTopic] = &subscription{topic: c.retryTopic, data: client.NewTagSubscription(c.retryTopic, message.SubscribeAll, time.Now().UnixNano())}
+	c.broker = &brokerAPI{cl: cl, group: cfg.Group}
+	if cfg.MessageModel == Clustering {
+		// The retry topic is subscribed automatically in clustering mode (PROTOCOL §3.6).
+		c.retryTopic = message.RetryTopic(cfg.Group)
+		c.subs[c.retryTopic] = &subscription{topic: c.retryTopic, data: client.NewTagSubscription(c.retryTopic, message.SubscribeAll, time.Now().UnixNano())}
+	}
 	return c, nil
 }
 
@@ -176,8 +207,18 @@ func (c *PushConsumer) Subscribe(topic, tagExpr string, handler middleware.Consu
 }
 
 // heartbeatData builds the HEART_BEAT body (PROTOCOL §3.6): one consumer data with all
-// subscriptions, sorted by topic, the retry topic included.
+// subscriptions, sorted by topic, the retry topic included in clustering mode.
 func (c *PushConsumer) heartbeatData() client.HeartbeatData {
+	return client.HeartbeatData{ConsumerDataSet: []client.ConsumerData{{
+		GroupName:           c.cfg.Group,
+		ConsumeType:         client.ConsumeTypePassively,
+		MessageModel:        c.cfg.MessageModel.String(),
+		ConsumeFromWhere:    c.cfg.ConsumeFromWhere.String(),
+		SubscriptionDataSet: c.subscriptionData(),
+	}}}
+}
+
+func (c *PushConsumer) subscriptionData() []client.SubscriptionData {
 	c.mu.Lock()
 	subs := make([]client.SubscriptionData, 0, len(c.subs))
 	for _, s := range c.subs {
@@ -185,16 +226,11 @@ func (c *PushConsumer) heartbeatData() client.HeartbeatData {
 	}
 	c.mu.Unlock()
 	sort.Slice(subs, func(i, j int) bool { return subs[i].Topic < subs[j].Topic })
-	return client.HeartbeatData{ConsumerDataSet: []client.ConsumerData{{
-		GroupName:           c.cfg.Group,
-		ConsumeType:         client.ConsumeTypePassively,
-		MessageModel:        c.cfg.MessageModel.String(),
-		ConsumeFromWhere:    c.cfg.ConsumeFromWhere.String(),
-		SubscriptionDataSet: subs,
-	}}}
+	return subs
 }
 
-// spawn runs f in a goroutine counted by c.loops; false once Shutdown has begun.
+// spawn runs f in a goroutine counted by c.loops; false once Shutdown has begun. f must
+// not run handlers.
 func (c *PushConsumer) spawn(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -209,13 +245,41 @@ func (c *PushConsumer) spawn(f func()) bool {
 	return true
 }
 
-// Start looks up the routes of the subscribed topics, sends HEART_BEAT to their brokers,
-// starts the handler goroutines, and starts rebalancing (at once, then every
-// RebalanceInterval and on NOTIFY_CONSUMER_IDS_CHANGED) and offset persistence (every
-// PersistOffsetInterval). Topics without a route yet are logged and picked up by a later
-// rebalance. Errors: ErrNoSubscription, ErrClosed. A second call does nothing.
+// spawnWorker runs f, which may run handlers, in a goroutine counted by c.workers; false
+// once Shutdown has begun.
+func (c *PushConsumer) spawnWorker(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed {
+		return false
+	}
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		f()
+	}()
+	return true
+}
+
+// orderlyLocks reports whether this consumer locks its queues on the broker (orderly
+// clustering; broadcasting consumers own every queue anyway).
+func (c *PushConsumer) orderlyLocks() bool {
+	return c.cfg.Orderly && c.cfg.MessageModel == Clustering
+}
+
+// Start opens the offset store (broadcasting: the local file), looks up the routes of
+// the subscribed topics, sends HEART_BEAT to their brokers, starts the handler
+// goroutines, and starts rebalancing (at once, then every RebalanceInterval and on
+// NOTIFY_CONSUMER_IDS_CHANGED), offset persistence (every PersistOffsetInterval) and,
+// for orderly clustering consumers, lock renewal. Topics without a route yet are
+// logged and picked up by a later rebalance. Errors: ErrNoSubscription, ErrClosed,
+// ErrOffsetFileInUse and offset-file errors. A second call does nothing.
 func (c *PushConsumer) Start() error {
 	c.mu.Lock()
+	need := 1
+	if c.retryTopic != "" {
+		need = 2 // the retry topic alone is no subscription
+	}
 	switch {
 	case c.state == stateClosed:
 		c.mu.Unlock()
@@ -223,16 +287,33 @@ func (c *PushConsumer) Start() error {
 	case c.state == stateStarted:
 		c.mu.Unlock()
 		return nil
-	case len(c.subs) < 2: // the retry topic alone
+	case len(c.subs) < need:
 		c.mu.Unlock()
 		return ErrNoSubscription
+	}
+	if c.cfg.MessageModel == Broadcasting {
+		path, err := offsetFilePath(c.cfg.OffsetStoreDir, c.cfg.Group, c.cfg.InstanceName)
+		if err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		lo, err := openLocalOffsets(path)
+		if err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.offsets = lo
+	} else {
+		c.offsets = remoteOffsets{c.broker}
 	}
 	c.state = stateStarted
 	topics := c.topicsLocked()
 	// Workers start under the lock, so a concurrent Shutdown sees all of them.
-	for i := 0; i < c.cfg.ConsumeGoroutines; i++ {
-		c.workers.Add(1)
-		go c.worker()
+	if !c.cfg.Orderly {
+		for i := 0; i < c.cfg.ConsumeGoroutines; i++ {
+			c.workers.Add(1)
+			go c.worker()
+		}
 	}
 	c.mu.Unlock()
 
@@ -241,6 +322,7 @@ func (c *PushConsumer) Start() error {
 		c.kickRebalance()
 		return nil
 	})
+	c.cl.RegisterHandler(remoting.ResetConsumerClientOffset, c.handleResetOffset)
 	if err := c.cl.Start(); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -261,6 +343,9 @@ func (c *PushConsumer) Start() error {
 	}
 	c.spawn(c.rebalanceLoop)
 	c.spawn(c.persistLoop)
+	if c.orderlyLocks() {
+		c.spawn(c.lockLoop)
+	}
 	return nil
 }
 
@@ -307,8 +392,12 @@ func (c *PushConsumer) persistLoop() {
 	}
 }
 
-// persistOffsets writes the committable offset of every assigned queue to its broker.
+// persistOffsets stores the committable offset of every assigned queue (the lowest
+// unfinished message) and flushes the store. Dropped queues are skipped: whoever
+// dropped them stores their final offset.
 func (c *PushConsumer) persistOffsets(ctx context.Context) error {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	pqs := make([]*processQueue, 0, len(c.pqs))
 	for _, pq := range c.pqs {
@@ -317,26 +406,34 @@ func (c *PushConsumer) persistOffsets(ctx context.Context) error {
 	c.mu.Unlock()
 	var errs []error
 	for _, pq := range pqs {
+		if pq.dropped.Load() {
+			continue
+		}
 		if off := pq.commitOffset(); off >= 0 {
-			if err := c.updateOffset(ctx, pq.mq, off); err != nil {
+			if err := c.offsets.update(ctx, pq.mq, off); err != nil {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if err := c.offsets.flush(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 // Shutdown stops the consumer: no more pulls or rebalances; handlers already running may
 // finish until ctx is done (then their context is cancelled); the offsets of all
-// assigned queues are persisted — never past a message that has not finished —;
-// UNREGISTER_CLIENT (RocketMQ request code 35) goes to the brokers; connections are
-// closed. It returns ctx's error if handlers were still running, joined with persist and
-// unregister failures. A handler that ignores its context keeps its goroutine until it
-// returns. Idempotent.
+// assigned queues are stored — never past a message that has not finished —; orderly
+// queues are unlocked on their brokers (UNLOCK_BATCH_MQ, RocketMQ request code 42);
+// UNREGISTER_CLIENT (35) goes to the brokers; connections and the offset file are
+// released. It returns ctx's error if handlers were still running, joined with
+// persist, unlock and unregister failures. A handler that ignores its context keeps its
+// goroutine until it returns. Idempotent.
 //
-// Stop order: refuse new work → stop rebalance, persist and pull loops and local-retry
-// timers → stop workers and wait for running handlers (bounded by ctx) → persist offsets
-// → unregister → close connections.
+// Stop order: refuse new work → stop rebalance, persist, lock and pull loops and
+// local-retry timers → stop workers and orderly consume loops and wait for running
+// handlers (bounded by ctx) → store offsets → unlock orderly queues → unregister →
+// close connections.
 func (c *PushConsumer) Shutdown(ctx context.Context) error {
 	c.mu.Lock()
 	if c.state == stateClosed {
@@ -365,7 +462,8 @@ func (c *PushConsumer) Shutdown(ctx context.Context) error {
 		c.handlerCancel()
 		errs = append(errs, fmt.Errorf("consumer: handlers still running at shutdown: %w", ctx.Err()))
 	}
-	// Persist and unregister even when ctx has expired: with a short budget of their own.
+	// Persist, unlock and unregister even when ctx has expired: with a short budget of
+	// their own.
 	octx := ctx
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
@@ -375,11 +473,17 @@ func (c *PushConsumer) Shutdown(ctx context.Context) error {
 	if err := c.persistOffsets(octx); err != nil {
 		errs = append(errs, fmt.Errorf("consumer: persist offsets: %w", err))
 	}
+	if c.orderlyLocks() {
+		if err := c.unlockAll(octx); err != nil {
+			errs = append(errs, fmt.Errorf("consumer: unlock queues: %w", err))
+		}
+	}
 	if err := c.cl.Unregister(octx, "", c.cfg.Group); err != nil {
 		errs = append(errs, fmt.Errorf("consumer: %w", err))
 	}
 	c.handlerCancel()
 	_ = c.cl.Close()
+	c.offsets.close()
 	if handlersDone {
 		<-done
 	}

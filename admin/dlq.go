@@ -1,0 +1,432 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// Limits of the DLQ calls.
+const (
+	DefaultDLQListMax = 100   // messages ListDLQ returns by default
+	MaxDLQListMax     = 10000 // most messages one ListDLQ returns
+	readBatch         = 32    // messages per READ_QUEUE request (a broker's pull cap)
+)
+
+// RedriveProducerGroup is the producer group ResendDLQ sends as.
+const RedriveProducerGroup = "SLUICE_DLQ_REDRIVE"
+
+// QueueRead is the answer of [Admin.ReadQueue].
+type QueueRead struct {
+	// Messages are the stored messages read, in queue order, bodies as stored
+	// (compressed when SysFlag has message.SysFlagCompressed). BrokerName is set.
+	Messages []*message.MessageExt
+	// NextOffset is the queue offset to read from next.
+	NextOffset int64
+	// Min and Max are the queue's first available offset and next offset to be written.
+	Min, Max int64
+}
+
+// ReadQueue reads up to maxNums (1..32) stored messages of mq from queue offset offset
+// with Sluice's READ_QUEUE request (code 7001, adminproto.ReadQueue): no consumer group,
+// no permission check (so %DLQ% topics, which refuse pulls, are readable), no offset
+// commit. addr is the master address of mq's broker; "" looks it up in mq.Topic's
+// route. An offset past the end gives no messages and NextOffset = Max. Errors: route
+// errors, a [*BrokerError] (a broker that is not Sluice answers code 3
+// REQUEST_CODE_NOT_SUPPORTED), decode errors.
+func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr string, offset int64, maxNums int) (*QueueRead, error) {
+	if offset < 0 {
+		return nil, &ConfigError{Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)}
+	}
+	if maxNums < 1 || maxNums > readBatch {
+		return nil, &ConfigError{Field: "maxNums", Reason: fmt.Sprintf("%d is outside 1..%d", maxNums, readBatch)}
+	}
+	if addr == "" {
+		_, addrs, err := a.topicQueues(ctx, mq.Topic)
+		if err != nil {
+			return nil, err
+		}
+		if addr = addrs[mq.BrokerName]; addr == "" {
+			return nil, fmt.Errorf("admin: broker %q is not in the route of %q", mq.BrokerName, mq.Topic)
+		}
+	}
+	ext := map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID),
+		"offset": strconv.FormatInt(offset, 10), "maxMsgNums": strconv.Itoa(maxNums)}
+	resp, err := a.invoke(ctx, mq.BrokerName, addr, adminproto.ReadQueue, ext, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := &QueueRead{}
+	switch resp.ResponseCode() {
+	case remoting.Success, remoting.PullNotFound, remoting.PullRetryImmediately, remoting.PullOffsetMoved:
+	default:
+		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+	}
+	if r.NextOffset, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+	}
+	r.Min, _ = resp.ExtInt64("minOffset", false)
+	r.Max, _ = resp.ExtInt64("maxOffset", false)
+	if resp.ResponseCode() == remoting.PullOffsetMoved && offset > r.Max {
+		r.NextOffset = r.Max
+	}
+	if resp.ResponseCode() == remoting.Success {
+		if r.Messages, err = message.DecodeRecords(resp.Body, message.DecodeOptions{}); err != nil {
+			return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: fmt.Errorf("decode records: %w", err)}
+		}
+		for _, m := range r.Messages {
+			m.BrokerName = mq.BrokerName
+		}
+	}
+	return r, nil
+}
+
+// DLQMessage is one dead letter of a consumer group.
+type DLQMessage struct {
+	// Queue is the %DLQ%<group> queue holding it and QueueOffset its offset there.
+	Queue       message.MessageQueue
+	QueueOffset int64
+	// Resent reports whether the message lies below the group's re-drive mark, i.e. a
+	// ResendDLQ already sent it back to its topic.
+	Resent bool
+	// OriginTopic is the topic the message was consumed from (property RETRY_TOPIC), ""
+	// when unknown.
+	OriginTopic string
+	// Message is the stored dead letter with its body decompressed, tag, keys, MsgID
+	// (the original UNIQ_KEY), ReconsumeTimes and StoreTimestamp.
+	Message *message.MessageExt
+}
+
+// DLQListOptions select the dead letters ListDLQ returns.
+type DLQListOptions struct {
+	// FromOffset is the first DLQ queue offset to return (on every queue). Default 0:
+	// from the oldest message still stored.
+	FromOffset int64
+	// Max bounds the number of messages returned, 1..MaxDLQListMax. Default:
+	// DefaultDLQListMax.
+	Max int
+}
+
+// dlqQueues returns the queues of %DLQ%<group> and their masters; none when the DLQ was
+// never created (no dead letter yet).
+func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQueue, map[string]string, error) {
+	if group == "" {
+		return nil, nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
+	}
+	topic := message.DLQTopic(group)
+	if err := message.ValidateTopic(topic); err != nil {
+		return nil, nil, &ConfigError{Field: "group", Reason: err.Error()}
+	}
+	mqs, addrs, err := a.topicQueues(ctx, topic)
+	if errors.Is(err, namesrv.ErrTopicNotExist) {
+		return nil, nil, nil
+	}
+	return mqs, addrs, err
+}
+
+// redriveMark returns the group's committed offset of a DLQ queue — how far ResendDLQ
+// got — or 0 when there is none.
+func (a *Admin) redriveMark(ctx context.Context, group string, mq message.MessageQueue, addr string) (int64, error) {
+	ext := map[string]string{"consumerGroup": group, "topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}
+	resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.QueryConsumerOffset, ext, nil)
+	if err != nil {
+		return 0, err
+	}
+	switch resp.ResponseCode() {
+	case remoting.Success:
+		return resp.ExtInt64("offset", true)
+	case remoting.QueryNotFound:
+		return 0, nil
+	}
+	return 0, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+}
+
+// ListDLQ returns the dead letters of a consumer group — the messages in %DLQ%<group>
+// on every broker of its route — in queue order, with their original topic and whether
+// a ResendDLQ already re-drove them. A group without a DLQ has none (nil, nil). The
+// DLQ is read with READ_QUEUE (see [Admin.ReadQueue]); normal consumers cannot read it.
+func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) ([]DLQMessage, error) {
+	if opt.Max == 0 {
+		opt.Max = DefaultDLQListMax
+	}
+	if opt.Max < 1 || opt.Max > MaxDLQListMax {
+		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is outside 1..%d", opt.Max, MaxDLQListMax)}
+	}
+	if opt.FromOffset < 0 {
+		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
+	}
+	mqs, addrs, err := a.dlqQueues(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	var out []DLQMessage
+	for _, mq := range mqs {
+		addr := addrs[mq.BrokerName]
+		mark, err := a.redriveMark(ctx, group, mq, addr)
+		if err != nil {
+			return nil, err
+		}
+		off := opt.FromOffset
+		for len(out) < opt.Max {
+			r, err := a.ReadQueue(ctx, mq, addr, off, min(readBatch, opt.Max-len(out)))
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range r.Messages {
+				out = append(out, dlqMessage(mq, m, mark))
+			}
+			if r.NextOffset <= off || (len(r.Messages) == 0 && r.NextOffset >= r.Max) {
+				break
+			}
+			off = r.NextOffset
+		}
+	}
+	return out, nil
+}
+
+func dlqMessage(mq message.MessageQueue, m *message.MessageExt, mark int64) DLQMessage {
+	shown := *m
+	if m.SysFlag&message.SysFlagCompressed != 0 {
+		if body, err := message.Inflate(m.Body); err == nil {
+			shown.Body = body
+		}
+	}
+	return DLQMessage{Queue: mq, QueueOffset: m.QueueOffset, Resent: m.QueueOffset < mark,
+		OriginTopic: m.Property(message.PropertyRetryTopic), Message: &shown}
+}
+
+// DLQResendOptions select the dead letters ResendDLQ sends back.
+type DLQResendOptions struct {
+	// FromOffset is the first DLQ queue offset considered (on every queue). Default 0.
+	FromOffset int64
+	// IncludeResent resends messages below the group's re-drive mark too (already
+	// resent once). Default false: only dead letters not resent yet.
+	IncludeResent bool
+	// Max bounds the number of messages resent; 0 = all.
+	Max int
+}
+
+// ResentMessage is one dead letter ResendDLQ sent back to its topic.
+type ResentMessage struct {
+	DLQ         message.MessageQueue // the DLQ queue it came from
+	DLQOffset   int64                // its offset there
+	MsgID       string               // its message id (UNIQ_KEY, kept)
+	Topic       string               // the topic it was sent to
+	Keys        []string             // its keys (kept)
+	Destination message.MessageQueue // the queue it was stored in
+	QueueOffset int64                // its offset there
+}
+
+// DLQResendResult reports a ResendDLQ: the messages sent back, and those that could
+// not be — the re-drive of each one's DLQ queue stopped there, and the queue's re-drive
+// mark stays at it.
+type DLQResendResult struct {
+	Resent []ResentMessage
+	Failed []DLQResendError
+}
+
+// DLQResendError is a dead letter ResendDLQ could not send back.
+type DLQResendError struct {
+	DLQ       message.MessageQueue
+	DLQOffset int64
+	MsgID     string
+	Err       error
+}
+
+// Error implements error.
+func (e *DLQResendError) Error() string {
+	return fmt.Sprintf("admin: resend dead letter %s offset %d (msgId %s): %v", e.DLQ, e.DLQOffset, e.MsgID, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *DLQResendError) Unwrap() error { return e.Err }
+
+// ResendDLQ re-drives the dead letters of a consumer group: every message of
+// %DLQ%<group> from the group's re-drive mark on (see DLQResendOptions) is sent back, as a
+// new message, to its original topic (property RETRY_TOPIC) with SEND_MESSAGE_V2 as
+// producer group RedriveProducerGroup: body, flag, tag, keys, UNIQ_KEY and user
+// properties kept; reconsume count reset to 0; the retry and delay properties dropped.
+// The consumers of the group then consume it like a new message (with the full retry
+// budget). Queues of the topic are used round-robin (ordered topics lose the original
+// queue).
+//
+// After each resent message the mark (the group's consumer offset of the DLQ queue,
+// UPDATE_CONSUMER_OFFSET) moves past it — never backwards — so running ResendDLQ again
+// sends nothing twice unless IncludeResent asks for it.
+// A message that cannot be sent (no RETRY_TOPIC, no route, a refused send) stops the
+// re-drive of its DLQ queue and is reported in Failed; the returned error joins those
+// failures. Other errors (route, read) are returned at once.
+func (a *Admin) ResendDLQ(ctx context.Context, group string, opt DLQResendOptions) (*DLQResendResult, error) {
+	if opt.FromOffset < 0 {
+		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
+	}
+	if opt.Max < 0 {
+		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is negative", opt.Max)}
+	}
+	mqs, addrs, err := a.dlqQueues(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	res := &DLQResendResult{}
+	s := &resender{a: a, next: map[string]int{}}
+	var errs []error
+queues:
+	for _, mq := range mqs {
+		addr := addrs[mq.BrokerName]
+		mark, err := a.redriveMark(ctx, group, mq, addr)
+		if err != nil {
+			return res, err
+		}
+		off := opt.FromOffset
+		if !opt.IncludeResent {
+			off = max(off, mark)
+		}
+		advance := func(to int64) error {
+			if to <= mark {
+				return nil // never move the mark backwards
+			}
+			if err := a.commitMark(ctx, group, mq, addr, to); err != nil {
+				return err
+			}
+			mark = to
+			return nil
+		}
+		for opt.Max == 0 || len(res.Resent) < opt.Max {
+			n := readBatch
+			if opt.Max > 0 {
+				n = min(n, opt.Max-len(res.Resent))
+			}
+			r, err := a.ReadQueue(ctx, mq, addr, off, n)
+			if err != nil {
+				return res, err
+			}
+			for _, m := range r.Messages {
+				rm, err := s.resend(ctx, m)
+				if err != nil {
+					e := &DLQResendError{DLQ: mq, DLQOffset: m.QueueOffset, MsgID: m.MsgID, Err: err}
+					res.Failed = append(res.Failed, *e)
+					errs = append(errs, e)
+					continue queues
+				}
+				rm.DLQ = mq
+				res.Resent = append(res.Resent, *rm)
+				if err := advance(m.QueueOffset + 1); err != nil {
+					return res, err
+				}
+			}
+			if r.NextOffset <= off || (len(r.Messages) == 0 && r.NextOffset >= r.Max) {
+				break
+			}
+			if len(r.Messages) == 0 {
+				// Entries skipped (no message): move the mark past them too.
+				if err := advance(r.NextOffset); err != nil {
+					return res, err
+				}
+			}
+			off = r.NextOffset
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// commitMark stores the re-drive mark of a DLQ queue (UPDATE_CONSUMER_OFFSET, 15).
+func (a *Admin) commitMark(ctx context.Context, group string, mq message.MessageQueue, addr string, off int64) error {
+	ext := map[string]string{"consumerGroup": group, "topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID), "commitOffset": strconv.FormatInt(off, 10)}
+	resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.UpdateConsumerOffset, ext, nil)
+	if err != nil {
+		return err
+	}
+	if err := resp.ResponseErr(); err != nil {
+		return &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+	}
+	return nil
+}
+
+// resender sends dead letters back to their topics, round-robin over each topic's
+// writable queues.
+type resender struct {
+	a    *Admin
+	next map[string]int // topic → next queue index
+}
+
+// dropOnResend are the properties a re-driven message loses: retry and delay
+// bookkeeping, and what the broker adds on every store.
+var dropOnResend = []string{
+	message.PropertyRetryTopic, message.PropertyOriginMessageID, message.PropertyMaxReconsumeTimes,
+	message.PropertyReconsumeTime, message.PropertyDelayTimeLevel, message.PropertyRealTopic, message.PropertyRealQueueID,
+	message.PropertyCluster, message.PropertyMinOffset, message.PropertyMaxOffset, message.PropertyConsumeStartTimestamp,
+	message.PropertyTransactionPrepared, message.PropertyProducerGroup, message.PropertyWaitStoreMsgOK,
+}
+
+func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMessage, error) {
+	topic := m.Property(message.PropertyRetryTopic)
+	if topic == "" {
+		return nil, errors.New("the dead letter has no RETRY_TOPIC property: its original topic is unknown")
+	}
+	r, err := s.a.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var queues []message.MessageQueue
+	addrs := map[string]string{}
+	for _, bd := range sortedBrokers(r) {
+		if addr := bd.MasterAddr(); addr != "" {
+			addrs[bd.BrokerName] = addr
+		}
+	}
+	for _, bd := range sortedBrokers(r) {
+		for _, qd := range r.QueueDatas {
+			if qd.BrokerName != bd.BrokerName || qd.Perm&namesrv.PermWrite == 0 || addrs[qd.BrokerName] == "" {
+				continue
+			}
+			for q := 0; q < qd.WriteQueueNums; q++ {
+				queues = append(queues, message.MessageQueue{Topic: topic, BrokerName: qd.BrokerName, QueueID: q})
+			}
+		}
+	}
+	if len(queues) == 0 {
+		return nil, fmt.Errorf("topic %q has no writable queue", topic)
+	}
+	mq := queues[s.next[topic]%len(queues)]
+	s.next[topic]++
+	props := make(map[string]string, len(m.Properties))
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	for _, k := range dropOnResend {
+		delete(props, k)
+	}
+	h := client.SendHeader{
+		ProducerGroup:         RedriveProducerGroup,
+		Topic:                 topic,
+		DefaultTopic:          message.AutoCreateTopicKey,
+		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
+		QueueID:               mq.QueueID,
+		SysFlag:               m.SysFlag & message.SysFlagCompressed,
+		BornTimestamp:         time.Now().UnixMilli(),
+		Flag:                  m.Flag,
+		Properties:            message.MarshalProperties(props),
+		BrokerName:            mq.BrokerName,
+	}
+	addr := addrs[mq.BrokerName]
+	resp, err := s.a.invoke(ctx, mq.BrokerName, addr, remoting.SendMessageV2, h.Ext(), m.Body)
+	if err != nil {
+		return nil, err
+	}
+	if !client.SendStored(resp.ResponseCode()) {
+		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+	}
+	sr, err := client.ParseSendResponse(resp, mq, m.UniqKey())
+	if err != nil {
+		return nil, err
+	}
+	return &ResentMessage{DLQOffset: m.QueueOffset, MsgID: m.MsgID, Topic: topic, Keys: m.Keys(), Destination: sr.Queue, QueueOffset: sr.QueueOffset}, nil
+}

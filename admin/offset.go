@@ -1,0 +1,216 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// QueueOffset is one message queue's offsets for a consumer group.
+type QueueOffset struct {
+	Queue      message.MessageQueue
+	BrokerAddr string
+	// Committed is the group's committed offset (the next message it will consume), -1
+	// when the group has none for this queue (QUERY_NOT_FOUND).
+	Committed int64
+	// Min and Max are the queue's first available offset and next offset to be written.
+	Min, Max int64
+}
+
+// Lag returns how many messages of the queue the group has not consumed yet (Max -
+// Committed; Max - Min when nothing is committed).
+func (q QueueOffset) Lag() int64 {
+	if q.Committed < 0 {
+		return q.Max - q.Min
+	}
+	return max(q.Max-q.Committed, 0)
+}
+
+// invoke sends one request to a broker, bounded by ctx and Config.Timeout; a
+// transport error becomes a *BrokerError.
+func (a *Admin) invoke(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
+	c, cancel, err := a.reqCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(code, ext, body))
+	if err != nil {
+		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+	}
+	return resp, nil
+}
+
+// int64Call runs a request whose answer is ext key on success.
+func (a *Admin) int64Call(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, key string) (int64, error) {
+	resp, err := a.invoke(ctx, brokerName, addr, code, ext, nil)
+	if err != nil {
+		return 0, err
+	}
+	if err := resp.ResponseErr(); err != nil {
+		return 0, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+	}
+	return resp.ExtInt64(key, true)
+}
+
+// topicQueues returns the read queues of topic from its route, with their brokers'
+// master addresses, sorted.
+func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.MessageQueue, map[string]string, error) {
+	r, err := a.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	addrs := map[string]string{}
+	for _, bd := range r.BrokerDatas {
+		if addr := bd.MasterAddr(); addr != "" {
+			addrs[bd.BrokerName] = addr
+		}
+	}
+	var mqs []message.MessageQueue
+	for _, qd := range r.QueueDatas {
+		if addrs[qd.BrokerName] == "" {
+			continue
+		}
+		n := max(qd.ReadQueueNums, qd.WriteQueueNums)
+		for q := 0; q < n; q++ {
+			mqs = append(mqs, message.MessageQueue{Topic: topic, BrokerName: qd.BrokerName, QueueID: q})
+		}
+	}
+	sort.Slice(mqs, func(i, j int) bool { return mqs[i].Less(mqs[j]) })
+	return mqs, addrs, nil
+}
+
+// ConsumerOffsets returns, for every queue of topic (from its route), the group's
+// committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
+// min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
+// route errors (wrapping [namesrv.ErrTopicNotExist] for an unknown topic) and
+// [*BrokerError]s.
+func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
+	if err := checkGroupTopic(group, topic); err != nil {
+		return nil, err
+	}
+	mqs, addrs, err := a.topicQueues(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QueueOffset, 0, len(mqs))
+	for _, mq := range mqs {
+		addr := addrs[mq.BrokerName]
+		ext := map[string]string{"topic": topic, "queueId": strconv.Itoa(mq.QueueID)}
+		qo := QueueOffset{Queue: mq, BrokerAddr: addr}
+		if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
+			return nil, err
+		}
+		if qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset"); err != nil {
+			return nil, err
+		}
+		ext["consumerGroup"] = group
+		resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.QueryConsumerOffset, ext, nil)
+		if err != nil {
+			return nil, err
+		}
+		switch resp.ResponseCode() {
+		case remoting.Success:
+			if qo.Committed, err = resp.ExtInt64("offset", true); err != nil {
+				return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+			}
+		case remoting.QueryNotFound:
+			qo.Committed = -1
+		default:
+			return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+		}
+		out = append(out, qo)
+	}
+	return out, nil
+}
+
+func checkGroupTopic(group, topic string) error {
+	if group == "" {
+		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+	}
+	if err := message.ValidateTopic(message.RetryTopic(group)); err != nil {
+		return &ConfigError{Field: "group", Reason: err.Error()}
+	}
+	if err := message.ValidateTopic(topic); err != nil {
+		return &ConfigError{Field: "topic", Reason: err.Error()}
+	}
+	return nil
+}
+
+// ResetResult reports a [Admin.ResetOffsetByTime].
+type ResetResult struct {
+	// Offsets are the group's new offsets, per queue.
+	Offsets map[message.MessageQueue]int64
+	// Offline lists the brokers (by name) that had no consumer of the group online to
+	// tell; their offsets were reset all the same.
+	Offline []string
+}
+
+// ResetOffsetByTime moves consumer group's offsets of topic on every broker of the
+// topic's route to the first message stored at or after t (the end of each queue
+// when t is the zero time), with INVOKE_BROKER_TO_RESET_OFFSET (RocketMQ request code
+// 222). The brokers store the new offsets and tell the group's running consumers to
+// jump there (RESET_CONSUMER_CLIENT_OFFSET, 220). With force=false a queue only moves
+// backwards (its committed offset is kept when the target lies ahead of it).
+//
+// Errors: a [*ConfigError] for a bad group or topic; route errors; one [*BrokerError]
+// per failing broker, joined (the other brokers are reset).
+func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t time.Time, force bool) (*ResetResult, error) {
+	if err := checkGroupTopic(group, topic); err != nil {
+		return nil, err
+	}
+	r, err := a.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	ts := int64(-1)
+	if !t.IsZero() {
+		ts = t.UnixMilli()
+	}
+	ext := map[string]string{"topic": topic, "group": group, "timestamp": strconv.FormatInt(ts, 10), "isForce": strconv.FormatBool(force)}
+	res := &ResetResult{Offsets: map[message.MessageQueue]int64{}}
+	var errs []error
+	for _, bd := range sortedBrokers(r) {
+		addr := bd.MasterAddr()
+		if addr == "" {
+			continue
+		}
+		resp, err := a.invoke(ctx, bd.BrokerName, addr, remoting.InvokeBrokerToResetOffset, ext, nil)
+		if err != nil {
+			errs = append(errs, err) // a *BrokerError
+			continue
+		}
+		if err := resp.ResponseErr(); err != nil {
+			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+			continue
+		}
+		table, err := adminproto.DecodeResetOffsetBody(resp.Body)
+		if err != nil {
+			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+			continue
+		}
+		for mq, off := range table {
+			res.Offsets[mq] = off
+		}
+		if resp.Remark != "" {
+			res.Offline = append(res.Offline, bd.BrokerName)
+		}
+	}
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
+	}
+	return res, nil
+}
+
+func sortedBrokers(r *namesrv.TopicRouteData) []*namesrv.BrokerData {
+	out := append([]*namesrv.BrokerData(nil), r.BrokerDatas...)
+	sort.Slice(out, func(i, j int) bool { return out[i].BrokerName < out[j].BrokerName })
+	return out
+}

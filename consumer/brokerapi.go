@@ -1,0 +1,268 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// BrokerError reports a broker request that failed: the request code, the broker, and
+// either the response code and remark or the transport error.
+type BrokerError struct {
+	Request remoting.RequestCode  // the request that failed, e.g. QUERY_CONSUMER_OFFSET (14)
+	Broker  string                // broker name and/or "ip:port"
+	Code    remoting.ResponseCode // the broker's response code; 0 when it did not answer (see Err)
+	Remark  string                // the broker's error text for Code
+	Err     error                 // transport or decoding failure; nil when the broker answered
+}
+
+// Error implements error.
+func (e *BrokerError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("consumer: %s to %s: %v", e.Request, e.Broker, e.Err)
+	}
+	return fmt.Sprintf("consumer: %s to %s: broker answered %d %s: %s", e.Request, e.Broker, int16(e.Code), e.Code, e.Remark)
+}
+
+// Unwrap returns Err.
+func (e *BrokerError) Unwrap() error { return e.Err }
+
+// PULL_MESSAGE sysFlag bits (Java PullSysFlag; PROTOCOL §3.4).
+const (
+	pullFlagCommitOffset = 1 << 0 // the broker stores commitOffset for the group
+	pullFlagSuspend      = 1 << 1 // long polling allowed
+	pullFlagSubscription = 1 << 2 // use the request's subscription, not the heartbeat's
+)
+
+// pullRPCExtra is added to the long-polling suspend time to get the pull RPC timeout
+// (20 s suspend → 30 s timeout, PROTOCOL §3.4).
+const pullRPCExtra = 10 * time.Second
+
+// brokerAPI is the consumer side of the broker requests both consumers use, for one
+// consumer group over one client.Client.
+type brokerAPI struct {
+	cl    *client.Client
+	group string
+}
+
+// invoke sends a request to the master of brokerName, bounded by ctx and
+// DefaultBrokerTimeout, and returns the response, or a *BrokerError for transport
+// failures and an unknown broker.
+func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
+	addr, ok := b.cl.BrokerAddr(brokerName)
+	if !ok {
+		return nil, &BrokerError{Request: code, Broker: brokerName, Err: fmt.Errorf("no master address known for broker %q", brokerName)}
+	}
+	cctx, cancel := context.WithTimeout(ctx, client.DefaultBrokerTimeout)
+	defer cancel()
+	resp, err := b.cl.InvokeSync(cctx, addr, remoting.NewRequest(code, ext, body))
+	if err != nil {
+		return nil, &BrokerError{Request: code, Broker: brokerName + "@" + addr, Err: err}
+	}
+	return resp, nil
+}
+
+func mqExt(mq message.MessageQueue) map[string]string {
+	return map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}
+}
+
+// queryOffset asks the broker for the group's stored offset of mq
+// (QUERY_CONSUMER_OFFSET, request code 14; PROTOCOL §3.5): -1 when none (code 22).
+func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
+	ext := mqExt(mq)
+	ext["consumerGroup"] = b.group
+	resp, err := b.invoke(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext, nil)
+	if err != nil {
+		return 0, err
+	}
+	switch resp.ResponseCode() {
+	case remoting.Success:
+		return resp.ExtInt64("offset", true)
+	case remoting.QueryNotFound:
+		return -1, nil
+	}
+	return 0, &BrokerError{Request: remoting.QueryConsumerOffset, Broker: mq.BrokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
+}
+
+// offsetCall runs GET_MAX_OFFSET (30), GET_MIN_OFFSET (31) or SEARCH_OFFSET_BY_TIMESTAMP
+// (29) and returns ext "offset".
+func (b *brokerAPI) offsetCall(ctx context.Context, code remoting.RequestCode, mq message.MessageQueue, ext map[string]string) (int64, error) {
+	resp, err := b.invoke(ctx, mq.BrokerName, code, ext, nil)
+	if err != nil {
+		return 0, err
+	}
+	if resp.ResponseCode() != remoting.Success {
+		return 0, &BrokerError{Request: code, Broker: mq.BrokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
+	}
+	return resp.ExtInt64("offset", true)
+}
+
+func (b *brokerAPI) maxOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
+	return b.offsetCall(ctx, remoting.GetMaxOffset, mq, mqExt(mq))
+}
+
+func (b *brokerAPI) minOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
+	return b.offsetCall(ctx, remoting.GetMinOffset, mq, mqExt(mq))
+}
+
+func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t time.Time) (int64, error) {
+	ext := mqExt(mq)
+	ext["timestamp"] = strconv.FormatInt(t.UnixMilli(), 10)
+	return b.offsetCall(ctx, remoting.SearchOffsetByTimestamp, mq, ext)
+}
+
+// updateOffset stores the group's offset of mq on its broker (UPDATE_CONSUMER_OFFSET,
+// request code 15). It waits for the answer, unlike the official Go client's one-way
+// send, so that callers know the offset is stored.
+func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, offset int64) error {
+	ext := mqExt(mq)
+	ext["consumerGroup"] = b.group
+	ext["commitOffset"] = strconv.FormatInt(offset, 10)
+	resp, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
+	if err != nil {
+		return err
+	}
+	if resp.ResponseCode() != remoting.Success {
+		return &BrokerError{Request: remoting.UpdateConsumerOffset, Broker: mq.BrokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
+	}
+	return nil
+}
+
+// pullArgs is one PULL_MESSAGE request (PROTOCOL §3.4).
+type pullArgs struct {
+	mq             message.MessageQueue
+	offset         int64
+	maxNums        int
+	sysFlag        int
+	commitOffset   int64
+	suspend        time.Duration // long-polling hold; 0 = answer at once
+	subscription   string        // with pullFlagSubscription
+	expressionType string
+}
+
+// pullReply is a PULL_MESSAGE answer with one of the codes a consumer accepts (0, 19,
+// 20, 21).
+type pullReply struct {
+	code                            remoting.ResponseCode
+	nextBegin, minOffset, maxOffset int64
+	msgs                            []*message.MessageExt // decoded and decompressed (code 0)
+}
+
+// pull sends PULL_MESSAGE (request code 11) and decodes the answer. The RPC timeout is
+// the suspend time plus 10 s (and at least DefaultBrokerTimeout). Codes other than 0,
+// 19, 20, 21 and undecodable answers are a *BrokerError.
+func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
+	addr, ok := b.cl.BrokerAddr(a.mq.BrokerName)
+	if !ok {
+		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("no master address known for broker %q", a.mq.BrokerName)}
+	}
+	ext := map[string]string{
+		"consumerGroup":        b.group,
+		"topic":                a.mq.Topic,
+		"queueId":              strconv.Itoa(a.mq.QueueID),
+		"queueOffset":          strconv.FormatInt(a.offset, 10),
+		"maxMsgNums":           strconv.Itoa(a.maxNums),
+		"sysFlag":              strconv.Itoa(a.sysFlag),
+		"commitOffset":         strconv.FormatInt(a.commitOffset, 10),
+		"suspendTimeoutMillis": strconv.FormatInt(a.suspend.Milliseconds(), 10),
+		"subscription":         a.subscription,
+		"subVersion":           "0",
+		"expressionType":       a.expressionType,
+	}
+	timeout := client.DefaultBrokerTimeout
+	if a.suspend > 0 {
+		timeout = a.suspend + pullRPCExtra
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := b.cl.InvokeSync(pctx, addr, remoting.NewRequest(remoting.PullMessage, ext, nil))
+	cancel()
+	if err != nil {
+		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName + "@" + addr, Err: err}
+	}
+	r := &pullReply{code: resp.ResponseCode()}
+	switch r.code {
+	case remoting.Success, remoting.PullNotFound, remoting.PullRetryImmediately, remoting.PullOffsetMoved:
+	default:
+		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Code: r.code, Remark: resp.Remark}
+	}
+	if r.nextBegin, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: err}
+	}
+	r.minOffset, _ = resp.ExtInt64("minOffset", false)
+	r.maxOffset, _ = resp.ExtInt64("maxOffset", false)
+	if r.code == remoting.Success {
+		if r.msgs, err = message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true}); err != nil {
+			return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err)}
+		}
+		for _, m := range r.msgs {
+			m.BrokerName = a.mq.BrokerName
+		}
+	}
+	return r, nil
+}
+
+// lockBody is the body of LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (PROTOCOL §3.11).
+type lockBody struct {
+	ConsumerGroup string                 `json:"consumerGroup"`
+	ClientID      string                 `json:"clientId"`
+	MQSet         []message.MessageQueue `json:"mqSet"`
+}
+
+// lock asks brokerName to lock mqs for this client (LOCK_BATCH_MQ, request code 41) and
+// returns the queues this client holds now.
+func (b *brokerAPI) lock(ctx context.Context, brokerName string, mqs []message.MessageQueue) (map[message.MessageQueue]bool, error) {
+	body, _ := json.Marshal(lockBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
+	resp, err := b.invoke(ctx, brokerName, remoting.LockBatchMQ, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ResponseCode() != remoting.Success {
+		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
+	}
+	held := map[message.MessageQueue]bool{}
+	if len(resp.Body) == 0 {
+		return held, nil
+	}
+	var ok struct {
+		LockOKMQSet []message.MessageQueue `json:"lockOKMQSet"`
+	}
+	if err := json.Unmarshal(resp.Body, &ok); err != nil {
+		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Err: fmt.Errorf("bad body: %w", err)}
+	}
+	for _, mq := range ok.LockOKMQSet {
+		held[mq] = true
+	}
+	return held, nil
+}
+
+// unlock releases mqs on brokerName (UNLOCK_BATCH_MQ, request code 42).
+func (b *brokerAPI) unlock(ctx context.Context, brokerName string, mqs []message.MessageQueue) error {
+	body, _ := json.Marshal(lockBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
+	resp, err := b.invoke(ctx, brokerName, remoting.UnlockBatchMQ, nil, body)
+	if err != nil {
+		return err
+	}
+	if resp.ResponseCode() != remoting.Success {
+		return &BrokerError{Request: remoting.UnlockBatchMQ, Broker: brokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
+	}
+	return nil
+}
+
+// byBroker groups queues by broker name, each group sorted.
+func byBroker(mqs []message.MessageQueue) map[string][]message.MessageQueue {
+	out := map[string][]message.MessageQueue{}
+	for _, mq := range mqs {
+		out[mq.BrokerName] = append(out[mq.BrokerName], mq)
+	}
+	for _, l := range out {
+		sort.Slice(l, func(i, j int) bool { return l[i].Less(l[j]) })
+	}
+	return out
+}

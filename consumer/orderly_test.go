@@ -1,0 +1,232 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// A queue holds A then B (one queue: same sharding key). A is suspended once: the
+// deliveries are A, A, B; the retry waits SuspendCurrentQueueTime (default 1 s); while
+// A is being retried the group's committed offset on the broker is A's offset — never
+// past it — although offsets were persisted in between.
+func TestOrderlySuspendOnceThenInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("OrdSuspend", 1)
+	offs := sendBodies(t, e.producer(), "OrdSuspend", "A", "B")
+
+	rec := &recorder{}
+	var committedDuringRetry atomic.Int64
+	committedDuringRetry.Store(-99)
+	c := e.push(Config{Group: "og-suspend", Orderly: true, ConsumeFromWhere: ConsumeFromFirstOffset, PersistOffsetInterval: 50 * time.Millisecond})
+	if err := c.Subscribe("OrdSuspend", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		m := msgs[0]
+		rec.add("c", m)
+		if string(m.Body) == "A" && m.ReconsumeTimes == 0 {
+			return SuspendCurrentQueueAMoment, nil
+		}
+		if string(m.Body) == "A" {
+			committedDuringRetry.Store(e.committed("og-suspend", "OrdSuspend", 0))
+		}
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "3 deliveries and the offset past B", func() bool {
+		return rec.count() >= 3 && e.committed("og-suspend", "OrdSuspend", 0) == offs["B"]+1
+	})
+	got := rec.list()
+	if want := []string{"A(rt=0)", "A(rt=1)", "B(rt=0)"}; !reflect.DeepEqual(rec.bodies(), want) {
+		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
+	}
+	if gap := got[1].at.Sub(got[0].at); gap < DefaultSuspendCurrentQueue {
+		t.Fatalf("A retried after %v, before the default suspend of %v", gap, DefaultSuspendCurrentQueue)
+	}
+	if v := committedDuringRetry.Load(); v != offs["A"] {
+		t.Fatalf("committed offset while A was retried: %d, want A's offset %d", v, offs["A"])
+	}
+}
+
+// Five failures in a row — ReconsumeLater (the concurrent-mode result), errors and a
+// panic — then success: A is retried with ReconsumeTimes 1..5 and B follows; the queue
+// never stalls.
+func TestOrderlyFailuresThenSuccessNoStall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("OrdFail", 1)
+	offs := sendBodies(t, e.producer(), "OrdFail", "A", "B")
+
+	rec := &recorder{}
+	c := e.push(Config{Group: "og-fail", Orderly: true, ConsumeFromWhere: ConsumeFromFirstOffset, SuspendCurrentQueueTime: 50 * time.Millisecond})
+	if err := c.Subscribe("OrdFail", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		m := msgs[0]
+		rec.add("c", m)
+		if string(m.Body) == "A" {
+			switch m.ReconsumeTimes {
+			case 0, 1:
+				return message.ReconsumeLater, nil
+			case 2:
+				return message.ConsumeSuccess, errors.New("handler error")
+			case 3:
+				panic("handler panic")
+			case 4:
+				return SuspendCurrentQueueAMoment, nil
+			}
+		}
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "7 deliveries and the offset past B", func() bool {
+		return rec.count() >= 7 && e.committed("og-fail", "OrdFail", 0) == offs["B"]+1
+	})
+	want := []string{"A(rt=0)", "A(rt=1)", "A(rt=2)", "A(rt=3)", "A(rt=4)", "A(rt=5)", "B(rt=0)"}
+	if !reflect.DeepEqual(rec.bodies(), want) {
+		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
+	}
+	if dl := e.dlq("og-fail"); len(dl) != 0 {
+		t.Fatalf("unlimited retries by default, but %d dead letters", len(dl))
+	}
+}
+
+// MaxReconsumeTimes 3: A fails every time; after its 3 local retries (4 deliveries) it
+// goes to %DLQ%<group> and the queue moves on to B.
+func TestOrderlyMaxReconsumeTimesToDLQ(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("OrdDLQ", 1)
+	offs := sendBodies(t, e.producer(), "OrdDLQ", "A", "B")
+
+	rec := &recorder{}
+	c := e.push(Config{Group: "og-dlq", Orderly: true, ConsumeFromWhere: ConsumeFromFirstOffset,
+		SuspendCurrentQueueTime: 50 * time.Millisecond, MaxReconsumeTimes: Retries(3)})
+	if err := c.Subscribe("OrdDLQ", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		rec.add("c", msgs[0])
+		if string(msgs[0].Body) == "A" {
+			return SuspendCurrentQueueAMoment, nil
+		}
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "B delivered and the offset past B", func() bool {
+		return rec.count() >= 5 && e.committed("og-dlq", "OrdDLQ", 0) == offs["B"]+1
+	})
+	want := []string{"A(rt=0)", "A(rt=1)", "A(rt=2)", "A(rt=3)", "B(rt=0)"}
+	if !reflect.DeepEqual(rec.bodies(), want) {
+		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
+	}
+	dl := e.dlq("og-dlq")
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want A only", len(dl))
+	}
+	m := dl[0].Message
+	if string(m.Body) != "A" || dl[0].OriginTopic != "OrdDLQ" || m.Tag() != "T" || m.Keys()[0] != "key-A" {
+		t.Fatalf("dead letter %+v props %v", m, m.Properties)
+	}
+}
+
+// Many messages over several queues, with random failures: per queue the messages are
+// first handled in offset order, a message is handled again only right after it
+// failed, and no two handler calls of one queue ever overlap — while different queues
+// run in parallel.
+func TestOrderlyPerQueueOrderUnderFailures(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("OrdMany", 4)
+	p := e.producer()
+	const n = 200
+	for i := 0; i < n; i++ {
+		if _, err := p.SendSync(context.Background(), message.NewMessage("OrdMany", []byte(fmt.Sprintf("m-%03d", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type queueState struct {
+		busy     bool
+		lastDone int64
+		lastSeen int64
+	}
+	var (
+		mu       sync.Mutex
+		state    = map[int32]*queueState{}
+		problems []string
+		done     = map[string]bool{}
+		parallel atomic.Int32
+		maxPar   atomic.Int32
+	)
+	c := e.push(Config{Group: "og-many", Orderly: true, ConsumeFromWhere: ConsumeFromFirstOffset,
+		SuspendCurrentQueueTime: 5 * time.Millisecond, ConsumeMessageBatchMaxSize: 3})
+	if err := c.Subscribe("OrdMany", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		q := msgs[0].QueueID
+		mu.Lock()
+		s := state[q]
+		if s == nil {
+			s = &queueState{lastDone: -1, lastSeen: -1}
+			state[q] = s
+		}
+		if s.busy {
+			problems = append(problems, fmt.Sprintf("queue %d: two handler calls at once", q))
+		}
+		s.busy = true
+		for i, m := range msgs {
+			if i > 0 && m.QueueOffset != msgs[i-1].QueueOffset+1 {
+				problems = append(problems, fmt.Sprintf("queue %d: batch not consecutive: %d after %d", q, m.QueueOffset, msgs[i-1].QueueOffset))
+			}
+		}
+		if first := msgs[0].QueueOffset; first <= s.lastDone {
+			problems = append(problems, fmt.Sprintf("queue %d: offset %d after %d was done", q, first, s.lastDone))
+		}
+		s.lastSeen = msgs[len(msgs)-1].QueueOffset
+		mu.Unlock()
+		if p := parallel.Add(1); p > maxPar.Load() {
+			maxPar.Store(p)
+		}
+		time.Sleep(time.Millisecond) // a handler doing some work, so queues overlap
+		parallel.Add(-1)
+		fail := msgs[0].QueueOffset%7 == 3 && msgs[0].ReconsumeTimes < 2
+		mu.Lock()
+		s.busy = false
+		if !fail {
+			s.lastDone = msgs[len(msgs)-1].QueueOffset
+			for _, m := range msgs {
+				done[string(m.Body)] = true
+			}
+		}
+		mu.Unlock()
+		if fail {
+			return message.ReconsumeLater, nil
+		}
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "all messages done", func() bool { mu.Lock(); defer mu.Unlock(); return len(done) == n })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("%d order problems, e.g. %v", len(problems), problems[:min(5, len(problems))])
+	}
+	if maxPar.Load() < 2 {
+		t.Logf("queues never ran in parallel (max %d); fine on a slow machine", maxPar.Load())
+	}
+}

@@ -1,0 +1,380 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// PullConfig configures a PullConsumer. NamesrvAddrs and Group are required.
+type PullConfig struct {
+	// NamesrvAddrs are the name servers, each "host:port". Required.
+	NamesrvAddrs []string
+	// Group is the consumer group whose offsets CommitOffset and CommittedOffset use.
+	// Required; topic character rules.
+	Group string
+	// InstanceName distinguishes clients in one process in the client id. Default:
+	// unique per PullConsumer.
+	InstanceName string
+	// Logger receives route and connection events. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field as an error naming it.
+func (c PullConfig) Validate() error {
+	if c.Group == "" {
+		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
+	}
+	if err := message.ValidateTopic(message.RetryTopic(c.Group)); err != nil {
+		return fmt.Errorf("consumer: PullConfig.Group %q: %w", c.Group, err)
+	}
+	if len(c.NamesrvAddrs) == 0 {
+		return errors.New("consumer: PullConfig.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+	}
+	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+}
+
+// PullStatus is the outcome of one Pull (RocketMQ PullStatus).
+type PullStatus int
+
+const (
+	// PullFound: messages were found (PULL_MESSAGE answered 0 SUCCESS).
+	PullFound PullStatus = iota
+	// PullNoNewMsg: nothing at or after the offset yet (19 PULL_NOT_FOUND; with
+	// LongPoll after waiting that long).
+	PullNoNewMsg
+	// PullNoMatchedMsg: messages were scanned but none matched the tag expression (20
+	// PULL_RETRY_IMMEDIATELY); pull again from NextBeginOffset.
+	PullNoMatchedMsg
+	// PullOffsetIllegal: the offset is below the queue's min or beyond its max (21
+	// PULL_OFFSET_MOVED); NextBeginOffset is where to go on.
+	PullOffsetIllegal
+)
+
+// String returns the RocketMQ name, e.g. "FOUND".
+func (s PullStatus) String() string {
+	switch s {
+	case PullFound:
+		return "FOUND"
+	case PullNoNewMsg:
+		return "NO_NEW_MSG"
+	case PullNoMatchedMsg:
+		return "NO_MATCHED_MSG"
+	case PullOffsetIllegal:
+		return "OFFSET_ILLEGAL"
+	}
+	return fmt.Sprintf("PullStatus(%d)", int(s))
+}
+
+// PullRequest says what one Pull reads.
+type PullRequest struct {
+	// Queue is the message queue to read (see PullConsumer.MessageQueues).
+	Queue message.MessageQueue
+	// Expression is the tag expression: "*" or "" for all, or "TagA || TagB". It is
+	// sent with the pull (the PULL_MESSAGE SUBSCRIPTION sysFlag bit), so no heartbeat
+	// subscription is needed, and re-checked on the client by exact tag.
+	Expression string
+	// Offset is the queue offset to read from.
+	Offset int64
+	// MaxNums is the most messages to return, 1..32. Default: 32.
+	MaxNums int
+	// LongPoll lets the broker hold the pull up to this long when there is no message
+	// at Offset yet (long polling); 0 answers at once. At most 60s.
+	LongPoll time.Duration
+}
+
+// PullResult is the answer of one Pull.
+type PullResult struct {
+	Status PullStatus
+	// NextBeginOffset is the offset to pull from next.
+	NextBeginOffset int64
+	// MinOffset and MaxOffset are the queue's first available offset and next offset
+	// to be written.
+	MinOffset, MaxOffset int64
+	// Messages are the messages found (Status PullFound), bodies decompressed, tags
+	// matching the expression.
+	Messages []*message.MessageExt
+}
+
+// Limits of a PullRequest.
+const (
+	MaxPullNums     = 32
+	MaxPullLongPoll = 60 * time.Second
+)
+
+// PullConsumer reads explicit message queues from explicit offsets; nothing is
+// consumed or committed unless asked. It does not join its group's rebalance (it sends
+// no heartbeat). Safe for concurrent use.
+type PullConsumer struct {
+	cfg    PullConfig
+	cl     *client.Client
+	broker *brokerAPI
+
+	mu     sync.Mutex
+	state  state
+	ctx    context.Context // cancelled by Shutdown: in-flight calls end
+	cancel context.CancelFunc
+	calls  sync.WaitGroup
+}
+
+// NewPullConsumer returns a pull consumer for cfg. It connects on first use. Errors
+// name the invalid field.
+func NewPullConsumer(cfg PullConfig) (*PullConsumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cl, err := client.New(client.Config{NamesrvAddrs: cfg.NamesrvAddrs, InstanceName: cfg.InstanceName, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	c := &PullConsumer{cfg: cfg, cl: cl, broker: &brokerAPI{cl: cl, group: cfg.Group}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Start begins the periodic route refresh. Calls made before Start work too. It returns
+// ErrClosed after Shutdown; a second call does nothing.
+func (c *PullConsumer) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case stateClosed:
+		return ErrClosed
+	case stateStarted:
+		return nil
+	}
+	c.state = stateStarted
+	return c.cl.Start()
+}
+
+// enter registers a call; the returned context ends at Shutdown.
+func (c *PullConsumer) enter(ctx context.Context) (context.Context, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed {
+		return nil, nil, ErrClosed
+	}
+	c.calls.Add(1)
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	return cctx, func() { stop(); cancel(); c.calls.Done() }, nil
+}
+
+// MessageQueues returns the readable queues of topic from its route, sorted.
+func (c *PullConsumer) MessageQueues(ctx context.Context, topic string) ([]message.MessageQueue, error) {
+	if err := message.ValidateTopic(topic); err != nil {
+		return nil, err
+	}
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rd, err := c.cl.FetchRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return client.SubscribeQueues(topic, rd), nil
+}
+
+// ensureBroker makes sure the address of mq's broker is known (fetching mq.Topic's
+// route if not).
+func (c *PullConsumer) ensureBroker(ctx context.Context, mq message.MessageQueue) error {
+	if _, ok := c.cl.BrokerAddr(mq.BrokerName); ok {
+		return nil
+	}
+	if _, err := c.cl.FetchRoute(ctx, mq.Topic); err != nil {
+		return err
+	}
+	if _, ok := c.cl.BrokerAddr(mq.BrokerName); !ok {
+		return fmt.Errorf("consumer: broker %q is not in the route of %q", mq.BrokerName, mq.Topic)
+	}
+	return nil
+}
+
+// Pull reads up to req.MaxNums messages of req.Queue from req.Offset with PULL_MESSAGE
+// (RocketMQ request code 11): sysFlag SUBSCRIPTION (4), plus SUSPEND (2) with
+// LongPoll; no commit. Errors: a *message.ValidationError or an error naming the field
+// for a bad request, a *BrokerError for a refusal (e.g. 16 NO_PERMISSION for a DLQ
+// topic) or a transport failure, ErrClosed after Shutdown.
+func (c *PullConsumer) Pull(ctx context.Context, req PullRequest) (*PullResult, error) {
+	if err := message.ValidateTopic(req.Queue.Topic); err != nil {
+		return nil, err
+	}
+	if req.MaxNums == 0 {
+		req.MaxNums = MaxPullNums
+	}
+	switch {
+	case req.Queue.BrokerName == "" || req.Queue.QueueID < 0:
+		return nil, fmt.Errorf("consumer: PullRequest.Queue %v: broker name and queue id >= 0 are required", req.Queue)
+	case req.Offset < 0:
+		return nil, fmt.Errorf("consumer: PullRequest.Offset %d is negative", req.Offset)
+	case req.MaxNums < 1 || req.MaxNums > MaxPullNums:
+		return nil, fmt.Errorf("consumer: PullRequest.MaxNums %d must be 1..%d", req.MaxNums, MaxPullNums)
+	case req.LongPoll < 0 || req.LongPoll > MaxPullLongPoll:
+		return nil, fmt.Errorf("consumer: PullRequest.LongPoll %v must be 0..%v", req.LongPoll, MaxPullLongPoll)
+	}
+	expr := strings.TrimSpace(req.Expression)
+	if expr == "" {
+		expr = message.SubscribeAll
+	}
+	tags := message.ParseTagExpression(expr)
+	for _, t := range tags {
+		if err := message.ValidateTag(t); err != nil {
+			return nil, err
+		}
+	}
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := c.ensureBroker(ctx, req.Queue); err != nil {
+		return nil, err
+	}
+	a := pullArgs{mq: req.Queue, offset: req.Offset, maxNums: req.MaxNums, sysFlag: pullFlagSubscription,
+		subscription: expr, expressionType: "TAG"}
+	if req.LongPoll > 0 {
+		a.sysFlag |= pullFlagSuspend
+		a.suspend = req.LongPoll
+	}
+	r, err := c.broker.pull(ctx, a)
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return nil, ErrClosed
+		}
+		return nil, err
+	}
+	res := &PullResult{NextBeginOffset: r.nextBegin, MinOffset: r.minOffset, MaxOffset: r.maxOffset}
+	switch r.code {
+	case remoting.Success:
+		res.Status = PullFound
+		set := map[string]bool{}
+		for _, t := range tags {
+			set[t] = true
+		}
+		for _, m := range r.msgs {
+			if tags == nil || set[m.Tag()] {
+				res.Messages = append(res.Messages, m)
+			}
+		}
+		if len(res.Messages) == 0 {
+			res.Status = PullNoMatchedMsg
+		}
+	case remoting.PullNotFound:
+		res.Status = PullNoNewMsg
+	case remoting.PullRetryImmediately:
+		res.Status = PullNoMatchedMsg
+	default:
+		res.Status = PullOffsetIllegal
+	}
+	return res, nil
+}
+
+// CommitOffset stores offset as the group's offset of mq on its broker
+// (UPDATE_CONSUMER_OFFSET, RocketMQ request code 15) and waits for the answer. By
+// convention it is the next offset to consume: the NextBeginOffset of the last
+// handled pull.
+func (c *PullConsumer) CommitOffset(ctx context.Context, mq message.MessageQueue, offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("consumer: CommitOffset: offset %d is negative", offset)
+	}
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := c.ensureBroker(ctx, mq); err != nil {
+		return err
+	}
+	return c.broker.updateOffset(ctx, mq, offset)
+}
+
+// CommittedOffset returns the group's stored offset of mq (QUERY_CONSUMER_OFFSET, 14),
+// -1 when there is none.
+func (c *PullConsumer) CommittedOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := c.ensureBroker(ctx, mq); err != nil {
+		return 0, err
+	}
+	return c.broker.queryOffset(ctx, mq)
+}
+
+// MinOffset returns the first offset of mq still stored (GET_MIN_OFFSET, 31).
+func (c *PullConsumer) MinOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := c.ensureBroker(ctx, mq); err != nil {
+		return 0, err
+	}
+	return c.broker.minOffset(ctx, mq)
+}
+
+// MaxOffset returns the next offset to be written to mq (GET_MAX_OFFSET, 30).
+func (c *PullConsumer) MaxOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := c.ensureBroker(ctx, mq); err != nil {
+		return 0, err
+	}
+	return c.broker.maxOffset(ctx, mq)
+}
+
+// OffsetForTime returns the offset of the message of mq stored nearest to t
+// (SEARCH_OFFSET_BY_TIMESTAMP, 29).
+func (c *PullConsumer) OffsetForTime(ctx context.Context, mq message.MessageQueue, t time.Time) (int64, error) {
+	ctx, done, err := c.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := c.ensureBroker(ctx, mq); err != nil {
+		return 0, err
+	}
+	return c.broker.searchOffset(ctx, mq, t)
+}
+
+// Shutdown ends calls in flight (they return ErrClosed or a context error), waits for
+// them until ctx is done, and closes the connections. Idempotent.
+func (c *PullConsumer) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.state = stateClosed
+	c.mu.Unlock()
+	c.cancel()
+	done := make(chan struct{})
+	go func() { c.calls.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("consumer: pull calls still running at shutdown: %w", ctx.Err())
+	}
+	_ = c.cl.Close()
+	<-done
+	return err
+}

@@ -1,0 +1,179 @@
+package consumer
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/message"
+)
+
+// waitPastMillis waits until the wall clock is past ms (a millisecond boundary).
+func waitPastMillis(t *testing.T, ms int64) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "the clock to move on", func() bool { return time.Now().UnixMilli() > ms })
+}
+
+// A running consumer has consumed everything. Resetting the group's offsets to time T
+// (sluice admin offset reset) makes it consume again exactly the messages stored at or
+// after T — each once — and nothing stored before.
+func TestResetOffsetByTimeRedeliversExactlyTheLaterMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("Rewind", 3)
+	p := e.producer()
+
+	col := newCollector()
+	c := e.push(Config{Group: "rwg", ConsumeFromWhere: ConsumeFromFirstOffset})
+	if err := c.Subscribe("Rewind", "*", col.handler("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	before := send(t, p, "Rewind", 30, "before")
+	waitFor(t, 20*time.Second, "the first 30", func() bool { return col.total() >= 30 })
+	var lastStore int64
+	col.mu.Lock()
+	for _, m := range col.msgs {
+		lastStore = max(lastStore, m.StoreTimestamp)
+	}
+	col.mu.Unlock()
+	waitPastMillis(t, lastStore)
+	resetAt := time.Now()
+	waitPastMillis(t, resetAt.UnixMilli())
+	after := send(t, p, "Rewind", 30, "after")
+	ends := before.ends
+	for mq, end := range after.ends {
+		ends[mq] = max(ends[mq], end)
+	}
+	waitFor(t, 20*time.Second, "all 60", func() bool { return col.total() >= 60 })
+	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Rewind", ends, c) })
+	col.mu.Lock()
+	seen := len(col.msgs)
+	col.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := e.admin.ResetOffsetByTime(ctx, "rwg", "Rewind", resetAt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Offline) != 0 || len(res.Offsets) != 3 {
+		t.Fatalf("reset result %+v", res)
+	}
+	waitFor(t, 20*time.Second, "the 30 later messages again", func() bool { return col.total() >= 90 })
+	waitFor(t, 10*time.Second, "committed offsets at the queue ends again", func() bool { return committedAtLeast("Rewind", ends, c) })
+
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	var again []string
+	for _, m := range col.msgs[seen:] {
+		again = append(again, string(m.Body))
+	}
+	sort.Strings(again)
+	var want []string
+	for b := range after.bodies {
+		want = append(want, b)
+	}
+	sort.Strings(want)
+	if strings.Join(again, ",") != strings.Join(want, ",") {
+		t.Fatalf("after the reset got %d messages %v,\nwant exactly the %d stored after it", len(again), again, len(want))
+	}
+	for mq, off := range res.Offsets {
+		// The reset offset of each queue is where its first "after" message sits.
+		first := ends[mq]
+		for _, m := range col.msgs[seen:] {
+			if m.QueueID == int32(mq.QueueID) {
+				first = min(first, m.QueueOffset)
+			}
+		}
+		if off != first {
+			t.Fatalf("queue %v reset to %d, first later message at %d", mq, off, first)
+		}
+	}
+}
+
+// Resetting a group that has no consumer online stores the offsets on the broker; the
+// next consumer starts there. Without force a queue never moves forward.
+func TestResetOffsetOfflineGroupAndNoForce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("Rewind2", 1)
+	p := e.producer()
+	offs := sendBodies(t, p, "Rewind2", "x0", "x1", "x2")
+	var storeOfX1 int64
+	{
+		col := newCollector()
+		c := e.push(Config{Group: "rwg2", ConsumeFromWhere: ConsumeFromFirstOffset})
+		if err := c.Subscribe("Rewind2", "*", col.handler("c")); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "3 messages", func() bool { return col.total() >= 3 })
+		shutdown(t, c)
+		col.mu.Lock()
+		for _, m := range col.msgs {
+			if string(m.Body) == "x1" {
+				storeOfX1 = m.StoreTimestamp
+			}
+		}
+		col.mu.Unlock()
+	}
+	if got := e.committed("rwg2", "Rewind2", 0); got != 3 {
+		t.Fatalf("committed %d after shutdown, want 3", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := e.admin.ResetOffsetByTime(ctx, "rwg2", "Rewind2", time.UnixMilli(storeOfX1), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Offline) != 1 {
+		t.Fatalf("offline brokers %v, want the one broker (no consumer online)", res.Offline)
+	}
+	// x0 and x1 may share a millisecond: the target is the first message stored at or
+	// after that time.
+	if got := e.committed("rwg2", "Rewind2", 0); got != offs["x1"] && got != offs["x0"] {
+		t.Fatalf("committed %d after reset to x1's store time, want %d (or %d)", got, offs["x1"], offs["x0"])
+	}
+	target := e.committed("rwg2", "Rewind2", 0)
+	// Forward without force: kept.
+	if _, err := e.admin.ResetOffsetByTime(ctx, "rwg2", "Rewind2", time.Time{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.committed("rwg2", "Rewind2", 0); got != target {
+		t.Fatalf("reset to the end without force moved the offset to %d", got)
+	}
+	// The zero time with force: the end of the queue.
+	if _, err := e.admin.ResetOffsetByTime(ctx, "rwg2", "Rewind2", time.Time{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.committed("rwg2", "Rewind2", 0); got != 3 {
+		t.Fatalf("forced reset to the end: %d", got)
+	}
+	// Back to x1, and a new consumer starts there.
+	if _, err := e.admin.ResetOffsetByTime(ctx, "rwg2", "Rewind2", time.UnixMilli(storeOfX1), true); err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector()
+	c := e.push(Config{Group: "rwg2", ConsumeFromWhere: ConsumeFromLastOffset})
+	if err := c.Subscribe("Rewind2", "*", col.handler("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	want := int(3 - target)
+	waitFor(t, 20*time.Second, "messages from the reset offset", func() bool { return col.total() >= want })
+	waitFor(t, 10*time.Second, "committed at the end", func() bool {
+		return committedAtLeast("Rewind2", map[message.MessageQueue]int64{{Topic: "Rewind2", BrokerName: e.broker.Name()}: 3}, c)
+	})
+	if col.total() != want || col.got["x2"] != 1 {
+		t.Fatalf("new consumer got %v, want the %d messages from offset %d", col.got, want, target)
+	}
+}
