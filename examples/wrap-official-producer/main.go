@@ -4,12 +4,14 @@
 //
 //   - sends go through middleware.Keys (MD5 content key) and middleware.Park (a failed
 //     send is parked in Redis for the retry task) around the official producer;
+//
 //   - the official push consumer runs a handler wrapped by middleware.Recover and
 //     middleware.Dedup (Redis), so a message delivered twice has one business effect;
+//
 //   - everything stops through package lifecycle.
 //
-//	go run ./examples/wrap-official-producer            # embedded miniredis and broker
-//	go run ./examples/wrap-official-producer --redis 127.0.0.1:6379 --namesrv 127.0.0.1:9876
+//     go run ./examples/wrap-official-producer            # embedded miniredis and broker
+//     go run ./examples/wrap-official-producer --redis 127.0.0.1:6379 --namesrv 127.0.0.1:9876
 package main
 
 import (
