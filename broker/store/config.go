@@ -125,6 +125,9 @@ type Config struct {
 	RecoverTagsCode func(msg *message.MessageExt) int64
 	// Logger receives recovery and flush-error reports. Default: a logger that discards.
 	Logger *slog.Logger
+	// Index configures the key index (index.go): on by default, 1,000,000 hash slots and
+	// 4,000,000 entries per index file.
+	Index IndexConfig
 }
 
 func (c *Config) setDefaults() {
@@ -152,6 +155,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	c.Index.setDefaults() // key index (index.go)
 }
 
 // ConfigError reports an invalid Config field: its name, the value and the rule.
@@ -189,5 +193,5 @@ func (c *Config) Validate() error {
 	case c.MaxMessageSize < 0:
 		return &ConfigError{Field: "MaxMessageSize", Value: c.MaxMessageSize, Reason: "negative"}
 	}
-	return nil
+	return c.Index.validate() // key index (index.go)
 }

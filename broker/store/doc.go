@@ -8,6 +8,7 @@
 //	<Dir>/commitlog/00000000000000000000         commitlog segment starting at byte 0
 //	<Dir>/commitlog/00000000001073741824         next segment (name = its start offset, 20 digits)
 //	<Dir>/consumequeue/<topic>/<queueId>/00000000000000000000   consume-queue file (name = byte offset of its first entry)
+//	<Dir>/index/20240102030405006                key index file (name = creation time, UTC, yyyyMMddHHmmssSSS)
 //
 // The commitlog is the single source of truth. Every message of every topic is appended to it
 // as a stored record (PROTOCOL §4.1, built by [message.AppendRecord]) in segment files of
@@ -76,6 +77,40 @@
 // stops only at a record that is invalid, an acknowledged record is never cut; because every
 // record after the last checkpoint is validated, a torn record is never served.
 //
+// # Key index
+//
+// The key index finds messages by key: each key of a message's KEYS property (split on
+// " ") and its UNIQ_KEY, under the index key topic + "#" + key, as RocketMQ's IndexFile
+// does (PROTOCOL §3.12 QUERY_MESSAGE, §5). Rolled-back transactional messages are not
+// indexed; half messages are, under their half topic. An index file (index_file.go has the
+// byte layout) holds a header, a fixed number of 20-byte entries {keyHash, commitlog
+// offset, store-time delta in seconds, previous entry of the same slot} and a fixed number
+// of hash slots, each holding the newest entry whose keyHash falls in it, so the entries of
+// a slot form a chain from newest to oldest. Files are named by creation time; a full file
+// is sealed (its slot table written after its entries) and a new one started
+// ([IndexConfig]). Only the writable file's slot table lives in memory (4 bytes per slot);
+// sealed files are read with pread.
+//
+// Entries are written by PutMessage under the writer lock, after the commitlog record and
+// before the write position is published, with one pwrite per put. [Store.Query] walks the
+// key's slot chain in each file, newest file first, skipping files whose store-time range
+// misses the query, and checks every candidate against the record it points at (topic,
+// key, store time, and a valid record header at that offset), so 32-bit hash collisions
+// never yield a wrong message and a torn or cut record is never returned.
+//
+// Durability and recovery: the checkpoint goroutine fsyncs the writable index file and
+// then writes its header with the entry count and the "covered" commitlog offset (every
+// record below it has its entries) — before the checkpoint itself, so the index covers at
+// least what the checkpoint says. At Open only the header's count of entries is trusted;
+// they are checked (chain links, offsets in commitlog order and below the covered offset)
+// and the slot table rebuilt from them; an inconsistent tail is dropped with the record it
+// belongs to. The commitlog scan of recovery starts no later than the covered offset and
+// indexes every valid record from there; then entries at or after the commitlog cut are
+// dropped (files after it deleted, the file holding it truncated and unsealed). A file with
+// a bad header is deleted with every newer file and re-indexed from the commitlog; a lost
+// index directory is rebuilt entirely. Retention deletes sealed index files that only point
+// at deleted segments.
+//
 // # Retention
 //
 // [Store.DeleteExpiredFiles] deletes the oldest commitlog segments whose last write is older
@@ -87,5 +122,7 @@
 //
 // All methods are safe for concurrent use. Lock order: Store.lifeMu (read side held by every
 // operation, write side by Close) → Store.putMu (the single writer) → Store.queuesMu →
-// consumeQueue.mu. The flush lock (flusher.syncMu) is taken without holding any of them.
+// consumeQueue.mu; Store.putMu → index.mu; Store.cpMu → index.flushMu → index.mu. The
+// flush lock (flusher.syncMu) is taken without holding any of them. Queries take no index
+// lock.
 package store

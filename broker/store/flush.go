@@ -159,6 +159,11 @@ func (s *Store) checkpoint() error {
 			return err
 		}
 	}
+	// Key index (index.go): fsync its entries and record its covered offset (>= d). A
+	// failure is logged only: recovery re-indexes from what the index header says.
+	if err := s.index.flush(); err != nil {
+		s.log.Error("key index flush failed", "err", err)
+	}
 	clFlushed, err := s.flusher.flush()
 	if err != nil {
 		return err

@@ -403,6 +403,12 @@ func (s *Store) LookMessageByOffset(commitLogOffset int64) (*message.MessageExt,
 		return nil, nil, err
 	}
 	defer s.end()
+	return s.lookMessage(commitLogOffset)
+}
+
+// lookMessage is LookMessageByOffset for a caller that already holds begin (Store.Query
+// verifies key-index candidates with it).
+func (s *Store) lookMessage(commitLogOffset int64) (*message.MessageExt, []byte, error) {
 	if commitLogOffset < s.cl.minOffset() {
 		return nil, nil, fmt.Errorf("%w: commitlog offset %d was deleted or is negative", ErrNotFound, commitLogOffset)
 	}

@@ -50,6 +50,14 @@ func (s *Store) recover() (int64, error) {
 		dataEnd = segs[len(segs)-1].end()
 	}
 
+	// Key index (index.go): load it; it covers the commitlog up to its own offset and
+	// re-indexes the records after it in the scan below.
+	if !s.cfg.Index.Disable {
+		if s.index, err = openIndex(filepath.Join(s.cfg.Dir, "index"), s.cfg.Index, s.log, first); err != nil {
+			return 0, err
+		}
+	}
+
 	// d: every consume-queue entry of a record below d is on disk (per the checkpoint).
 	d := first
 	if haveCP {
@@ -67,8 +75,14 @@ func (s *Store) recover() (int64, error) {
 	for _, from := range rebuildFrom {
 		scanFrom = min(scanFrom, from)
 	}
+	if s.index != nil { // key index: scan from where it stops covering the commitlog
+		scanFrom = min(scanFrom, max(s.index.covered.Load(), first))
+	}
 	redispatched := 0
 	cut, reason, err := s.scanCommitLog(scanFrom, func(pos int64, m *message.MessageExt) error {
+		if err := s.index.recoverRecord(pos, m); err != nil { // key index; nil-safe
+			return err
+		}
 		from, ok := rebuildFrom[queueKey{m.Topic, m.QueueID}]
 		if !ok {
 			from = d
@@ -94,6 +108,10 @@ func (s *Store) recover() (int64, error) {
 		}
 	}
 	if err := cl.truncateAt(cut); err != nil {
+		return 0, err
+	}
+	// Key index: drop entries at or after the cut; everything below it is now indexed.
+	if err := s.index.finishRecovery(cut); err != nil {
 		return 0, err
 	}
 	if cut < d {

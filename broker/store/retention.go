@@ -64,6 +64,10 @@ func (s *Store) DeleteExpiredFiles(cutoff time.Time, maxFiles int) (int, error) 
 	if err := syncDir(s.cl.dir); err != nil {
 		return 0, err
 	}
+	// Key index (index.go): sealed index files pointing only at deleted data go too.
+	if err := s.index.deleteBelow(minPhy); err != nil {
+		return 0, err
+	}
 	return len(victims), nil
 }
 

@@ -24,6 +24,7 @@ type Store struct {
 	cl      *commitLog
 	flusher *flusher
 	cqRoot  string // <Dir>/consumequeue
+	index   *index // key index (index.go); nil when Config.Index.Disable
 
 	lifeMu sync.RWMutex // read side: an operation is running; write side: Close
 	closed bool         // guarded by lifeMu
@@ -84,6 +85,7 @@ func Open(cfg Config) (*Store, error) {
 		for _, cq := range s.queueList() {
 			cq.close()
 		}
+		s.index.close() // key index (index.go); nil-safe
 		unlockDir(lock)
 		return nil, err
 	}
@@ -94,6 +96,7 @@ func Open(cfg Config) (*Store, error) {
 		for _, cq := range s.queueList() {
 			cq.close()
 		}
+		s.index.close() // key index (index.go); nil-safe
 		unlockDir(lock)
 		return nil, err
 	}
@@ -122,6 +125,7 @@ func (s *Store) Close() error {
 		for _, cq := range s.queueList() {
 			cq.close()
 		}
+		s.index.close() // key index (index.go); nil-safe, flushed by the checkpoint above
 		unlockDir(s.lock)
 		s.closeErr = err
 	})
@@ -369,6 +373,15 @@ func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes [
 		}
 	}
 	end := pos + int64(len(buf))
+	// Key index (index.go): one entry per key and UNIQ_KEY, written before publishing so
+	// that every record below the write position is indexed.
+	if s.index != nil {
+		if err := s.index.add(msgs, end); err != nil {
+			s.putMu.Unlock()
+			s.end()
+			return PutResult{}, err
+		}
+	}
 	// Publish: commitlog first, then the queue, so a reader that sees a queue entry can read its record.
 	s.cl.writePos.Store(end)
 	if cq != nil {
