@@ -31,6 +31,7 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.SearchOffsetByTimestamp, b.handleSearchOffset)
 	s.Handle(remoting.GetEarliestMsgStoreTime, b.handleEarliestTime)
 	s.Handle(remoting.ViewMessageByID, b.handleViewMessage)
+	s.Handle(remoting.QueryMessage, b.handleQueryMessage) // query.go: key index lookups
 	s.Handle(remoting.UpdateAndCreateTopic, b.handleCreateTopic)
 	s.Handle(remoting.DeleteTopicInBroker, b.handleDeleteTopic)
 	s.Handle(remoting.GetAllSubscriptionGroupConfig, b.handleAllGroups)
