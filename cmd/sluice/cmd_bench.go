@@ -201,6 +201,7 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 	if err != nil {
 		return err
 	}
+	defer func() { err = errors.Join(err, s.close()) }()
 	target, _ := cmd.Flags().GetString("target")
 	s.cfg.NatsURL, _ = cmd.Flags().GetString("nats-url")
 	s.cfg.Async, _ = cmd.Flags().GetBool("async")
@@ -210,7 +211,6 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 		return fmt.Errorf("--target %q: want sluice, jetstream or both", target)
 	}
 	out := cmd.OutOrStdout()
-	defer func() { err = errors.Join(err, s.close()) }()
 	ctx := cmd.Context()
 
 	var sres, jres *bench.Result
@@ -247,6 +247,7 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 	if err != nil {
 		return err
 	}
+	defer func() { err = errors.Join(err, s.close()) }()
 	f := cmd.Flags()
 	if f.Changed("duration") {
 		return errors.New("--duration: consume drains a fixed backlog; give --messages instead")
@@ -266,7 +267,6 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 		s.cfg.Messages = bench.DefaultMessages
 	}
 	out := cmd.OutOrStdout()
-	defer func() { err = errors.Join(err, s.close()) }()
 	if err := s.startBroker(out); err != nil {
 		return err
 	}

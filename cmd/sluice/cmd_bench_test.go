@@ -129,6 +129,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "produce", "--flush", "LAZY"}, `--flush "LAZY"`},
 		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--flush", "SYNC_FLUSH"}, "--flush applies to the embedded broker only"},
 		{[]string{"bench", "produce", "--target", "kafka"}, `--target "kafka"`},
+		{[]string{"bench", "produce", "--target", "kafka", "--progress"}, `--target "kafka"`}, // the bar's goroutine must stop too (goleak)
+		{[]string{"bench", "consume", "--duration", "1s", "--progress"}, "give --messages instead"},
 		{[]string{"bench", "produce", "--size", "4"}, "--size 4: must be 8..4194304 bytes"},
 		{[]string{"bench", "produce", "--producers", "0"}, "--producers 0"},
 		{[]string{"bench", "produce", "--inflight", "5000"}, "--inflight 5000"},
