@@ -17,7 +17,7 @@ import (
 
 func newDeduper(t *testing.T, c redis.UniversalClient, ns string, mod func(*DedupConfig)) *Deduper {
 	t.Helper()
-	cfg := DedupConfig{Client: c, Prefix: "sluice:dedup:" + ns, LockExpiry: 600 * time.Millisecond}
+	cfg := DedupConfig{Client: c, Prefix: "sluice:dedup:" + ns, LockExpiry: 600 * time.Millisecond, Logger: testLogger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}

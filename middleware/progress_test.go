@@ -14,7 +14,7 @@ import (
 
 func newProgress(t *testing.T, c redis.UniversalClient, ns string, mod func(*ProgressConfig)) *ProgressTracker {
 	t.Helper()
-	cfg := ProgressConfig{Client: c, Prefix: "sluice:dedup:" + ns}
+	cfg := ProgressConfig{Client: c, Prefix: "sluice:dedup:" + ns, Logger: testLogger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
