@@ -14,6 +14,8 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -131,6 +133,84 @@ func TestMessageFindAndGet(t *testing.T) {
 	} {
 		if _, err := run(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err %v, want one naming %s", c.args[2:], err, c.want)
+		}
+	}
+}
+
+// TestSeedKeysFindableAfterRestart sends with the real producer and the seed's Keys
+// middleware (key "<tag>_<md5hex(body)>"), restarts the broker on the same address and
+// data directory, and finds every message by its key and by its offset message id.
+func TestSeedKeysFindableAfterRestart(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	start := func(listen string) *broker.Broker {
+		b, err := broker.New(broker.Config{ListenAddr: listen, NamesrvListenAddr: "127.0.0.1:0",
+			StorePathRootDir: dir, MappedFileSizeCommitLog: 8 << 20, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+		return b
+	}
+	b := start("127.0.0.1:0")
+	if out, err := run(t, "admin", "topic", "create", "--namesrv", b.NamesrvAddr(), "--topic", "Refunds", "--queues", "2"); err != nil {
+		t.Fatalf("topic create: %v %s", err, out)
+	}
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Logger: quiet,
+		Middlewares: []middleware.SendMiddleware{middleware.Keys()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type sent struct {
+		key, offsetID, body string
+	}
+	var all []sent
+	for i, body := range []string{"refund r-1 of 10.00", "refund r-2 of 99.99", strings.Repeat("a large refund batch line\n", 300)} {
+		msg := message.NewMessage("Refunds", []byte(body)).SetTag([]string{"Refunded", "Partial", "Bulk"}[i])
+		res, err := p.SendSync(ctx, msg)
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		all = append(all, sent{key: middleware.ContentKey(msg), offsetID: res.OffsetMsgID, body: body})
+	}
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	addr := b.Addr()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = start(addr)
+	ns := b.NamesrvAddr()
+	waitForRoute := time.Now().Add(10 * time.Second)
+	for {
+		out, err := run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "Refunds")
+		if err == nil && strings.Contains(out, addr) {
+			break
+		}
+		if time.Now().After(waitForRoute) {
+			t.Fatalf("no route of Refunds after the restart: %v %s", err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, s := range all {
+		out, err := run(t, "admin", "message", "find", "--namesrv", ns, "--topic", "Refunds", "--key", s.key, "--json")
+		var views []messageView
+		if err != nil || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].OffsetMsgID != s.offsetID || views[0].Body != s.body {
+			t.Fatalf("find %s after restart: %v\n%s", s.key, err, out)
+		}
+		out, err = run(t, "admin", "message", "get", "--namesrv", ns, "--id", s.offsetID, "--json")
+		if err != nil || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].Body != s.body || views[0].Keys[0] != s.key {
+			t.Fatalf("get %s after restart: %v\n%s", s.offsetID, err, out)
 		}
 	}
 }
