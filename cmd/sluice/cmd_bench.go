@@ -226,7 +226,12 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 		printProduce(out, sres)
 	}
 	if runJS {
-		fmt.Fprintf(out, "%s (stream %s at %s, file storage, sync publish)\n", s.describe("jetstream"), func() string { st, _ := bench.JetStreamNames(s.cfg.Topic); return st }(), s.cfg.NatsURL)
+		stream, _ := bench.JetStreamNames(s.cfg.Topic)
+		mode := "sync"
+		if s.cfg.Async {
+			mode = "async"
+		}
+		fmt.Fprintf(out, "%s (stream %s at %s, file storage, %s publish)\n", s.describe("jetstream"), stream, s.cfg.NatsURL, mode)
 		if jres, err = bench.ProduceJetStream(ctx, s.cfg); err != nil {
 			return err
 		}
