@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
 )
 
-// SendAsync starts sending msg and returns without waiting for the broker. Unless it
-// returns an error, cb is called exactly once, in a goroutine the producer owns, with
-// the stored result or the failure (the same errors as SendSync: *SendError,
-// *message.ValidationError from a middleware-changed message, ErrClosed, ctx's error).
-// Config.Middlewares run around the send in that goroutine.
+// SendAsync starts sending msg and returns without waiting for the broker (it may block
+// briefly to connect to a broker for the first time). Unless it returns an error, cb is
+// called exactly once, in a goroutine the producer owns, with the stored result or the
+// failure (the same errors as SendSync: *SendError, *message.ValidationError from a
+// middleware-changed message, ErrClosed, ctx's error). With Config.Middlewares, one
+// goroutine per send runs them around a blocking send; without, no goroutine waits for
+// the broker (the answer's callback continues the send).
 //
 // ctx bounds the whole send with its retries: a failed attempt is retried up to
 // RetryTimesWhenSendAsyncFailed times (default 2) on the same broker and message queue,
@@ -31,7 +35,16 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 	if cb == nil {
 		return errors.New("producer: SendAsync needs a callback")
 	}
-	if err := p.checkMessage(msg); err != nil {
+	// Without middlewares the send is driven by remoting callbacks (no goroutine waits
+	// for the broker); with them, one goroutine runs the chain around a blocking send.
+	var pr *prepared
+	var err error
+	if len(p.cfg.Middlewares) == 0 {
+		pr, err = p.prepareSingle(msg)
+	} else {
+		err = p.checkMessage(msg)
+	}
+	if err != nil {
 		return err
 	}
 	size := int64(len(msg.Body))
@@ -43,6 +56,15 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 		return err
 	}
 	sel := p.selector(opts)
+	if pr != nil {
+		op := &asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
+		if p.cl.CachedRoute(msg.Topic) != nil {
+			op.begin()
+		} else {
+			go op.begin() // the route lookup talks to a name server; counted by p.inflight
+		}
+		return nil
+	}
 	go func() {
 		defer p.inflight.Done()
 		r, err := p.chain(ctx, msg, sel, modeAsync)
@@ -50,6 +72,88 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 		cb(r, err)
 	}()
 	return nil
+}
+
+// asyncOp is one SendAsync without middlewares: each attempt is an InvokeAsync whose
+// callback (in a goroutine of the remoting client) handles the answer, retries on the
+// same queue or finishes. The caller's p.inflight.Add and limiter room are released by
+// finish, after cb.
+type asyncOp struct {
+	p    *Producer
+	ctx  context.Context
+	pr   *prepared
+	sel  MessageQueueSelector
+	size int64
+	cb   func(*message.SendResult, error)
+	max  int // attempts allowed
+
+	mq message.MessageQueue
+	n  int // attempts made
+}
+
+// begin picks the queue and makes the first attempt.
+func (op *asyncOp) begin() {
+	topic := op.pr.header.Topic
+	queues, err := op.p.publishQueues(op.ctx, topic)
+	if err == nil {
+		op.mq, err = op.p.pick(op.sel, op.pr.selMsg, queues, "")
+	}
+	if err != nil {
+		op.finish(nil, &SendError{Topic: topic, Err: err})
+		return
+	}
+	op.try()
+}
+
+// try makes attempts until one is in flight (its callback continues) or the send is
+// over. It loops only over attempts that failed before reaching the network.
+func (op *asyncOp) try() {
+	p := op.p
+	for {
+		op.n++
+		addr, req, se := p.request(op.pr, op.mq)
+		if se == nil {
+			actx, cancel := context.WithTimeout(op.ctx, p.cfg.SendTimeout)
+			start := time.Now()
+			err := p.cl.InvokeAsync(actx, addr, req, func(resp *remoting.RemotingCommand, err error) {
+				cancel()
+				r, se, retry := p.outcome(op.ctx, op.pr, op.mq, addr, resp, err, time.Since(start))
+				if se == nil {
+					op.finish(r, nil)
+				} else if op.again(se, retry) {
+					op.try()
+				}
+			})
+			if err == nil {
+				return
+			}
+			cancel()
+			_, se, _ = p.outcome(op.ctx, op.pr, op.mq, addr, nil, err, time.Since(start))
+		}
+		if !op.again(se, true) {
+			return
+		}
+	}
+}
+
+// again reports whether another attempt follows the failed one; if not, it finishes.
+func (op *asyncOp) again(se *SendError, retry bool) bool {
+	se.Attempts = op.n
+	if !retry || op.n >= op.max || op.ctx.Err() != nil {
+		op.finish(nil, se)
+		return false
+	}
+	return true
+}
+
+func (op *asyncOp) finish(r *message.SendResult, se *SendError) {
+	op.p.limiter.release(op.size) // before cb, so a cb that sends again finds room
+	if se != nil {
+		op.cb(nil, se)
+	} else {
+		op.cb(r, nil)
+	}
+	op.p.inflight.Done()
 }
 
 // AsyncResult is the outcome of one SendAsyncChan: the stored result, or the error.

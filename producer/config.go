@@ -37,8 +37,10 @@ const (
 	// shortest non-zero window) so a restarted broker is used again soon. A failure that
 	// also took long gets the longer of the two windows.
 	DefaultFaultIsolationDuration = 30 * time.Second
-	// DefaultMaxAsyncInflight bounds async sends in progress per producer (count).
-	DefaultMaxAsyncInflight = 10000
+	// DefaultMaxAsyncInflight bounds async sends in progress per producer (count): below
+	// the 1024 requests a Sluice broker handles at once per connection
+	// (remoting.ServerConfig.MaxInFlightPerConn), beyond which it answers SYSTEM_BUSY.
+	DefaultMaxAsyncInflight = 1000
 	// DefaultMaxAsyncInflightBytes bounds the body bytes of async sends in progress per
 	// producer: 128 MiB.
 	DefaultMaxAsyncInflightBytes = 128 << 20
@@ -127,7 +129,7 @@ type Config struct {
 	CompressLevel int
 	// MaxAsyncInflight bounds SendAsync calls whose result is not delivered yet; a
 	// further SendAsync waits (bounded by its context) for one to finish.
-	// Default: 10000.
+	// Default: 1000 (see DefaultMaxAsyncInflight).
 	MaxAsyncInflight int
 	// MaxAsyncInflightBytes bounds the body bytes of those sends the same way (a single
 	// larger message is still let through alone). Default: 128 MiB.

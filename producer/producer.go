@@ -58,6 +58,14 @@ type Producer struct {
 	state    state
 	inflight sync.WaitGroup // sends in progress (async ones until their callback returned); Add only under mu while started
 	closing  chan struct{}  // closed by Shutdown: wakes SendAsync calls waiting for room
+
+	queues sync.Map // topic → *topicQueues, the queue list of the route last seen
+}
+
+// topicQueues caches the publish queues computed from one route value.
+type topicQueues struct {
+	route  *client.TopicRouteData
+	queues []message.MessageQueue
 }
 
 // New returns a producer for cfg (defaults applied). It opens no connection until Start
@@ -351,24 +359,40 @@ func (p *Producer) pick(sel MessageQueueSelector, msg *message.Message, queues [
 // result when the broker stored the message; otherwise a *SendError for this attempt
 // (Attempts unset) and whether another attempt may help.
 func (p *Producer) attempt(ctx context.Context, pr *prepared, mq message.MessageQueue) (*message.SendResult, *SendError, bool) {
-	se := &SendError{Topic: pr.header.Topic, Queue: mq}
-	addr, ok := p.cl.BrokerAddr(mq.BrokerName)
-	if !ok {
-		se.Err = fmt.Errorf("no master address known for broker %q", mq.BrokerName)
-		p.observe(mq, 0, se.Err, true)
+	addr, req, se := p.request(pr, mq)
+	if se != nil {
 		return nil, se, true
 	}
-	se.BrokerAddr = addr
-	h := pr.header
-	h.QueueID = mq.QueueID
-	h.BrokerName = mq.BrokerName
-	h.Batch = pr.code == remoting.SendBatchMessage
-	req := remoting.NewRequest(pr.code, h.Ext(), pr.body)
 	actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
 	start := time.Now()
 	resp, err := p.cl.InvokeSync(actx, addr, req)
 	latency := time.Since(start)
 	cancel()
+	return p.outcome(ctx, pr, mq, addr, resp, err, latency)
+}
+
+// request builds the request of one attempt of pr on mq and finds the broker's
+// address; without an address it returns the attempt's *SendError (already observed).
+func (p *Producer) request(pr *prepared, mq message.MessageQueue) (string, *remoting.RemotingCommand, *SendError) {
+	addr, ok := p.cl.BrokerAddr(mq.BrokerName)
+	if !ok {
+		se := &SendError{Topic: pr.header.Topic, Queue: mq, Err: fmt.Errorf("no master address known for broker %q", mq.BrokerName)}
+		p.observe(mq, 0, se.Err, true)
+		return "", nil, se
+	}
+	h := pr.header
+	h.QueueID = mq.QueueID
+	h.BrokerName = mq.BrokerName
+	h.Batch = pr.code == remoting.SendBatchMessage
+	return addr, remoting.NewRequest(pr.code, h.Ext(), pr.body), nil
+}
+
+// outcome turns one attempt's response (or transport error err) into its result or
+// *SendError and whether another attempt may help, and records it for fault tolerance.
+// ctx is the caller's context (its end is not the broker's fault).
+func (p *Producer) outcome(ctx context.Context, pr *prepared, mq message.MessageQueue, addr string,
+	resp *remoting.RemotingCommand, err error, latency time.Duration) (*message.SendResult, *SendError, bool) {
+	se := &SendError{Topic: pr.header.Topic, Queue: mq, BrokerAddr: addr}
 	if err != nil {
 		se.Err = err
 		// The caller giving up says nothing about the broker; a timeout or a transport
@@ -433,6 +457,10 @@ func (p *Producer) publishQueues(ctx context.Context, topic string) ([]message.M
 	if err != nil {
 		return nil, err
 	}
+	// Routes are replaced, never modified, so the same pointer means the same list.
+	if c, ok := p.queues.Load(topic); ok && c.(*topicQueues).route == rd {
+		return c.(*topicQueues).queues, nil
+	}
 	qs, err := client.PublishQueues(topic, rd)
 	if err != nil {
 		return nil, err
@@ -440,6 +468,7 @@ func (p *Producer) publishQueues(ctx context.Context, topic string) ([]message.M
 	if len(qs) == 0 {
 		return nil, fmt.Errorf("%w for topic %q", ErrNoQueue, topic)
 	}
+	p.queues.Store(topic, &topicQueues{route: rd, queues: qs})
 	return qs, nil
 }
 

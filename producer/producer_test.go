@@ -126,7 +126,7 @@ func newNamesrv(t *testing.T, routes map[string]string) *fakeServer {
 	}})
 }
 
-func newProducer(t *testing.T, cfg Config) *Producer {
+func newProducer(t testing.TB, cfg Config) *Producer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet

@@ -20,7 +20,7 @@ import (
 // startBrokerCfg starts a broker with cfg; empty ListenAddr, NamesrvListenAddr (when no
 // NamesrvAddr), StorePathRootDir and Logger get test values. It is shut down by
 // t.Cleanup unless stopped before (stop is idempotent).
-func startBrokerCfg(t *testing.T, cfg broker.Config) (b *broker.Broker, stop func()) {
+func startBrokerCfg(t testing.TB, cfg broker.Config) (b *broker.Broker, stop func()) {
 	t.Helper()
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
@@ -59,7 +59,7 @@ func nsAddrs(b *broker.Broker) []string { return strings.Split(b.NamesrvAddr(), 
 
 // createTopic creates topic with queues queues on every broker and waits for its route
 // (to name brokerNames, when given).
-func createTopic(t *testing.T, namesrvs []string, topic string, queues int, brokerNames ...string) {
+func createTopic(t testing.TB, namesrvs []string, topic string, queues int, brokerNames ...string) {
 	t.Helper()
 	adm, err := admin.New(admin.Config{NamesrvAddrs: namesrvs, Logger: quiet})
 	if err != nil {
@@ -78,7 +78,7 @@ func createTopic(t *testing.T, namesrvs []string, topic string, queues int, brok
 
 // maxOffsets returns the max offset of queues 0..n-1 of topic on the broker at addr
 // (GET_MAX_OFFSET, RocketMQ request code 30).
-func maxOffsets(t *testing.T, addr, topic string, n int) []int64 {
+func maxOffsets(t testing.TB, addr, topic string, n int) []int64 {
 	t.Helper()
 	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})
 	if err != nil {

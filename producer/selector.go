@@ -22,7 +22,7 @@ import (
 // queue).
 //
 // An error fails the send (wrapped in a *SendError with Attempts 0) before anything is
-// sent. Select may be called concurrently.
+// sent. Select may be called concurrently and must not modify queues.
 //
 // Ordering: messages sent one after another (each send waiting for the previous one) to
 // one queue are stored in that order; a topic with one queue has a global order.

@@ -416,7 +416,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	if c.Group != "DEFAULT_PRODUCER" || c.SendTimeout != 3*time.Second || c.RetryTimesWhenSendFailed != 2 ||
 		c.RetryTimesWhenSendAsyncFailed != 2 || c.RetryAnotherBrokerWhenNotStoreOK || !*c.SendLatencyFaultEnable ||
 		c.FaultIsolationDuration != 30*time.Second || len(c.LatencyFaultRules) != 5 || c.MaxMessageSize != 4194304 ||
-		c.CompressMsgBodyOverHowmuch != 4096 || c.CompressLevel != 5 || c.MaxAsyncInflight != 10000 || c.MaxAsyncInflightBytes != 128<<20 {
+		c.CompressMsgBodyOverHowmuch != 4096 || c.CompressLevel != 5 || c.MaxAsyncInflight != 1000 || c.MaxAsyncInflightBytes != 128<<20 {
 		t.Fatalf("defaults %+v", c)
 	}
 	neg := Config{NamesrvAddrs: []string{"127.0.0.1:9876"}, RetryTimesWhenSendFailed: -1, RetryTimesWhenSendAsyncFailed: -5}

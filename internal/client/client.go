@@ -275,6 +275,14 @@ func (c *Client) InvokeSync(ctx context.Context, addr string, req *remoting.Remo
 	return c.rc.InvokeSync(ctx, addr, req)
 }
 
+// InvokeAsync sends req to addr and returns once it is queued; cb then gets the response
+// or an error exactly once, in a goroutine of the remoting client (see
+// remoting.Client.InvokeAsync: ctx bounds the wait, and when InvokeAsync returns an
+// error cb is never called). A non-success response code is not an error.
+func (c *Client) InvokeAsync(ctx context.Context, addr string, req *remoting.RemotingCommand, cb func(*remoting.RemotingCommand, error)) error {
+	return c.rc.InvokeAsync(ctx, addr, req, cb)
+}
+
 // InvokeOneway sends req to addr with the ONEWAY flag and waits for no response.
 func (c *Client) InvokeOneway(ctx context.Context, addr string, req *remoting.RemotingCommand) error {
 	return c.rc.InvokeOneway(ctx, addr, req)
