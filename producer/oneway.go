@@ -11,7 +11,9 @@ import (
 // SendOneway sends msg with the RocketMQ ONEWAY flag (header flag bit1): the broker
 // stores it and answers nothing, so there is no result and no retry. It returns once
 // the request is queued on the connection (bounded by ctx and SendTimeout). A nil error
-// does not mean the message was stored. Middlewares do not run (there is no result for
+// does not mean the message was stored: a broker under load may drop one-way requests
+// (a Sluice broker drops those beyond 1024 in progress on one connection, a Java
+// broker those its send queue cannot take). Middlewares do not run (there is no result for
 // them). The queue comes from Config.Selector or the WithSelector / WithQueue option; a
 // broker that could not be reached is avoided afterwards like any failed broker.
 //
