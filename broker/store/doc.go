@@ -91,25 +91,29 @@
 // ([IndexConfig]). Only the writable file's slot table lives in memory (4 bytes per slot);
 // sealed files are read with pread.
 //
-// Entries are written by PutMessage under the writer lock, after the commitlog record and
-// before the write position is published, with one pwrite per put. [Store.Query] walks the
-// key's slot chain in each file, newest file first, skipping files whose store-time range
-// misses the query, and checks every candidate against the record it points at (topic,
-// key, store time, and a valid record header at that offset), so 32-bit hash collisions
-// never yield a wrong message and a torn or cut record is never returned.
+// Entries are made by PutMessage under the writer lock, after the commitlog record and
+// before the write position is published. They go to an in-memory tail of 4096 entries
+// that is written to the file when full and at every checkpoint, so a put costs no extra
+// system call; readers see tail entries as soon as the slot table points at them.
+// [Store.Query] walks the key's slot chain in each file, newest file first, skipping files
+// whose store-time range misses the query, and checks every candidate against the record
+// it points at (topic, key, store time, and a valid record header at that offset), so
+// 32-bit hash collisions never yield a wrong message and a torn or cut record is never
+// returned.
 //
-// Durability and recovery: the checkpoint goroutine fsyncs the writable index file and
-// then writes its header with the entry count and the "covered" commitlog offset (every
-// record below it has its entries) — before the checkpoint itself, so the index covers at
-// least what the checkpoint says. At Open only the header's count of entries is trusted;
-// they are checked (chain links, offsets in commitlog order and below the covered offset)
-// and the slot table rebuilt from them; an inconsistent tail is dropped with the record it
-// belongs to. The commitlog scan of recovery starts no later than the covered offset and
-// indexes every valid record from there; then entries at or after the commitlog cut are
-// dropped (files after it deleted, the file holding it truncated and unsealed). A file with
-// a bad header is deleted with every newer file and re-indexed from the commitlog; a lost
-// index directory is rebuilt entirely. Retention deletes sealed index files that only point
-// at deleted segments.
+// Durability and recovery: the checkpoint goroutine writes the tail, fsyncs the writable
+// index file and then writes its header with the entry count and the "covered" commitlog
+// offset (every record below it has its entries), before the checkpoint itself, so the
+// index covers at least what the checkpoint says. At Open only the header's count of
+// entries is trusted; they are checked (chain links, offsets in commitlog order and below
+// the covered offset) and the slot table is rebuilt from them; an inconsistent tail is
+// dropped with the record it belongs to. The commitlog scan of recovery starts no later
+// than the covered offset and indexes every valid record from there (keys of a record
+// that already have an entry are not indexed twice); then entries at or after the
+// commitlog cut are dropped (files after it deleted, the file holding it truncated and
+// unsealed). A file with a bad header is deleted with every newer file and re-indexed from
+// the commitlog; a lost index directory is rebuilt entirely. Retention deletes sealed
+// index files that only point at deleted segments.
 //
 // # Retention
 //

@@ -100,10 +100,11 @@ type index struct {
 	overlay  map[uint32]uint32
 	one      [1]*message.MessageExt
 
-	flushMu        sync.Mutex // serializes flush
+	flushMu        sync.Mutex // serializes flush; guards the fields below
 	flushedFile    *indexFile
 	flushedCount   uint32
 	flushedCovered int64
+	dirSynced      *indexFile // the writable file whose directory entry was fsynced
 }
 
 // openIndex loads the index files of dir (creating dir) and checks them: a file with a
@@ -413,17 +414,10 @@ func (ix *index) createFileLocked(startCovered int64) (*indexFile, error) {
 		return nil, fmt.Errorf("store: create index file: no free name after %s", path)
 	}
 	f := &indexFile{path: path, f: fh, slotCount: uint32(ix.cfg.HashSlots), capacity: uint32(ix.cfg.Entries), base: base, startCovered: startCovered}
+	// No fsync here: until the first flush that finds entries in it makes it durable (file
+	// and directory), losing it only means re-indexing from the previous file's covered
+	// offset.
 	if err := f.writeHeader(f.header(startCovered)); err != nil {
-		fh.Close()
-		os.Remove(path)
-		return nil, err
-	}
-	if err := fh.Sync(); err != nil {
-		fh.Close()
-		os.Remove(path)
-		return nil, fmt.Errorf("store: fsync index file: %w", err)
-	}
-	if err := syncDir(ix.dir); err != nil {
 		fh.Close()
 		os.Remove(path)
 		return nil, err
@@ -442,8 +436,8 @@ func (ix *index) createFileLocked(startCovered int64) (*indexFile, error) {
 func (f *indexFile) seal(covered int64) error {
 	table := make([]byte, int(f.slotCount)*4)
 	if mem := f.mem.Load(); mem != nil {
-		for i := range *mem {
-			binary.BigEndian.PutUint32(table[4*i:], (*mem)[i].Load())
+		for i := range f.slotCount {
+			binary.BigEndian.PutUint32(table[4*i:], mem.load(i))
 		}
 	}
 	if _, err := f.f.WriteAt(table, f.slotsOffset()); err != nil {
@@ -451,6 +445,9 @@ func (f *indexFile) seal(covered int64) error {
 	}
 	if err := f.f.Sync(); err != nil {
 		return fmt.Errorf("store: fsync index file: %w", err)
+	}
+	if err := syncDir(filepath.Dir(f.path)); err != nil { // the file must not vanish
+		return err
 	}
 	f.sealed.Store(true)
 	if err := f.writeHeader(f.header(covered)); err != nil {
@@ -624,8 +621,7 @@ func (ix *index) writeEntriesLocked(f *indexFile, p []pendingKey) error {
 	}
 	mem := f.mem.Load()
 	if mem == nil {
-		m := make([]atomic.Uint32, f.slotCount)
-		mem = &m
+		mem = newSlotTable(f.slotCount)
 		f.mem.Store(mem)
 	}
 	useMap := len(p) > 16
@@ -655,7 +651,7 @@ func (ix *index) writeEntriesLocked(f *indexFile, p []pendingKey) error {
 			}
 		}
 		if !found {
-			prev = (*mem)[s].Load()
+			prev = mem.load(s)
 		}
 		slotsOf = append(slotsOf, s)
 		putIndexEntry(buf[j*indexEntrySize:], indexEntry{hash: pk.hash, phy: pk.phy, delta: timeDelta(f.base, pk.ts), prev: prev})
@@ -663,7 +659,7 @@ func (ix *index) writeEntriesLocked(f *indexFile, p []pendingKey) error {
 	}
 	ix.slotsOf = slotsOf[:0]
 	for j, s := range slotsOf {
-		(*mem)[s].Store(n + 1 + uint32(j))
+		mem.store(s, n+1+uint32(j))
 	}
 	f.minTS.Store(minTS)
 	f.maxTS.Store(maxTS)
@@ -715,9 +711,17 @@ func (ix *index) flush() error {
 	if f == nil || (f == ix.flushedFile && h.count == ix.flushedCount && covered == ix.flushedCovered) {
 		return nil
 	}
-	if f != ix.flushedFile || h.count != ix.flushedCount {
+	// Entries must be durable before a header counts them; a file without entries needs
+	// no fsync (if it is lost, recovery re-indexes from the previous file's offset).
+	if h.count > 0 && (f != ix.flushedFile || h.count != ix.flushedCount) {
 		if err := f.f.Sync(); err != nil {
 			return fmt.Errorf("store: fsync index file: %w", err)
+		}
+		if ix.dirSynced != f {
+			if err := syncDir(ix.dir); err != nil {
+				return err
+			}
+			ix.dirSynced = f
 		}
 	}
 	ix.mu.Lock()

@@ -172,6 +172,42 @@ func keyHash(topic, key string) uint32 {
 	return h
 }
 
+// slotPageSize is the number of slots of one page of a memory slot table (1 KiB).
+const slotPageSize = 256
+
+// slotPage is one page of a memory slot table.
+type slotPage [slotPageSize]atomic.Uint32
+
+// slotTable is the memory slot table of a writable index file: pages allocated when a
+// slot in them is first set, so a file with few entries costs little memory (8 bytes per
+// page pointer, 1 KiB per page touched; 4 MiB for 1,000,000 slots once all are touched).
+// One writer stores; readers load without locks.
+type slotTable struct {
+	pages []atomic.Pointer[slotPage]
+}
+
+func newSlotTable(slots uint32) *slotTable {
+	return &slotTable{pages: make([]atomic.Pointer[slotPage], (slots+slotPageSize-1)/slotPageSize)}
+}
+
+// load returns slot s (0 = empty).
+func (t *slotTable) load(s uint32) uint32 {
+	if p := t.pages[s/slotPageSize].Load(); p != nil {
+		return p[s%slotPageSize].Load()
+	}
+	return 0
+}
+
+// store sets slot s; only the index's writer calls it.
+func (t *slotTable) store(s, v uint32) {
+	p := t.pages[s/slotPageSize].Load()
+	if p == nil {
+		p = new(slotPage)
+		t.pages[s/slotPageSize].Store(p)
+	}
+	p[s%slotPageSize].Store(v)
+}
+
 // indexFile is one open index file. Its entries are written only by the index's single
 // writer (under index.mu); readers use the atomics and never read an entry before the
 // slot or count that points at it was published.
@@ -183,10 +219,10 @@ type indexFile struct {
 	base         int64 // creation time, unix ms
 	startCovered int64
 
-	count  atomic.Uint32                   // entries written (published after the write)
-	sealed atomic.Bool                     // full; slot table on disk
-	mem    atomic.Pointer[[]atomic.Uint32] // slot table of the writable file; nil when sealed or still empty
-	tail   atomic.Pointer[indexTail]       // newest entries, not written to the file yet; nil = none
+	count  atomic.Uint32             // entries written (published after the write)
+	sealed atomic.Bool               // full; slot table on disk
+	mem    atomic.Pointer[slotTable] // slot table of the writable file; nil when sealed or still empty
+	tail   atomic.Pointer[indexTail] // newest entries, not written to the file yet; nil = none
 
 	minTS, maxTS   atomic.Int64 // store times of the entries, unix ms (valid when count > 0)
 	minPhy, maxPhy atomic.Int64 // commitlog offsets of the entries (valid when count > 0)
@@ -269,7 +305,7 @@ func (f *indexFile) readEntry(i uint32) (indexEntry, error) {
 // sets sealed before it drops the memory table.
 func (f *indexFile) slot(s uint32) (uint32, error) {
 	if mem := f.mem.Load(); mem != nil {
-		return (*mem)[s].Load(), nil
+		return mem.load(s), nil
 	}
 	if !f.sealed.Load() {
 		return 0, nil // writable and still empty
@@ -283,17 +319,18 @@ func (f *indexFile) slot(s uint32) (uint32, error) {
 
 // rebuildSlots recomputes the memory slot table of an unsealed file from its first count
 // entries, checking each entry: its prev must be what its slot held, commitlog offsets must
-// not decrease and must be below covered. It returns how many leading entries are
+// not decrease and must be below covered, its time must lie in the file's store-time range. It returns how many leading entries are
 // consistent (all of them when nothing is wrong) and installs the table for those.
 func (f *indexFile) rebuildSlots(count uint32, covered int64) (uint32, error) {
 	if count == 0 {
 		f.mem.Store(nil)
 		return 0, nil
 	}
-	mem := make([]atomic.Uint32, f.slotCount)
+	mem := newSlotTable(f.slotCount)
 	const chunk = 4096
 	buf := make([]byte, chunk*indexEntrySize)
 	lastPhy := int64(-1)
+	minTS, maxTS := f.minTS.Load(), f.maxTS.Load() // exact, from the header or the writer
 	good := uint32(0)
 scan:
 	for i := uint32(1); i <= count; i += chunk {
@@ -305,10 +342,12 @@ scan:
 		for j := range n {
 			e := getIndexEntry(b[j*indexEntrySize:])
 			s := e.hash % f.slotCount
-			if e.prev != mem[s].Load() || e.phy < lastPhy || e.phy < 0 || e.phy >= covered {
+			t := f.base + int64(e.delta)*1000 // store time rounded down to the second
+			if e.prev != mem.load(s) || e.phy < lastPhy || e.phy < 0 || e.phy >= covered ||
+				t <= minTS-1000 || t > maxTS {
 				break scan
 			}
-			mem[s].Store(i + j)
+			mem.store(s, i+j)
 			lastPhy = e.phy
 			good = i + j
 		}
@@ -316,7 +355,7 @@ scan:
 	if good < count {
 		return good, nil // the caller truncates and rebuilds again
 	}
-	f.mem.Store(&mem)
+	f.mem.Store(mem)
 	first, err := f.readEntry(1)
 	if err != nil {
 		return 0, fmt.Errorf("store: read index file %s: %w", f.path, err)

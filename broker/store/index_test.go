@@ -661,3 +661,65 @@ func TestIndexFileNames(t *testing.T) {
 		}
 	}
 }
+
+func TestIndexTailSpills(t *testing.T) {
+	cfg := indexConfig(t.TempDir(), 1000, 100000)
+	cfg.CommitLogSegmentSize = 1 << 20        // room for the big batch
+	cfg.FlushConsumeQueueInterval = time.Hour // only the tail filling up writes entries
+	s := openStore(t, cfg)
+	const singles, batch = 1500, 1500
+	for i := range singles {
+		put(t, s, keyedMsg("Tail", fmt.Sprintf("s%d", i), fmt.Sprintf("s-%d", i)))
+	}
+	msgs := make([]*message.MessageExt, batch) // 4500 entries in one put: more than a tail
+	for i := range msgs {
+		msgs[i] = keyedMsg("Tail", fmt.Sprintf("b%d", i), fmt.Sprintf("b-%d", i), "in-batch")
+	}
+	if _, err := s.PutMessages(context.Background(), msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := s.index.fileList()[0]
+	if want := uint32(singles*2 + batch*3); f.count.Load() != want {
+		t.Fatalf("%d entries, want %d", f.count.Load(), want)
+	}
+	fi, err := os.Stat(f.path)
+	if err != nil || fi.Size() <= f.entryOffset(indexTailEntries+1) {
+		t.Fatalf("index file has %d bytes: the tail was not spilled (%v)", fi.Size(), err)
+	}
+	check := func(s *Store, when string) {
+		t.Helper()
+		for _, i := range []int{0, 1, 749, singles - 1} {
+			if got := byKey(t, s, "Tail", fmt.Sprintf("s-%d", i)); !slices.Equal(got, []string{fmt.Sprintf("s%d", i)}) {
+				t.Fatalf("%s: s-%d: %v", when, i, got)
+			}
+		}
+		// Record 1365 of the batch straddles two chunks (entries 7096..7098).
+		for _, i := range []int{0, 700, 1364, 1365, 1366, batch - 1} {
+			if got := byKey(t, s, "Tail", fmt.Sprintf("b-%d", i)); !slices.Equal(got, []string{fmt.Sprintf("b%d", i)}) {
+				t.Fatalf("%s: b-%d: %v", when, i, got)
+			}
+		}
+		if got := byKey(t, s, "Tail", "in-batch"); len(got) != MaxQueryMaxNum || got[len(got)-1] != fmt.Sprintf("b%d", batch-1) {
+			t.Fatalf("%s: in-batch: %d, last %v", when, len(got), got[len(got)-1:])
+		}
+	}
+	check(s, "live")
+	// A kill -9 image: the header still says 0 entries (never flushed); recovery indexes
+	// everything again, once.
+	killed := snapshotDir(t, cfg.Dir)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{cfg.Dir, killed} {
+		c := cfg
+		c.Dir = dir
+		s2 := openStore(t, c)
+		check(s2, dir)
+		if n := len(allEntries(t, s2)); n != singles*2+batch*3 {
+			t.Fatalf("%s: %d entries after reopening, want %d", dir, n, singles*2+batch*3)
+		}
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
