@@ -77,6 +77,12 @@ func (c *PushConsumer) consume(req *consumeRequest) {
 		req.pq.remove(req.msgs)
 		return
 	}
+	if c.handlerCtx.Err() != nil {
+		// Shutdown gave up waiting and cancelled the handlers: leave the messages
+		// unfinished (the stored offset stays below them) rather than also sending
+		// them back, which would deliver them twice.
+		return
+	}
 	c.log.Warn("consumer: handler failed, sending back for redelivery", "topic", req.topic, "queue", req.pq.mq.String(),
 		"offset", req.msgs[0].QueueOffset, "count", len(req.msgs), "result", res.String(), "err", err)
 	if req.pq.dropped.Load() {

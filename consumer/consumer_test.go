@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,12 @@ import (
 	"github.com/sluicemq/sluice/message"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runSigtermChild()) // a consumer process for TestSIGTERMMidBatch
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func ok(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 	return message.ConsumeSuccess, nil

@@ -26,10 +26,11 @@ type processQueue struct {
 	high  int64                         // next offset to pull; -1 before the start offset is known
 	bytes int64                         // body bytes in flight
 
-	dropped atomic.Bool
-	running atomic.Int32       // handler calls in progress for this queue
-	cancel  context.CancelFunc // stops the pull loop (and the orderly consume loop)
-	done    chan struct{}      // closed when the pull loop returned
+	dropped    atomic.Bool
+	running    atomic.Int32       // handler calls in progress for this queue
+	flowPauses atomic.Int64       // times pulling paused for flow control (tests observe it)
+	cancel     context.CancelFunc // stops the pull loop (and the orderly consume loop)
+	done       chan struct{}      // closed when the pull loop returned
 
 	// Orderly consumption only.
 	ready       chan struct{} // buffered 1: new messages for the consume loop
@@ -146,6 +147,13 @@ func (pq *processQueue) commitOffsetLocked() int64 {
 		}
 		pq.order = pq.order[1:]
 	}
+	return pq.high
+}
+
+// nextPull returns the next offset to pull (high).
+func (pq *processQueue) nextPull() int64 {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
 	return pq.high
 }
 

@@ -24,6 +24,7 @@ func (c *PushConsumer) pullLoop(ctx context.Context, pq *processQueue) {
 	for ctx.Err() == nil && !pq.dropped.Load() {
 		if n, b := pq.load(); n >= c.cfg.PullThresholdForQueue || b >= c.cfg.PullThresholdSizeForQueue ||
 			(c.orderlyLocks() && !pq.locked(time.Now())) {
+			pq.flowPauses.Add(1)
 			if !sleep(ctx, flowControlPause) {
 				return
 			}

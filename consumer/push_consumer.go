@@ -70,6 +70,11 @@ type pendingReset struct {
 	table map[message.MessageQueue]int64
 }
 
+// consumeBacklog is how many handler batches may wait for a free worker (all queues
+// together) before pull loops block; per queue, flow control (PullThresholdForQueue,
+// PullThresholdSizeForQueue) pauses pulling first.
+const consumeBacklog = 1024
+
 // PushConsumer consumes the messages of its subscriptions and hands them to handlers.
 // Create it with NewPushConsumer, Subscribe, Start, and Shutdown when done.
 //
@@ -126,7 +131,7 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 		subs:          make(map[string]*subscription),
 		pqs:           make(map[message.MessageQueue]*processQueue),
 		draining:      make(map[message.MessageQueue]chan struct{}),
-		consumeCh:     make(chan *consumeRequest),
+		consumeCh:     make(chan *consumeRequest, consumeBacklog),
 		workersStop:   make(chan struct{}),
 		orderSem:      make(chan struct{}, cfg.ConsumeGoroutines),
 		rebalanceKick: make(chan struct{}, 1),
