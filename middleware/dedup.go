@@ -359,7 +359,16 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next C
 	switch {
 	case lost || errors.Is(renewErr, ErrLockLost):
 		Note(ctx, ReasonLockLost)
-		errs = append(errs, &DedupError{Key: key, Reason: ReasonLockLost, Kind: ErrLockLost})
+		var how error
+		switch {
+		case fcode == 0 && ferr == nil:
+			how = errors.New("at release the lock had expired")
+		case fcode == -1 && ferr == nil:
+			how = errors.New("at release the lock belonged to another holder")
+		default:
+			how = errors.New("a renewal found the lock gone or re-taken")
+		}
+		errs = append(errs, &DedupError{Key: key, Reason: ReasonLockLost, Kind: ErrLockLost, Cause: how})
 	case renewErr != nil:
 		Note(ctx, ReasonRenewFailed)
 		errs = append(errs, renewErr)

@@ -363,7 +363,8 @@ type DrainStats struct {
 	// earlier drain, or by a park whose answer was lost).
 	Skipped int
 	// Bad is the number of spool lines that did not decode; they were appended to
-	// SpoolPath+".bad" for inspection.
+	// SpoolPath+".bad" for inspection (a drain rerun after an interruption may append the
+	// same bad line again).
 	Bad int
 }
 
