@@ -25,7 +25,7 @@ const (
 	childPrefixEnv = "SLUICE_DEDUP_CHILD_PREFIX" // DedupConfig.Prefix
 	childReadyEnv  = "SLUICE_DEDUP_CHILD_READY"  // file the child creates once its handler runs
 	childKey       = "payment-4711"
-	childLockTTL   = 500 * time.Millisecond
+	childLockTTL   = 900 * time.Millisecond
 )
 
 // childEffectKey is the Redis hash that records business effects idempotently by message

@@ -330,11 +330,11 @@ func TestDedupRenewalKeepsLockAndFailureCancels(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		c, sw := tg.Outage(t)
-		d := newDeduper(t, c, tg.NS, func(c *DedupConfig) { c.LockExpiry = 300 * time.Millisecond })
+		d := newDeduper(t, c, tg.NS, func(c *DedupConfig) { c.LockExpiry = 600 * time.Millisecond })
 
 		// A handler running for several lock expiries keeps the lock through renewals.
 		long := ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			until := time.Now().Add(1000 * time.Millisecond)
+			until := time.Now().Add(1500 * time.Millisecond) // 2.5 lock expiries
 			waitFor(t, 5*time.Second, func() bool { return time.Now().After(until) || hctx.Err() != nil })
 			if hctx.Err() != nil {
 				return message.ReconsumeLater, context.Cause(hctx)
