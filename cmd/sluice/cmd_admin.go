@@ -37,6 +37,7 @@ func newAdminCmd() *cobra.Command {
 	}
 	topic.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicRouteCmd(), newTopicDeleteCmd())
 	cmd.AddCommand(topic, newClusterCmd())
+	cmd.AddCommand(newOffsetCmd(), newDLQCmd(), newGroupCmd())
 	cmd.AddCommand(newMessageCmd()) // cmd_message.go: message get / find
 	return cmd
 }
