@@ -50,7 +50,7 @@ func main() {
 			pkgFailed++
 		case e.Test == "":
 			// Package-level output: "ok  pkg 1.2s", "FAIL", "--- FAIL" summaries, panics.
-			if e.Action == "output" {
+			if e.Action == "output" && e.Output != "PASS\n" { // plain go test omits PASS of passing packages
 				fmt.Fprint(out, e.Output)
 			}
 			if e.Action == "fail" {
