@@ -145,6 +145,8 @@ func (b *Broker) Start() (err error) {
 		MaxMessageSize:       b.cfg.MaxMessageSize,
 		Logger:               b.log,
 		RecoverTagsCode:      b.recoverTagsCode,
+		Index: store.IndexConfig{Disable: !boolOr(b.cfg.MessageIndexEnable, true),
+			HashSlots: b.cfg.MaxHashSlotNum, Entries: b.cfg.MaxIndexNum},
 	})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)

@@ -105,6 +105,15 @@ type Config struct {
 	DiskMaxUsedSpaceRatio int `conf:"diskMaxUsedSpaceRatio"`
 	// CleanResourceInterval is how often retention is considered, in ms. Default 10000.
 	CleanResourceInterval int64 `conf:"cleanResourceInterval"`
+	// MessageIndexEnable builds the key index (KEYS and UNIQ_KEY) that QUERY_MESSAGE (12)
+	// reads. Default true.
+	MessageIndexEnable *bool `conf:"messageIndexEnable"`
+	// MaxHashSlotNum is the hash slot count of a new index file. Default 1000000
+	// (RocketMQ: 5000000).
+	MaxHashSlotNum int `conf:"maxHashSlotNum"`
+	// MaxIndexNum is the entry count of a new index file. Default 4000000 (RocketMQ:
+	// 20000000).
+	MaxIndexNum int `conf:"maxIndexNum"`
 	// BrokerRole must be ASYNC_MASTER (default) or SYNC_MASTER; Sluice has no slaves.
 	BrokerRole string `conf:"brokerRole"`
 	// TransactionTimeOut is how old a half message must be, in ms, before the broker

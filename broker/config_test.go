@@ -20,6 +20,9 @@ autoCreateTopicEnable=false
 messageDelayLevel=1s 2s
 storePathRootDir=/tmp/x
 listenPort: 0
+messageIndexEnable=true
+maxHashSlotNum=5000000
+maxIndexNum=20000000
 `
 	c, err := ParseConfig(strings.NewReader(conf))
 	if err != nil {
