@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 const benchBody = 1024
@@ -58,31 +59,48 @@ func BenchmarkSendSync(b *testing.B) {
 }
 
 // BenchmarkSendAsync: one goroutine issues b.N SendAsync calls (1 KiB bodies) with up to
-// MaxAsyncInflight (10000) in flight, and waits for every callback.
+// MaxAsyncInflight (default 1000) in flight, and waits for every callback. "callback" is
+// the plain producer (sends driven by remoting callbacks); "middleware" adds a
+// pass-through middleware, which runs each send in its own goroutine.
 func BenchmarkSendAsync(b *testing.B) {
-	_, p := benchSetup(b, "BenchAsync", 8)
-	body := make([]byte, benchBody)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	cb := func(_ *message.SendResult, err error) {
-		if err != nil {
-			failed.Add(1)
-		}
-		wg.Done()
-	}
-	b.SetBytes(benchBody)
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		wg.Add(1)
-		if err := p.SendAsync(context.Background(), message.NewMessage("BenchAsync", body), cb); err != nil {
-			b.Fatal(err)
-		}
-	}
-	wg.Wait()
-	reportRate(b, b.N, start)
-	if failed.Load() > 0 {
-		b.Fatalf("%d async sends failed", failed.Load())
+	passThrough := func(next middleware.SendFunc) middleware.SendFunc { return next }
+	for _, tc := range []struct {
+		name string
+		mws  []middleware.SendMiddleware
+	}{{"callback", nil}, {"middleware", []middleware.SendMiddleware{passThrough}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			br, _ := startBrokerCfg(b, broker.Config{})
+			createTopic(b, nsAddrs(br), "BenchAsync", 8)
+			p := newProducer(b, Config{NamesrvAddrs: nsAddrs(br), SendTimeout: 30 * time.Second, Middlewares: tc.mws})
+			if _, err := p.SendSync(context.Background(), message.NewMessage("BenchAsync", make([]byte, benchBody))); err != nil {
+				b.Fatal(err)
+			}
+			body := make([]byte, benchBody)
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			var firstErr atomic.Value
+			cb := func(_ *message.SendResult, err error) {
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+				wg.Done()
+			}
+			b.SetBytes(benchBody)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				wg.Add(1)
+				if err := p.SendAsync(context.Background(), message.NewMessage("BenchAsync", body), cb); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wg.Wait()
+			reportRate(b, b.N, start)
+			if failed.Load() > 0 {
+				b.Fatalf("%d async sends failed, first: %v", failed.Load(), firstErr.Load())
+			}
+		})
 	}
 }
 
