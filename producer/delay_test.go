@@ -20,7 +20,7 @@ const delayTable = "1s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 2s"
 
 // lateness is how much later than its due time a delayed message may be seen: the
 // scheduler's timer, the store, and the 20 ms poll.
-const lateness = 1500 * time.Millisecond
+const lateness = 2 * time.Second
 
 func TestDelayLevels(t *testing.T) {
 	b, _ := startBrokerCfg(t, broker.Config{MessageDelayLevel: delayTable})
