@@ -230,3 +230,100 @@ func TestOrderlyPerQueueOrderUnderFailures(t *testing.T) {
 		t.Logf("queues never ran in parallel (max %d); fine on a slow machine", maxPar.Load())
 	}
 }
+
+// Two orderly consumers: a second joins mid-stream and later the first leaves. Queues
+// change owner only through the broker lock — the old owner finishes its handler call,
+// stores its offset and unlocks; the new one locks, then reads the offset — so per
+// queue no two handler calls ever overlap (across both consumers), messages are first
+// handled in offset order, and no message is handled twice.
+func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("OrdHand", 4)
+	p := e.producer()
+	const n = 400
+	var (
+		mu       sync.Mutex
+		busy     = map[int32]string{}
+		last     = map[int32]int64{}
+		seen     = map[string]int{}
+		owners   = map[int32]map[string]bool{}
+		problems []string
+	)
+	handler := func(who string) func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			q := msgs[0].QueueID
+			mu.Lock()
+			if other, ok := busy[q]; ok {
+				problems = append(problems, fmt.Sprintf("queue %d: %s and %s handle it at once", q, other, who))
+			}
+			busy[q] = who
+			if prev, ok := last[q]; ok && msgs[0].QueueOffset != prev+1 {
+				problems = append(problems, fmt.Sprintf("queue %d: offset %d after %d (%s)", q, msgs[0].QueueOffset, prev, who))
+			}
+			if owners[q] == nil {
+				owners[q] = map[string]bool{}
+			}
+			owners[q][who] = true
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond) // the handler's work
+			mu.Lock()
+			delete(busy, q)
+			last[q] = msgs[len(msgs)-1].QueueOffset
+			for _, m := range msgs {
+				seen[string(m.Body)]++
+			}
+			mu.Unlock()
+			return message.ConsumeSuccess, nil
+		}
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+	mk := func(who string) *PushConsumer {
+		c := e.push(Config{Group: "og-hand", InstanceName: who, Orderly: true, ConsumeFromWhere: ConsumeFromFirstOffset, RebalanceInterval: 200 * time.Millisecond})
+		if err := c.Subscribe("OrdHand", "*", handler(who)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c1 := mk("c1")
+	waitFor(t, 10*time.Second, "c1 owns 4 queues", func() bool { return len(assigned(c1, "OrdHand")) == 4 })
+	for i := 0; i < n; i++ {
+		if _, err := p.SendSync(context.Background(), message.NewMessage("OrdHand", []byte(fmt.Sprintf("h-%03d", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "a quarter handled", func() bool { return count() >= n/4 })
+	c2 := mk("c2")
+	waitFor(t, 20*time.Second, "2 queues each", func() bool {
+		return len(assigned(c1, "OrdHand")) == 2 && len(assigned(c2, "OrdHand")) == 2
+	})
+	if count() >= n {
+		t.Fatal("everything was handled before the handover; the test needs a backlog")
+	}
+	waitFor(t, 20*time.Second, "half handled", func() bool { return count() >= n/2 })
+	shutdown(t, c1)
+	waitFor(t, 20*time.Second, "c2 owns 4 queues", func() bool { return len(assigned(c2, "OrdHand")) == 4 })
+	waitFor(t, 30*time.Second, "all handled", func() bool { return count() >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("%d problems, e.g. %v", len(problems), problems[:min(5, len(problems))])
+	}
+	for body, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s handled %d times", body, k)
+		}
+	}
+	moved := 0
+	for _, o := range owners {
+		if len(o) == 2 {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no queue was handled by both consumers: %v", owners)
+	}
+}
