@@ -158,8 +158,8 @@ func (op *asyncOp) finish(r *message.SendResult, se *SendError) {
 
 // AsyncResult is the outcome of one SendAsyncChan: the stored result, or the error.
 type AsyncResult struct {
-	Result *message.SendResult
-	Err    error
+	Result *message.SendResult // set when the broker stored the message
+	Err    error               // set otherwise (see SendAsync)
 }
 
 // SendAsyncChan is SendAsync delivering the outcome on a channel instead of a callback:
