@@ -67,18 +67,18 @@ func (w ConsumeFromWhere) String() string {
 
 // Defaults of Config (RocketMQ DefaultMQPushConsumer defaults; DESIGN "Seed defaults").
 const (
-	DefaultConsumeGoroutines          = 20
-	DefaultPullBatchSize              = 32
-	DefaultConsumeMessageBatchMaxSize = 1
+	DefaultConsumeGoroutines          = 20 // handler goroutines (ConsumeThreadMin/Max)
+	DefaultPullBatchSize              = 32 // messages per PULL_MESSAGE (pullBatchSize)
+	DefaultConsumeMessageBatchMaxSize = 1  // messages per handler call (consumeMessageBatchMaxSize)
 	// DefaultMaxReconsumeTimes is how often a failed message of a concurrent consumer is
 	// redelivered through %RETRY%<group> before it goes to %DLQ%<group>.
 	DefaultMaxReconsumeTimes     = 16
-	DefaultSuspendCurrentQueue   = time.Second // orderly: pause before a failed batch runs again
-	DefaultPersistOffsetInterval = 5 * time.Second
-	DefaultRebalanceInterval     = 20 * time.Second
-	DefaultHeartbeatInterval     = 30 * time.Second
-	DefaultPullThresholdForQueue = 1000
-	DefaultConsumeTimestampAgo   = 30 * time.Minute
+	DefaultSuspendCurrentQueue   = time.Second      // orderly: pause before a failed batch runs again
+	DefaultPersistOffsetInterval = 5 * time.Second  // offsets stored every 5 s
+	DefaultRebalanceInterval     = 20 * time.Second // queues re-allocated every 20 s
+	DefaultHeartbeatInterval     = 30 * time.Second // HEART_BEAT every 30 s
+	DefaultPullThresholdForQueue = 1000             // cached messages per queue before pulling pauses
+	DefaultConsumeTimestampAgo   = 30 * time.Minute // ConsumeTimestamp default: 30 min before NewPushConsumer
 	// DefaultPullThresholdSizeForQueue is 100 MiB of cached message bodies per queue.
 	DefaultPullThresholdSizeForQueue = 100 << 20
 	// DefaultLockRenewInterval is how often an orderly consumer renews the broker locks
@@ -92,11 +92,11 @@ const (
 
 // Limits checked by Config.Validate.
 const (
-	MaxPullBatchSize = 1024
+	MaxPullBatchSize = 1024 // largest PullBatchSize
 	// MaxConsumeMessageBatchMaxSize is the largest ConsumeMessageBatchMaxSize: 32, one
 	// pull's worth (brokers return at most 32 messages per pull).
 	MaxConsumeMessageBatchMaxSize = 32
-	MaxConsumeGoroutines          = 1000
+	MaxConsumeGoroutines          = 1000 // largest ConsumeGoroutines
 )
 
 // SuspendCurrentQueueAMoment is what an orderly handler returns to have its batch run

@@ -106,8 +106,8 @@ type PullResult struct {
 
 // Limits of a PullRequest.
 const (
-	MaxPullNums     = 32
-	MaxPullLongPoll = 60 * time.Second
+	MaxPullNums     = 32               // most messages one Pull returns (a broker's cap)
+	MaxPullLongPoll = 60 * time.Second // longest PullRequest.LongPoll
 )
 
 // PullConsumer reads explicit message queues from explicit offsets; nothing is

@@ -177,3 +177,56 @@ func TestResetOffsetOfflineGroupAndNoForce(t *testing.T) {
 		t.Fatalf("new consumer got %v, want the %d messages from offset %d", col.got, want, target)
 	}
 }
+
+// A new group with ConsumeFromTimestamp starts each queue at the message stored at that
+// time (SEARCH_OFFSET_BY_TIMESTAMP): given the exact store time of the first "after"
+// message, it gets exactly the messages from there on.
+func TestConsumeFromTimestamp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("FromTs", 1)
+	p := e.producer()
+	sendBodies(t, p, "FromTs", "old-1", "old-2")
+	// Learn the store times through a throwaway group.
+	probe := newCollector()
+	c0 := e.push(Config{Group: "fts-probe", ConsumeFromWhere: ConsumeFromFirstOffset})
+	if err := c0.Subscribe("FromTs", "*", probe.handler("p")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the old messages", func() bool { return probe.total() >= 2 })
+	probe.mu.Lock()
+	lastOld := max(probe.msgs[0].StoreTimestamp, probe.msgs[1].StoreTimestamp)
+	probe.mu.Unlock()
+	waitPastMillis(t, lastOld)
+	sendBodies(t, p, "FromTs", "new-1", "new-2")
+	waitFor(t, 20*time.Second, "the new messages", func() bool { return probe.total() >= 4 })
+	var at int64
+	probe.mu.Lock()
+	for _, m := range probe.msgs {
+		if string(m.Body) == "new-1" {
+			at = m.StoreTimestamp
+		}
+	}
+	probe.mu.Unlock()
+
+	col := newCollector()
+	c := e.push(Config{Group: "fts", ConsumeFromWhere: ConsumeFromTimestamp, ConsumeTimestamp: time.UnixMilli(at)})
+	if err := c.Subscribe("FromTs", "*", col.handler("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the new messages", func() bool { return col.total() >= 2 })
+	waitFor(t, 10*time.Second, "committed at the end", func() bool {
+		return committedAtLeast("FromTs", map[message.MessageQueue]int64{{Topic: "FromTs", BrokerName: e.broker.Name()}: 4}, c)
+	})
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.count != 2 || col.got["new-1"] != 1 || col.got["new-2"] != 1 {
+		t.Fatalf("from the timestamp got %v", col.got)
+	}
+}
