@@ -59,13 +59,6 @@ func (c *PushConsumer) orderlyLoop(ctx context.Context, pq *processQueue) {
 			pq.remove(msgs)
 			continue
 		}
-		if c.cfg.MessageModel == Broadcasting && c.cfg.maxReconsume() == 0 {
-			// Nothing to send a broadcasting consumer's message to; 0 retries = give up.
-			c.log.Warn("consumer: orderly handler failed; not retried (MaxReconsumeTimes 0)", "queue", pq.mq.String(),
-				"offset", msgs[0].QueueOffset, "err", err)
-			pq.remove(msgs)
-			continue
-		}
 		retry := c.orderlyFailed(pq, msgs, res, err)
 		if len(retry) == 0 {
 			continue
@@ -77,14 +70,22 @@ func (c *PushConsumer) orderlyLoop(ctx context.Context, pq *processQueue) {
 }
 
 // orderlyFailed handles a failed orderly batch: messages that have used up
-// MaxReconsumeTimes local retries go to %DLQ%<group> (and are finished); the others get
-// ReconsumeTimes+1 and are returned to run again. A message whose way to the DLQ fails
-// is retried like the others, so the offset never passes it.
+// MaxReconsumeTimes local retries go to %DLQ%<group> (and are finished; a broadcasting
+// consumer, which has no DLQ, logs and skips them); the others get ReconsumeTimes+1 and
+// are returned to run again. A message whose way to the DLQ fails is retried like the
+// others, so the offset never passes it.
 func (c *PushConsumer) orderlyFailed(pq *processQueue, msgs []*message.MessageExt, res message.ConsumeResult, herr error) []*message.MessageExt {
 	maxRe := c.cfg.maxReconsume()
 	var retry, dead []*message.MessageExt
 	for _, m := range msgs {
-		if maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe && c.cfg.MessageModel == Clustering {
+		if maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe && c.cfg.MessageModel == Broadcasting {
+			// Broadcasting groups have no DLQ: give the message up.
+			c.log.Warn("consumer: orderly message failed after its local retries; broadcasting consumers have no DLQ, skipping it",
+				"queue", pq.mq.String(), "offset", m.QueueOffset, "msgId", m.MsgID, "reconsumeTimes", m.ReconsumeTimes)
+			dead = append(dead, m)
+			continue
+		}
+		if maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe {
 			if err := c.sendBack(m, -1); err != nil {
 				c.log.Warn("consumer: moving a message to the DLQ failed; retrying it", "queue", pq.mq.String(),
 					"offset", m.QueueOffset, "msgId", m.MsgID, "err", err)

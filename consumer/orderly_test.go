@@ -327,3 +327,23 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 		t.Fatalf("no queue was handled by both consumers: %v", owners)
 	}
 }
+
+// A broadcasting orderly consumer has no DLQ: after MaxReconsumeTimes local retries a
+// failing message is skipped (logged) and the queue moves on.
+func TestOrderlyBroadcastingGivesUpAfterRetries(t *testing.T) {
+	c, err := NewPushConsumer(Config{NamesrvAddrs: []string{deadAddr(t)}, Group: "obg", MessageModel: Broadcasting, Orderly: true,
+		MaxReconsumeTimes: Retries(1), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown(context.Background())
+	pq := newProcessQueue(message.MessageQueue{Topic: "T", BrokerName: "b"}, 0)
+	m := &message.MessageExt{Message: message.Message{Topic: "T"}, QueueOffset: 0}
+	pq.put([]*message.MessageExt{m}, 1)
+	if retry := c.orderlyFailed(pq, []*message.MessageExt{m}, message.ReconsumeLater, nil); len(retry) != 1 || m.ReconsumeTimes != 1 || pq.commitOffset() != 0 {
+		t.Fatalf("first failure: retry %d, reconsume %d, commit %d", len(retry), m.ReconsumeTimes, pq.commitOffset())
+	}
+	if retry := c.orderlyFailed(pq, []*message.MessageExt{m}, message.ReconsumeLater, nil); len(retry) != 0 || pq.commitOffset() != 1 {
+		t.Fatalf("after the last retry: retry %d, commit %d", len(retry), pq.commitOffset())
+	}
+}
