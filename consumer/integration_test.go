@@ -42,15 +42,22 @@ type env struct {
 
 // newEnv starts a broker with an embedded name server. Delay levels are all 1 s so that
 // consume retries (delay level 3 + reconsume count) come back quickly.
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the broker config changed by mod.
+func newEnvWith(t *testing.T, mod func(*broker.Config)) *env {
 	t.Helper()
-	b, err := broker.New(broker.Config{
+	cfg := broker.Config{
 		ListenAddr:        "127.0.0.1:0",
 		NamesrvListenAddr: "127.0.0.1:0",
 		StorePathRootDir:  t.TempDir(),
 		MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18)),
 		Logger:            quiet,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

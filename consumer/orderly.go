@@ -122,7 +122,8 @@ func (c *PushConsumer) relock(ctx context.Context, pq *processQueue) bool {
 	return true
 }
 
-// lockLoop renews the broker locks of all orderly queues every lockRenewInterval
+// lockLoop renews the broker locks of all orderly queues — including those being
+// released, whose last handler call has not returned yet — every lockRenewInterval
 // (LOCK_BATCH_MQ, RocketMQ request code 41; Java RebalanceLockInterval 20 s). A queue
 // the broker no longer grants stops consuming until it is locked again.
 func (c *PushConsumer) lockLoop() {
@@ -141,6 +142,13 @@ func (c *PushConsumer) lockLoop() {
 			pqs[mq] = pq
 			mqs = append(mqs, mq)
 		}
+		for mq := range c.draining {
+			// Still finishing a handler call: keep the lock, or another consumer could
+			// take the queue while this one still works on it.
+			if _, ok := pqs[mq]; !ok {
+				mqs = append(mqs, mq)
+			}
+		}
 		c.mu.Unlock()
 		for name, list := range byBroker(mqs) {
 			held, err := c.broker.lock(c.ctx, name, list)
@@ -152,11 +160,14 @@ func (c *PushConsumer) lockLoop() {
 			}
 			now := time.Now()
 			for _, mq := range list {
-				if held[mq] {
-					pqs[mq].setLocked(now)
-				} else {
+				pq := pqs[mq]
+				switch {
+				case pq == nil: // draining
+				case held[mq]:
+					pq.setLocked(now)
+				default:
 					c.log.Warn("consumer: lost the lock of a queue", "queue", mq.String())
-					pqs[mq].lockedUntil.Store(0)
+					pq.lockedUntil.Store(0)
 				}
 			}
 		}

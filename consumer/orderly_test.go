@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 // A queue holds A then B (one queue: same sharding key). A is suspended once: the
@@ -345,5 +348,53 @@ func TestOrderlyBroadcastingGivesUpAfterRetries(t *testing.T) {
 	}
 	if retry := c.orderlyFailed(pq, []*message.MessageExt{m}, message.ReconsumeLater, nil); len(retry) != 0 || pq.commitOffset() != 1 {
 		t.Fatalf("after the last retry: retry %d, commit %d", len(retry), pq.commitOffset())
+	}
+}
+
+// The broker forgets a queue lock after rebalanceLockMaxLiveTime (here 300 ms); an
+// orderly consumer renews its locks (every 100 ms here, 20 s by default), so another
+// client cannot take its queues — until the consumer shuts down and unlocks them.
+func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, func(c *broker.Config) { c.RebalanceLockMaxLiveTime = 300 })
+	e.createTopic("OrdLock", 2)
+	c := e.push(Config{Group: "og-lock", Orderly: true})
+	c.cfg.lockRenewInterval = 100 * time.Millisecond
+	if err := c.Subscribe("OrdLock", "*", ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both queues assigned", func() bool { return len(assigned(c, "OrdLock")) == 2 })
+	mqs := []message.MessageQueue{{Topic: "OrdLock", BrokerName: e.broker.Name(), QueueID: 0}, {Topic: "OrdLock", BrokerName: e.broker.Name(), QueueID: 1}}
+	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tryLock := func() int {
+		body, _ := json.Marshal(lockBody{ConsumerGroup: "og-lock", ClientID: "intruder", MQSet: mqs})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := rc.InvokeSync(ctx, e.broker.Addr(), remoting.NewRequest(remoting.LockBatchMQ, nil, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held struct{ LockOKMQSet []message.MessageQueue }
+		_ = json.Unmarshal(resp.Body, &held)
+		return len(held.LockOKMQSet)
+	}
+	start := time.Now()
+	// Several lock lifetimes pass; the consumer keeps both locks all along.
+	waitFor(t, 10*time.Second, "2 s of renewals", func() bool {
+		if n := tryLock(); n != 0 {
+			t.Fatalf("another client locked %d queues %v after the consumer started", n, time.Since(start))
+		}
+		return time.Since(start) > 2*time.Second
+	})
+	shutdown(t, c)
+	if n := tryLock(); n != 2 {
+		t.Fatalf("after Shutdown another client locked %d of 2 queues", n)
 	}
 }
