@@ -222,6 +222,18 @@ func TestAutoCreateTopicAndForbiddenTopics(t *testing.T) {
 		t.Fatalf("send to invalid topic: %d", r.Code)
 	}
 
+	// A DLQ topic created by a plain send is write-only, like one made by send-back.
+	dlq := message.DLQTopic("orphans")
+	if r := sendV1(t, c, b.Addr(), dlq, 0, []byte("x"), nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("send to a new DLQ topic: %d %s", r.Code, r.Remark)
+	}
+	if tc := b.topics.get(dlq); tc == nil || tc.Perm != permWrite || tc.WriteQueueNums != 1 {
+		t.Fatalf("DLQ topic config %+v", tc)
+	}
+	if r := pull(t, c, b.Addr(), "g", dlq, 0, 0, "*", 0); r.ResponseCode() != remoting.NoPermission {
+		t.Fatalf("pull from a DLQ: %d", r.Code)
+	}
+
 	off := startBroker(t, t.TempDir(), func(c *Config) { c.AutoCreateTopicEnable = boolPtr(false) })
 	r := sendV1(t, c, off.Addr(), "AutoT", 0, []byte("x"), nil)
 	if r.ResponseCode() != remoting.TopicNotExist {

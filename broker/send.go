@@ -106,6 +106,9 @@ func (b *Broker) topicForSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.Re
 		if message.IsRetryTopic(h.topic) {
 			return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 		}
+		if message.IsDLQTopic(h.topic) { // as ensureDLQ: one queue, never readable by consumers
+			return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
+		}
 		if !boolOr(b.cfg.AutoCreateTopicEnable, true) {
 			return nil
 		}

@@ -104,7 +104,7 @@ const (
 // (RocketMQ ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT). An orderly consumer
 // treats message.ReconsumeLater, an error and a panic the same way; a concurrent
 // consumer treats it like message.ReconsumeLater.
-const SuspendCurrentQueueAMoment message.ConsumeResult = 2
+const SuspendCurrentQueueAMoment = message.SuspendCurrentQueueAMoment
 
 // Retries returns a pointer to n, for Config.MaxReconsumeTimes.
 func Retries(n int) *int { return &n }

@@ -112,6 +112,10 @@ const (
 	// ReconsumeLater asks for redelivery: through %RETRY%<group> for concurrent clustering
 	// consumers, by suspending the queue for orderly consumers.
 	ReconsumeLater
+	// SuspendCurrentQueueAMoment is an orderly consumer's "retry later": the queue is
+	// suspended (1000 ms by default) and the same messages are consumed again, blocking
+	// the messages behind them.
+	SuspendCurrentQueueAMoment
 )
 
 func (r ConsumeResult) String() string {
@@ -120,6 +124,8 @@ func (r ConsumeResult) String() string {
 		return "CONSUME_SUCCESS"
 	case ReconsumeLater:
 		return "RECONSUME_LATER"
+	case SuspendCurrentQueueAMoment:
+		return "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 	}
 	return fmt.Sprintf("ConsumeResult(%d)", int(r))
 }
