@@ -80,8 +80,13 @@ type PullRequest struct {
 	Queue message.MessageQueue
 	// Expression is the tag expression: "*" or "" for all, or "TagA || TagB". It is
 	// sent with the pull (the PULL_MESSAGE SUBSCRIPTION sysFlag bit), so no heartbeat
-	// subscription is needed, and re-checked on the client by exact tag.
+	// subscription is needed, and re-checked on the client by exact tag. With
+	// ExpressionType ExpressionSQL92 it is a SQL92 expression instead (see SubscribeSQL),
+	// compiled on the client first and not re-checked.
 	Expression string
+	// ExpressionType is ExpressionTag (default, also "") or ExpressionSQL92; the broker
+	// refuses SQL92 (a *BrokerError, code 1) unless its enablePropertyFilter is true.
+	ExpressionType string
 	// Offset is the queue offset to read from.
 	Offset int64
 	// MaxNums is the most messages to return, 1..32. Default: 32.
@@ -229,7 +234,14 @@ func (c *PullConsumer) Pull(ctx context.Context, req PullRequest) (*PullResult, 
 	if expr == "" {
 		expr = message.SubscribeAll
 	}
+	exprType, err := pullExpressionType(req) // selector.go
+	if err != nil {
+		return nil, err
+	}
 	tags := message.ParseTagExpression(expr)
+	if exprType == ExpressionSQL92 {
+		tags = nil // the broker filters by properties; no tag re-check
+	}
 	for _, t := range tags {
 		if err := message.ValidateTag(t); err != nil {
 			return nil, err
@@ -244,7 +256,7 @@ func (c *PullConsumer) Pull(ctx context.Context, req PullRequest) (*PullResult, 
 		return nil, err
 	}
 	a := pullArgs{mq: req.Queue, offset: req.Offset, maxNums: req.MaxNums, sysFlag: pullFlagSubscription,
-		subscription: expr, expressionType: "TAG"}
+		subscription: expr, expressionType: exprType}
 	if req.LongPoll > 0 {
 		a.sysFlag |= pullFlagSuspend
 		a.suspend = req.LongPoll

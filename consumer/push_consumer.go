@@ -278,7 +278,9 @@ func (c *PushConsumer) orderlyLocks() bool {
 // NOTIFY_CONSUMER_IDS_CHANGED), offset persistence (every PersistOffsetInterval) and,
 // for orderly clustering consumers, lock renewal. Topics without a route yet are
 // logged and picked up by a later rebalance. Errors: ErrNoSubscription, ErrClosed,
-// ErrOffsetFileInUse and offset-file errors. A second call does nothing.
+// ErrOffsetFileInUse and offset-file errors, ErrSubscriptionRefused when a broker
+// refused a subscription in that heartbeat (the consumer is then shut down; see
+// SubscribeSQL). A second call does nothing.
 func (c *PushConsumer) Start() error {
 	c.mu.Lock()
 	need := 1
@@ -344,6 +346,9 @@ func (c *PushConsumer) Start() error {
 		}
 	}
 	if err := c.cl.SendHeartbeat(c.ctx); err != nil {
+		if refused := c.refusedAtStart(err); refused != nil { // selector.go
+			return refused
+		}
 		c.log.Warn("consumer: heartbeat failed", "err", err)
 	}
 	c.spawn(c.rebalanceLoop)

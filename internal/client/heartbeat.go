@@ -20,7 +20,8 @@ const (
 	ConsumeFromFirstOffset = "CONSUME_FROM_FIRST_OFFSET"
 	ConsumeFromTimestamp   = "CONSUME_FROM_TIMESTAMP"
 
-	ExpressionTypeTag = "TAG" // tag expression ("*" or "a || b")
+	ExpressionTypeTag   = "TAG"   // tag expression ("*" or "a || b")
+	ExpressionTypeSQL92 = "SQL92" // SQL92 property filter (brokers need enablePropertyFilter=true)
 )
 
 // HeartbeatData is the JSON body of HEART_BEAT (RocketMQ request code 34; PROTOCOL §3.6):
@@ -57,7 +58,7 @@ type SubscriptionData struct {
 	TagsSet         []string `json:"tagsSet"`         // the expression's tags, sorted; [] for "*"
 	CodeSet         []string `json:"codeSet"`         // Java hash codes of TagsSet as decimal strings, sorted
 	SubVersion      int64    `json:"subVersion"`      // a version that only grows; Sluice uses unix ns like the Go client
-	ExpressionType  string   `json:"expressionType"`  // ExpressionTypeTag
+	ExpressionType  string   `json:"expressionType"`  // ExpressionTypeTag or ExpressionTypeSQL92
 }
 
 // NewTagSubscription builds the SubscriptionData for topic and a tag expression ("*",
