@@ -75,8 +75,9 @@ type Conn struct {
 	flushOnce sync.Once
 	flushed   chan struct{} // closed by the writer when it wrote the flush marker
 
-	inFlight  atomic.Int32 // requests being handled
-	lastWrite atomic.Int64 // unix nanoseconds of the last completed socket write
+	inFlight  atomic.Int32  // requests being handled
+	slotFree  chan struct{} // (cap 1) signalled when a handler finishes
+	lastWrite atomic.Int64  // unix nanoseconds of the last completed socket write
 
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall
@@ -89,15 +90,16 @@ var connIDSeq atomic.Uint64
 func newConn(nc net.Conn, remote string, opts *connOptions) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{
-		id:      connIDSeq.Add(1),
-		nc:      nc,
-		remote:  remote,
-		opts:    opts,
-		ctx:     ctx,
-		cancel:  cancel,
-		out:     make(chan []byte, opts.queueLen),
-		flushed: make(chan struct{}),
-		pending: make(map[int32]*pendingCall),
+		id:       connIDSeq.Add(1),
+		nc:       nc,
+		remote:   remote,
+		opts:     opts,
+		ctx:      ctx,
+		cancel:   cancel,
+		out:      make(chan []byte, opts.queueLen),
+		flushed:  make(chan struct{}),
+		slotFree: make(chan struct{}, 1),
+		pending:  make(map[int32]*pendingCall),
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
 	return c
@@ -400,15 +402,34 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		if !req.IsOneway() {
 			resp := NewResponse(SystemBusy, fmt.Sprintf("[OVERLOAD]system busy, %d requests in flight on this connection (limit %d)", c.inFlight.Load(), c.opts.maxInFlight))
 			c.reply(req, resp, st)
+			return
 		}
-		return
+		// A one-way request cannot be told "busy": stop reading this connection until a
+		// handler finishes, so TCP flow control slows the sender instead of the request
+		// being dropped.
+		for int(c.inFlight.Load()) >= c.opts.maxInFlight {
+			select {
+			case <-c.slotFree:
+			case <-c.ctx.Done():
+				return
+			}
+		}
 	}
 	c.inFlight.Add(1)
 	if !c.opts.spawn(func() {
-		defer c.inFlight.Add(-1)
+		defer c.releaseSlot()
 		c.handle(req, st)
 	}) {
-		c.inFlight.Add(-1)
+		c.releaseSlot()
+	}
+}
+
+// releaseSlot ends one in-flight request and wakes a reader waiting for a slot.
+func (c *Conn) releaseSlot() {
+	c.inFlight.Add(-1)
+	select {
+	case c.slotFree <- struct{}{}:
+	default:
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,7 +56,9 @@ goes to that cluster (its own flush setting applies).
 	}
 	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream, sync publish) or both (same run, with the ratio)")
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
-	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync)")
+	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
+	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
+	produce.Flags().Int("batch-size", bench.DefaultBatchSize, "messages per SendBatch with --mode batch")
 
 	consume := &cobra.Command{
 		Use:   "consume",
@@ -64,6 +67,7 @@ goes to that cluster (its own flush setting applies).
 		RunE:  runBenchConsume,
 	}
 	consume.Flags().Int("consume-goroutines", 20, "push consumer handler goroutines (ConsumeGoroutines)")
+	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
 	cmd.AddCommand(produce, consume)
@@ -171,8 +175,13 @@ func (s *benchSetup) describe(target string) string {
 		}
 	}
 	mode := "sync"
-	if c.Async {
+	switch {
+	case c.Async:
 		mode = "async"
+	case c.Mode == bench.ModeOneway:
+		mode = "oneway"
+	case c.Mode == bench.ModeBatch:
+		mode = fmt.Sprintf("batches of %d", max(c.BatchSize, 1))
 	}
 	return fmt.Sprintf("%s produce: %d producer(s) x %d in flight (%s), %d-byte bodies, %s", target, c.Producers, c.Inflight, mode, c.Size, amount)
 }
@@ -182,6 +191,9 @@ func printProduce(out io.Writer, r *bench.Result) {
 	fmt.Fprintf(out, "  sent       %d messages (%d bytes) in %v\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
 	fmt.Fprintf(out, "  latency    p50 %v, p99 %v, mean %v, max %v\n", roundLat(h.Quantile(0.5)), roundLat(h.Quantile(0.99)), roundLat(h.Mean()), roundLat(h.Max()))
+	if r.Stored > 0 || strings.Contains(r.Kind, "oneway") {
+		fmt.Fprintf(out, "  stored     %d of %d one-way sends\n", r.Stored, r.Messages)
+	}
 }
 
 // roundLat keeps three significant digits or so for latencies.
@@ -205,6 +217,20 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 	target, _ := cmd.Flags().GetString("target")
 	s.cfg.NatsURL, _ = cmd.Flags().GetString("nats-url")
 	s.cfg.Async, _ = cmd.Flags().GetBool("async")
+	s.cfg.Mode, _ = cmd.Flags().GetString("mode")
+	s.cfg.BatchSize, _ = cmd.Flags().GetInt("batch-size")
+	if s.cfg.Mode == bench.ModeAsync {
+		s.cfg.Async = true
+	}
+	if s.cfg.Async && s.cfg.Mode != "" && s.cfg.Mode != bench.ModeAsync {
+		return fmt.Errorf("--async and --mode %s: pick one", s.cfg.Mode)
+	}
+	if err := s.cfg.Validate(); err != nil {
+		return err
+	}
+	if (s.cfg.Mode == bench.ModeOneway || s.cfg.Mode == bench.ModeBatch) && target != bench.TargetSluice {
+		return fmt.Errorf("--mode %s: only with --target sluice", s.cfg.Mode)
+	}
 	runSluice := target == bench.TargetSluice || target == "both"
 	runJS := target == bench.TargetJetStream || target == "both"
 	if !runSluice && !runJS {
@@ -258,6 +284,7 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 		return errors.New("--duration: consume drains a fixed backlog; give --messages instead")
 	}
 	s.cfg.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
+	s.cfg.Orderly, _ = f.GetBool("orderly")
 	s.cfg.ConsumeBatch, _ = f.GetInt("consume-batch")
 	s.cfg.PullBatch, _ = f.GetInt("pull-batch")
 	switch {

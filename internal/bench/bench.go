@@ -32,12 +32,18 @@ const (
 	MaxProducers     = 1024
 	MaxInflight      = 1024
 	MaxQueues        = 1024
-	prefillInflight  = 16 // Consume's prefill concurrency per producer, at least
+	DefaultBatchSize = 32   // messages per SendBatch in ModeBatch
+	MaxBatchSize     = 4096 // messages per SendBatch
+	prefillInflight  = 16   // Consume's prefill concurrency per producer, at least
 	consumerShutdown = 10 * time.Second
 )
 
 // Target names a system under test.
 const (
+	ModeSync        = "sync"
+	ModeAsync       = "async"
+	ModeOneway      = "oneway"
+	ModeBatch       = "batch"
 	TargetSluice    = "sluice"
 	TargetJetStream = "jetstream"
 )
@@ -98,6 +104,16 @@ type Config struct {
 	ConsumeBatch int
 	// PullBatch is the most messages one pull asks for (pullBatchSize). Default: 32.
 	PullBatch int
+	// Mode is how Produce sends: ModeSync (default; Inflight concurrent SendSync per
+	// producer), ModeAsync (a window of Inflight SendAsync; the same as Async),
+	// ModeOneway (SendOneway: no answer, so the stored count is read back from the
+	// broker's max offsets) or ModeBatch (SendBatch of BatchSize messages per call).
+	Mode string
+	// BatchSize is the number of messages per SendBatch call in ModeBatch. Default 32.
+	BatchSize int
+	// Orderly makes Consume's push consumer orderly (queue locks, one worker per queue)
+	// instead of concurrent.
+	Orderly bool
 	// Progress, if set, is told the phases and every message done.
 	Progress Progress
 	// Logger receives the SDK logs. Default: discard.
@@ -129,6 +145,18 @@ func (c *Config) setDefaults() {
 	if c.Warmup == 0 {
 		c.Warmup = 100
 	}
+	if c.Mode == "" {
+		c.Mode = ModeSync
+		if c.Async {
+			c.Mode = ModeAsync
+		}
+	}
+	if c.Mode == ModeAsync {
+		c.Async = true
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
 	if c.Logger == nil {
 		c.Logger = discard
 	}
@@ -150,6 +178,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: Queues %d is outside 1..%d", c.Queues, MaxQueues)
 	case c.Messages < 0:
 		return fmt.Errorf("bench: Messages %d must not be negative", c.Messages)
+	case c.Mode != "" && c.Mode != ModeSync && c.Mode != ModeAsync && c.Mode != ModeOneway && c.Mode != ModeBatch:
+		return fmt.Errorf("bench: Mode %q: want %s, %s, %s or %s", c.Mode, ModeSync, ModeAsync, ModeOneway, ModeBatch)
+	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("bench: BatchSize %d is outside 1..%d", c.BatchSize, MaxBatchSize)
 	case c.Duration < 0:
 		return fmt.Errorf("bench: Duration %v must not be negative", c.Duration)
 	case c.ConsumeGoroutines < 0 || c.ConsumeBatch < 0 || c.PullBatch < 0:
@@ -183,6 +215,9 @@ type Result struct {
 	Latency Histogram
 	// Duplicates counts messages handled more than once (consume only).
 	Duplicates int64
+	// Stored counts the messages the broker stored during a ModeOneway run (one-way sends
+	// get no answer, and a busy broker may drop them).
+	Stored int64
 }
 
 // MsgPerSec returns Messages per second of Elapsed.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -47,10 +49,26 @@ func startProducersAsync(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 			return nil, nil, nil, errors.Join(fmt.Errorf("bench: producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
 		}
 		ps = append(ps, p)
-		senders = append(senders, func(ctx context.Context, body []byte) error {
-			_, err := p.SendSync(ctx, message.NewMessage(topic, body))
-			return err
-		})
+		switch cfg.Mode {
+		case ModeOneway:
+			senders = append(senders, func(ctx context.Context, body []byte) error {
+				return p.SendOneway(ctx, message.NewMessage(topic, body))
+			})
+		case ModeBatch:
+			senders = append(senders, func(ctx context.Context, body []byte) error {
+				msgs := make([]*message.Message, cfg.BatchSize)
+				for i := range msgs {
+					msgs[i] = message.NewMessage(topic, body)
+				}
+				_, err := p.SendBatch(ctx, msgs)
+				return err
+			})
+		default:
+			senders = append(senders, func(ctx context.Context, body []byte) error {
+				_, err := p.SendSync(ctx, message.NewMessage(topic, body))
+				return err
+			})
+		}
 		asyncs = append(asyncs, func(ctx context.Context, body []byte, done func(error)) error {
 			return p.SendAsync(ctx, message.NewMessage(topic, body), func(_ *message.SendResult, err error) { done(err) })
 		})
@@ -80,16 +98,45 @@ func Produce(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var storedBefore int64
 	res, err := func() (*Result, error) {
 		if err := warmup(ctx, &cfg, senders); err != nil {
 			return nil, err
 		}
 		pl := plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"}
-		if cfg.Async {
+		switch cfg.Mode {
+		case ModeAsync:
 			return driveAsync(ctx, &cfg, asyncs, pl)
+		case ModeBatch:
+			pl.messages = (cfg.Messages + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize) // calls
+			res, err := drive(ctx, &cfg, senders, pl)
+			if err == nil {
+				res.Messages *= int64(cfg.BatchSize)
+				res.Bytes *= int64(cfg.BatchSize)
+				res.Kind = "produce (batches of " + strconv.Itoa(cfg.BatchSize) + ", latency per batch)"
+			}
+			return res, err
+		case ModeOneway:
+			if storedBefore, err = StoredMessages(ctx, cfg.NamesrvAddrs, cfg.Topic); err != nil {
+				return nil, err
+			}
 		}
 		return drive(ctx, &cfg, senders, pl)
 	}()
+	if err == nil && cfg.Mode == ModeOneway {
+		// One-way sends get no answer: count what the broker stored, once it settles.
+		var after int64
+		for i := 0; i < 50; i++ {
+			if after, err = StoredMessages(ctx, cfg.NamesrvAddrs, cfg.Topic); err != nil || after-storedBefore >= res.Messages {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // bounded wait for in-flight one-way sends to land
+		}
+		if res != nil {
+			res.Stored = after - storedBefore
+			res.Kind = "produce (oneway)"
+		}
+	}
 	if serr := shutdownAll([]func(context.Context) error{stop}); serr != nil && err == nil {
 		err = fmt.Errorf("bench: producer shutdown: %w", serr)
 	}
@@ -161,6 +208,7 @@ func drain(ctx context.Context, cfg *Config, topic, group string) (*Result, erro
 		Group:                      group,
 		ConsumeFromWhere:           consumer.ConsumeFromFirstOffset,
 		ConsumeGoroutines:          cfg.ConsumeGoroutines,
+		Orderly:                    cfg.Orderly,
 		ConsumeMessageBatchMaxSize: cfg.ConsumeBatch,
 		PullBatchSize:              cfg.PullBatch,
 		Logger:                     cfg.Logger,
@@ -207,4 +255,23 @@ func drain(ctx context.Context, cfg *Config, topic, group string) (*Result, erro
 		return nil, fmt.Errorf("bench: consumer shutdown: %w", serr)
 	}
 	return &Result{Target: TargetSluice, Kind: "consume", Messages: distinct.Load(), Bytes: bytes.Load(), Elapsed: elapsed, Duplicates: dups.Load()}, nil
+}
+
+// StoredMessages sums the max offsets of topic's queues (GET_MAX_OFFSET, RocketMQ request
+// code 30): how many messages the brokers have stored in it.
+func StoredMessages(ctx context.Context, namesrvAddrs []string, topic string) (int64, error) {
+	a, err := admin.New(admin.Config{NamesrvAddrs: namesrvAddrs, Logger: discard})
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	qs, err := a.ConsumerOffsets(ctx, producerGroup+"_Counter", topic)
+	if err != nil {
+		return 0, fmt.Errorf("bench: count stored messages: %w", err)
+	}
+	var n int64
+	for _, q := range qs {
+		n += q.Max
+	}
+	return n, nil
 }
