@@ -128,7 +128,6 @@ func TestSubscribeSQLValidation(t *testing.T) {
 // TestSQL92PushConsumer: a SQL92 subscription receives exactly the matching messages,
 // each once, on a broker with enablePropertyFilter=true.
 func TestSQL92PushConsumer(t *testing.T) {
-	t.Parallel()
 	e := newSQLEnv(t, true)
 	e.createTopic("Points", 2)
 	ends := sendPoints(t, e, "Points")
@@ -159,7 +158,6 @@ func TestSQL92PushConsumer(t *testing.T) {
 // broker's reason; an expression the broker cannot parse fails Start with the broker's
 // position and reason. Either way the consumer is shut down.
 func TestSQL92RefusedByBroker(t *testing.T) {
-	t.Parallel()
 	t.Run("filter off", func(t *testing.T) {
 		e := newSQLEnv(t, false)
 		e.createTopic("NoSQL", 1)
@@ -213,7 +211,6 @@ func TestSQL92RefusedByBroker(t *testing.T) {
 // messages; a malformed expression fails before the network with its position; a broker
 // with the filter off refuses with its reason.
 func TestSQL92PullConsumer(t *testing.T) {
-	t.Parallel()
 	e := newSQLEnv(t, true)
 	e.createTopic("PullPoints", 2)
 	sendPoints(t, e, "PullPoints")
