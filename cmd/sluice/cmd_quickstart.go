@@ -19,6 +19,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/producer"
 )
 
@@ -42,15 +43,28 @@ func newQuickstartCmd() *cobra.Command {
 temporary data directory, create topic PayEvents, send one PaySuccess event per order
 (key = order id, JSON body) and a few PayFailed events, and consume them with two
 consumer groups: order_service subscribes "PaySuccess || PayFailed", points_service
-subscribes "PaySuccess". Print what each group received, shut everything down, remove
-the data directory and exit 0 — or exit non-zero naming what is missing once --timeout
-has passed.`,
+subscribes "PaySuccess" and adds loyalty points per payment behind the Dedup middleware.
+Print what each group received.
+
+Then show the reliability middleware, with an embedded miniredis (or the Redis at
+--redis, under a key namespace unique to this run whose keys are deleted at the end):
+the producer is wrapped with Keys + Park; the broker is stopped and --outage-sends
+payments fail after the producer's own retries and are parked in Redis; the broker is
+started again on the same addresses and data directory and the retry task resends the
+parked payments; then one payment is delivered twice (the same message, the same key)
+and points_service adds its points once, skipping the duplicate. Print the tally (sent,
+parked, resent, consumed, duplicates skipped, business effects).
+
+Shut everything down, remove the data directory and exit 0 — or exit non-zero naming
+what is missing or doubled once --timeout has passed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			var o qsOptions
 			o.orders, _ = f.GetInt("orders")
 			o.failed, _ = f.GetInt("failed")
+			o.outageSends, _ = f.GetInt("outage-sends")
+			o.redisAddr, _ = f.GetString("redis")
 			o.timeout, _ = f.GetDuration("timeout")
 			o.log = discardLogger()
 			if verbose, _ := f.GetBool("verbose"); verbose {
@@ -66,17 +80,25 @@ has passed.`,
 	f := cmd.Flags()
 	f.Int("orders", 10, "orders paid successfully (one PaySuccess event each), 1..1000")
 	f.Int("failed", 2, "orders whose payment failed (one PayFailed event each), 0..1000")
-	f.Duration("timeout", 30*time.Second, "how long to wait for both groups to receive their events")
-	f.Bool("verbose", false, "show the broker, producer and consumer logs on stderr (level from --log-level)")
+	f.Int("outage-sends", 3, "payments sent while the broker is down (each parked, then resent), 1..100")
+	f.String("redis", "", "Redis \"host:port\" for the reliability part (default: an embedded miniredis); only keys under this run's namespace are written, and they are deleted at the end")
+	f.Duration("timeout", 30*time.Second, "how long the whole run may take before it fails, naming what is missing")
+	f.Bool("verbose", false, "show the broker, producer, consumer, middleware and retry task logs on stderr (level from --log-level)")
 	return cmd
 }
 
 // qsOptions configures runQuickstart.
 type qsOptions struct {
 	orders, failed int
+	outageSends    int    // payments sent while the broker is down
+	redisAddr      string // "" = embedded miniredis
 	timeout        time.Duration
 	log            *slog.Logger
-	pointsTags     string // test hook: points_service's subscription; default "PaySuccess"
+
+	// Test hooks (zero = the real demo).
+	pointsTags  string // points_service's subscription; default "PaySuccess"
+	noDedup     bool   // points_service runs without Dedup: the duplicate adds points twice
+	noRetryTask bool   // the retry task is not started: parked payments are never resent
 }
 
 // payEvent is the JSON body of a payment event.
@@ -146,28 +168,49 @@ func (c *qsCollector) sorted(group string) []qsReceived {
 	return out
 }
 
-// runQuickstart runs the payment scenario and writes a human-readable account to out.
-// Everything it starts is shut down before it returns, on success and on failure.
+// qsRun is one quickstart run: what it started and what it observed.
+type qsRun struct {
+	out      io.Writer
+	o        qsOptions
+	started  time.Time
+	deadline context.Context // bounds the whole run (--timeout)
+
+	dir     string         // the broker's data directory
+	b       *broker.Broker // the running broker (replaced by the restart; nil while down)
+	ns      []string       // name server addresses
+	p       *producer.Producer
+	redis   *qsRedis
+	col     *qsCollector
+	ledger  *qsLedger
+	deleted int // Redis keys of the run's namespace deleted at shutdown
+}
+
+// runQuickstart runs the payment scenario, then the reliability scenario
+// (qsRun.reliability), and writes a human-readable account to out. Everything it starts
+// is shut down before it returns, on success and on failure, and the Redis keys it wrote
+// are deleted.
 func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) {
 	switch {
 	case o.orders < 1 || o.orders > 1000:
 		return fmt.Errorf("--orders %d: must be 1..1000", o.orders)
 	case o.failed < 0 || o.failed > 1000:
 		return fmt.Errorf("--failed %d: must be 0..1000", o.failed)
+	case o.outageSends < 1 || o.outageSends > 100:
+		return fmt.Errorf("--outage-sends %d: must be 1..100", o.outageSends)
 	case o.timeout <= 0:
 		return fmt.Errorf("--timeout %v: must be positive", o.timeout)
 	}
 	if o.pointsTags == "" {
 		o.pointsTags = qsTagSuccess
 	}
-	started := time.Now()
+	r := &qsRun{out: out, o: o, started: time.Now(), ledger: newQSLedger()}
 	deadline, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	r.deadline = deadline
 
-	// Stop functions run in reverse start order: producer, consumers, admin client,
-	// broker (with its name server), data directory.
+	// Stop functions run in reverse start order: retry task, parker, producer, consumers,
+	// admin client, broker (with its name server), Redis keys and client, data directory.
 	var stops []func(context.Context) error
-	var dir string
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), qsShutdownTime)
 		defer scancel()
@@ -178,34 +221,53 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		if serr := errors.Join(errs...); serr != nil {
 			err = errors.Join(err, fmt.Errorf("quickstart shutdown: %w", serr))
 		} else if err == nil {
-			fmt.Fprintf(out, "\nshut down the producer, both consumer groups, the broker and the name server; removed %s\n", dir)
-			fmt.Fprintf(out, "quickstart OK in %v\n", time.Since(started).Round(time.Millisecond))
+			fmt.Fprintf(out, "\nshut down the retry task, the producer, both consumer groups, the broker and the name server; deleted the %d Redis key(s) of namespace %s; removed %s\n",
+				r.deleted, r.redis.ns, r.dir)
+			fmt.Fprintf(out, "quickstart OK in %v\n", time.Since(r.started).Round(time.Millisecond))
 		}
 	}()
 
-	dir, err = os.MkdirTemp("", "sluice-quickstart-")
+	r.dir, err = os.MkdirTemp("", "sluice-quickstart-")
 	if err != nil {
 		return fmt.Errorf("temporary data directory: %w", err)
 	}
-	stops = append(stops, func(context.Context) error { return os.RemoveAll(dir) })
+	stops = append(stops, func(context.Context) error { return os.RemoveAll(r.dir) })
+
+	// Redis first: points_service's Dedup needs it from its first message on.
+	r.redis, err = openQSRedis(deadline, o.redisAddr)
+	if err != nil {
+		return err
+	}
+	stops = append(stops, func(ctx context.Context) error {
+		n, err := r.redis.close(ctx)
+		r.deleted = n
+		return err
+	})
 
 	b, err := broker.New(broker.Config{
 		ListenAddr:        "127.0.0.1:0",
 		NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir:  dir,
+		StorePathRootDir:  r.dir,
 		Logger:            o.log,
 	})
 	if err != nil {
 		return err
 	}
-	stops = append(stops, b.Shutdown)
+	r.b = b
+	stops = append(stops, func(ctx context.Context) error { // the broker running at the end
+		if r.b == nil {
+			return nil
+		}
+		return r.b.Shutdown(ctx)
+	})
 	if err := b.Start(); err != nil {
+		r.b = nil // Start stopped it again
 		return fmt.Errorf("broker start: %w", err)
 	}
-	ns := splitAddrs(b.NamesrvAddr())
-	fmt.Fprintf(out, "started name server %s and broker %s at %s (data in %s)\n", b.NamesrvAddr(), b.Name(), b.Addr(), dir)
+	r.ns = splitAddrs(b.NamesrvAddr())
+	fmt.Fprintf(out, "started name server %s and broker %s at %s (data in %s)\n", b.NamesrvAddr(), b.Name(), b.Addr(), r.dir)
 
-	a, err := admin.New(admin.Config{NamesrvAddrs: ns, Logger: o.log})
+	a, err := admin.New(admin.Config{NamesrvAddrs: r.ns, Logger: o.log})
 	if err != nil {
 		return err
 	}
@@ -218,23 +280,34 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 	}
 	fmt.Fprintf(out, "created topic %s with %d queues\n", qsTopic, qsQueues)
 
-	col := &qsCollector{got: map[string]map[string]qsReceived{qsOrderGroup: {}, qsPointsGroup: {}}}
+	r.col = &qsCollector{got: map[string]map[string]qsReceived{qsOrderGroup: {}, qsPointsGroup: {}}}
 	groups := []struct{ name, tags string }{
 		{qsOrderGroup, qsTagSuccess + " || " + qsTagFailed},
 		{qsPointsGroup, o.pointsTags},
 	}
 	for _, g := range groups {
+		mws, handler, err := r.consumerChain(g.name)
+		if err != nil {
+			return err
+		}
 		c, err := consumer.NewPushConsumer(consumer.Config{
-			NamesrvAddrs:     ns,
+			NamesrvAddrs:     r.ns,
 			Group:            g.name,
 			ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
-			Logger:           o.log,
+			// One message per handler call, so Dedup and the ledger see each delivery.
+			ConsumeMessageBatchMaxSize: 1,
+			// Heartbeats tell a restarted broker the group's subscription again; until
+			// one arrives it refuses the group's pulls (SUBSCRIPTION_NOT_EXIST). 1 s keeps
+			// the outage demo short (default 30 s).
+			HeartbeatInterval: time.Second,
+			Middlewares:       mws,
+			Logger:            o.log,
 		})
 		if err != nil {
 			return err
 		}
 		stops = append(stops, c.Shutdown)
-		if err := c.Subscribe(qsTopic, g.tags, col.handler(g.name)); err != nil {
+		if err := c.Subscribe(qsTopic, g.tags, handler); err != nil {
 			return err
 		}
 		if err := c.Start(); err != nil {
@@ -243,14 +316,63 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		fmt.Fprintf(out, "started consumer group %s subscribed to %s %q\n", g.name, qsTopic, g.tags)
 	}
 
-	p, err := producer.New(producer.Config{NamesrvAddrs: ns, Group: qsProducerGrp, Logger: o.log})
+	r.p, err = producer.New(producer.Config{NamesrvAddrs: r.ns, Group: qsProducerGrp, Logger: o.log})
 	if err != nil {
 		return err
 	}
-	stops = append(stops, p.Shutdown) // stops run in reverse: the sender stops before the receivers
-	if err := p.Start(); err != nil {
+	stops = append(stops, r.p.Shutdown) // stops run in reverse: the sender stops before the receivers
+	if err := r.p.Start(); err != nil {
 		return err
 	}
+	if err := r.fanOut(ctx); err != nil {
+		return err
+	}
+	return r.reliability(ctx, &stops)
+}
+
+// consumerChain returns the middlewares and the handler of consumer group group.
+// order_service records what it received, without Dedup: it only notes an order's
+// payment status, which a repeat does not change. points_service adds loyalty points (its
+// business effect) behind Dedup, so a payment delivered twice adds points once. Both
+// count their deliveries in the ledger (outermost, so they see Dedup's duplicates).
+func (r *qsRun) consumerChain(group string) ([]middleware.ConsumeMiddleware, middleware.ConsumeFunc, error) {
+	record := r.col.handler(group)
+	if group != qsPointsGroup {
+		return []middleware.ConsumeMiddleware{middleware.Logging(r.o.log), r.ledger.observe(group)}, record, nil
+	}
+	mws := []middleware.ConsumeMiddleware{middleware.Logging(r.o.log), r.ledger.observe(group)}
+	if !r.o.noDedup {
+		dedup, err := middleware.Dedup(middleware.DedupConfig{
+			Client: r.redis.client,
+			Prefix: r.redis.dedupPrefix(group),
+			Logger: r.o.log,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		mws = append(mws, dedup)
+	}
+	mws = append(mws, middleware.Recover())
+	addPoints := func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		if res, err := record(ctx, msgs); res != message.ConsumeSuccess || err != nil {
+			return res, err
+		}
+		for _, m := range msgs {
+			var ev payEvent
+			if err := json.Unmarshal(m.Body, &ev); err != nil {
+				return message.ReconsumeLater, fmt.Errorf("points_service: body of %s: %w", m.MsgID, err)
+			}
+			r.ledger.addPoints(middleware.KeyOf(m), ev)
+		}
+		return message.ConsumeSuccess, nil
+	}
+	return mws, addPoints, nil
+}
+
+// fanOut is the payment scenario: send the PaySuccess and PayFailed events, wait until
+// both groups have exactly what they subscribed to, print what they received.
+func (r *qsRun) fanOut(ctx context.Context) error {
+	out, o := r.out, r.o
 	var wantOrder, wantPoints []string
 	for i := 1; i <= o.orders+o.failed; i++ {
 		ev := payEvent{OrderID: fmt.Sprintf("ORD-%04d", 1000+i), Amount: float64(1999+i*250) / 100, Status: "PAID"}
@@ -260,7 +382,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		}
 		body, _ := json.Marshal(ev)
 		msg := message.NewMessage(qsTopic, body).SetTag(tag).SetKeys(ev.OrderID)
-		res, err := p.SendSync(deadline, msg)
+		res, err := r.p.SendSync(r.deadline, msg)
 		if err != nil {
 			return fmt.Errorf("send %s %s: %w", tag, ev.OrderID, err)
 		}
@@ -273,31 +395,23 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 	}
 
 	want := map[string][]string{qsOrderGroup: wantOrder, qsPointsGroup: wantPoints}
-	complete := func() bool {
+	qsWait(r.deadline, func() bool {
 		for g, w := range want {
-			if m, u := col.diff(g, w); len(m)+len(u) > 0 {
+			if m, u := r.col.diff(g, w); len(m)+len(u) > 0 {
 				return false
 			}
 		}
 		return true
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !complete() && deadline.Err() == nil {
-		select {
-		case <-deadline.Done():
-		case <-tick.C:
-		}
-	}
+	})
 
 	var problems []string
-	for _, g := range groups {
-		got := col.sorted(g.name)
+	for _, g := range []struct{ name, tags string }{{qsOrderGroup, qsTagSuccess + " || " + qsTagFailed}, {qsPointsGroup, o.pointsTags}} {
+		got := r.col.sorted(g.name)
 		fmt.Fprintf(out, "\nconsumer group %s (subscribed %q) received %d message(s):\n", g.name, g.tags, len(got))
-		for _, r := range got {
-			fmt.Fprintf(out, "  %-10s key=%s  %s\n", r.tag, r.key, r.body)
+		for _, rec := range got {
+			fmt.Fprintf(out, "  %-10s key=%s  %s\n", rec.tag, rec.key, rec.body)
 		}
-		missing, unexpected := col.diff(g.name, want[g.name])
+		missing, unexpected := r.col.diff(g.name, want[g.name])
 		if len(missing) > 0 {
 			problems = append(problems, fmt.Sprintf("group %s is missing %d of %d message(s): %s", g.name, len(missing), len(want[g.name]), strings.Join(missing, ", ")))
 		}
@@ -306,13 +420,32 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		}
 	}
 	if len(problems) > 0 {
-		why := ""
-		if ctx.Err() != nil {
-			why = " (interrupted)"
-		}
-		return fmt.Errorf("quickstart failed after %v%s: %s", time.Since(started).Round(time.Millisecond), why, strings.Join(problems, "; "))
+		return r.failed(ctx, problems)
 	}
 	fmt.Fprintf(out, "\nboth groups received exactly what they subscribed to: %s got %d (%s and %s), %s got %d (%s only)\n",
 		qsOrderGroup, len(wantOrder), qsTagSuccess, qsTagFailed, qsPointsGroup, len(wantPoints), qsTagSuccess)
 	return nil
+}
+
+// failed returns the run's failure naming problems.
+func (r *qsRun) failed(ctx context.Context, problems []string) error {
+	why := ""
+	if ctx.Err() != nil {
+		why = " (interrupted)"
+	}
+	return fmt.Errorf("quickstart failed after %v%s: %s", time.Since(r.started).Round(time.Millisecond), why, strings.Join(problems, "; "))
+}
+
+// qsWait polls cond every 20 ms until it holds (true) or ctx is done (cond's last value).
+func qsWait(ctx context.Context, cond func() bool) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }

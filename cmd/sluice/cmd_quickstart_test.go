@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/redistest"
 )
 
 // execRoot runs the command tree in-process with args and returns stdout, stderr and
@@ -95,6 +99,10 @@ func TestQuickstart(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	checkReliability(t, out, 3)
+	if !strings.Contains(out, "redis: embedded miniredis at 127.0.0.1:") {
+		t.Errorf("without --redis the run does not use an embedded miniredis:\n%s", out)
+	}
 	m := qsDataDir.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no data directory in output:\n%s", out)
@@ -111,7 +119,7 @@ func TestQuickstartReportsMissingMessages(t *testing.T) {
 	// points_service subscribed to a tag nobody sends: after the deadline the run fails,
 	// naming the group and what it is missing, and still shuts everything down.
 	var out bytes.Buffer
-	err := runQuickstart(context.Background(), &out, qsOptions{orders: 3, failed: 1, timeout: 1500 * time.Millisecond, log: discardLogger(), pointsTags: "Refund"})
+	err := runQuickstart(context.Background(), &out, qsOptions{orders: 3, failed: 1, outageSends: 3, timeout: 1500 * time.Millisecond, log: discardLogger(), pointsTags: "Refund"})
 	if err == nil {
 		t.Fatalf("quickstart succeeded although points_service subscribed to Refund:\n%s", out.String())
 	}
@@ -143,6 +151,9 @@ func TestQuickstartFlagErrors(t *testing.T) {
 		{[]string{"quickstart", "--orders", "0"}, "--orders 0: must be 1..1000"},
 		{[]string{"quickstart", "--failed", "-1"}, "--failed -1: must be 0..1000"},
 		{[]string{"quickstart", "--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"quickstart", "--outage-sends", "0"}, "--outage-sends 0: must be 1..100"},
+		{[]string{"quickstart", "--outage-sends", "101"}, "--outage-sends 101: must be 1..100"},
+		{[]string{"quickstart", "--redis", closedAddr(t)}, "no answer to PING"},
 		{[]string{"quickstart", "--verbose", "--log-level", "loud"}, `--log-level "loud"`},
 	} {
 		_, _, err := execRoot(t, 10*time.Second, tc.args...)
@@ -162,5 +173,237 @@ func TestQuickstartVerboseLogs(t *testing.T) {
 	}
 	if !strings.Contains(out, `points_service (subscribed "PaySuccess") received 2 message(s)`) {
 		t.Errorf("output:\n%s", out)
+	}
+}
+
+var (
+	qsStartedBroker   = regexp.MustCompile(`started name server (\S+) and broker broker-a at (\S+) \(`)
+	qsRestartedBroker = regexp.MustCompile(`started broker broker-a again at (\S+) with name server (\S+) on the same data directory`)
+	qsParkedLine      = regexp.MustCompile(`(?m)^send PaySuccess (ORD-\d+) key=(PaySuccess_[0-9a-f]{32}) failed after 3 attempt\(s\): .+ -> parked as record [0-9A-F]{32}$`)
+	qsResentLine      = regexp.MustCompile(`(?m)^retry task resent PaySuccess (ORD-\d+) key=(PaySuccess_[0-9a-f]{32}) -> queue \d offset \d+ \(SEND_OK\)$`)
+	qsTallyLine       = regexp.MustCompile(`(?m)^  (sent|parked|resent|consumed|duplicates skipped|business effects) +(\d+)`)
+	qsNamespace       = regexp.MustCompile(`key namespace (qs-[0-9a-f]{16})\n`)
+	qsDeletedKeys     = regexp.MustCompile(`deleted the (\d+) Redis key\(s\) of namespace (qs-[0-9a-f]{16})`)
+)
+
+// tallyOf returns the tally lines' numbers by name.
+func tallyOf(t *testing.T, out string) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, m := range qsTallyLine.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[2])
+		got[m[1]] = n
+	}
+	return got
+}
+
+// checkReliability asserts the reliability part of a successful run with n outage sends:
+// n sends parked with the producer's 3 attempts, the broker restarted on its old
+// addresses, exactly those n records resent, the duplicate skipped, and the tally.
+func checkReliability(t *testing.T, out string, n int) {
+	t.Helper()
+	first, again := qsStartedBroker.FindStringSubmatch(out), qsRestartedBroker.FindStringSubmatch(out)
+	if first == nil || again == nil {
+		t.Fatalf("no start and restart of the broker in the output:\n%s", out)
+	}
+	if again[1] != first[2] || again[2] != first[1] {
+		t.Errorf("broker restarted at %s (name server %s), want its old addresses %s (%s)", again[1], again[2], first[2], first[1])
+	}
+	parked := map[string]string{}
+	for _, m := range qsParkedLine.FindAllStringSubmatch(out, -1) {
+		parked[m[1]] = m[2]
+	}
+	resent := map[string]string{}
+	for _, m := range qsResentLine.FindAllStringSubmatch(out, -1) {
+		if _, dup := resent[m[1]]; dup {
+			t.Errorf("%s resent twice", m[1])
+		}
+		resent[m[1]] = m[2]
+	}
+	if len(parked) != n {
+		t.Errorf("%d parked sends in the output, want %d:\n%s", len(parked), n, out)
+	}
+	for i := 1; i <= n; i++ {
+		order := fmt.Sprintf("ORD-%04d", 2000+i)
+		if parked[order] == "" || resent[order] != parked[order] {
+			t.Errorf("%s: parked with key %q, resent with key %q; want both, with one key", order, parked[order], resent[order])
+		}
+	}
+	if len(resent) != n {
+		t.Errorf("%d resends, want %d", len(resent), n)
+	}
+	dup := fmt.Sprintf("ORD-%04d", 2000+n+1)
+	for _, want := range []string{
+		"--- reliability: a broker outage and a duplicate delivery ---",
+		fmt.Sprintf("both groups received the %d parked payment(s)", n),
+		"sent PaySuccess " + dup + " key=PaySuccess_",
+		"points_service added ",
+		fmt.Sprintf("points_service got %s 2 times: 1 skipped by Dedup as a duplicate (done marker set), points added 1 time(s); order_service (no Dedup) handled it 2 times", dup),
+		fmt.Sprintf("reliability OK: no payment lost (%d parked, %d resent), no points added twice (1 duplicate skipped)", n, n),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, " again (the same message and key: a duplicate delivery)") {
+		t.Errorf("output does not show the second send of %s:\n%s", dup, out)
+	}
+	want := map[string]int{"sent": n + 2, "parked": n, "resent": n, "consumed": n + 2, "duplicates skipped": 1, "business effects": n + 1}
+	got := tallyOf(t, out)
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("tally %s = %d (present %v), want %d:\n%s", name, g, ok, w, out)
+		}
+	}
+	if !strings.Contains(out, "(still parked 0, dead 0)") {
+		t.Errorf("tally does not show an empty park namespace:\n%s", out)
+	}
+	if m := qsDeletedKeys.FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("no Redis keys deleted at the end:\n%s", out)
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// With --redis, the run writes only keys of its own namespace and deletes them all at
+// the end; keys of others stay. Against miniredis, and a real Redis when
+// SLUICE_REDIS_ADDR is set.
+func TestQuickstartExternalRedis(t *testing.T) {
+	t.Parallel() // mostly waiting: the consumers' pull backoff, the deadline
+	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
+		ctx := context.Background()
+		other := tg.NS + ":someone-else"
+		if err := tg.Client.Set(ctx, other, "kept", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := execRoot(t, 60*time.Second, "quickstart", "--redis", tg.Addr, "--orders", "3", "--failed", "1", "--outage-sends", "2")
+		if err != nil {
+			t.Fatalf("quickstart --redis %s: %v\n%s", tg.Addr, err, out)
+		}
+		if !strings.Contains(out, "redis: Redis at "+tg.Addr+", key namespace qs-") {
+			t.Errorf("output does not name the Redis at %s:\n%s", tg.Addr, out)
+		}
+		checkReliability(t, out, 2)
+		m := qsNamespace.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no key namespace in the output:\n%s", out)
+		}
+		keys, err := tg.Client.Keys(ctx, "*"+m[1]+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			t.Errorf("%d key(s) of namespace %s left after the run: %v", len(keys), m[1], keys)
+		}
+		if d := qsDeletedKeys.FindStringSubmatch(out); d == nil || d[2] != m[1] {
+			t.Errorf("the run does not report deleting namespace %s:\n%s", m[1], out)
+		}
+		if v, err := tg.Client.Get(ctx, other).Result(); err != nil || v != "kept" {
+			t.Errorf("a key outside the run's namespace: %q, %v; want it kept", v, err)
+		}
+	})
+}
+
+// Without Dedup (test hook) the duplicate adds points twice: the tally says so and the
+// run fails naming the payment, and still shuts everything down.
+func TestQuickstartReportsDoubleEffect(t *testing.T) {
+	t.Parallel() // mostly waiting: the consumers' pull backoff, the deadline
+	var out bytes.Buffer
+	err := runQuickstart(context.Background(), &out, qsOptions{orders: 2, failed: 0, outageSends: 2, timeout: 30 * time.Second,
+		log: discardLogger(), noDedup: true})
+	if err == nil {
+		t.Fatalf("quickstart without Dedup succeeded:\n%s", out.String())
+	}
+	for _, want := range []string{"points added more than once: ORD-2003 (2 times)", "duplicates skipped 0, want 1", "business effects 4, want 3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "lost") || strings.Contains(err.Error(), "resent") {
+		t.Errorf("error %q blames the outage part, which worked", err)
+	}
+	got := tallyOf(t, out.String())
+	if got["duplicates skipped"] != 0 || got["business effects"] != 3+1 || got["consumed"] != 4 {
+		t.Errorf("tally %v, want 0 duplicates skipped, 4 effects, 4 consumed:\n%s", got, out.String())
+	}
+	if strings.Contains(out.String(), "quickstart OK") || strings.Contains(out.String(), "reliability OK") {
+		t.Errorf("output claims success:\n%s", out.String())
+	}
+	checkCleanedUp(t, out.String())
+}
+
+// Without the retry task (test hook) the parked payments are never resent: at the
+// deadline the run fails naming them, and still shuts everything down.
+func TestQuickstartReportsLoss(t *testing.T) {
+	t.Parallel() // mostly waiting: the consumers' pull backoff, the deadline
+	var out bytes.Buffer
+	err := runQuickstart(context.Background(), &out, qsOptions{orders: 2, failed: 0, outageSends: 2, timeout: 8 * time.Second,
+		log: discardLogger(), noRetryTask: true})
+	if err == nil {
+		t.Fatalf("quickstart without the retry task succeeded:\n%s", out.String())
+	}
+	for _, want := range []string{"timed out waiting for the parked payments to be resent and consumed", "resent 0 of 2 parked sends",
+		"2 record(s) still parked and 0 dead in Redis", "lost: ORD-2001 (no points added), ORD-2001 (never reached order_service), ORD-2002 (no points added)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "more than once") {
+		t.Errorf("error %q reports a double effect", err)
+	}
+	if got := tallyOf(t, out.String()); got["parked"] != 2 || got["resent"] != 0 || got["business effects"] != 0 {
+		t.Errorf("tally %v, want 2 parked, 0 resent, 0 effects:\n%s", got, out.String())
+	}
+	checkCleanedUp(t, out.String())
+}
+
+// checkCleanedUp asserts a failed run removed its data directory.
+func checkCleanedUp(t *testing.T, out string) {
+	t.Helper()
+	m := qsDataDir.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no data directory in output:\n%s", out)
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("data directory %s still exists after a failed quickstart (stat: %v)", m[1], err)
+	}
+}
+
+func TestQuickstartTallyProblems(t *testing.T) {
+	good := qsTally{outage: 3, sent: 5, parked: 3, resent: 3, events: 4, consumed: 5, duplicates: 1, effects: 4, orderGot: 5}
+	if p := good.problems(); p != nil {
+		t.Fatalf("a clean tally has problems: %v", p)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*qsTally)
+		want string
+	}{
+		{"a send during the outage not parked", func(x *qsTally) { x.parked, x.resent, x.consumed = 2, 2, 4 }, "parked 2 of the 3 sends made while the broker was down"},
+		{"a parked send not resent", func(x *qsTally) { x.resent, x.consumed, x.duplicates = 2, 4, 0 }, "resent 2 of 3 parked sends"},
+		{"records left", func(x *qsTally) { x.stillParked, x.dead = 1, 2 }, "1 record(s) still parked and 2 dead in Redis"},
+		{"lost", func(x *qsTally) { x.lost = []string{"ORD-2002 (no points added)"} }, "lost: ORD-2002 (no points added)"},
+		{"doubled", func(x *qsTally) { x.doubled = []string{"ORD-2004 (2 times)"} }, "points added more than once: ORD-2004 (2 times)"},
+		{"an extra delivery", func(x *qsTally) { x.consumed, x.duplicates = 6, 2 }, "points_service consumed 6 deliveries, want 5"},
+		{"duplicate not skipped", func(x *qsTally) { x.duplicates, x.effects = 0, 5 }, "duplicates skipped 0, want 1"},
+		{"an effect missing", func(x *qsTally) { x.effects = 3 }, "business effects 3, want 4"},
+		{"stopped early", func(x *qsTally) { x.note = "timed out waiting" }, "timed out waiting"},
+	} {
+		x := good
+		tc.edit(&x)
+		p := strings.Join(x.problems(), "; ")
+		if !strings.Contains(p, tc.want) {
+			t.Errorf("%s: problems %q lack %q", tc.name, p, tc.want)
+		}
 	}
 }
