@@ -17,6 +17,7 @@ func TestRetention(t *testing.T) {
 		c.MappedFileSizeCommitLog = 4<<20 + 64<<10 // small segments: they fill fast
 		c.MaxMessageSize = 4 << 20
 		c.DeleteWhen = "04"
+		c.FileReservedTime = 1 // hours: the smallest RocketMQ allows
 	})
 	c := newClient(t)
 	createTopic(t, c, b.Addr(), "Old", 1)
@@ -26,12 +27,16 @@ func TestRetention(t *testing.T) {
 			t.Fatal(r.Remark)
 		}
 	}
-	later := time.Now().Add(80 * time.Hour)
-	notFour := time.Date(later.Year(), later.Month(), later.Day(), 5, 0, 0, 0, later.Location())
+	// The first 04:00 at least 2 h from now: past fileReservedTime (1 h) for every file.
+	now := time.Now()
+	four := time.Date(now.Year(), now.Month(), now.Day(), 4, 0, 0, 0, now.Location())
+	for four.Before(now.Add(2 * time.Hour)) {
+		four = four.Add(24 * time.Hour)
+	}
+	notFour := four.Add(time.Hour)
 	if n := b.cleanOnce(notFour, 10); n != 0 {
 		t.Fatalf("deleted %d files outside deleteWhen", n)
 	}
-	four := time.Date(later.Year(), later.Month(), later.Day(), 4, 0, 0, 0, later.Location())
 	if n := b.cleanOnce(four, 10); n == 0 {
 		t.Fatal("nothing deleted at deleteWhen")
 	}
@@ -55,7 +60,7 @@ func TestRetention(t *testing.T) {
 			t.Fatal(r.Remark)
 		}
 	}
-	now := time.Now()
+	now = time.Now()
 	if n := b.cleanOnce(now, 80); n != 0 {
 		t.Fatalf("fresh files deleted at 80%% usage: %d", n)
 	}

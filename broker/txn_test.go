@@ -285,3 +285,30 @@ func TestTransactionCheckNeedsLiveProducer(t *testing.T) {
 	waitFor(t, 5*time.Second, "the check once a producer is live", func() bool { return p.count("orphan") == 1 })
 	waitFor(t, 5*time.Second, "the committed orphan", func() bool { return len(bodies(t, c, b.Addr(), "Tx")) == 1 })
 }
+
+// TestTransactionCheckImmunity10s: a half message with CHECK_IMMUNITY_TIME_IN_SECONDS=10
+// is not checked before 10 s, although transactionTimeOut is 100 ms; then it is.
+func TestTransactionCheckImmunity10s(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		c.TransactionTimeOut = 100
+		c.TransactionCheckInterval = 100
+	})
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Tx", 1)
+	_, p := newCheckingProducer(t, b.Addr(), func(string, int) int { return txnCommit })
+	sent := time.Now()
+	sendHalf(t, c, b.Addr(), "Tx", "immune", "immune10", map[string]string{message.PropertyCheckImmunityTimeInSeconds: "10"})
+	sendHalf(t, c, b.Addr(), "Tx", "plain", "plain", nil)
+	waitFor(t, 5*time.Second, "the plain half message to be checked", func() bool { return p.count("plain") == 1 })
+	if p.count("immune10") != 0 {
+		t.Fatal("the immune half message was checked with the plain one")
+	}
+	waitFor(t, 20*time.Second, "the immune half message to be checked", func() bool { return p.count("immune10") == 1 })
+	p.mu.Lock()
+	first := p.at["immune10"][0]
+	p.mu.Unlock()
+	if d := first.Sub(sent); d < 10*time.Second {
+		t.Fatalf("checked %v after sending, before its 10 s immunity", d)
+	}
+}
