@@ -448,6 +448,9 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 	if err := message.ValidateTopic(topic); err != nil {
 		return &ConfigError{Field: "Topic", Reason: err.Error()}
 	}
+	if message.IsSystemTopic(topic) {
+		return &ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+	}
 	r, err := a.TopicRoute(ctx, topic)
 	if err != nil && !errors.Is(err, namesrv.ErrTopicNotExist) {
 		return err
@@ -472,6 +475,10 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 				errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
 			}
 		}
+	}
+	if len(errs) > 0 {
+		// A broker kept the topic: keep its route too, so the topic stays usable.
+		return errors.Join(errs...)
 	}
 	for _, addr := range a.cfg.NamesrvAddrs {
 		c, cancel, err := a.reqCtx(ctx)

@@ -443,3 +443,21 @@ func TestShutdownAnswersHeldPulls(t *testing.T) {
 		t.Fatalf("shutdown with a held pull took %v", time.Since(start))
 	}
 }
+
+// TestSystemTopicsCannotBeDeleted: DELETE_TOPIC_IN_BROKER refuses the broker's own topics
+// (deleting SCHEDULE_TOPIC_XXXX would lose every pending delayed message).
+func TestSystemTopicsCannotBeDeleted(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	for _, topic := range []string{message.ScheduleTopic, message.TransHalfTopic, message.TransOpHalfTopic, message.AutoCreateTopicKey, "DefaultCluster", "broker-a"} {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.DeleteTopicInBroker, map[string]string{"topic": topic}, nil))
+		if r.ResponseCode() != remoting.SystemError || b.topics.get(topic) == nil {
+			t.Fatalf("delete %s: code %d, config kept: %v", topic, r.Code, b.topics.get(topic) != nil)
+		}
+	}
+	// A delayed send answers with the producer's queue, not the schedule queue.
+	createTopic(t, c, b.Addr(), "One", 1)
+	if r := sendV1(t, c, b.Addr(), "One", 0, []byte("x"), map[string]string{"DELAY": "18"}); r.ExtFields["queueId"] != "0" {
+		t.Fatalf("delayed send reported queue %s", r.ExtFields["queueId"])
+	}
+}

@@ -257,7 +257,7 @@ func (b *Broker) handleCreateTopic(_ context.Context, _ *remoting.Conn, req *rem
 	if err := message.ValidateTopic(topic); err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	if message.IsSendForbiddenTopic(topic) || topic == message.AutoCreateTopicKey {
+	if b.isSystemTopic(topic) {
 		return errResponse(remoting.SystemError, "the topic[%s] is conflict with system topic", topic)
 	}
 	tc := namesrv.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
@@ -297,6 +297,9 @@ func (b *Broker) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req *rem
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
+	if b.isSystemTopic(topic) {
+		return errResponse(remoting.SystemError, "the topic[%s] is a system topic and cannot be deleted", topic)
+	}
 	if err := b.topics.remove(topic); err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
@@ -312,4 +315,10 @@ func (b *Broker) handleAllGroups(_ context.Context, _ *remoting.Conn, _ *remotin
 	r := remoting.NewResponse(remoting.Success, "")
 	r.Body, _ = json.Marshal(b.groups.snapshot())
 	return r
+}
+
+// isSystemTopic reports whether topic belongs to the broker: the system topics, and the
+// topics named after the cluster and the broker (as Java's TopicConfigManager creates).
+func (b *Broker) isSystemTopic(topic string) bool {
+	return message.IsSystemTopic(topic) || topic == b.cfg.BrokerClusterName || topic == b.cfg.BrokerName
 }

@@ -198,16 +198,17 @@ func (b *Broker) handleSend(v2 bool) remoting.Handler {
 			if resp := b.prepareHalf(m); resp != nil {
 				return resp
 			}
-			return b.put(ctx, m, message.TagHashCode(m.Tag()))
+			return b.put(ctx, m, message.TagHashCode(m.Tag()), h.queueID)
 		}
 		if message.IsRetryTopic(h.topic) {
 			b.routeRetry(m, h.maxReconsumeTimes)
 		}
+		queueID := m.QueueID // the producer's queue, also for a delayed message parked in SCHEDULE_TOPIC_XXXX
 		tagsCode, resp := b.applyDelay(m)
 		if resp != nil {
 			return resp
 		}
-		return b.put(ctx, m, tagsCode)
+		return b.put(ctx, m, tagsCode, queueID)
 	}
 }
 
@@ -257,13 +258,14 @@ func (b *Broker) applyDelay(m *message.MessageExt) (int64, *remoting.RemotingCom
 	return message.TagHashCode(m.Tag()), nil
 }
 
-// put appends one message and builds the send response.
-func (b *Broker) put(ctx context.Context, m *message.MessageExt, tagsCode int64) *remoting.RemotingCommand {
+// put appends one message and builds the send response, which names queueID (the queue
+// the producer chose, as Java answers, even when the message was parked elsewhere).
+func (b *Broker) put(ctx context.Context, m *message.MessageExt, tagsCode int64, queueID int32) *remoting.RemotingCommand {
 	res, err := b.store.PutMessage(ctx, m, tagsCode)
 	if err != nil {
 		return b.putError(err)
 	}
-	return b.putResponse(res, m.QueueID)
+	return b.putResponse(res, queueID)
 }
 
 func (b *Broker) putError(err error) *remoting.RemotingCommand {

@@ -84,7 +84,7 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 		m.Topic = b.ensureDLQ(group)
 		m.QueueID = 0
 		b.log.Info("message moved to the DLQ", "group", group, "topic", m.Property(message.PropertyRetryTopic),
-			"msgId", m.Property(message.PropertyOriginMessageID), "reconsumeTimes", orig.ReconsumeTimes)
+			"msgId", m.Property(message.PropertyOriginMessageID), "reconsumeTimes", m.ReconsumeTimes)
 	} else {
 		if delayLevel == 0 {
 			delayLevel = 3 + orig.ReconsumeTimes

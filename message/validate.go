@@ -44,6 +44,13 @@ var sendForbiddenTopics = map[string]bool{
 	"OFFSET_MOVED_EVENT":          true,
 }
 
+// IsSystemTopic reports whether topic is one the broker itself owns: the send-forbidden
+// system topics (see IsSendForbiddenTopic) and TBW102, the auto-create template. Such
+// topics may not be created, updated or deleted by admin requests.
+func IsSystemTopic(topic string) bool {
+	return sendForbiddenTopics[topic] || topic == "TBW102"
+}
+
 // IsSendForbiddenTopic reports whether producers may not send to topic (system topics such
 // as SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_HALF_TOPIC; the broker answers NO_PERMISSION, 16).
 func IsSendForbiddenTopic(topic string) bool { return sendForbiddenTopics[topic] }
