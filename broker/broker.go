@@ -96,7 +96,7 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("broker", cfg.BrokerName), delayLevels: levels,
 		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls()}
 	for _, k := range cfg.ignored {
-		b.log.Info("broker.conf key accepted but has no effect in Sluice", "key", k)
+		b.log.Warn("broker.conf key accepted but has no effect in Sluice", "key", k)
 	}
 	var err error
 	if b.topics, err = newTopicTable(cfg.StorePathRootDir, &b.cfg); err != nil {

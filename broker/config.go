@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -132,23 +133,53 @@ type Config struct {
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
 
-	listenPortSet bool     // listenPort was given in a file, so 0 means "a free port"
-	ignored       []string // keys accepted from a file that have no effect
+	listenPortSet bool              // listenPort was given in a file, so 0 means "a free port"
+	ignored       []string          // keys accepted from a file that have no effect
+	storePaths    map[string]string // storePath* keys from a file, checked against storePathRootDir
 }
 
-// ignoredConfKeys are Apache RocketMQ broker.conf keys Sluice accepts so an existing file
-// loads, but that have no effect here (thread pools, JVM-side tuning). They are logged at
-// Info when set.
+// IgnoredConfKeys are Apache RocketMQ broker.conf keys Sluice accepts so an existing file
+// loads, but that have no effect here (thread pools, JVM-side tuning, HA addresses). A
+// broker logs a warning naming each one that is set. Keys for features Sluice lacks are
+// not here: set to true they are an error (see UnsupportedConfKeys).
+var IgnoredConfKeys = ignoredConfKeys
+
+// UnsupportedConfKeys are Apache RocketMQ broker.conf switches for features Sluice does
+// not have. Set to false they are accepted; set to true they are a *ConfigError, so a
+// file that relies on them fails loudly instead of running without them.
+var UnsupportedConfKeys = map[string]string{
+	"aclEnable":                       "ACL is not supported",
+	"enableDLegerCommitLog":           "DLedger (Raft) commitlog replication is not supported",
+	"fetchNamesrvAddrByAddressServer": "name-server discovery through an address server is not supported",
+	"rejectTransactionMessage":        "rejecting transactional messages is not supported",
+	"slaveReadEnable":                 "slaves are not supported",
+	"transientStorePoolEnable":        "the transient store pool is not supported",
+}
+
+// confKeyAliases maps old RocketMQ spellings to the keys Sluice reads.
+var confKeyAliases = map[string]string{"mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
+
+// storePathKeys are RocketMQ keys that move parts of the store; Sluice keeps them under
+// storePathRootDir, so each is accepted only with that value.
+var storePathKeys = map[string]string{
+	"storePathCommitLog":    "commitlog",
+	"storePathConsumeQueue": "consumequeue",
+	"storePathIndex":        "index",
+}
+
 var ignoredConfKeys = map[string]bool{
+	"brokerIP2": true, "serverWorkerThreads": true, "clientWorkerThreads": true,
+	"serverSelectorThreads": true, "serverCallbackExecutorThreads": true, "clientCallbackExecutorThreads": true,
+	"adminBrokerThreadPoolNums": true, "queryMessageThreadPoolNums": true, "heartbeatThreadPoolNums": true,
+	"endTransactionThreadPoolNums": true, "consumerManageThreadPoolNums": true,
 	"sendMessageThreadPoolNums": true,
 	"pullMessageThreadPoolNums": true, "useReentrantLockWhenPutMessage": true,
 	"waitTimeMillsInSendQueue": true, "osPageCacheBusyTimeOutMills": true,
 	"mapedFileSizeConsumeQueue": true, "mappedFileSizeConsumeQueue": true,
 	"flushConsumeQueueLeastPages": true, "flushCommitLogLeastPages": true,
-	"transientStorePoolEnable": true, "traceTopicEnable": true, "storePathCommitLog": true,
-	"storePathConsumeQueue": true, "storePathIndex": true, "storeCheckpoint": true,
-	"abortFile": true, "maxTransferCountOnMessageInMemory": true, "slaveReadEnable": true,
-	"aclEnable": true, "haListenPort": true, "fastListenPort": true,
+	"traceTopicEnable": true, "storeCheckpoint": true,
+	"abortFile": true, "maxTransferCountOnMessageInMemory": true,
+	"haListenPort": true, "fastListenPort": true,
 }
 
 // boolPtr returns a pointer to v, for the *bool fields of Config.
@@ -242,9 +273,9 @@ func (c *Config) setDefaults() {
 
 // ConfigError names a configuration key and what is wrong with its value.
 type ConfigError struct {
-	Key    string
-	Value  string
-	Reason string
+	Key    string // the broker.conf key (also the Config field's conf tag)
+	Value  string // the offending value, "" when the key is missing
+	Reason string // what is wrong, with the accepted range where there is one
 }
 
 func (e *ConfigError) Error() string {
@@ -265,6 +296,21 @@ func (c *Config) Validate() error {
 func (c *Config) validate() error {
 	if c.StorePathRootDir == "" {
 		return &ConfigError{Key: "storePathRootDir", Reason: "required"}
+	}
+	for key, val := range c.storePaths {
+		if want := filepath.Join(c.StorePathRootDir, storePathKeys[key]); filepath.Clean(val) != want {
+			return &ConfigError{Key: key, Value: val, Reason: fmt.Sprintf("Sluice keeps this under storePathRootDir: remove the key or set it to %s", want)}
+		}
+	}
+	for _, a := range strings.Split(c.NamesrvAddr, ";") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return &ConfigError{Key: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q is not ip:port", a)}
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return &ConfigError{Key: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q has no valid port", a)}
+		}
 	}
 	if c.BrokerID != 0 {
 		return &ConfigError{Key: "brokerId", Value: strconv.FormatInt(c.BrokerID, 10), Reason: "only masters (0) are supported"}
@@ -343,10 +389,15 @@ func LoadConfigFile(path string) (Config, error) {
 		return Config{}, err
 	}
 	defer f.Close()
-	return ParseConfig(f)
+	c, err := ParseConfig(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }
 
-// ParseConfig reads broker.conf text: one "key=value" (or "key: value") per line, "#" and
+// ParseConfig reads broker.conf text: one "key=value" (or "key: value", or "key value",
+// as Java properties allow) per line, "#" and
 // "!" start comments, blank lines ignored. Keys are matched exactly as Apache RocketMQ
 // spells them. An unknown key, a duplicate key or a value of the wrong type is a
 // *ConfigError naming the key and line. Keys RocketMQ knows that have no effect in Sluice
@@ -361,17 +412,37 @@ func ParseConfig(r io.Reader) (Config, error) {
 		if text == "" || text[0] == '#' || text[0] == '!' {
 			continue
 		}
-		i := strings.IndexAny(text, "=:")
+		// Java properties: the key ends at the first '=', ':' or white space.
+		i := strings.IndexAny(text, "=: \t")
 		if i <= 0 {
 			return Config{}, &ConfigError{Key: text, Reason: fmt.Sprintf("line %d is not key=value", line)}
 		}
-		key, val := strings.TrimSpace(text[:i]), strings.TrimSpace(text[i+1:])
+		key, val := text[:i], strings.TrimSpace(text[i:])
+		if val != "" && (val[0] == '=' || val[0] == ':') {
+			val = strings.TrimSpace(val[1:])
+		}
+		if alias, ok := confKeyAliases[key]; ok {
+			key = alias
+		}
 		if prev, dup := seen[key]; dup {
 			return Config{}, &ConfigError{Key: key, Reason: fmt.Sprintf("set twice (lines %d and %d)", prev, line)}
 		}
 		seen[key] = line
 		if ignoredConfKeys[key] {
 			c.ignored = append(c.ignored, key)
+			continue
+		}
+		if why, ok := UnsupportedConfKeys[key]; ok {
+			if on, err := strconv.ParseBool(val); err != nil || on {
+				return Config{}, &ConfigError{Key: key, Value: val, Reason: why + " (only false is accepted)"}
+			}
+			continue
+		}
+		if _, ok := storePathKeys[key]; ok {
+			if c.storePaths == nil {
+				c.storePaths = map[string]string{}
+			}
+			c.storePaths[key] = val
 			continue
 		}
 		idx, ok := fields[key]

@@ -41,9 +41,33 @@ maxIndexNum=20000000
 		"listenPort=abc":              "listenPort",
 		"brokerName=a\nbrokerName=b":  "brokerName",
 		"autoCreateTopicEnable=maybe": "autoCreateTopicEnable",
-		"just text":                   "just text",
+		"=orphan":                     "=orphan",
 	} {
 		if _, err := ParseConfig(strings.NewReader(in)); !errors.As(err, &ce) || ce.Key != key {
+			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
+		}
+	}
+	// Java properties details, old spellings and switches for missing features.
+	c2, err := ParseConfig(strings.NewReader("brokerId 0\nmapedFileSizeCommitLog=8388608\naclEnable=false\nbrokerIP2=10.0.0.1\n" +
+		"storePathRootDir=/data/store\nstorePathCommitLog=/data/store/commitlog\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Validate(); err != nil || c2.MappedFileSizeCommitLog != 8<<20 {
+		t.Fatalf("java-style file: %v %+v", err, c2)
+	}
+	for in, key := range map[string]string{
+		"aclEnable=true":             "aclEnable",
+		"enableDLegerCommitLog=true": "enableDLegerCommitLog",
+		"storePathRootDir=/a\nstorePathCommitLog=/b/commitlog": "storePathCommitLog",
+		"storePathRootDir=/a\nnamesrvAddr=garbage":             "namesrvAddr",
+		"storePathRootDir=/a\nnamesrvAddr=127.0.0.1:9876;x:y":  "namesrvAddr",
+	} {
+		c3, err := ParseConfig(strings.NewReader(in))
+		if err == nil {
+			err = c3.Validate()
+		}
+		if !errors.As(err, &ce) || ce.Key != key {
 			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
 		}
 	}
