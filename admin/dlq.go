@@ -212,6 +212,12 @@ type DLQResendOptions struct {
 	IncludeResent bool
 	// Max bounds the number of messages resent; 0 = all.
 	Max int
+	// ToOriginalTopic sends each dead letter to its original topic, where EVERY consumer
+	// group subscribed to it gets it again. Default false: it goes to %RETRY%<group> with
+	// its original topic in RETRY_TOPIC, so only this group's consumers get it (shown under
+	// the original topic, with a reconsume count of 0) and other groups, which already
+	// consumed it, are not made to apply it twice.
+	ToOriginalTopic bool
 }
 
 // ResentMessage is one dead letter ResendDLQ sent back to its topic.
@@ -276,7 +282,7 @@ func (a *Admin) ResendDLQ(ctx context.Context, group string, opt DLQResendOption
 		return nil, err
 	}
 	res := &DLQResendResult{}
-	s := &resender{a: a, next: map[string]int{}}
+	s := &resender{a: a, next: map[string]int{}, group: group, toOriginal: opt.ToOriginalTopic}
 	var errs []error
 queues:
 	for _, mq := range mqs {
@@ -299,7 +305,14 @@ queues:
 			mark = to
 			return nil
 		}
-		for opt.Max == 0 || len(res.Resent) < opt.Max {
+		// Only the dead letters present now: a re-driven message that fails again and
+		// comes back to the DLQ during this run is left for the next one.
+		end, err := a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset,
+			map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}, "offset")
+		if err != nil {
+			return res, err
+		}
+		for (opt.Max == 0 || len(res.Resent) < opt.Max) && off < end {
 			n := readBatch
 			if opt.Max > 0 {
 				n = min(n, opt.Max-len(res.Resent))
@@ -309,6 +322,9 @@ queues:
 				return res, err
 			}
 			for _, m := range r.Messages {
+				if m.QueueOffset >= end {
+					break
+				}
 				rm, err := s.resend(ctx, m)
 				if err != nil {
 					e := &DLQResendError{DLQ: mq, DLQOffset: m.QueueOffset, MsgID: m.MsgID, Err: err}
@@ -353,8 +369,10 @@ func (a *Admin) commitMark(ctx context.Context, group string, mq message.Message
 // resender sends dead letters back to their topics, round-robin over each topic's
 // writable queues.
 type resender struct {
-	a    *Admin
-	next map[string]int // topic → next queue index
+	a          *Admin
+	next       map[string]int // topic → next queue index
+	group      string         // the consumer group whose DLQ is re-driven
+	toOriginal bool           // DLQResendOptions.ToOriginalTopic
 }
 
 // dropOnResend are the properties a re-driven message loses: retry and delay
@@ -367,9 +385,13 @@ var dropOnResend = []string{
 }
 
 func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMessage, error) {
-	topic := m.Property(message.PropertyRetryTopic)
-	if topic == "" {
+	original := m.Property(message.PropertyRetryTopic)
+	if original == "" {
 		return nil, errors.New("the dead letter has no RETRY_TOPIC property: its original topic is unknown")
+	}
+	topic := original
+	if !s.toOriginal {
+		topic = message.RetryTopic(s.group) // only this group gets it again
 	}
 	r, err := s.a.TopicRoute(ctx, topic)
 	if err != nil {
@@ -404,7 +426,15 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 	for _, k := range dropOnResend {
 		delete(props, k)
 	}
+	if !s.toOriginal {
+		props[message.PropertyRetryTopic] = original // consumers show it under its original topic
+	}
+	maxTimes := int32(16) // RocketMQ's default retry budget
+	if n, err := strconv.Atoi(m.Property(message.PropertyMaxReconsumeTimes)); err == nil && n > 0 {
+		maxTimes = int32(n) // the budget the group's consumer gave it
+	}
 	h := client.SendHeader{
+		MaxReconsumeTimes:     maxTimes, // a %RETRY% send with 0 would go straight back to the DLQ
 		ProducerGroup:         RedriveProducerGroup,
 		Topic:                 topic,
 		DefaultTopic:          message.AutoCreateTopicKey,

@@ -118,11 +118,12 @@ func TestDLQListAndResend(t *testing.T) {
 		t.Fatalf("resend %+v", res)
 	}
 	for i, r := range res.Resent {
-		if r.Topic != "Orders" || r.MsgID != sent[i].MsgID || r.DLQOffset != int64(i) || strings.Join(r.Keys, " ") != "order-"+strconv.Itoa(i)+" user-7" {
+		if r.Topic != message.RetryTopic("g1") || r.MsgID != sent[i].MsgID || r.DLQOffset != int64(i) || strings.Join(r.Keys, " ") != "order-"+strconv.Itoa(i)+" user-7" {
 			t.Fatalf("resent %+v", r)
 		}
-		// The re-driven copy in Orders: keys, tag, id, user property and body kept;
-		// reconsume count 0; no retry bookkeeping.
+		// The re-driven copy in the group's retry topic (only g1 gets it again): keys, tag,
+		// id, user property and body kept; reconsume count 0; its original topic in
+		// RETRY_TOPIC and no other retry bookkeeping.
 		q, err := e.a.ReadQueue(ctx(t), r.Destination, "", r.QueueOffset, 1)
 		if err != nil || len(q.Messages) != 1 {
 			t.Fatalf("read back: %+v %v", q, err)
@@ -135,7 +136,7 @@ func TestDLQListAndResend(t *testing.T) {
 			}
 		}
 		if !bytes.Equal(body, bodies[i]) || m.Tag() != "Paid" || m.Keys()[0] != "order-"+strconv.Itoa(i) || m.UniqKey() != sent[i].MsgID ||
-			m.Property("color") != "blue" || m.ReconsumeTimes != 0 || m.Property(message.PropertyRetryTopic) != "" ||
+			m.Property("color") != "blue" || m.ReconsumeTimes != 0 || m.Property(message.PropertyRetryTopic) != "Orders" ||
 			m.Property(message.PropertyMaxReconsumeTimes) != "" || m.Property(message.PropertyOriginMessageID) != "" {
 			t.Fatalf("re-driven message %+v props %v", m, m.Properties)
 		}
@@ -165,6 +166,20 @@ func TestDLQListAndResend(t *testing.T) {
 	}
 	if res, err := e.a.ResendDLQ(ctx(t), "g1", admin.DLQResendOptions{}); err != nil || len(res.Resent) != 0 {
 		t.Fatalf("the mark moved back: %+v %v", res, err)
+	}
+	// ToOriginalTopic sends to the original topic, for every group subscribed to it.
+	r5, err := e.p.SendSync(ctx(t), message.NewMessage("Orders", []byte("five")).SetKeys("order-5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kill(t, "g1", r5)
+	res, err = e.a.ResendDLQ(ctx(t), "g1", admin.DLQResendOptions{ToOriginalTopic: true})
+	if err != nil || len(res.Resent) != 1 || res.Resent[0].Topic != "Orders" {
+		t.Fatalf("resend to the original topic: %+v %v", res, err)
+	}
+	q, err := e.a.ReadQueue(ctx(t), res.Resent[0].Destination, "", res.Resent[0].QueueOffset, 1)
+	if err != nil || len(q.Messages) != 1 || q.Messages[0].Property(message.PropertyRetryTopic) != "" || string(q.Messages[0].Body) != "five" {
+		t.Fatalf("read back from Orders: %+v %v", q, err)
 	}
 }
 

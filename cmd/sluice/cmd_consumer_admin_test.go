@@ -138,8 +138,8 @@ func TestConsumerAdminCommands(t *testing.T) {
 		}
 		return message.ConsumeSuccess, nil
 	})
-	out, err = run(t, "admin", "--namesrv", ns, "dlq", "resend", "--group", "cli-g")
-	if err != nil || !strings.Contains(out, "3 resent, 0 failed") || !strings.Contains(out, "keys k-m2") {
+	out, err = run(t, "admin", "--namesrv", ns, "dlq", "resend", "--group", "cli-g", "--to-original-topic")
+	if err != nil || !strings.Contains(out, "3 resent, 0 failed") || !strings.Contains(out, "keys k-m2") || !strings.Contains(out, "to CliT") {
 		t.Fatalf("dlq resend: %v\n%s", err, out)
 	}
 	seen := map[string]bool{}

@@ -116,11 +116,14 @@ func dlqBodyText(b []byte) string {
 
 func newDLQResendCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "resend --group G [--from N] [--include-resent] [--max N]",
-		Short: "Send dead letters back to their original topics (keys kept, reconsume count reset)",
-		Long: `Send the dead letters of a consumer group back to the topics they came from, as new
-messages with the same body, tag, keys, message id and user properties and a reconsume
-count of 0; the group's consumers then get them with a full retry budget. The re-drive
+		Use:   "resend --group G [--from N] [--include-resent] [--max N] [--to-original-topic]",
+		Short: "Send dead letters back to the group (keys kept, reconsume count reset)",
+		Long: `Send the dead letters of a consumer group back for consumption, as new messages with the
+same body, tag, keys, message id and user properties and a reconsume count of 0; the
+group's consumers then get them with a full retry budget, shown under their original
+topic. By default they go to the group's retry topic (%RETRY%<group>), so only this group
+gets them; with --to-original-topic they go to the original topic, where every group
+subscribed to it gets them again (other groups would apply them twice). The re-drive
 mark (the group's offset of its DLQ queue) moves past each message sent, so running
 resend again only sends dead letters that arrived since. A message that cannot be sent
 stops the re-drive of its DLQ queue and makes the command fail.`,
@@ -132,6 +135,7 @@ stops the re-drive of its DLQ queue and makes the command fail.`,
 			opt.FromOffset, _ = f.GetInt64("from")
 			opt.IncludeResent, _ = f.GetBool("include-resent")
 			opt.Max, _ = f.GetInt("max")
+			opt.ToOriginalTopic, _ = f.GetBool("to-original-topic")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				res, err := a.ResendDLQ(ctx, group, opt)
 				if res != nil {
@@ -154,6 +158,7 @@ stops the re-drive of its DLQ queue and makes the command fail.`,
 	f.Int64("from", 0, "first DLQ queue offset to consider")
 	f.Bool("include-resent", false, "also resend dead letters resent before (from --from on)")
 	f.Int("max", 0, "most messages to resend (0 = all)")
+	f.Bool("to-original-topic", false, "send to the original topic (every subscribed group gets them) instead of the group's retry topic")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
