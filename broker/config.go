@@ -57,8 +57,11 @@ type Config struct {
 	// SyncFlushTimeout is how long a SYNC_FLUSH send waits for fsync, in ms, before it is
 	// answered FLUSH_DISK_TIMEOUT (code 10). Default 5000.
 	SyncFlushTimeout int64 `conf:"syncFlushTimeout"`
-	// MaxMessageSize is the largest message body (and batch body) in bytes; larger sends
-	// get MESSAGE_ILLEGAL (13). Default 4194304 (4 MiB).
+	// MaxMessageSize is the largest message body (and batch body) in bytes, counted as
+	// the body arrives, i.e. after a client compressed it (a 4 MiB body of random bytes
+	// grows a little when a client zlib-compresses it and is refused); larger sends get
+	// MESSAGE_ILLEGAL (13). The Sluice producer checks body + encoded properties against
+	// its own MaxMessageSize before sending. Default 4194304 (4 MiB).
 	MaxMessageSize int `conf:"maxMessageSize"`
 	// DefaultTopicQueueNums is the queue count of TBW102, the template auto-created topics
 	// inherit (a producer asks for at most 4). Default 8.

@@ -17,7 +17,7 @@
 //     resends it.
 //   - [SendMetrics]: Prometheus counters by outcome (ok, error, parked, spooled).
 //
-// Recommended order: ChainSend(producer.SendSync, SendMetrics, Keys, Park) — Keys before
+// Recommended order: ChainSend(p.AsSendFunc(), SendMetrics, Keys, Park) — Keys before
 // Park so a parked record carries its key, Park innermost so it sees the producer's
 // final error.
 //

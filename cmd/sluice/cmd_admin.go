@@ -18,7 +18,7 @@ import (
 func newAdminCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
-		Short: "Administer topics through the name server(s)",
+		Short: "Administer topics, offsets, dead letters, messages and groups through the name server(s)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}

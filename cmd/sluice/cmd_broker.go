@@ -77,6 +77,9 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	}
 	cfg.Logger = log
 	grace, _ := cmd.Flags().GetDuration("shutdown-timeout")
+	if grace <= 0 {
+		return fmt.Errorf("--shutdown-timeout %v: must be positive", grace)
+	}
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err

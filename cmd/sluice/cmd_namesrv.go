@@ -34,6 +34,9 @@ func runNamesrv(cmd *cobra.Command, _ []string) error {
 	expiry, _ := f.GetDuration("broker-expiry")
 	kv, _ := f.GetString("kv-config")
 	grace, _ := f.GetDuration("shutdown-timeout")
+	if grace <= 0 {
+		return fmt.Errorf("--shutdown-timeout %v: must be positive", grace)
+	}
 	ns, err := namesrv.New(namesrv.Config{ListenAddr: listen, BrokerExpiry: expiry, KVConfigPath: kv, Logger: log})
 	if err != nil {
 		return err
