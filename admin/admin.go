@@ -98,6 +98,9 @@ type BrokerError struct {
 
 // Error implements error.
 func (e *BrokerError) Error() string {
+	if e.BrokerName == "" { // known only by address (e.g. from an offset message id)
+		return fmt.Sprintf("admin: broker at %s: %v", e.BrokerAddr, e.Err)
+	}
 	return fmt.Sprintf("admin: broker %s (%s): %v", e.BrokerName, e.BrokerAddr, e.Err)
 }
 
