@@ -86,7 +86,11 @@ func (b *Broker) subscriptionFilter(expr, exprType string) (store.Filter, *remot
 	}
 	f, err := b.sqlCache.Get(expr)
 	if err != nil {
-		return nil, errResponse(remoting.SubscriptionParseFailed, "parse SQL92 expression %q failed: %v", expr, err)
+		shown := expr
+		if len(shown) > 200 {
+			shown = shown[:200] + "..."
+		}
+		return nil, errResponse(remoting.SubscriptionParseFailed, "parse SQL92 expression %q failed: %v", shown, err)
 	}
 	return f, nil
 }

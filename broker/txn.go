@@ -24,8 +24,9 @@ import (
 //     (8), rollback (12) or unknown (0). Commit writes the real message to its topic
 //     (delivered once); rollback writes nothing; unknown changes nothing. Each final
 //     decision is recorded as an op message in RMQ_SYS_TRANS_OP_HALF_TOPIC (tag "d",
-//     body = the half queue offset), and the first decision wins: a later, different one
-//     is refused and logged.
+//     body = the half queue offset), and the first decision wins: the same decision again
+//     is answered SUCCESS, a different one TRANSACTION_FAILED (4) naming the recorded
+//     decision, and logged.
 //  3. A check service scans the half queue every transactionCheckInterval ms. A half
 //     message with no decision, older than transactionTimeOut ms (or its
 //     CHECK_IMMUNITY_TIME_IN_SECONDS), is checked: CHECK_TRANSACTION_STATE (39) goes,
@@ -172,11 +173,14 @@ func (b *Broker) handleEndTransaction(ctx context.Context, _ *remoting.Conn, req
 	t.mu.Lock()
 	if prev, ok := t.done[queueOffset]; ok {
 		t.mu.Unlock()
-		if prev != state {
-			b.log.Warn("transaction decision ignored: the half message already ended", "msgId", half.MsgID,
-				"recorded", prev, "ignored", state, "fromCheck", fromCheck)
+		if prev == state {
+			// The same decision again (e.g. the producer's own END_TRANSACTION after a
+			// check already ended it the same way): nothing to do, and nothing went wrong.
+			return remoting.NewResponse(remoting.Success, "")
 		}
-		return errResponse(remoting.SystemError, "transaction already ended: %s", prev)
+		b.log.Warn("transaction decision ignored: the half message already ended", "msgId", half.MsgID,
+			"recorded", prev, "ignored", state, "fromCheck", fromCheck)
+		return errResponse(remoting.TransactionFailed, "transaction already ended: %s (the %s decision is ignored)", prev, state)
 	}
 	t.done[queueOffset] = state // claimed; undone below if the writes fail
 	t.mu.Unlock()

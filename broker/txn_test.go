@@ -85,8 +85,11 @@ func TestTransactionCommitRollbackFirstDecisionWins(t *testing.T) {
 	if r := endTxn(t, c, b.Addr(), rollback, txnCommit); r.ResponseCode() == remoting.Success {
 		t.Fatal("a commit after a recorded rollback was accepted")
 	}
-	if r := endTxn(t, c, b.Addr(), commit, txnCommit); r.ResponseCode() == remoting.Success {
-		t.Fatal("a second commit was accepted")
+	if r := endTxn(t, c, b.Addr(), commit, txnCommit); r.ResponseCode() != remoting.Success {
+		t.Fatalf("the same decision again must be acknowledged: %d %s", r.Code, r.Remark)
+	}
+	if r := endTxn(t, c, b.Addr(), commit, txnRollback); r.ResponseCode() != remoting.TransactionFailed || !strings.Contains(r.Remark, "commit") {
+		t.Fatalf("a rollback after a commit: %d %s", r.Code, r.Remark)
 	}
 	got := bodies(t, c, b.Addr(), "Tx")
 	if len(got) != 1 || got[0] != "commit-me" {

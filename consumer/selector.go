@@ -51,7 +51,11 @@ func compileSQL(field, expr string) error {
 		return fmt.Errorf("consumer: %s is empty: a SQL92 expression is required (e.g. \"a > 5 AND TAGS IN ('x')\")", field)
 	}
 	if _, err := filter.CompileSQL92(expr); err != nil {
-		return fmt.Errorf("consumer: %s %q: %w", field, expr, err)
+		shown := expr
+		if len(shown) > 200 {
+			shown = shown[:200] + "..." // the error names the byte position
+		}
+		return fmt.Errorf("consumer: %s %q: %w", field, shown, err)
 	}
 	return nil
 }

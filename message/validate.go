@@ -96,6 +96,9 @@ func ValidateTag(tag string) error {
 // validateProperties checks names and values for separators and the encoded length.
 func validateProperties(p map[string]string) (string, error) {
 	for k, v := range p {
+		if k == "" {
+			return "", &ValidationError{Field: "properties", Reason: "a property has an empty name"}
+		}
 		if strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02") {
 			return "", &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q contains a separator (0x01 or 0x02)", k)}
 		}

@@ -100,9 +100,12 @@ type TransactionSendResult struct {
 	// than SEND_OK (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE).
 	State LocalTransactionState
 	// EndTransactionErr is why END_TRANSACTION did not reach the broker, or its error
-	// response; nil when a commit or rollback was acknowledged, and for Unknown (sent
-	// one-way, the broker never answers it). When it is set the half message stays
-	// pending and the broker asks CheckLocalTransaction later.
+	// response; nil when a commit or rollback was acknowledged (also when a check had
+	// already ended the transaction the same way), and for Unknown (sent one-way, the
+	// broker never answers it). A transport error leaves the half message pending: the
+	// broker asks CheckLocalTransaction later. A *remoting.ResponseError with code
+	// TRANSACTION_FAILED (4) means a check had already ended the transaction with the
+	// other decision, which stands (its remark names it).
 	EndTransactionErr error
 }
 
