@@ -247,6 +247,9 @@ func (b *Broker) Addr() string { return b.addr }
 // embedded one's address when it runs one).
 func (b *Broker) NamesrvAddr() string { return strings.Join(b.namesrvAddrs, ";") }
 
+// DataDir returns the broker's storePathRootDir.
+func (b *Broker) DataDir() string { return b.cfg.StorePathRootDir }
+
 // Name returns the broker name.
 func (b *Broker) Name() string { return b.cfg.BrokerName }
 

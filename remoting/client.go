@@ -32,6 +32,11 @@ type ClientConfig struct {
 	IdleTimeout time.Duration
 	// Logger receives connection events. Default: slog.Default().
 	Logger *slog.Logger
+	// OnConnect, if set, is called with the address each time a new connection to it is
+	// established (the first one and every reconnect), from the dialing goroutine: it
+	// must not block. RocketMQ clients use it to heartbeat a broker that restarted, which
+	// has forgotten their subscriptions and producer groups.
+	OnConnect func(addr string)
 }
 
 func (c *ClientConfig) setDefaults() {
@@ -265,6 +270,9 @@ func (c *Client) dial(addr string, e *clientEntry) {
 	}
 	if conn.start() {
 		c.log.Debug("remoting: connected", "addr", addr, "conn", conn.ID(), "local", conn.LocalAddr())
+		if c.cfg.OnConnect != nil {
+			c.cfg.OnConnect(addr)
+		}
 	}
 }
 

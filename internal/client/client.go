@@ -172,12 +172,16 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger})
+	c := &Client{}
+	// A new connection to a broker (first contact, or after it restarted and forgot us)
+	// gets a heartbeat at once: without it a restarted broker refuses our pulls
+	// (SUBSCRIPTION_NOT_EXIST) and sends no transaction checks until the next period.
+	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger, OnConnect: c.connected})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Client{
+	*c = Client{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		rc:          rc,
@@ -188,7 +192,21 @@ func New(cfg Config) (*Client, error) {
 		hbKick:      make(chan struct{}, 1),
 		ctx:         ctx,
 		cancel:      cancel,
-	}, nil
+	}
+	return c, nil
+}
+
+// connected marks a broker address that just got a new connection as needing a
+// heartbeat and wakes the heartbeat loop. Name-server addresses are marked too, but the
+// heartbeat only goes to brokers.
+func (c *Client) connected(addr string) {
+	c.mu.Lock()
+	c.heartbeated[addr] = false
+	c.mu.Unlock()
+	select {
+	case c.hbKick <- struct{}{}:
+	default:
+	}
 }
 
 // ClientID returns "<ClientIP>@<InstanceName>", the id sent in heartbeats and listed

@@ -1,0 +1,72 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/message"
+)
+
+// TestResumesSoonAfterBrokerRestart: a broker restarted on the same address has forgotten
+// the consumer's subscription; the consumer heartbeats it as soon as it reconnects, so
+// delivery resumes within seconds, not at the next 30 s heartbeat (the default kept here).
+func TestResumesSoonAfterBrokerRestart(t *testing.T) {
+	e := newEnv(t)
+	e.createTopic("Restart", 1)
+	p := e.producer()
+	c, err := NewPushConsumer(Config{NamesrvAddrs: e.namesrv, Group: "restart-g", ConsumeFromWhere: ConsumeFromFirstOffset, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, c) // before the broker cleanups: it persists offsets on the way out
+	col := newCollector()
+	if err := c.Subscribe("Restart", "*", col.handler("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	send(t, p, "Restart", 1, "before")
+	waitFor(t, 15*time.Second, "the first message", func() bool { return col.total() == 1 })
+
+	// Restart the broker on the same data dir and addresses.
+	addr, ns, dir := e.broker.Addr(), e.namesrv[0], e.broker.DataDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.broker.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b2 *broker.Broker
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b2, err = broker.New(broker.Config{ListenAddr: addr, NamesrvListenAddr: ns, StorePathRootDir: dir, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = b2.Start(); err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // back-off between bind attempts
+	}
+	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
+	e.broker = b2
+
+	restarted := time.Now()
+	waitFor(t, 20*time.Second, "a send to the restarted broker", func() bool {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		_, err := p.SendSync(sctx, message.NewMessage("Restart", []byte("after")))
+		return err == nil
+	})
+	waitFor(t, 20*time.Second, "the message sent after the restart", func() bool { return col.total() >= 2 })
+	if d := time.Since(restarted); d > 15*time.Second {
+		t.Fatalf("delivery resumed %v after the restart; the consumer waited for its periodic heartbeat", d)
+	}
+}
