@@ -503,7 +503,15 @@ func (p *Producer) Shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("producer: in-flight sends still running: %w", ctx.Err()))
 	}
 	if wasStarted {
-		if err := p.cl.Unregister(ctx, p.cfg.Group, ""); err != nil {
+		// Unregister even when ctx has run out waiting for sends: with its own short
+		// budget (the broker would otherwise only notice when the connection closes).
+		uctx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			uctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+		}
+		if err := p.cl.Unregister(uctx, p.cfg.Group, ""); err != nil {
 			errs = append(errs, fmt.Errorf("producer: %w", err))
 		}
 	}

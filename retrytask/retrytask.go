@@ -50,9 +50,12 @@
 //   - One send per claim: two runs can never claim one record at the same time (the
 //     claim is one atomic LMOVE + lease), so overlapping runs, on one machine or many,
 //     never send one record twice.
-//   - Reclaim vs. a live but slow resender: each Send is bounded by SendTimeout and by
-//     the claim's lease expiry (minus a safety margin), and Lease ≥ 2×SendTimeout, so a
-//     live resender has finished (or abandoned) its Send before anyone may reclaim. The
+//   - Reclaim vs. a live but slow resender: each Send gets a context bounded by
+//     SendTimeout and by the claim's lease expiry (minus a safety margin), and Lease ≥
+//     2×SendTimeout, so a live resender has finished (or abandoned) its Send before
+//     anyone may reclaim — provided Send honours its context, as the SDK producers'
+//     sends do. A Send that ignores its context can outlive the lease, and the record
+//     is then sent again by whoever reclaims it. The
 //     ack checks the claim token. A duplicate send is possible only when a resender
 //     stalls (process freeze, Redis unreachable for the ack) for longer than the rest of
 //     its lease after the broker stored the message, or when resenders' clocks disagree
