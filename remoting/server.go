@@ -316,7 +316,40 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 }
 
-// Shutdown stops accepting, closes all connections (cancelling handler contexts) and
+// shutdownGrace bounds how long Shutdown waits for in-flight handlers to answer
+// before it closes connections.
+const shutdownGrace = time.Second
+
+// waitHandlers waits until no request is being handled on conns, at most grace (or
+// until ctx ends), polling every 5 ms.
+func waitHandlers(ctx context.Context, conns []*Conn, grace time.Duration) {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy := false
+		for _, c := range conns {
+			if c.inFlight.Load() > 0 {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Shutdown stops accepting, gives handlers in flight up to 1 s to answer, writes out
+// queued answers, closes all connections (cancelling handler contexts) and
 // waits until every server goroutine has returned or ctx is done, whichever is first;
 // it returns ctx.Err() in the latter case (handlers that ignore their ctx are then still
 // running). Idempotent (compare-and-swap guard): later calls just wait again. A server
@@ -339,9 +372,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if ln != nil {
 			_ = ln.Close()
 		}
-		// Write out what each connection has queued (answers handlers already gave,
-		// e.g. held pulls the owner released before shutting down), each bounded by
+		// Let handlers that are finishing (e.g. held pulls the owner released just before
+		// shutting down) hand over their answers: up to shutdownGrace while any request
+		// is in flight, then write out what each connection has queued, each bounded by
 		// WriteTimeout and all at once, then close; ctx expiring closes them at once.
+		waitHandlers(ctx, conns, shutdownGrace)
 		s.mu.Lock()
 		s.closeConns = conns
 		s.mu.Unlock()
