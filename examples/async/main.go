@@ -43,11 +43,11 @@ func main() {
 func run(ctx context.Context, namesrv string, n, inflight int) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if namesrv == "" {
-		b, stopBroker, err := embeddedBroker(log)
+		b, stopBroker, err := broker.StartEphemeral(broker.Config{Logger: log})
 		if err != nil {
 			return err
 		}
-		defer stopBroker()
+		defer shutdown("broker", stopBroker)
 		namesrv = b.NamesrvAddr()
 		fmt.Println("embedded broker at", b.Addr(), "name server", namesrv)
 	}
@@ -106,27 +106,6 @@ func run(ctx context.Context, namesrv string, n, inflight int) error {
 		return fmt.Errorf("first failure: %w", err)
 	}
 	return nil
-}
-
-// embeddedBroker starts a broker with its own name server on free ports over a
-// temporary store; stop shuts it down and removes the store.
-func embeddedBroker(log *slog.Logger) (*broker.Broker, func(), error) {
-	dir, err := os.MkdirTemp("", "sluice-example-")
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: dir, Logger: log})
-	if err == nil {
-		err = b.Start()
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return b, func() {
-		shutdown("broker", b.Shutdown)
-		os.RemoveAll(dir)
-	}, nil
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

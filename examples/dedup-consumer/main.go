@@ -116,11 +116,11 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 	defer deleteKeys(rdb, prefix)
 
 	if namesrv == "" {
-		b, stopBroker, err := embeddedBroker(log)
+		b, stopBroker, err := broker.StartEphemeral(broker.Config{Logger: log, MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))})
 		if err != nil {
 			return err
 		}
-		defer stopBroker()
+		defer shutdown("broker", stopBroker)
 		namesrv = b.NamesrvAddr()
 		fmt.Println("embedded broker at", b.Addr(), "name server", namesrv, "(every delay level 1s)")
 	}
@@ -330,29 +330,6 @@ func deleteKeys(rdb *redis.Client, prefix string) {
 		}
 		cursor = next
 	}
-}
-
-// embeddedBroker starts a broker with its own name server on free ports over a
-// temporary store, every delay level 1 s so a handed-back copy comes again quickly;
-// stop shuts it down and removes the store.
-func embeddedBroker(log *slog.Logger) (*broker.Broker, func(), error) {
-	dir, err := os.MkdirTemp("", "sluice-dedup-demo-")
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: dir, Logger: log,
-		MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))})
-	if err == nil {
-		err = b.Start()
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return b, func() {
-		shutdown("broker", b.Shutdown)
-		os.RemoveAll(dir)
-	}, nil
 }
 
 func shutdown(what string, f func(context.Context) error) {

@@ -51,11 +51,11 @@ func main() {
 func run(ctx context.Context, namesrv string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	if namesrv == "" {
-		b, stopBroker, err := embeddedBroker(log)
+		b, stopBroker, err := broker.StartEphemeral(broker.Config{Logger: log, MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))})
 		if err != nil {
 			return err
 		}
-		defer stopBroker()
+		defer shutdown("broker", stopBroker)
 		namesrv = b.NamesrvAddr()
 		fmt.Println("embedded broker at", b.Addr(), "name server", namesrv, "(every delay level 1s)")
 	}
@@ -174,29 +174,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// embeddedBroker starts a broker with its own name server on free ports over a
-// temporary store, with every delay level 1 s so that retries come back quickly; stop
-// shuts it down and removes the store.
-func embeddedBroker(log *slog.Logger) (*broker.Broker, func(), error) {
-	dir, err := os.MkdirTemp("", "sluice-example-")
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: dir, Logger: log,
-		MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))})
-	if err == nil {
-		err = b.Start()
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return b, func() {
-		shutdown("broker", b.Shutdown)
-		os.RemoveAll(dir)
-	}, nil
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.
