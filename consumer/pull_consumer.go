@@ -316,46 +316,28 @@ func (c *PullConsumer) CommitOffset(ctx context.Context, mq message.MessageQueue
 // CommittedOffset returns the group's stored offset of mq (QUERY_CONSUMER_OFFSET, 14),
 // -1 when there is none.
 func (c *PullConsumer) CommittedOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	ctx, done, err := c.enter(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	if err := c.ensureBroker(ctx, mq); err != nil {
-		return 0, err
-	}
-	return c.broker.queryOffset(ctx, mq)
+	return c.queueCall(ctx, mq, func(ctx context.Context) (int64, error) { return c.broker.queryOffset(ctx, mq) })
 }
 
 // MinOffset returns the first offset of mq still stored (GET_MIN_OFFSET, 31).
 func (c *PullConsumer) MinOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	ctx, done, err := c.enter(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	if err := c.ensureBroker(ctx, mq); err != nil {
-		return 0, err
-	}
-	return c.broker.minOffset(ctx, mq)
+	return c.queueCall(ctx, mq, func(ctx context.Context) (int64, error) { return c.broker.minOffset(ctx, mq) })
 }
 
 // MaxOffset returns the next offset to be written to mq (GET_MAX_OFFSET, 30).
 func (c *PullConsumer) MaxOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	ctx, done, err := c.enter(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	if err := c.ensureBroker(ctx, mq); err != nil {
-		return 0, err
-	}
-	return c.broker.maxOffset(ctx, mq)
+	return c.queueCall(ctx, mq, func(ctx context.Context) (int64, error) { return c.broker.maxOffset(ctx, mq) })
 }
 
 // OffsetForTime returns the offset of the message of mq stored nearest to t
 // (SEARCH_OFFSET_BY_TIMESTAMP, 29).
 func (c *PullConsumer) OffsetForTime(ctx context.Context, mq message.MessageQueue, t time.Time) (int64, error) {
+	return c.queueCall(ctx, mq, func(ctx context.Context) (int64, error) { return c.broker.searchOffset(ctx, mq, t) })
+}
+
+// queueCall runs an offset request for mq against its broker, as a call of this consumer
+// (ErrClosed after Shutdown).
+func (c *PullConsumer) queueCall(ctx context.Context, mq message.MessageQueue, f func(context.Context) (int64, error)) (int64, error) {
 	ctx, done, err := c.enter(ctx)
 	if err != nil {
 		return 0, err
@@ -364,7 +346,7 @@ func (c *PullConsumer) OffsetForTime(ctx context.Context, mq message.MessageQueu
 	if err := c.ensureBroker(ctx, mq); err != nil {
 		return 0, err
 	}
-	return c.broker.searchOffset(ctx, mq, t)
+	return f(ctx)
 }
 
 // Shutdown ends calls in flight (they return ErrClosed or a context error), waits for
