@@ -27,8 +27,8 @@
 //     handler and mutates it per trigger), COVER_EARLY starts a new run beside the old
 //     one, and a kill frees the job before its goroutine ends. Here one executor runs
 //     one job handler, at most one run at a time (serial execution): a trigger while a
-//     run is in progress is refused, whatever its block strategy, until the previous
-//     run's callback has gone out.
+//     run is in progress is refused, whatever its block strategy, until the library has
+//     handed over the previous run's callback.
 //   - The library's callback always reports success (code 200) unless the handler
 //     panicked, and its admin calls have no timeout. The library is pointed at a
 //     loopback relay of ours instead of the admin: the relay rewrites the callback with
@@ -641,11 +641,9 @@ func (e *Executor) relayCallback(w http.ResponseWriter, r *http.Request) {
 		}
 		e.remember(it.LogID, fmt.Sprintf("code %d: %s", it.HandleCode, it.HandleMsg))
 	}
-	out, _ := json.Marshal(items)
-	ferr := e.callback(r.Context(), out)
-	if ferr != nil {
-		e.log.Error("xxljob: callback to the admin failed; the admin will show this run as unfinished", "err", ferr)
-	}
+	// The library has finished with the run (its callback body is in hand): free the run
+	// slot before the admin hears of the result, so a trigger the admin sends as soon as
+	// it gets the callback is not refused as "still in progress".
 	if cur != nil {
 		for _, it := range items {
 			if it.LogID == cur.logID {
@@ -653,6 +651,11 @@ func (e *Executor) relayCallback(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 		}
+	}
+	out, _ := json.Marshal(items)
+	ferr := e.callback(r.Context(), out)
+	if ferr != nil {
+		e.log.Error("xxljob: callback to the admin failed; the admin will show this run as unfinished", "err", ferr)
 	}
 	if ferr != nil {
 		writeResult(w, http.StatusOK, codeFailure, ferr.Error())
