@@ -1,3 +1,12 @@
+//go:build !race
+
+// The official client's reset-offset handler races with its own pull loop
+// (consumer/push_consumer.go ResetOffset → processQueue.clear vs pullMessage, in
+// rocketmq-client-go v2.1.3-0.20251226070945-2173d070fd1b), which fails -race runs now
+// and then through no fault of the broker. This test therefore runs in plain
+// `go test ./...` only; our own consumer's reset handling is tested under -race in
+// package consumer.
+
 package compat_test
 
 import (
