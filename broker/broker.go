@@ -39,7 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/filter"
+	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/message"

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/filter"
+	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/filter"
+	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
@@ -22,7 +22,7 @@ import (
 // The language (RocketMQ 4.9's): numeric, 'string', TRUE, FALSE and NULL constants;
 // = <> > >= < <=; [NOT] BETWEEN x AND y; [NOT] IN ('a', ...); IS [NOT] NULL; AND, OR,
 // NOT; parentheses. A property missing from a message is NULL, and only IS NULL is true
-// for it. See filter.CompileSQL92 in package broker/filter for the full rules.
+// for it. See filter.CompileSQL92 in package filter for the full rules.
 
 // Expression types of a subscription (Java ExpressionType; the HEART_BEAT
 // subscriptionData and PULL_MESSAGE field expressionType, PROTOCOL §3.4, §3.6).

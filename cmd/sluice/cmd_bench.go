@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
 )
 
 // produceLines matches the result lines of one produce run.

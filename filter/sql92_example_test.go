@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluicemq/sluice/broker/filter"
+	"github.com/sluicemq/sluice/filter"
 )
 
 func ExampleCompileSQL92() {

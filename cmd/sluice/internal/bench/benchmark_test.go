@@ -11,7 +11,7 @@ import (
 // directory) in this process, Sluice producers and consumers talking to it over TCP.
 // Run with:
 //
-//	go test -run '^$' -bench . -benchtime 50000x ./internal/bench/
+//	go test -run '^$' -bench . -benchtime 50000x ./cmd/sluice/internal/bench/
 //
 // ns/op is per message; msg/s, MB/s (SetBytes) and the p50/p99 send latencies are
 // reported as extra metrics.
