@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/message"
-	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"
 )
 
@@ -28,8 +27,8 @@ func TestSIGTERMMidBatch(t *testing.T) {
 		const n = 200
 		for i := 0; i < n; i++ {
 			m := message.NewMessage("Orders", []byte("o"+strconv.Itoa(i))).SetProperty("seq", strconv.Itoa(i))
-			b, _ := json.Marshal(middleware.NewParkedRecord(m, errors.New("broker down"), time.Now(), nil))
-			if err := c.RPush(context.Background(), middleware.NewParkKeys(ns).Pending, b).Err(); err != nil {
+			b, _ := json.Marshal(redismw.NewParkedRecord(m, errors.New("broker down"), time.Now(), nil))
+			if err := c.RPush(context.Background(), redismw.NewParkKeys(ns).Pending, b).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,6 +1,6 @@
 // Package middleware defines the two transport-agnostic function shapes Sluice's
-// reliability steps wrap: a send ([SendFunc]) and a consume handler ([ConsumeFunc]), and
-// the steps themselves.
+// reliability steps wrap: a send ([SendFunc]) and a consume handler ([ConsumeFunc]), the
+// chains that compose them, and the steps that need nothing outside the standard library.
 //
 // Any producer that can be put behind a SendFunc (Sluice's producer, the official
 // RocketMQ Go client, a kafka-go Writer) gets the whole producer chain, and any handler
@@ -8,41 +8,30 @@
 // ChainSend(f, a, b) a call runs a, then b, then f, and results travel back through b
 // and then a.
 //
-// # Send side
+// Steps in this package (standard library only):
 //
-//   - [Keys]: sets the message key "<tag>_<md5hex(body)>" unless the caller set keys.
-//   - [Park]: a send that still fails with a retriable error after the producer's own
-//     retries is kept as a [ParkedRecord] in a Redis list (or a local fsynced spool file
-//     when Redis is down too) and the caller gets a [*ParkedError]; package retrytask
-//     resends it.
-//   - [SendMetrics]: Prometheus counters by outcome (ok, error, parked, spooled).
-//
-// Recommended order: ChainSend(p.AsSendFunc(), SendMetrics, Keys, Park) — Keys before
-// Park so a parked record carries its key, Park innermost so it sees the producer's
-// final error.
-//
-// # Consume side
-//
-//   - [Logging] and [Metrics]: one log line / metric update per call, including the
-//     [Reason]s the steps inside noted (duplicate, lock_held, lock_lost, ...).
-//   - [ConsumeKeys]: gives messages without keys the content key the send side would have.
-//   - [Dedup]: a done marker plus a go-redsync lock per message key, so one business
-//     effect happens once; failures and crashes lead to a rerun, never to a silent ack.
-//   - [Progress]: the same markers without the lock.
+//   - [Keys] (send side): sets the message key "<tag>_<md5hex(body)>" unless the caller
+//     set keys. [ConsumeKeys] gives received messages without keys the same key.
 //   - [Recover]: a panic becomes an error and ReconsumeLater.
+//   - [Logging]: one log line per call, including the [Reason]s the steps inside noted.
 //
-// Recommended order: ChainConsume(handler, Logging(l), Metrics(reg), ConsumeKeys(),
-// Dedup(cfg), Recover()) — observers outermost so they see duplicates and lock reasons,
-// Recover innermost so every step outside it (Dedup's marker, Metrics' result) sees a
-// panic as a failure. Progress goes where Dedup would when the lock is not wanted; inside
-// a Dedup with the same prefix it does nothing extra.
+// Steps that need third-party modules live in sub-packages, so the SDK core
+// (producer, consumer) compiles none of them unless a program imports them:
 //
-// Redis state changes that must be atomic are Lua scripts (each with a comment listing
-// KEYS, ARGV and return values); keys are hash-tagged so related keys share a Redis
-// Cluster slot. The middlewares accept a redis.UniversalClient and never close it.
+//   - [github.com/sluicemq/sluice/middleware/redismw]: Dedup (done marker + go-redsync
+//     lock), Progress (markers alone), Park (failed sends kept in Redis or a local spool
+//     for package retrytask to resend).
+//   - [github.com/sluicemq/sluice/middleware/prommw]: Prometheus metrics for both sides.
 //
-// This package imports only [message] (plus go-redis, go-redsync and the Prometheus
-// client); it never imports the producer or consumer packages.
+// Recommended consume order: ChainConsume(handler, Logging(l), prommw.Metrics(reg),
+// ConsumeKeys(), redismw.Dedup(cfg), Recover()) — observers outermost so they see
+// duplicates and lock reasons, Recover innermost so every step outside it sees a panic as
+// a failure. Recommended send order: ChainSend(p.AsSendFunc(), prommw.SendMetrics(reg),
+// Keys(), redismw.Park(cfg)) — Keys before Park so a parked record carries its key, Park
+// innermost so it sees the producer's final error.
+//
+// This package imports only [message] and the standard library; it never imports the
+// producer or consumer packages.
 package middleware
 
 import (

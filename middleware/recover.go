@@ -38,14 +38,15 @@ func (e *PanicError) Unwrap() error {
 func Recover() ConsumeMiddleware {
 	return func(next ConsumeFunc) ConsumeFunc {
 		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			return callRecovered(ctx, next, msgs)
+			return CallRecovered(ctx, next, msgs)
 		}
 	}
 }
 
-// callRecovered calls next and converts a panic into ReconsumeLater and a *PanicError,
-// noting ReasonPanic.
-func callRecovered(ctx context.Context, next ConsumeFunc, msgs []*message.MessageExt) (res message.ConsumeResult, err error) {
+// CallRecovered calls next and converts a panic into (ReconsumeLater, *PanicError),
+// noting [ReasonPanic]. Steps that must run their own bookkeeping after the handler even
+// when it panics (Dedup, Progress, the inbox) call the handler through it.
+func CallRecovered(ctx context.Context, next ConsumeFunc, msgs []*message.MessageExt) (res message.ConsumeResult, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			Note(ctx, ReasonPanic)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Defaults of Config.
@@ -28,10 +28,10 @@ const (
 // Config configures a Task. Client and Send are required; every other field has a
 // default, documented on the field.
 type Config struct {
-	// Client is the Redis holding the parked records (the same one middleware.Park
+	// Client is the Redis holding the parked records (the same one redismw.Park
 	// writes to). The task never closes it. Required.
 	Client redis.UniversalClient
-	// Namespace selects the keys "sluice:park:{Namespace}:…" (middleware.NewParkKeys);
+	// Namespace selects the keys "sluice:park:{Namespace}:…" (redismw.NewParkKeys);
 	// it must match the one Park writes to and must not contain '{' or '}'.
 	// Default: "default".
 	Namespace string
@@ -59,7 +59,7 @@ type Config struct {
 	// BatchSize is the most records one RunOnce claims. Default: 256.
 	BatchSize int
 	// DelayLevels maps delay level n to DelayLevels[n-1], used only for a record that
-	// has a DelayLevel but no DeliverAtMs. Default: middleware.DefaultDelayLevels
+	// has a DelayLevel but no DeliverAtMs. Default: redismw.DefaultDelayLevels
 	// (RocketMQ "1s 5s 10s 30s 1m … 2h").
 	DelayLevels []time.Duration
 	// DeliverTolerance: a delayed or timed record is sent (without a delay level) once its
@@ -106,7 +106,7 @@ func (c *Config) setDefaults() {
 		c.BatchSize = DefaultBatchSize
 	}
 	if c.DelayLevels == nil {
-		c.DelayLevels = middleware.DefaultDelayLevels
+		c.DelayLevels = redismw.DefaultDelayLevels
 	}
 	if c.DeliverTolerance == 0 {
 		c.DeliverTolerance = DefaultDeliverTolerance

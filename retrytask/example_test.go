@@ -11,13 +11,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/message"
-	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"
 )
 
-// A send parked by middleware.Park (written here by hand) is resent by one run of the
+// A send parked by redismw.Park (written here by hand) is resent by one run of the
 // task through the raw send.
 func Example() {
 	mr, _ := miniredis.Run()
@@ -26,9 +25,9 @@ func Example() {
 	defer rdb.Close()
 
 	msg := message.NewMessage("Orders", []byte("order 42")).SetTag("Created")
-	rec := middleware.NewParkedRecord(msg, errors.New("broker down"), time.Now().Add(-2*time.Minute), nil)
+	rec := redismw.NewParkedRecord(msg, errors.New("broker down"), time.Now().Add(-2*time.Minute), nil)
 	raw, _ := json.Marshal(rec)
-	rdb.RPush(context.Background(), middleware.NewParkKeys("shop").Pending, raw)
+	rdb.RPush(context.Background(), redismw.NewParkKeys("shop").Pending, raw)
 
 	send := func(ctx context.Context, m *message.Message) (*message.SendResult, error) {
 		fmt.Printf("resent %s/%s: %s\n", m.Topic, m.Tag(), m.Body)

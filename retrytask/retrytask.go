@@ -1,8 +1,8 @@
-// Package retrytask resends the sends that middleware.Park parked in Redis.
+// Package retrytask resends the sends that redismw.Park parked in Redis.
 //
 // # Where a record lives
 //
-// middleware.Park RPUSHes each failed send as a JSON [middleware.ParkedRecord] onto the
+// redismw.Park RPUSHes each failed send as a JSON [redismw.ParkedRecord] onto the
 // pending list "sluice:park:{ns}:pending". A run of the task moves it through these keys
 // (all with the hash tag {ns}, so Redis Cluster keeps them on one slot), every move one
 // Lua script (scripts.go), so a record is always in exactly one place in Redis and never
@@ -18,10 +18,10 @@
 //
 // The record's JSON is kept in the hash "…:records" (id → JSON) while it is scheduled,
 // ready or processing; the lists and the schedule hold ids. The dead list
-// ("…:dead", [middleware.ParkKeys].Dead) holds full JSON records with LastError.
+// ("…:dead", [redismw.ParkKeys].Dead) holds full JSON records with LastError.
 //
-//   - Resend: the record's message (middleware.ParkedRecord.Message) goes to Config.Send.
-//     A failure that middleware.DefaultRetriable calls permanent (a
+//   - Resend: the record's message (redismw.ParkedRecord.Message) goes to Config.Send.
+//     A failure that redismw.DefaultRetriable calls permanent (a
 //     *message.ValidationError, an error whose Permanent() is true or whose Retryable()
 //     is false) moves the record to the dead list at once; any other failure counts an
 //     attempt and reschedules it after the backoff, until MaxAttempts.
@@ -60,7 +60,7 @@
 //     stalls (process freeze, Redis unreachable for the ack) for longer than the rest of
 //     its lease after the broker stored the message, or when resenders' clocks disagree
 //     by more than that margin: then the ack finds its token gone, is counted as
-//     LeaseLost and logged. Consumers with middleware.Dedup (keyed by the message keys,
+//     LeaseLost and logged. Consumers with redismw.Dedup (keyed by the message keys,
 //     which the resend keeps) absorb such a duplicate.
 //   - Delivery time: RocketMQ 4.x brokers have delay levels only, no arbitrary timer.
 //     A delayed or timed record therefore stays parked until its DeliverAtMs (it is
@@ -95,8 +95,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Buckets is the number of ready lists per namespace; a record's bucket is
@@ -225,7 +224,7 @@ type keys struct {
 }
 
 func newKeys(ns string) keys {
-	pk := middleware.NewParkKeys(ns)
+	pk := redismw.NewParkKeys(ns)
 	base := "sluice:park:{" + ns + "}:"
 	k := keys{pending: pk.Pending, processing: pk.Processing, dead: pk.Dead,
 		records: base + "records", schedule: base + "schedule", lease: base + "lease", owner: base + "owner"}
@@ -407,7 +406,7 @@ func (t *Task) intake(ctx context.Context, st *Stats) error {
 // intakeDecision returns the record id ("" when undecodable) and its first due time:
 // ParkedAtMs + MinAge, or DeliverAtMs when later.
 func (t *Task) intakeDecision(raw string) (string, int64) {
-	var r middleware.ParkedRecord
+	var r redismw.ParkedRecord
 	if err := json.Unmarshal([]byte(raw), &r); err != nil || r.ID == "" {
 		return "", 0
 	}
@@ -420,7 +419,7 @@ func (t *Task) intakeDecision(raw string) (string, int64) {
 
 // deliverAt returns r's absolute delivery time (unix ms), 0 for none: DeliverAtMs, or
 // for an old record with only a DelayLevel, FirstFailedAtMs + that level's delay.
-func (t *Task) deliverAt(r *middleware.ParkedRecord) int64 {
+func (t *Task) deliverAt(r *redismw.ParkedRecord) int64 {
 	if r.DeliverAtMs > 0 {
 		return r.DeliverAtMs
 	}
@@ -517,7 +516,7 @@ func (t *Task) finish(ctx context.Context, c *claimed, action, raw string, dueMs
 // process resends one claimed record and finishes the claim. It returns only Redis
 // errors of the finish (the record then stays claimed until its lease expires).
 func (t *Task) process(ctx context.Context, c *claimed, st *Stats) error {
-	var rec middleware.ParkedRecord
+	var rec redismw.ParkedRecord
 	if err := json.Unmarshal([]byte(c.raw), &rec); err != nil {
 		t.log.Warn("retrytask: undecodable record moved to the dead list", "id", c.id, "err", err)
 		return t.finishCounted(ctx, c, "dead", "", 0, st, &st.Dead)
@@ -566,7 +565,7 @@ func (t *Task) process(ctx context.Context, c *claimed, st *Stats) error {
 	if merr != nil { // cannot happen for this struct; keep the stored JSON then
 		raw = nil
 	}
-	permanent := !middleware.DefaultRetriable(err)
+	permanent := !redismw.DefaultRetriable(err)
 	if permanent || rec.Attempts >= t.cfg.MaxAttempts {
 		t.log.Warn("retrytask: record moved to the dead list", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts,
 			"permanent", permanent, "err", err, "dead", t.keys.dead)

@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
-
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/message"
-	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -131,14 +130,14 @@ func testMsg(seq int) *message.Message {
 }
 
 // park writes the record Park would write for msg, failed at `at`, and returns it.
-func park(t *testing.T, c redis.UniversalClient, ns string, msg *message.Message, at time.Time) *middleware.ParkedRecord {
+func park(t *testing.T, c redis.UniversalClient, ns string, msg *message.Message, at time.Time) *redismw.ParkedRecord {
 	t.Helper()
-	r := middleware.NewParkedRecord(msg, errBrokerDown, at, nil)
+	r := redismw.NewParkedRecord(msg, errBrokerDown, at, nil)
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RPush(context.Background(), middleware.NewParkKeys(ns).Pending, b).Err(); err != nil {
+	if err := c.RPush(context.Background(), redismw.NewParkKeys(ns).Pending, b).Err(); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -262,11 +261,11 @@ func TestBackoffAndDeadList(t *testing.T) {
 		if got.Total() != 0 || got.Dead != 1 {
 			t.Fatalf("counts %+v, want only one dead record", got)
 		}
-		raw, err := c.LIndex(context.Background(), middleware.NewParkKeys(ns).Dead, 0).Result()
+		raw, err := c.LIndex(context.Background(), redismw.NewParkKeys(ns).Dead, 0).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dead middleware.ParkedRecord
+		var dead redismw.ParkedRecord
 		if err := json.Unmarshal([]byte(raw), &dead); err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +287,7 @@ func TestPermanentAndUndecodableToDead(t *testing.T) {
 		}
 		task := newTask(t, Config{Client: c, Namespace: ns, Send: rec.Send, Clock: clk.Now, MinAge: -1})
 		park(t, c, ns, testMsg(1), clk.Now())
-		pk := middleware.NewParkKeys(ns)
+		pk := redismw.NewParkKeys(ns)
 		if err := c.RPush(context.Background(), pk.Pending, "not json").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +456,7 @@ func TestBucketOfMatchesScript(t *testing.T) {
 		ns := redistest.NS(t)
 		clk := newFakeClock()
 		task := newTask(t, Config{Client: c, Namespace: ns, Send: newRecorder(clk.Now).Send, Clock: clk.Now, MinAge: -1})
-		var recs []*middleware.ParkedRecord
+		var recs []*redismw.ParkedRecord
 		for i := 0; i < 40; i++ {
 			recs = append(recs, park(t, c, ns, testMsg(i), clk.Now()))
 		}
@@ -579,7 +578,7 @@ func TestSchedulerKeepsDeliveryTime(t *testing.T) {
 		}
 		task := newTask(t, Config{Client: c, Namespace: ns, Send: rec.Send, MinAge: -1, BackoffBase: 100 * time.Millisecond})
 		m := testMsg(4)
-		m.SetProperty(middleware.PropertyTimerDeliverMs, strconv.FormatInt(deliverAt.UnixMilli(), 10))
+		m.SetProperty(redismw.PropertyTimerDeliverMs, strconv.FormatInt(deliverAt.UnixMilli(), 10))
 		park(t, c, ns, m, t0)
 		park(t, c, ns, testMsg(5), t0) // a plain one, resent once the "broker" is back
 		if err := task.Start(100 * time.Millisecond); err != nil {

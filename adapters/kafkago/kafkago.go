@@ -20,7 +20,7 @@
 // Transport's connections, for package lifecycle.
 //
 // What Kafka cannot do through a plain Writer fails with ErrUnsupported (a permanent
-// error: middleware.Park returns it instead of parking): a delay level (DELAY), a timed
+// error: redismw.Park returns it instead of parking): a delay level (DELAY), a timed
 // delivery (TIMER_DELIVER_MS) and a transactional half message (TRAN_MSG).
 package kafkago
 
@@ -32,9 +32,9 @@ import (
 	"strconv"
 
 	"github.com/segmentio/kafka-go"
-
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Header names beyond the properties.
@@ -44,8 +44,8 @@ const (
 )
 
 // propertyTimerDeliverMs is RocketMQ 5.x's absolute delivery time property
-// (middleware.PropertyTimerDeliverMs).
-const propertyTimerDeliverMs = middleware.PropertyTimerDeliverMs
+// (redismw.PropertyTimerDeliverMs).
+const propertyTimerDeliverMs = redismw.PropertyTimerDeliverMs
 
 // ErrUnsupported is wrapped by an *UnsupportedError: the message needs a feature a plain
 // Kafka writer does not have.
@@ -66,7 +66,7 @@ func (e *UnsupportedError) Error() string {
 // Unwrap returns ErrUnsupported.
 func (e *UnsupportedError) Unwrap() error { return ErrUnsupported }
 
-// Permanent reports true: middleware.DefaultRetriable then never parks it.
+// Permanent reports true: redismw.DefaultRetriable then never parks it.
 func (e *UnsupportedError) Permanent() bool { return true }
 
 // SendFunc returns a [middleware.SendFunc] that writes each message synchronously with

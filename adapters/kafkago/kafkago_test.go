@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"go.uber.org/goleak"
-
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -151,19 +151,19 @@ func TestUnsupportedAndFailures(t *testing.T) {
 	defer cancel()
 	cases := map[string]*message.Message{
 		"delay": message.NewMessage("bound", []byte("x")).SetDelayLevel(3),
-		"timer": message.NewMessage("bound", []byte("x")).SetProperty(middleware.PropertyTimerDeliverMs, "1800000000000"),
+		"timer": message.NewMessage("bound", []byte("x")).SetProperty(redismw.PropertyTimerDeliverMs, "1800000000000"),
 		"half":  message.NewMessage("bound", []byte("x")).SetProperty(message.PropertyTransactionPrepared, "true"),
 		"topic": message.NewMessage("other", []byte("x")),
 	}
 	for name, m := range cases {
 		_, err := send(ctx, m)
 		var ue *UnsupportedError
-		if !errors.As(err, &ue) || !errors.Is(err, ErrUnsupported) || middleware.DefaultRetriable(err) {
+		if !errors.As(err, &ue) || !errors.Is(err, ErrUnsupported) || redismw.DefaultRetriable(err) {
 			t.Errorf("%s: %v, want a permanent *UnsupportedError", name, err)
 		}
 	}
 	_, err := send(ctx, message.NewMessage("bound", []byte("x")))
-	if err == nil || !middleware.DefaultRetriable(err) || !strings.Contains(err.Error(), `kafkago: send to topic "bound"`) {
+	if err == nil || !redismw.DefaultRetriable(err) || !strings.Contains(err.Error(), `kafkago: send to topic "bound"`) {
 		t.Fatalf("send to a down Kafka: %v, want a wrapped retriable error", err)
 	}
 }

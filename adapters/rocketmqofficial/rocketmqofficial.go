@@ -24,7 +24,6 @@ import (
 	"github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
-
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -38,7 +37,7 @@ var ErrUnknownStatus = errors.New("rocketmqofficial: send finished with status S
 // on msg when missing, so a message parked and resent keeps its message id. The result's
 // Status, MsgID, OffsetMsgID, Queue, QueueOffset, TransactionID and RegionID come from
 // the client's SendResult. Errors: the client's error wrapped ("rocketmqofficial: send
-// to topic T: …"; its retries have already been made, so middleware.Park treats it as
+// to topic T: …"; its retries have already been made, so [github.com/sluicemq/sluice/middleware/redismw.Park] treats it as
 // retriable unless it is a validation failure), or ErrUnknownStatus.
 func SendFunc(p rocketmq.Producer) middleware.SendFunc {
 	return func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {

@@ -22,10 +22,10 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
-
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 func TestMain(m *testing.M) {
@@ -229,7 +229,7 @@ func TestConsumeHandlerResults(t *testing.T) {
 }
 
 // A send that fails (no broker behind the name server) returns a wrapped error, which
-// middleware.Park would treat as retriable.
+// redismw.Park would treat as retriable.
 func TestSendFailure(t *testing.T) {
 	p, err := rocketmq.NewProducer(
 		producer.WithNameServer(primitive.NamesrvAddr{"127.0.0.1:1"}),
@@ -248,7 +248,7 @@ func TestSendFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = SendFunc(p)(ctx, message.NewMessage("Nowhere", []byte("x")))
-	if err == nil || !strings.Contains(err.Error(), "rocketmqofficial: send to topic \"Nowhere\"") || !middleware.DefaultRetriable(err) {
+	if err == nil || !strings.Contains(err.Error(), "rocketmqofficial: send to topic \"Nowhere\"") || !redismw.DefaultRetriable(err) {
 		t.Fatalf("err %v, want a wrapped retriable send error", err)
 	}
 }

@@ -13,14 +13,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/spf13/cobra"
 )
 
 // Quickstart scenario names.
@@ -342,7 +342,7 @@ func (r *qsRun) consumerChain(group string) ([]middleware.ConsumeMiddleware, mid
 	}
 	mws := []middleware.ConsumeMiddleware{middleware.Logging(r.o.log), r.ledger.observe(group)}
 	if !r.o.noDedup {
-		dedup, err := middleware.Dedup(middleware.DedupConfig{
+		dedup, err := redismw.Dedup(redismw.DedupConfig{
 			Client: r.redis.client,
 			Prefix: r.redis.dedupPrefix(group),
 			Logger: r.o.log,

@@ -17,10 +17,10 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/retrytask"
 )
@@ -243,7 +243,7 @@ type qsEvent struct {
 type qsTally struct {
 	outage      int   // Send calls made while the broker was down
 	sent        int   // Send calls through Keys + Park
-	parked      int   // of them answered with a *middleware.ParkedError (in Redis)
+	parked      int   // of them answered with a *redismw.ParkedError (in Redis)
 	resent      int   // parked records the retry task resent
 	stillParked int64 // records of the namespace not yet resent (pending, scheduled, ready, processing)
 	dead        int64 // records in the dead list
@@ -319,7 +319,7 @@ func (r *qsRun) reliability(ctx context.Context, stops *[]func(context.Context) 
 	fmt.Fprintf(out, "\n--- reliability: a broker outage and a duplicate delivery ---\n")
 	fmt.Fprintf(out, "redis: %s, key namespace %s\n", r.redis.describe(), r.redis.ns)
 
-	parkMW, parker, err := middleware.Park(middleware.ParkConfig{Client: r.redis.client, Namespace: r.redis.ns, Logger: o.log})
+	parkMW, parker, err := redismw.Park(redismw.ParkConfig{Client: r.redis.client, Namespace: r.redis.ns, Logger: o.log})
 	if err != nil {
 		return err
 	}
@@ -380,7 +380,7 @@ func (r *qsRun) reliability(ctx context.Context, stops *[]func(context.Context) 
 		_, err := send(r.deadline, msg)
 		t.sent++
 		t.outage++
-		var pe *middleware.ParkedError
+		var pe *redismw.ParkedError
 		switch {
 		case errors.As(err, &pe) && !pe.Spooled:
 			t.parked++

@@ -1,4 +1,4 @@
-// Command dedup-consumer shows middleware.Dedup on push consumers: every payment is sent
+// Command dedup-consumer shows redismw.Dedup on push consumers: every payment is sent
 // several times (the same message, so the same key — as a producer retry after a lost
 // answer, or an upstream replay, would send it), two consumers of one group receive the
 // copies concurrently, and the business effect (points credited) happens once per key.
@@ -39,12 +39,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
 )
 
@@ -170,7 +170,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 		}
 	}()
 	for _, name := range []string{"A", "B"} {
-		dedup, err := middleware.Dedup(middleware.DedupConfig{Client: rdb, Prefix: prefix + ":" + group, Logger: log})
+		dedup, err := redismw.Dedup(redismw.DedupConfig{Client: rdb, Prefix: prefix + ":" + group, Logger: log})
 		if err != nil {
 			return err
 		}

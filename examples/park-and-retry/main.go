@@ -1,5 +1,5 @@
 // Command park-and-retry shows a broker outage without a lost message: sends that fail
-// while the broker is down are parked in Redis (middleware.Park), and the retry task
+// while the broker is down are parked in Redis (redismw.Park), and the retry task
 // (package retrytask, built-in scheduler) resends them once the broker is back. A
 // consumer then counts every message exactly once.
 //
@@ -25,12 +25,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/lifecycle"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/retrytask"
 )
@@ -82,7 +82,7 @@ func run(redisAddr string, n int) error {
 	if err := p.Start(); err != nil {
 		return err
 	}
-	parkMW, parker, err := middleware.Park(middleware.ParkConfig{Client: rdb, Namespace: namespace, Logger: log})
+	parkMW, parker, err := redismw.Park(redismw.ParkConfig{Client: rdb, Namespace: namespace, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func demo(ctx context.Context, g *lifecycle.Group, send middleware.SendFunc, tas
 	for i := n / 2; i < n; i++ {
 		err := sendOne(i)
 		switch {
-		case errors.Is(err, middleware.ErrParked):
+		case errors.Is(err, redismw.ErrParked):
 			parked++
 		case err != nil:
 			return nil, fmt.Errorf("send %d during the outage: %w", i, err)

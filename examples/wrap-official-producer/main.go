@@ -2,11 +2,11 @@
 // official RocketMQ Go client (github.com/apache/rocketmq-client-go/v2), through package
 // adapters/rocketmqofficial:
 //
-//   - sends go through middleware.Keys (MD5 content key) and middleware.Park (a failed
+//   - sends go through middleware.Keys (MD5 content key) and redismw.Park (a failed
 //     send is parked in Redis for the retry task) around the official producer;
 //
 //   - the official push consumer runs a handler wrapped by middleware.Recover and
-//     middleware.Dedup (Redis), so a message delivered twice has one business effect;
+//     redismw.Dedup (Redis), so a message delivered twice has one business effect;
 //
 //   - everything stops through package lifecycle.
 //
@@ -32,13 +32,13 @@ import (
 	rmqproducer "github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/adapters/rocketmqofficial"
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/lifecycle"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 const topic = "Points"
@@ -101,7 +101,7 @@ func run(redisAddr, namesrv string, n int) error {
 	if err := p.Start(); err != nil {
 		return err
 	}
-	parkMW, parker, err := middleware.Park(middleware.ParkConfig{Client: rdb, Namespace: ns, Logger: log})
+	parkMW, parker, err := redismw.Park(redismw.ParkConfig{Client: rdb, Namespace: ns, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func run(redisAddr, namesrv string, n int) error {
 	send := middleware.ChainSend(rocketmqofficial.SendFunc(p), middleware.Keys(), parkMW)
 
 	// Consumer: the official push consumer running a Sluice consume chain.
-	dedup, err := middleware.Dedup(middleware.DedupConfig{Client: rdb, Prefix: "sluice:dedup:" + ns, Logger: log})
+	dedup, err := redismw.Dedup(redismw.DedupConfig{Client: rdb, Prefix: "sluice:dedup:" + ns, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -32,11 +32,10 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/lifecycle"
 	"github.com/sluicemq/sluice/message"
-	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/retrytask"
 	"github.com/sluicemq/sluice/retrytask/xxljob"
@@ -49,7 +48,7 @@ func main() {
 	listen := flag.String("listen", "", "executor listen address (default :9999 with --admin, 127.0.0.1:0 in the demo)")
 	redisAddr := flag.String("redis", "", "Redis address host:port (default: an embedded miniredis)")
 	namesrv := flag.String("namesrv", "", "name server host:port (default: an embedded Sluice broker)")
-	namespace := flag.String("namespace", "default", "park namespace (as middleware.Park writes it)")
+	namespace := flag.String("namespace", "default", "park namespace (as redismw.Park writes it)")
 	flag.Parse()
 	if err := run(*admin, *token, *app, *listen, *redisAddr, *namesrv, *namespace); err != nil {
 		fmt.Fprintln(os.Stderr, "xxl-job-executor:", err)
@@ -151,16 +150,16 @@ func run(adminURL, token, app, listen, redisAddr, namesrv, namespace string) err
 	return errors.Join(<-demoErr, shutdownErr)
 }
 
-// parkSome parks n sends as middleware.Park does after a failed send.
+// parkSome parks n sends as redismw.Park does after a failed send.
 func parkSome(rdb redis.UniversalClient, namespace string, n int, log *slog.Logger) error {
-	parker, err := middleware.NewParker(middleware.ParkConfig{Client: rdb, Namespace: namespace, Logger: log})
+	parker, err := redismw.NewParker(redismw.ParkConfig{Client: rdb, Namespace: namespace, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer parker.Close()
 	for i := 0; i < n; i++ {
 		m := message.NewMessage("Orders", []byte("order #"+strconv.Itoa(i))).SetTag("Created")
-		if err := parker.Park(context.Background(), m, errors.New("broker unreachable (demo)")); !errors.Is(err, middleware.ErrParked) {
+		if err := parker.Park(context.Background(), m, errors.New("broker unreachable (demo)")); !errors.Is(err, redismw.ErrParked) {
 			return fmt.Errorf("park: %v", err)
 		}
 	}

@@ -19,13 +19,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	xxl "github.com/xxl-job/xxl-job-executor-go"
-	"go.uber.org/goleak"
-
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/message"
-	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"
+	xxl "github.com/xxl-job/xxl-job-executor-go"
+	"go.uber.org/goleak"
 )
 
 // The XXL-JOB library's Init starts (*executor).registry, a loop with no way to stop
@@ -195,10 +194,10 @@ func parkN(t *testing.T, c redis.UniversalClient, ns string, n int) []string {
 	var ids []string
 	for i := 0; i < n; i++ {
 		m := message.NewMessage("Orders", []byte("o"+strconv.Itoa(i)))
-		r := middleware.NewParkedRecord(m, errors.New("broker down"), time.Now(), nil)
+		r := redismw.NewParkedRecord(m, errors.New("broker down"), time.Now(), nil)
 		r.Properties = map[string]string{"rid": r.ID}
 		b, _ := json.Marshal(r)
-		if err := c.RPush(context.Background(), middleware.NewParkKeys(ns).Pending, b).Err(); err != nil {
+		if err := c.RPush(context.Background(), redismw.NewParkKeys(ns).Pending, b).Err(); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, r.ID)

@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"bytes"
@@ -14,7 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 // Environment of the child process TestDedupSIGKILLMidHandler starts (the test binary
@@ -43,7 +45,7 @@ func runDedupChild() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+	h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 		if err := os.WriteFile(os.Getenv(childReadyEnv), []byte("running"), 0o600); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(2)
@@ -57,7 +59,7 @@ func runDedupChild() int {
 		}
 		return message.ConsumeSuccess, nil
 	}, d.Middleware())
-	res, err := h(context.Background(), []*message.MessageExt{newExt("Pay", "paid", childKey, "amount=10")})
+	res, err := h(context.Background(), []*message.MessageExt{testkit.NewExt("Pay", "paid", childKey, "amount=10")})
 	fmt.Fprintln(os.Stderr, "child: handler returned:", res, err)
 	return 2
 }
@@ -86,7 +88,7 @@ func TestDedupSIGKILLMidHandler(t *testing.T) {
 				_ = cmd.Wait()
 			}
 		})
-		waitFor(t, 10*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
+		testkit.WaitFor(t, 10*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
 
 		d := newDeduper(t, tg.Client, tg.NS, func(c *DedupConfig) { c.LockExpiry = childLockTTL })
 		lk := d.LockKey(childKey)
@@ -96,7 +98,7 @@ func TestDedupSIGKILLMidHandler(t *testing.T) {
 		}
 		// The child renews: its lock outlives the first expiry.
 		until := time.Now().Add(childLockTTL + 200*time.Millisecond)
-		waitFor(t, 5*time.Second, func() bool { return time.Now().After(until) })
+		testkit.WaitFor(t, 5*time.Second, func() bool { return time.Now().After(until) })
 		if v := tg.Client.Get(ctx, lk).Val(); v != token {
 			t.Fatalf("child's lock not renewed: %q", v)
 		}
@@ -113,8 +115,8 @@ func TestDedupSIGKILLMidHandler(t *testing.T) {
 
 		effKey := childEffectKey(prefix)
 		completions := 0
-		h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			k := KeyOf(msgs[0])
+		h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			k := middleware.KeyOf(msgs[0])
 			if err := tg.Client.HSetNX(ctx, effKey, k, "refund applied").Err(); err != nil { // idempotent by key
 				return message.ReconsumeLater, err
 			}
@@ -124,14 +126,14 @@ func TestDedupSIGKILLMidHandler(t *testing.T) {
 			completions++
 			return message.ConsumeSuccess, nil
 		}, d.Middleware())
-		msg := newExt("Pay", "paid", childKey, "amount=10")
+		msg := testkit.NewExt("Pay", "paid", childKey, "amount=10")
 
-		res, err, _ := call(h, msg)
+		res, err, _ := testkit.Call(h, msg)
 		if res != message.ReconsumeLater || !errors.Is(err, ErrLockHeld) {
 			t.Fatalf("right after the kill: %v %v (want the dead child's lock to be held)", res, err)
 		}
-		waitFor(t, 10*time.Second, func() bool { // redeliveries until the dead lock expires
-			res, err, _ := call(h, msg)
+		testkit.WaitFor(t, 10*time.Second, func() bool { // redeliveries until the dead lock expires
+			res, err, _ := testkit.Call(h, msg)
 			if errors.Is(err, ErrLockHeld) {
 				return false
 			}
@@ -141,7 +143,7 @@ func TestDedupSIGKILLMidHandler(t *testing.T) {
 			return true
 		})
 		for i := 0; i < 2; i++ { // later duplicates
-			if res, err, reasons := call(h, msg); res != message.ConsumeSuccess || err != nil || !hasReason(reasons, ReasonDuplicate) {
+			if res, err, reasons := testkit.Call(h, msg); res != message.ConsumeSuccess || err != nil || !testkit.HasReason(reasons, middleware.ReasonDuplicate) {
 				t.Fatalf("duplicate: %v %v %v", res, err, reasons)
 			}
 		}

@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 // ProgressConfig configures [Progress]. Client is required.
@@ -44,7 +45,7 @@ func (c *ProgressConfig) setDefaults() {
 		c.TTL = DefaultDoneTTL
 	}
 	if c.KeyFunc == nil {
-		c.KeyFunc = KeyOf
+		c.KeyFunc = middleware.KeyOf
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -92,7 +93,7 @@ func NewProgressTracker(cfg ProgressConfig) (*ProgressTracker, error) {
 // A batch is handled one message at a time, in order, stopping at the first failure
 // (like Dedup). Redis failing after a successful handler leaves the message acknowledged
 // (ReasonMarkerNotSaved, logged).
-func Progress(cfg ProgressConfig) (ConsumeMiddleware, error) {
+func Progress(cfg ProgressConfig) (middleware.ConsumeMiddleware, error) {
 	p, err := NewProgressTracker(cfg)
 	if err != nil {
 		return nil, err
@@ -101,8 +102,8 @@ func Progress(cfg ProgressConfig) (ConsumeMiddleware, error) {
 }
 
 // Middleware returns the consume middleware; see [Progress].
-func (p *ProgressTracker) Middleware() ConsumeMiddleware {
-	return func(next ConsumeFunc) ConsumeFunc {
+func (p *ProgressTracker) Middleware() middleware.ConsumeMiddleware {
+	return func(next middleware.ConsumeFunc) middleware.ConsumeFunc {
 		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			if len(msgs) == 1 {
 				return p.handle(ctx, msgs, next)
@@ -138,10 +139,10 @@ func (p *ProgressTracker) Mark(ctx context.Context, key string, state MarkerStat
 	return fmt.Errorf("middleware: Mark state %d: want -1, 0 or 1", int(state))
 }
 
-func (p *ProgressTracker) handle(ctx context.Context, msgs []*message.MessageExt, next ConsumeFunc) (message.ConsumeResult, error) {
+func (p *ProgressTracker) handle(ctx context.Context, msgs []*message.MessageExt, next middleware.ConsumeFunc) (message.ConsumeResult, error) {
 	key := p.cfg.KeyFunc(msgs[0])
 	if key == "" {
-		Note(ctx, ReasonNoKey)
+		middleware.Note(ctx, middleware.ReasonNoKey)
 		return next(ctx, msgs)
 	}
 	if inScope(ctx, p.cfg.Prefix, key) {
@@ -153,18 +154,18 @@ func (p *ProgressTracker) handle(ctx context.Context, msgs []*message.MessageExt
 		case err != nil && ctx.Err() != nil:
 			return message.ReconsumeLater, ctx.Err()
 		case err != nil && p.cfg.FailOpen:
-			Note(ctx, ReasonFailOpen)
+			middleware.Note(ctx, middleware.ReasonFailOpen)
 			p.cfg.Logger.WarnContext(ctx, "progress: redis failed, running the handler unchecked (fail open)",
 				"key", key, "topic", msgs[0].Topic, "error", err)
 		case err != nil:
-			Note(ctx, ReasonRedisUnavailable)
-			return message.ReconsumeLater, &DedupError{Key: key, Reason: ReasonRedisUnavailable, Kind: ErrRedisUnavailable, Cause: err}
+			middleware.Note(ctx, middleware.ReasonRedisUnavailable)
+			return message.ReconsumeLater, &DedupError{Key: key, Reason: middleware.ReasonRedisUnavailable, Kind: ErrRedisUnavailable, Cause: err}
 		case st == MarkerDone:
-			Note(ctx, ReasonDuplicate)
+			middleware.Note(ctx, middleware.ReasonDuplicate)
 			return message.ConsumeSuccess, nil
 		}
 	}
-	res, herr := callRecovered(ctx, next, msgs)
+	res, herr := middleware.CallRecovered(ctx, next, msgs)
 	ok := herr == nil && res == message.ConsumeSuccess
 	state := MarkerFailed
 	if ok {
@@ -174,8 +175,8 @@ func (p *ProgressTracker) handle(ctx context.Context, msgs []*message.MessageExt
 	merr := p.Mark(mctx, key, state)
 	cancel()
 	if merr != nil {
-		Note(ctx, ReasonMarkerNotSaved)
-		merr = &DedupError{Key: key, Reason: ReasonMarkerNotSaved, Kind: ErrRedisUnavailable, Cause: merr}
+		middleware.Note(ctx, middleware.ReasonMarkerNotSaved)
+		merr = &DedupError{Key: key, Reason: middleware.ReasonMarkerNotSaved, Kind: ErrRedisUnavailable, Cause: merr}
 		p.cfg.Logger.WarnContext(ctx, "progress: marker not saved", "key", key, "topic", msgs[0].Topic,
 			"state", state.String(), "error", merr)
 	}

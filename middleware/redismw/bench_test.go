@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 // benchRedis returns a client to the real Redis at SLUICE_REDIS_ADDR (keys under a fresh
@@ -50,20 +51,20 @@ func BenchmarkConsumeChain(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	handlers := []struct {
 		name string
-		make func(c redis.UniversalClient, ns string) ConsumeFunc
+		make func(c redis.UniversalClient, ns string) middleware.ConsumeFunc
 	}{
-		{"noop", func(redis.UniversalClient, string) ConsumeFunc {
+		{"noop", func(redis.UniversalClient, string) middleware.ConsumeFunc {
 			return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 				return message.ConsumeSuccess, nil
 			}
 		}},
-		{"io1ms", func(redis.UniversalClient, string) ConsumeFunc {
+		{"io1ms", func(redis.UniversalClient, string) middleware.ConsumeFunc {
 			return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 				time.Sleep(time.Millisecond) // a stand-in for a 1 ms database call
 				return message.ConsumeSuccess, nil
 			}
 		}},
-		{"write", func(c redis.UniversalClient, ns string) ConsumeFunc {
+		{"write", func(c redis.UniversalClient, ns string) middleware.ConsumeFunc {
 			return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 				if err := c.Set(ctx, "bench:"+ns+":effect:"+string(msgs[0].Body), "1", 10*time.Minute).Err(); err != nil {
 					return message.ReconsumeLater, err
@@ -97,7 +98,7 @@ func BenchmarkConsumeChain(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						h = ChainConsume(h, ConsumeKeys(), d.Middleware(), p.Middleware())
+						h = middleware.ChainConsume(h, middleware.ConsumeKeys(), d.Middleware(), p.Middleware())
 						// Load the scripts so the NOSCRIPT fallback is not measured; in the
 						// duplicate mode this also marks the one message done.
 						warm := &message.MessageExt{Message: message.Message{Topic: "B", Body: []byte("dup")}}

@@ -1,4 +1,5 @@
-package middleware
+// Package prommw exports Prometheus metrics for both middleware shapes: [Metrics] counts consume calls, messages, results and the steps' reasons; [SendMetrics] counts sends by outcome (ok, error, parked, spooled). It imports the Prometheus client, which the SDK core never does.
+package prommw
 
 import (
 	"context"
@@ -7,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Metric names registered by [Metrics] and [SendMetrics].
@@ -48,7 +51,7 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error)
 // reg nil means prometheus.DefaultRegisterer. Calling Metrics again with the same registry
 // reuses the registered collectors. It fails when a different collector already uses one
 // of the names.
-func Metrics(reg prometheus.Registerer) (ConsumeMiddleware, error) {
+func Metrics(reg prometheus.Registerer) (middleware.ConsumeMiddleware, error) {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
@@ -79,9 +82,9 @@ func Metrics(reg prometheus.Registerer) (ConsumeMiddleware, error) {
 	}
 	okCalls, laterCalls := calls.WithLabelValues(message.ConsumeSuccess.String()), calls.WithLabelValues(message.ReconsumeLater.String())
 	okMsgs, laterMsgs := msgsC.WithLabelValues(message.ConsumeSuccess.String()), msgsC.WithLabelValues(message.ReconsumeLater.String())
-	return func(next ConsumeFunc) ConsumeFunc {
+	return func(next middleware.ConsumeFunc) middleware.ConsumeFunc {
 		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			ctx, rep := WithReport(ctx)
+			ctx, rep := middleware.WithReport(ctx)
 			start := time.Now()
 			res, err := next(ctx, msgs)
 			dur.Observe(time.Since(start).Seconds())
@@ -114,7 +117,7 @@ const (
 // [Park] to tell parked sends apart) and sluice_send_duration_seconds (a histogram of the
 // time in the rest of the send chain). reg nil means prometheus.DefaultRegisterer;
 // repeated calls reuse the registered collectors.
-func SendMetrics(reg prometheus.Registerer) (SendMiddleware, error) {
+func SendMetrics(reg prometheus.Registerer) (middleware.SendMiddleware, error) {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
@@ -131,7 +134,7 @@ func SendMetrics(reg prometheus.Registerer) (SendMiddleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(next SendFunc) SendFunc {
+	return func(next middleware.SendFunc) middleware.SendFunc {
 		return func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
 			start := time.Now()
 			res, err := next(ctx, msg)
@@ -146,14 +149,14 @@ func sendOutcome(err error) string {
 	if err == nil {
 		return SendResultOK
 	}
-	var pe *ParkedError
+	var pe *redismw.ParkedError
 	if errors.As(err, &pe) {
 		if pe.Spooled {
 			return SendResultSpooled
 		}
 		return SendResultParked
 	}
-	var pf *ParkFailedError
+	var pf *redismw.ParkFailedError
 	if errors.As(err, &pf) {
 		return SendResultNotParked
 	}

@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"context"
@@ -9,12 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 func newProgress(t *testing.T, c redis.UniversalClient, ns string, mod func(*ProgressConfig)) *ProgressTracker {
 	t.Helper()
-	cfg := ProgressConfig{Client: c, Prefix: "sluice:dedup:" + ns, Logger: testLogger(t)}
+	cfg := ProgressConfig{Client: c, Prefix: "sluice:dedup:" + ns, Logger: testkit.Logger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -45,27 +47,27 @@ func TestProgressMarkers(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		p := newProgress(t, tg.Client, tg.NS, func(c *ProgressConfig) { c.TTL = time.Hour })
-		eff := newEffects()
+		eff := testkit.NewEffects()
 		fail := true
-		h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			if fail {
 				fail = false
 				return message.ReconsumeLater, errors.New("transient")
 			}
-			eff.add(KeyOf(msgs[0]))
+			eff.Add(middleware.KeyOf(msgs[0]))
 			return message.ConsumeSuccess, nil
 		}, p.Middleware())
-		msg := newExt("T", "", "k1", "b")
+		msg := testkit.NewExt("T", "", "k1", "b")
 		if st, err := p.ProgressState(ctx, "k1"); st != MarkerNone || err != nil {
 			t.Fatalf("initial %v %v", st, err)
 		}
-		if res, err, _ := call(h, msg); res != message.ReconsumeLater || err == nil {
+		if res, err, _ := testkit.Call(h, msg); res != message.ReconsumeLater || err == nil {
 			t.Fatalf("failing run: %v %v", res, err)
 		}
 		if st, _ := p.ProgressState(ctx, "k1"); st != MarkerFailed {
 			t.Fatalf("after failure %v", st)
 		}
-		if res, err, _ := call(h, msg); res != message.ConsumeSuccess || err != nil {
+		if res, err, _ := testkit.Call(h, msg); res != message.ConsumeSuccess || err != nil {
 			t.Fatalf("second run: %v %v", res, err)
 		}
 		if st, _ := p.ProgressState(ctx, "k1"); st != MarkerDone {
@@ -74,9 +76,9 @@ func TestProgressMarkers(t *testing.T) {
 		if ttl := tg.Client.PTTL(ctx, p.MarkerKey("k1")).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
 			t.Fatalf("TTL %v", ttl)
 		}
-		res, err, reasons := call(h, msg)
-		if res != message.ConsumeSuccess || err != nil || !hasReason(reasons, ReasonDuplicate) || eff.get("k1") != 1 {
-			t.Fatalf("duplicate: %v %v %v effects %d", res, err, reasons, eff.get("k1"))
+		res, err, reasons := testkit.Call(h, msg)
+		if res != message.ConsumeSuccess || err != nil || !testkit.HasReason(reasons, middleware.ReasonDuplicate) || eff.Get("k1") != 1 {
+			t.Fatalf("duplicate: %v %v %v effects %d", res, err, reasons, eff.Get("k1"))
 		}
 		// A failed marker never replaces a done one.
 		if err := p.Mark(ctx, "k1", MarkerFailed); err != nil {
@@ -103,20 +105,20 @@ func TestProgressMarkOnlyAndPanic(t *testing.T) {
 		p := newProgress(t, tg.Client, tg.NS, func(c *ProgressConfig) { c.MarkOnly = true })
 		rt := redistest.CountRoundTrips(tg.Client)
 		runs := 0
-		h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			if runs++; runs == 3 {
 				panic("boom")
 			}
 			return message.ConsumeSuccess, nil
 		}, p.Middleware())
-		msg := newExt("T", "", "k2", "b")
-		call(h, msg)
-		call(h, msg) // MarkOnly: runs again although done
+		msg := testkit.NewExt("T", "", "k2", "b")
+		testkit.Call(h, msg)
+		testkit.Call(h, msg) // MarkOnly: runs again although done
 		if runs != 2 {
 			t.Fatalf("runs %d", runs)
 		}
-		res, err, _ := call(h, msg)
-		var pe *PanicError
+		res, err, _ := testkit.Call(h, msg)
+		var pe *middleware.PanicError
 		if res != message.ReconsumeLater || !errors.As(err, &pe) {
 			t.Fatalf("panic: %v %v", res, err)
 		}
@@ -136,14 +138,14 @@ func TestProgressRedisDown(t *testing.T) {
 		for _, failOpen := range []bool{false, true} {
 			p := newProgress(t, c, tg.NS, func(cfg *ProgressConfig) { cfg.FailOpen = failOpen })
 			ran := false
-			h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 				ran = true
 				return message.ConsumeSuccess, nil
 			}, p.Middleware())
-			res, err, reasons := call(h, newExt("T", "", "k3", "b"))
+			res, err, reasons := testkit.Call(h, testkit.NewExt("T", "", "k3", "b"))
 			if failOpen {
 				// Ran and acknowledged; the marker could not be written.
-				if !ran || res != message.ConsumeSuccess || err != nil || !hasReason(reasons, ReasonFailOpen) || !hasReason(reasons, ReasonMarkerNotSaved) {
+				if !ran || res != message.ConsumeSuccess || err != nil || !testkit.HasReason(reasons, middleware.ReasonFailOpen) || !testkit.HasReason(reasons, middleware.ReasonMarkerNotSaved) {
 					t.Fatalf("fail open: ran %v %v %v %v", ran, res, err, reasons)
 				}
 			} else if ran || res != message.ReconsumeLater || !errors.Is(err, ErrRedisUnavailable) {
@@ -157,17 +159,17 @@ func TestProgressBatch(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		p := newProgress(t, tg.Client, tg.NS, nil)
-		eff := newEffects()
-		h := ChainConsume(eff.okHandler(), p.Middleware())
+		eff := testkit.NewEffects()
+		h := middleware.ChainConsume(eff.OK(), p.Middleware())
 		if err := p.Mark(ctx, "b", MarkerDone); err != nil {
 			t.Fatal(err)
 		}
-		res, err, reasons := call(h, newExt("T", "", "a", "1"), newExt("T", "", "b", "2"), newExt("T", "", "c", "3"))
-		if res != message.ConsumeSuccess || err != nil || !hasReason(reasons, ReasonDuplicate) {
+		res, err, reasons := testkit.Call(h, testkit.NewExt("T", "", "a", "1"), testkit.NewExt("T", "", "b", "2"), testkit.NewExt("T", "", "c", "3"))
+		if res != message.ConsumeSuccess || err != nil || !testkit.HasReason(reasons, middleware.ReasonDuplicate) {
 			t.Fatalf("%v %v %v", res, err, reasons)
 		}
-		if eff.get("a") != 1 || eff.get("b") != 0 || eff.get("c") != 1 {
-			t.Fatalf("effects %v", eff.n)
+		if eff.Get("a") != 1 || eff.Get("b") != 0 || eff.Get("c") != 1 {
+			t.Fatalf("effects %v", eff)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 // Park defaults.
@@ -265,7 +266,7 @@ func NewParker(cfg ParkConfig) (*Parker, error) {
 // Every push is idempotent by record ID (one Lua script: SET NX the ID's key, then RPUSH),
 // so a push whose answer was lost, spooled, and drained later lands once. One round trip
 // per parked send; none on a successful send.
-func Park(cfg ParkConfig) (SendMiddleware, *Parker, error) {
+func Park(cfg ParkConfig) (middleware.SendMiddleware, *Parker, error) {
 	p, err := NewParker(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -282,8 +283,8 @@ func (p *Parker) SeenKey(id string) string { return parkSeenKey(p.cfg.Namespace,
 func parkSeenKey(ns, id string) string { return "sluice:park:{" + ns + "}:seen:" + id }
 
 // Middleware returns the send middleware; see [Park].
-func (p *Parker) Middleware() SendMiddleware {
-	return func(next SendFunc) SendFunc {
+func (p *Parker) Middleware() middleware.SendMiddleware {
+	return func(next middleware.SendFunc) middleware.SendFunc {
 		return func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
 			res, err := next(ctx, msg)
 			if err == nil || msg == nil || !p.cfg.Retriable(err) {
@@ -323,14 +324,14 @@ func (p *Parker) Park(ctx context.Context, msg *message.Message, cause error) er
 	rec := NewParkedRecord(msg, cause, p.cfg.Clock(), p.cfg.DelayLevels)
 	data, err := json.Marshal(rec)
 	if err != nil { // cannot happen for these field types; never drop silently anyway
-		Note(ctx, ReasonNotParked)
+		middleware.Note(ctx, middleware.ReasonNotParked)
 		return &ParkFailedError{Topic: msg.Topic, Cause: cause, Err: err}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RedisTimeout)
 	_, rerr := p.push(rctx, rec.ID, data)
 	cancel()
 	if rerr == nil {
-		Note(ctx, ReasonParked)
+		middleware.Note(ctx, middleware.ReasonParked)
 		if p.spool != nil && p.spool.pending() {
 			select {
 			case p.kick <- struct{}{}:
@@ -340,16 +341,16 @@ func (p *Parker) Park(ctx context.Context, msg *message.Message, cause error) er
 		return &ParkedError{RecordID: rec.ID, Topic: rec.Topic, Cause: cause}
 	}
 	if p.spool == nil {
-		Note(ctx, ReasonNotParked)
+		middleware.Note(ctx, middleware.ReasonNotParked)
 		return &ParkFailedError{Topic: msg.Topic, Cause: cause, Err: fmt.Errorf("redis: %w (no spool configured)", rerr)}
 	}
 	if serr := p.spool.append(data); serr != nil {
-		Note(ctx, ReasonNotParked)
+		middleware.Note(ctx, middleware.ReasonNotParked)
 		p.cfg.Logger.ErrorContext(ctx, "park: record neither in redis nor in the spool", "topic", msg.Topic,
 			"redisError", rerr, "spoolError", serr, "sendError", cause)
 		return &ParkFailedError{Topic: msg.Topic, Cause: cause, Err: errors.Join(fmt.Errorf("redis: %w", rerr), serr)}
 	}
-	Note(ctx, ReasonSpooled)
+	middleware.Note(ctx, middleware.ReasonSpooled)
 	p.cfg.Logger.WarnContext(ctx, "park: redis failed, record spooled locally", "record", rec.ID, "topic", msg.Topic,
 		"redisError", rerr)
 	return &ParkedError{RecordID: rec.ID, Topic: rec.Topic, Spooled: true, RedisErr: rerr, Cause: cause}

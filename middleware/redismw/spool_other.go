@@ -1,6 +1,6 @@
 //go:build !unix
 
-package middleware
+package redismw
 
 import "os"
 

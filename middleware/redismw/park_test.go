@@ -1,8 +1,9 @@
-package middleware
+package redismw
 
 import (
 	"bufio"
 	"context"
+	"crypto/md5"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,11 +18,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 // failingSend returns a SendFunc that fails every call with err and counts the calls.
-func failingSend(err error, calls *atomic.Int64) SendFunc {
+func failingSend(err error, calls *atomic.Int64) middleware.SendFunc {
 	return func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
 		calls.Add(1)
 		return nil, err
@@ -30,7 +33,7 @@ func failingSend(err error, calls *atomic.Int64) SendFunc {
 
 func newParker(t *testing.T, c redis.UniversalClient, ns string, mod func(*ParkConfig)) *Parker {
 	t.Helper()
-	cfg := ParkConfig{Client: c, Namespace: ns, Logger: testLogger(t)}
+	cfg := ParkConfig{Client: c, Namespace: ns, Logger: testkit.Logger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -88,7 +91,7 @@ func spoolLines(t *testing.T, path string) []string {
 // for up to a second before it dials again.
 func waitReachable(t *testing.T, c redis.UniversalClient) {
 	t.Helper()
-	waitFor(t, 10*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return c.Ping(context.Background()).Err() == nil })
 }
 
 // checkOnce asserts that recs hold exactly the ids, each once.
@@ -170,7 +173,7 @@ func TestParkRetriableErrorParksFullRecord(t *testing.T) {
 		p := newParker(t, tg.Client, tg.NS, func(c *ParkConfig) { c.Clock = func() time.Time { return now } })
 		cause := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 		var calls atomic.Int64
-		send := ChainSend(failingSend(cause, &calls), Keys(), p.Middleware())
+		send := middleware.ChainSend(failingSend(cause, &calls), middleware.Keys(), p.Middleware())
 		msg := message.NewMessage("Orders", []byte("order 42 paid")).SetTag("paid").SetDelayLevel(5).
 			SetProperty("traceId", "abc").SetShardingKey("user-7")
 		msg.Flag = 7
@@ -187,7 +190,7 @@ func TestParkRetriableErrorParksFullRecord(t *testing.T) {
 			t.Fatalf("%d records parked", len(recs))
 		}
 		r := recs[0]
-		wantKey := "paid_" + md5hex([]byte("order 42 paid"))
+		wantKey := fmt.Sprintf("paid_%x", md5.Sum([]byte("order 42 paid")))
 		if r.ID != pe.RecordID || len(r.ID) != 32 || r.Topic != "Orders" || r.Tags != "paid" || len(r.Keys) != 1 || r.Keys[0] != wantKey ||
 			string(r.Body) != "order 42 paid" || r.Flag != 7 || r.DelayLevel != 5 ||
 			r.DeliverAtMs != now.UnixMilli()+time.Minute.Milliseconds() || // level 5 = 1m
@@ -202,7 +205,7 @@ func TestParkRetriableErrorParksFullRecord(t *testing.T) {
 		}
 		// The record rebuilds the message (without the delay).
 		m := r.Message()
-		if m.Topic != "Orders" || m.Tag() != "paid" || KeyOf(&message.MessageExt{Message: *m}) != wantKey || string(m.Body) != "order 42 paid" ||
+		if m.Topic != "Orders" || m.Tag() != "paid" || middleware.KeyOf(&message.MessageExt{Message: *m}) != wantKey || string(m.Body) != "order 42 paid" ||
 			m.Flag != 7 || m.DelayLevel() != 0 || m.Property("traceId") != "abc" || m.ShardingKey() != "user-7" {
 			t.Fatalf("rebuilt %+v", m)
 		}
@@ -214,7 +217,7 @@ func TestParkRetriableErrorParksFullRecord(t *testing.T) {
 			}
 		}
 		// A successful send parks nothing and passes the result through.
-		ok := ChainSend(func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
+		ok := middleware.ChainSend(func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
 			return &message.SendResult{MsgID: "stored"}, nil
 		}, p.Middleware())
 		if res, err := ok(context.Background(), msg); err != nil || res.MsgID != "stored" {
@@ -247,7 +250,7 @@ func TestParkPermanentErrorsReturnedNotParked(t *testing.T) {
 			context.Canceled,
 		} {
 			var calls atomic.Int64
-			_, err := ChainSend(failingSend(cause, &calls), p.Middleware())(context.Background(), message.NewMessage("T", []byte("b")))
+			_, err := middleware.ChainSend(failingSend(cause, &calls), p.Middleware())(context.Background(), message.NewMessage("T", []byte("b")))
 			if err != cause || errors.Is(err, ErrParked) || calls.Load() != 1 {
 				t.Fatalf("%v: got %v", cause, err)
 			}
@@ -274,7 +277,7 @@ func TestParkRedisDownSpoolsThenDrains(t *testing.T) {
 		p := newParker(t, c, tg.NS, func(cfg *ParkConfig) { cfg.SpoolPath = path; cfg.RedisTimeout = 500 * time.Millisecond })
 		cause := errors.New("broker unreachable")
 		var calls atomic.Int64
-		send := ChainSend(failingSend(cause, &calls), p.Middleware())
+		send := middleware.ChainSend(failingSend(cause, &calls), p.Middleware())
 
 		sw.Down()
 		const n = 20
@@ -331,13 +334,13 @@ func TestParkDrainInterruptedAndRerun(t *testing.T) {
 		ctx := context.Background()
 		c, sw := tg.Outage(t)
 		path := filepath.Join(t.TempDir(), "park.spool")
-		cfg := ParkConfig{Client: c, Namespace: tg.NS, SpoolPath: path, RedisTimeout: 500 * time.Millisecond, Logger: testLogger(t)}
+		cfg := ParkConfig{Client: c, Namespace: tg.NS, SpoolPath: path, RedisTimeout: 500 * time.Millisecond, Logger: testkit.Logger(t)}
 		p1, err := NewParker(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var calls atomic.Int64
-		send := ChainSend(failingSend(errors.New("timeout"), &calls), p1.Middleware())
+		send := middleware.ChainSend(failingSend(errors.New("timeout"), &calls), p1.Middleware())
 		sw.Down()
 		const n = 10
 		var ids []string
@@ -408,7 +411,7 @@ func TestParkDrainInterruptedAndRerun(t *testing.T) {
 			t.Fatal(err)
 		}
 		sw.Down()
-		_, err = ChainSend(failingSend(errors.New("timeout"), &calls), p2.Middleware())(ctx, message.NewMessage("T", []byte("after-torn")))
+		_, err = middleware.ChainSend(failingSend(errors.New("timeout"), &calls), p2.Middleware())(ctx, message.NewMessage("T", []byte("after-torn")))
 		if !errors.As(err, &pe) || !pe.Spooled {
 			t.Fatalf("park after torn: %v", err)
 		}
@@ -461,7 +464,7 @@ func TestParkNoSpoolReturnsParkFailed(t *testing.T) {
 		sw.Down()
 		cause := errors.New("broker down")
 		var calls atomic.Int64
-		_, err := ChainSend(failingSend(cause, &calls), p.Middleware())(context.Background(), message.NewMessage("T", []byte("b")))
+		_, err := middleware.ChainSend(failingSend(cause, &calls), p.Middleware())(context.Background(), message.NewMessage("T", []byte("b")))
 		var pf *ParkFailedError
 		if !errors.As(err, &pf) || !errors.Is(err, cause) || errors.Is(err, ErrParked) || !strings.Contains(err.Error(), "could not be parked") {
 			t.Fatalf("got %v", err)
@@ -483,7 +486,7 @@ func TestParkBackgroundDrain(t *testing.T) {
 			cfg.RedisTimeout = 300 * time.Millisecond
 		})
 		var calls atomic.Int64
-		send := ChainSend(failingSend(errors.New("timeout"), &calls), p.Middleware())
+		send := middleware.ChainSend(failingSend(errors.New("timeout"), &calls), p.Middleware())
 		sw.Down()
 		var ids []string
 		for i := 0; i < 5; i++ {
@@ -497,7 +500,7 @@ func TestParkBackgroundDrain(t *testing.T) {
 		if err := sw.Up(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, func() bool { return tg.Client.LLen(ctx, p.Keys().Pending).Val() == 5 && !p.SpoolPending() })
+		testkit.WaitFor(t, 10*time.Second, func() bool { return tg.Client.LLen(ctx, p.Keys().Pending).Val() == 5 && !p.SpoolPending() })
 		checkOnce(t, pendingRecords(t, tg.Client, p.Keys()), ids)
 		if err := p.Close(); err != nil {
 			t.Fatal(err)

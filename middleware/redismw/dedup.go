@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 // Dedup defaults.
@@ -53,7 +54,7 @@ type DedupError struct {
 	Key string
 	// Reason is the outcome label (ReasonLockHeld, ReasonLockLost, ReasonRenewFailed,
 	// ReasonRedisUnavailable, ReasonMarkerNotSaved).
-	Reason Reason
+	Reason middleware.Reason
 	// Kind is the sentinel: ErrLockHeld, ErrLockLost, ErrRenewFailed or ErrRedisUnavailable.
 	Kind error
 	// HeldFor is, for ErrLockHeld, the other holder's remaining lock time (ms precision;
@@ -125,7 +126,7 @@ func (c *DedupConfig) setDefaults() {
 		c.LockExpiry = DefaultLockExpiry
 	}
 	if c.KeyFunc == nil {
-		c.KeyFunc = KeyOf
+		c.KeyFunc = middleware.KeyOf
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -164,7 +165,7 @@ func NewDeduper(cfg DedupConfig) (*Deduper, error) {
 
 // Dedup returns the consume middleware of [NewDeduper](cfg).
 //
-// Per message key ([KeyOf] unless KeyFunc says otherwise):
+// Per message key ([middleware.KeyOf] unless KeyFunc says otherwise):
 //
 //  1. done marker ("1") → the handler is skipped and the message acknowledged (a
 //     duplicate, ReasonDuplicate);
@@ -197,7 +198,7 @@ func NewDeduper(cfg DedupConfig) (*Deduper, error) {
 // than LockExpiry/3 has none). go-redsync's own Lock would cost an extra GET of the marker
 // first, so the lock is taken by our script with redsync's token layout (a random value,
 // SET NX PX) and handed to a redsync Mutex (WithValue) for renewal.
-func Dedup(cfg DedupConfig) (ConsumeMiddleware, error) {
+func Dedup(cfg DedupConfig) (middleware.ConsumeMiddleware, error) {
 	d, err := NewDeduper(cfg)
 	if err != nil {
 		return nil, err
@@ -206,8 +207,8 @@ func Dedup(cfg DedupConfig) (ConsumeMiddleware, error) {
 }
 
 // Middleware returns the consume middleware; see [Dedup].
-func (d *Deduper) Middleware() ConsumeMiddleware {
-	return func(next ConsumeFunc) ConsumeFunc {
+func (d *Deduper) Middleware() middleware.ConsumeMiddleware {
+	return func(next middleware.ConsumeFunc) middleware.ConsumeFunc {
 		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			if len(msgs) == 1 {
 				return d.handle(ctx, msgs, next)
@@ -296,10 +297,10 @@ func newToken() string {
 }
 
 // handle runs the dedup rule for msgs, a batch of one.
-func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next ConsumeFunc) (message.ConsumeResult, error) {
+func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next middleware.ConsumeFunc) (message.ConsumeResult, error) {
 	key := d.cfg.KeyFunc(msgs[0])
 	if key == "" {
-		Note(ctx, ReasonNoKey)
+		middleware.Note(ctx, middleware.ReasonNoKey)
 		return next(ctx, msgs)
 	}
 	if err := ctx.Err(); err != nil {
@@ -319,28 +320,28 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next C
 			return message.ReconsumeLater, ctx.Err()
 		}
 		if d.cfg.FailOpen {
-			Note(ctx, ReasonFailOpen)
+			middleware.Note(ctx, middleware.ReasonFailOpen)
 			d.cfg.Logger.WarnContext(ctx, "dedup: redis failed, running the handler without dedup (fail open)",
 				"key", key, "topic", msgs[0].Topic, "error", err)
 			return next(ctx, msgs)
 		}
-		Note(ctx, ReasonRedisUnavailable)
-		return message.ReconsumeLater, &DedupError{Key: key, Reason: ReasonRedisUnavailable, Kind: ErrRedisUnavailable, Cause: err}
+		middleware.Note(ctx, middleware.ReasonRedisUnavailable)
+		return message.ReconsumeLater, &DedupError{Key: key, Reason: middleware.ReasonRedisUnavailable, Kind: ErrRedisUnavailable, Cause: err}
 	}
 	switch code {
 	case 1:
-		Note(ctx, ReasonDuplicate)
+		middleware.Note(ctx, middleware.ReasonDuplicate)
 		return message.ConsumeSuccess, nil
 	case -2:
-		Note(ctx, ReasonLockHeld)
-		return message.ReconsumeLater, &DedupError{Key: key, Reason: ReasonLockHeld, Kind: ErrLockHeld, HeldFor: time.Duration(pttl) * time.Millisecond}
+		middleware.Note(ctx, middleware.ReasonLockHeld)
+		return message.ReconsumeLater, &DedupError{Key: key, Reason: middleware.ReasonLockHeld, Kind: ErrLockHeld, HeldFor: time.Duration(pttl) * time.Millisecond}
 	}
 
 	// The lock is ours until start+LockExpiry.
 	mutex := d.rs.NewMutex(lk, redsync.WithExpiry(d.cfg.LockExpiry), redsync.WithValue(token), redsync.WithTries(1))
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, scopeKey{}, &markerScope{prefix: d.cfg.Prefix, key: key}))
 	r := startRenewal(hctx, cancel, mutex, key, d.cfg.LockExpiry, start)
-	res, herr := callRecovered(hctx, next, msgs)
+	res, herr := middleware.CallRecovered(hctx, next, msgs)
 	renewErr := r.stop()
 	cancel(nil)
 	ok := herr == nil && res == message.ConsumeSuccess
@@ -358,7 +359,7 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next C
 	lost := fcode != 1 && ferr == nil
 	switch {
 	case lost || errors.Is(renewErr, ErrLockLost):
-		Note(ctx, ReasonLockLost)
+		middleware.Note(ctx, middleware.ReasonLockLost)
 		var how error
 		switch {
 		case fcode == 0 && ferr == nil:
@@ -368,14 +369,14 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next C
 		default:
 			how = errors.New("a renewal found the lock gone or re-taken")
 		}
-		errs = append(errs, &DedupError{Key: key, Reason: ReasonLockLost, Kind: ErrLockLost, Cause: how})
+		errs = append(errs, &DedupError{Key: key, Reason: middleware.ReasonLockLost, Kind: ErrLockLost, Cause: how})
 	case renewErr != nil:
-		Note(ctx, ReasonRenewFailed)
+		middleware.Note(ctx, middleware.ReasonRenewFailed)
 		errs = append(errs, renewErr)
 	}
 	if ferr != nil {
-		Note(ctx, ReasonMarkerNotSaved)
-		errs = append(errs, &DedupError{Key: key, Reason: ReasonMarkerNotSaved, Kind: ErrRedisUnavailable, Cause: ferr})
+		middleware.Note(ctx, middleware.ReasonMarkerNotSaved)
+		errs = append(errs, &DedupError{Key: key, Reason: middleware.ReasonMarkerNotSaved, Kind: ErrRedisUnavailable, Cause: ferr})
 	}
 	if ok {
 		if len(errs) > 0 {
@@ -467,7 +468,7 @@ func startRenewal(ctx context.Context, cancel context.CancelCauseFunc, mutex *re
 			}
 			var taken *redsync.ErrTaken
 			if errors.As(err, &taken) {
-				r.err = &DedupError{Key: key, Reason: ReasonLockLost, Kind: ErrLockLost}
+				r.err = &DedupError{Key: key, Reason: middleware.ReasonLockLost, Kind: ErrLockLost}
 				cancel(r.err)
 				return
 			}
@@ -478,7 +479,7 @@ func startRenewal(ctx context.Context, cancel context.CancelCauseFunc, mutex *re
 				t.Reset(interval / 2) // retry sooner; the lock is still valid for a while
 				continue
 			}
-			r.err = &DedupError{Key: key, Reason: ReasonRenewFailed, Kind: ErrRenewFailed, Cause: err}
+			r.err = &DedupError{Key: key, Reason: middleware.ReasonRenewFailed, Kind: ErrRenewFailed, Cause: err}
 			cancel(r.err)
 			return
 		}

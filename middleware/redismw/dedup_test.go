@@ -1,4 +1,4 @@
-package middleware
+package redismw
 
 import (
 	"context"
@@ -12,12 +12,14 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 func newDeduper(t *testing.T, c redis.UniversalClient, ns string, mod func(*DedupConfig)) *Deduper {
 	t.Helper()
-	cfg := DedupConfig{Client: c, Prefix: "sluice:dedup:" + ns, LockExpiry: 600 * time.Millisecond, Logger: testLogger(t)}
+	cfg := DedupConfig{Client: c, Prefix: "sluice:dedup:" + ns, LockExpiry: 600 * time.Millisecond, Logger: testkit.Logger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -53,19 +55,19 @@ func TestDedupSequentialDuplicates(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		d := newDeduper(t, tg.Client, tg.NS, nil)
-		eff := newEffects()
-		h := ChainConsume(eff.okHandler(), d.Middleware())
-		msg := newExt("Pay", "paid", "order-1", "body")
+		eff := testkit.NewEffects()
+		h := middleware.ChainConsume(eff.OK(), d.Middleware())
+		msg := testkit.NewExt("Pay", "paid", "order-1", "body")
 		for i := 0; i < 3; i++ {
-			res, err, reasons := call(h, msg)
+			res, err, reasons := testkit.Call(h, msg)
 			if res != message.ConsumeSuccess || err != nil {
 				t.Fatalf("delivery %d: %v %v", i, res, err)
 			}
-			if dup := hasReason(reasons, ReasonDuplicate); dup != (i > 0) {
+			if dup := testkit.HasReason(reasons, middleware.ReasonDuplicate); dup != (i > 0) {
 				t.Fatalf("delivery %d: reasons %v", i, reasons)
 			}
 		}
-		if n := eff.get("order-1"); n != 1 {
+		if n := eff.Get("order-1"); n != 1 {
 			t.Fatalf("effects %d, want 1", n)
 		}
 		if st, err := d.ProgressState(ctx, "order-1"); err != nil || st != MarkerDone {
@@ -86,19 +88,19 @@ func TestDedupSequentialDuplicates(t *testing.T) {
 // redelivering whatever comes back ReconsumeLater.
 func TestDedupConcurrentConsumers(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
-		eff := newEffects()
+		eff := testkit.NewEffects()
 		started := make(chan struct{})
 		release := make(chan struct{})
 		var once sync.Once
 		handler := func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			once.Do(func() { close(started) })
 			<-release // hold the lock until the other consumer was turned away
-			eff.add(KeyOf(msgs[0]))
+			eff.Add(middleware.KeyOf(msgs[0]))
 			return message.ConsumeSuccess, nil
 		}
-		chains := []ConsumeFunc{
-			ChainConsume(handler, newDeduper(t, tg.Client, tg.NS, nil).Middleware()),
-			ChainConsume(handler, newDeduper(t, redistest.Dial(t, tg.Addr), tg.NS, nil).Middleware()),
+		chains := []middleware.ConsumeFunc{
+			middleware.ChainConsume(handler, newDeduper(t, tg.Client, tg.NS, nil).Middleware()),
+			middleware.ChainConsume(handler, newDeduper(t, redistest.Dial(t, tg.Addr), tg.NS, nil).Middleware()),
 		}
 		var held sync.WaitGroup
 		held.Add(1)
@@ -108,15 +110,15 @@ func TestDedupConcurrentConsumers(t *testing.T) {
 		for c := 0; c < 2; c++ {
 			for d := 0; d < 3; d++ {
 				wg.Add(1)
-				go func(f ConsumeFunc) {
+				go func(f middleware.ConsumeFunc) {
 					defer wg.Done()
-					msg := newExt("Pay", "paid", "order-2", "body")
+					msg := testkit.NewExt("Pay", "paid", "order-2", "body")
 					for attempt := 0; attempt < 400; attempt++ { // redelivery until acked
-						res, err, reasons := call(f, msg)
+						res, err, reasons := testkit.Call(f, msg)
 						if res == message.ConsumeSuccess && err == nil {
 							return
 						}
-						if !errors.Is(err, ErrLockHeld) || !hasReason(reasons, ReasonLockHeld) {
+						if !errors.Is(err, ErrLockHeld) || !testkit.HasReason(reasons, middleware.ReasonLockHeld) {
 							errs <- err
 							return
 						}
@@ -135,7 +137,7 @@ func TestDedupConcurrentConsumers(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		if n := eff.get("order-2"); n != 1 {
+		if n := eff.Get("order-2"); n != 1 {
 			t.Fatalf("effects %d, want 1", n)
 		}
 	})
@@ -145,7 +147,7 @@ func TestDedupFirstHolderFailsThenProcessed(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		d := newDeduper(t, tg.Client, tg.NS, nil)
-		eff := newEffects()
+		eff := testkit.NewEffects()
 		boom := errors.New("db down")
 		refused := make(chan struct{})
 		first := true
@@ -155,22 +157,22 @@ func TestDedupFirstHolderFailsThenProcessed(t *testing.T) {
 				<-refused // the other consumer is refused while we hold the lock ...
 				return message.ReconsumeLater, boom
 			}
-			eff.add(KeyOf(msgs[0]))
+			eff.Add(middleware.KeyOf(msgs[0]))
 			return message.ConsumeSuccess, nil
 		}
-		h := ChainConsume(handler, d.Middleware())
-		msg := newExt("Pay", "paid", "order-3", "body")
+		h := middleware.ChainConsume(handler, d.Middleware())
+		msg := testkit.NewExt("Pay", "paid", "order-3", "body")
 		done := make(chan error, 1)
 		go func() {
-			res, err, _ := call(h, msg)
+			res, err, _ := testkit.Call(h, msg)
 			if res != message.ReconsumeLater || !errors.Is(err, boom) {
 				done <- errors.New("first holder: want ReconsumeLater with its error")
 				return
 			}
 			done <- nil
 		}()
-		waitFor(t, 5*time.Second, func() bool { return tg.Client.Exists(ctx, d.LockKey("order-3")).Val() == 1 })
-		res, err, _ := call(h, msg)
+		testkit.WaitFor(t, 5*time.Second, func() bool { return tg.Client.Exists(ctx, d.LockKey("order-3")).Val() == 1 })
+		res, err, _ := testkit.Call(h, msg)
 		if res != message.ReconsumeLater || !errors.Is(err, ErrLockHeld) {
 			t.Fatalf("second consumer while held: %v %v", res, err)
 		}
@@ -185,10 +187,10 @@ func TestDedupFirstHolderFailsThenProcessed(t *testing.T) {
 			t.Fatal("lock kept after failure")
 		}
 		// Redelivery: processed, not lost.
-		if res, err, _ := call(h, msg); res != message.ConsumeSuccess || err != nil {
+		if res, err, _ := testkit.Call(h, msg); res != message.ConsumeSuccess || err != nil {
 			t.Fatalf("redelivery: %v %v", res, err)
 		}
-		if n := eff.get("order-3"); n != 1 {
+		if n := eff.Get("order-3"); n != 1 {
 			t.Fatalf("effects %d", n)
 		}
 	})
@@ -198,26 +200,26 @@ func TestDedupPanicReleasesAndMarksFailed(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		d := newDeduper(t, tg.Client, tg.NS, nil)
-		eff := newEffects()
+		eff := testkit.NewEffects()
 		n := 0
-		h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			if n++; n == 1 {
 				panic("nil map")
 			}
-			eff.add(KeyOf(msgs[0]))
+			eff.Add(middleware.KeyOf(msgs[0]))
 			return message.ConsumeSuccess, nil
 		}, d.Middleware())
-		msg := newExt("Pay", "", "order-4", "body")
-		res, err, reasons := call(h, msg)
-		var pe *PanicError
-		if res != message.ReconsumeLater || !errors.As(err, &pe) || pe.Value != "nil map" || !hasReason(reasons, ReasonPanic) {
+		msg := testkit.NewExt("Pay", "", "order-4", "body")
+		res, err, reasons := testkit.Call(h, msg)
+		var pe *middleware.PanicError
+		if res != message.ReconsumeLater || !errors.As(err, &pe) || pe.Value != "nil map" || !testkit.HasReason(reasons, middleware.ReasonPanic) {
 			t.Fatalf("panic: %v %v %v", res, err, reasons)
 		}
 		if st, _ := d.ProgressState(ctx, "order-4"); st != MarkerFailed || tg.Client.Exists(ctx, d.LockKey("order-4")).Val() != 0 {
 			t.Fatalf("after panic: marker %v, lock exists %d", st, tg.Client.Exists(ctx, d.LockKey("order-4")).Val())
 		}
-		if res, err, _ := call(h, msg); res != message.ConsumeSuccess || err != nil || eff.get("order-4") != 1 {
-			t.Fatalf("redelivery: %v %v %d", res, err, eff.get("order-4"))
+		if res, err, _ := testkit.Call(h, msg); res != message.ConsumeSuccess || err != nil || eff.Get("order-4") != 1 {
+			t.Fatalf("redelivery: %v %v %d", res, err, eff.Get("order-4"))
 		}
 	})
 }
@@ -233,17 +235,17 @@ func TestDedupAbandonedLock(t *testing.T) {
 		if err := dead.LockContext(ctx); err != nil {
 			t.Fatal(err)
 		}
-		eff := newEffects()
-		h := ChainConsume(eff.okHandler(), d.Middleware())
-		msg := newExt("Pay", "", "order-5", "body")
-		res, err, _ := call(h, msg)
+		eff := testkit.NewEffects()
+		h := middleware.ChainConsume(eff.OK(), d.Middleware())
+		msg := testkit.NewExt("Pay", "", "order-5", "body")
+		res, err, _ := testkit.Call(h, msg)
 		var de *DedupError
 		if res != message.ReconsumeLater || !errors.As(err, &de) || de.Kind != ErrLockHeld || de.HeldFor <= 0 || de.HeldFor > 400*time.Millisecond {
 			t.Fatalf("while the dead holder's lock lives: %v %v", res, err)
 		}
 		refusals := 0
-		waitFor(t, 5*time.Second, func() bool { // redeliveries until the lock expired
-			res, err, _ := call(h, msg)
+		testkit.WaitFor(t, 5*time.Second, func() bool { // redeliveries until the lock expired
+			res, err, _ := testkit.Call(h, msg)
 			if errors.Is(err, ErrLockHeld) {
 				refusals++
 				return false
@@ -253,8 +255,8 @@ func TestDedupAbandonedLock(t *testing.T) {
 			}
 			return true
 		})
-		if eff.get("order-5") != 1 {
-			t.Fatalf("effects %d", eff.get("order-5"))
+		if eff.Get("order-5") != 1 {
+			t.Fatalf("effects %d", eff.Get("order-5"))
 		}
 		if st, _ := d.ProgressState(ctx, "order-5"); st != MarkerDone {
 			t.Fatalf("marker %v", st)
@@ -284,18 +286,18 @@ func TestDedupLockLostVersusHeld(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				key := "lost-" + strings.ReplaceAll(tc.name, " ", "-")
 				var cause error
-				h := ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+				h := middleware.ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 					tc.steal(d.LockKey(key))
 					if tc.ignores {
-						waitFor(t, 5*time.Second, func() bool { return hctx.Err() != nil })
+						testkit.WaitFor(t, 5*time.Second, func() bool { return hctx.Err() != nil })
 						return message.ConsumeSuccess, nil
 					}
 					<-hctx.Done()
 					cause = context.Cause(hctx)
 					return message.ReconsumeLater, hctx.Err()
 				}, d.Middleware())
-				res, err, reasons := call(h, newExt("Pay", "", key, "b"))
-				if !hasReason(reasons, ReasonLockLost) || hasReason(reasons, ReasonLockHeld) {
+				res, err, reasons := testkit.Call(h, testkit.NewExt("Pay", "", key, "b"))
+				if !testkit.HasReason(reasons, middleware.ReasonLockLost) || testkit.HasReason(reasons, middleware.ReasonLockHeld) {
 					t.Fatalf("reasons %v", reasons)
 				}
 				if tc.ignores {
@@ -318,9 +320,9 @@ func TestDedupLockLostVersusHeld(t *testing.T) {
 
 		// Held by another: a different error and reason.
 		other.Set(ctx, d.LockKey("held"), "someone-else", time.Minute)
-		res, err, reasons := call(ChainConsume(newEffects().okHandler(), d.Middleware()), newExt("Pay", "", "held", "b"))
+		res, err, reasons := testkit.Call(middleware.ChainConsume(testkit.NewEffects().OK(), d.Middleware()), testkit.NewExt("Pay", "", "held", "b"))
 		if res != message.ReconsumeLater || !errors.Is(err, ErrLockHeld) || errors.Is(err, ErrLockLost) ||
-			!hasReason(reasons, ReasonLockHeld) || hasReason(reasons, ReasonLockLost) {
+			!testkit.HasReason(reasons, middleware.ReasonLockHeld) || testkit.HasReason(reasons, middleware.ReasonLockLost) {
 			t.Fatalf("held: %v %v %v", res, err, reasons)
 		}
 	})
@@ -333,9 +335,9 @@ func TestDedupRenewalKeepsLockAndFailureCancels(t *testing.T) {
 		d := newDeduper(t, c, tg.NS, func(c *DedupConfig) { c.LockExpiry = 600 * time.Millisecond })
 
 		// A handler running for several lock expiries keeps the lock through renewals.
-		long := ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		long := middleware.ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			until := time.Now().Add(1500 * time.Millisecond) // 2.5 lock expiries
-			waitFor(t, 5*time.Second, func() bool { return time.Now().After(until) || hctx.Err() != nil })
+			testkit.WaitFor(t, 5*time.Second, func() bool { return time.Now().After(until) || hctx.Err() != nil })
 			if hctx.Err() != nil {
 				return message.ReconsumeLater, context.Cause(hctx)
 			}
@@ -344,35 +346,35 @@ func TestDedupRenewalKeepsLockAndFailureCancels(t *testing.T) {
 			}
 			return message.ConsumeSuccess, nil
 		}, d.Middleware())
-		if res, err, _ := call(long, newExt("Pay", "", "long", "b")); res != message.ConsumeSuccess || err != nil {
+		if res, err, _ := testkit.Call(long, testkit.NewExt("Pay", "", "long", "b")); res != message.ConsumeSuccess || err != nil {
 			t.Fatalf("long handler: %v %v", res, err)
 		}
 
 		// Redis goes away mid-handler: renewals fail, the handler's ctx is cancelled.
 		var cause error
-		h := ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		h := middleware.ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			sw.Down()
 			<-hctx.Done()
 			cause = context.Cause(hctx)
 			return message.ReconsumeLater, hctx.Err()
 		}, d.Middleware())
-		res, err, reasons := call(h, newExt("Pay", "", "renew", "b"))
+		res, err, reasons := testkit.Call(h, testkit.NewExt("Pay", "", "renew", "b"))
 		if res != message.ReconsumeLater || !errors.Is(err, ErrRenewFailed) || !errors.Is(cause, ErrRenewFailed) ||
-			!hasReason(reasons, ReasonRenewFailed) || !hasReason(reasons, ReasonMarkerNotSaved) {
+			!testkit.HasReason(reasons, middleware.ReasonRenewFailed) || !testkit.HasReason(reasons, middleware.ReasonMarkerNotSaved) {
 			t.Fatalf("renewal failure: %v %v (cause %v) %v", res, err, cause, reasons)
 		}
 		if err := sw.Up(); err != nil {
 			t.Fatal(err)
 		}
 		// Our lock expires on its own; the message then runs.
-		eff := newEffects()
-		ok := ChainConsume(eff.okHandler(), d.Middleware())
-		waitFor(t, 5*time.Second, func() bool {
-			res, _, _ := call(ok, newExt("Pay", "", "renew", "b"))
+		eff := testkit.NewEffects()
+		ok := middleware.ChainConsume(eff.OK(), d.Middleware())
+		testkit.WaitFor(t, 5*time.Second, func() bool {
+			res, _, _ := testkit.Call(ok, testkit.NewExt("Pay", "", "renew", "b"))
 			return res == message.ConsumeSuccess
 		})
-		if eff.get("renew") != 1 {
-			t.Fatalf("effects %d", eff.get("renew"))
+		if eff.Get("renew") != 1 {
+			t.Fatalf("effects %d", eff.Get("renew"))
 		}
 	})
 }
@@ -382,16 +384,16 @@ func TestDedupRedisUnreachable(t *testing.T) {
 		c, sw := tg.Outage(t)
 		sw.Down()
 		for _, failOpen := range []bool{false, true} {
-			eff := newEffects()
+			eff := testkit.NewEffects()
 			d := newDeduper(t, c, tg.NS, func(c *DedupConfig) { c.FailOpen = failOpen })
-			res, err, reasons := call(ChainConsume(eff.okHandler(), d.Middleware()), newExt("Pay", "", "down", "b"))
+			res, err, reasons := testkit.Call(middleware.ChainConsume(eff.OK(), d.Middleware()), testkit.NewExt("Pay", "", "down", "b"))
 			if failOpen {
-				if res != message.ConsumeSuccess || err != nil || eff.get("down") != 1 || !hasReason(reasons, ReasonFailOpen) {
-					t.Fatalf("fail open: %v %v effects %d %v", res, err, eff.get("down"), reasons)
+				if res != message.ConsumeSuccess || err != nil || eff.Get("down") != 1 || !testkit.HasReason(reasons, middleware.ReasonFailOpen) {
+					t.Fatalf("fail open: %v %v effects %d %v", res, err, eff.Get("down"), reasons)
 				}
 			} else {
-				if res != message.ReconsumeLater || !errors.Is(err, ErrRedisUnavailable) || eff.get("down") != 0 || !hasReason(reasons, ReasonRedisUnavailable) {
-					t.Fatalf("fail closed: %v %v effects %d %v", res, err, eff.get("down"), reasons)
+				if res != message.ReconsumeLater || !errors.Is(err, ErrRedisUnavailable) || eff.Get("down") != 0 || !testkit.HasReason(reasons, middleware.ReasonRedisUnavailable) {
+					t.Fatalf("fail closed: %v %v effects %d %v", res, err, eff.Get("down"), reasons)
 				}
 			}
 		}
@@ -404,31 +406,31 @@ func TestDedupRedisUnreachable(t *testing.T) {
 func TestDedupBatchOneAtATime(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		d := newDeduper(t, tg.Client, tg.NS, nil)
-		eff := newEffects()
+		eff := testkit.NewEffects()
 		failB := true
 		var sizes []int
-		h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			sizes = append(sizes, len(msgs))
-			if KeyOf(msgs[0]) == "b" && failB {
+			if middleware.KeyOf(msgs[0]) == "b" && failB {
 				failB = false
 				return message.ReconsumeLater, nil
 			}
-			eff.add(KeyOf(msgs[0]))
+			eff.Add(middleware.KeyOf(msgs[0]))
 			return message.ConsumeSuccess, nil
 		}, d.Middleware())
-		batch := []*message.MessageExt{newExt("T", "", "a", "1"), newExt("T", "", "b", "2"), newExt("T", "", "c", "3")}
-		if res, _, _ := call(h, batch...); res != message.ReconsumeLater {
+		batch := []*message.MessageExt{testkit.NewExt("T", "", "a", "1"), testkit.NewExt("T", "", "b", "2"), testkit.NewExt("T", "", "c", "3")}
+		if res, _, _ := testkit.Call(h, batch...); res != message.ReconsumeLater {
 			t.Fatalf("batch with a failure: %v", res)
 		}
-		if eff.get("a") != 1 || eff.get("b") != 0 || eff.get("c") != 0 {
-			t.Fatalf("after first delivery: %v", eff.n)
+		if eff.Get("a") != 1 || eff.Get("b") != 0 || eff.Get("c") != 0 {
+			t.Fatalf("after first delivery: %v", eff)
 		}
-		res, err, reasons := call(h, batch...)
-		if res != message.ConsumeSuccess || err != nil || !hasReason(reasons, ReasonDuplicate) {
+		res, err, reasons := testkit.Call(h, batch...)
+		if res != message.ConsumeSuccess || err != nil || !testkit.HasReason(reasons, middleware.ReasonDuplicate) {
 			t.Fatalf("redelivered batch: %v %v %v", res, err, reasons)
 		}
-		if eff.get("a") != 1 || eff.get("b") != 1 || eff.get("c") != 1 {
-			t.Fatalf("after redelivery: %v", eff.n)
+		if eff.Get("a") != 1 || eff.Get("b") != 1 || eff.Get("c") != 1 {
+			t.Fatalf("after redelivery: %v", eff)
 		}
 		for _, s := range sizes {
 			if s != 1 {
@@ -443,13 +445,13 @@ func TestDedupNoKeyPassesThrough(t *testing.T) {
 		d := newDeduper(t, tg.Client, tg.NS, nil)
 		rt := redistest.CountRoundTrips(tg.Client)
 		ran := 0
-		h := ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		h := middleware.ChainConsume(func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			ran++
 			return message.ConsumeSuccess, nil
 		}, d.Middleware())
 		for i := 0; i < 2; i++ {
-			res, err, reasons := call(h, newExt("T", "", "", "same body"))
-			if res != message.ConsumeSuccess || err != nil || !hasReason(reasons, ReasonNoKey) {
+			res, err, reasons := testkit.Call(h, testkit.NewExt("T", "", "", "same body"))
+			if res != message.ConsumeSuccess || err != nil || !testkit.HasReason(reasons, middleware.ReasonNoKey) {
 				t.Fatalf("%v %v %v", res, err, reasons)
 			}
 		}
@@ -466,20 +468,20 @@ func TestDedupTwoRoundTripsPerMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := ChainConsume(newEffects().okHandler(), ConsumeKeys(), d.Middleware(), p.Middleware())
+		h := middleware.ChainConsume(testkit.NewEffects().OK(), middleware.ConsumeKeys(), d.Middleware(), p.Middleware())
 		// Load the scripts first (EVALSHA → NOSCRIPT → EVAL costs one extra trip once).
-		call(h, newExt("T", "warm", "", "warm-up"))
+		testkit.Call(h, testkit.NewExt("T", "warm", "", "warm-up"))
 		rt := redistest.CountRoundTrips(tg.Client)
 		const n = 50
 		for i := 0; i < n; i++ {
-			if res, err, _ := call(h, newExt("T", "tag", "", "body-"+string(rune('A'+i)))); res != message.ConsumeSuccess || err != nil {
+			if res, err, _ := testkit.Call(h, testkit.NewExt("T", "tag", "", "body-"+string(rune('A'+i)))); res != message.ConsumeSuccess || err != nil {
 				t.Fatal(res, err)
 			}
 		}
 		if got := rt.N(); got != 2*n {
 			t.Fatalf("%d round trips for %d messages, want %d", got, n, 2*n)
 		}
-		if st, _ := p.ProgressState(context.Background(), ContentKey(message.NewMessage("T", []byte("body-A")).SetTag("tag"))); st != MarkerDone {
+		if st, _ := p.ProgressState(context.Background(), middleware.ContentKey(message.NewMessage("T", []byte("body-A")).SetTag("tag"))); st != MarkerDone {
 			t.Fatalf("progress state of a dedup'd message: %v", st)
 		}
 	})

@@ -1,0 +1,132 @@
+// Package testkit holds the helpers Sluice's tests share: waiting on a condition with a
+// deadline, loggers that write through the test (or nowhere), and the small fixtures the
+// middleware suites use (received messages, an effect counter, a call that collects the
+// steps' reasons). It imports only the standard library, message and middleware, so any
+// test in the module can use it without an import cycle.
+package testkit
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
+)
+
+// PollInterval is how often [WaitFor] re-checks its condition.
+const PollInterval = 5 * time.Millisecond
+
+// WaitFor re-checks cond every [PollInterval] until it holds, and fails the test (with
+// what, when given) if it still does not hold after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, what ...any) {
+	t.Helper()
+	if !Eventually(timeout, cond) {
+		if len(what) > 0 {
+			t.Fatalf("not within %v: %v", timeout, what)
+		}
+		t.Fatalf("condition not met within %v", timeout)
+	}
+}
+
+// Eventually re-checks cond every [PollInterval] until it holds (true) or timeout passes
+// (false). It is WaitFor for callers that decide themselves what a timeout means.
+func Eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(PollInterval)
+	}
+}
+
+// tWriter writes log lines to t.Log.
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// Logger returns a debug-level text logger that writes through t.Log, so its lines show
+// only for failing (or -v) tests.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Quiet returns a logger that discards everything.
+func Quiet() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+}
+
+// NewExt returns a received message with topic, tag, body, a fresh unique id and (when
+// key != "") keys.
+func NewExt(topic, tag, key, body string) *message.MessageExt {
+	m := &message.MessageExt{Message: message.Message{Topic: topic, Body: []byte(body)}}
+	m.SetTag(tag)
+	if key != "" {
+		m.SetKeys(key)
+	}
+	m.MsgID = message.NewUniqID()
+	return m
+}
+
+// Effects counts successful business effects per message key; safe for concurrent use.
+type Effects struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// NewEffects returns an empty counter.
+func NewEffects() *Effects { return &Effects{n: make(map[string]int)} }
+
+// Add counts one effect for key.
+func (e *Effects) Add(key string) {
+	e.mu.Lock()
+	e.n[key]++
+	e.mu.Unlock()
+}
+
+// Get returns the effects counted for key.
+func (e *Effects) Get(key string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[key]
+}
+
+// OK returns a handler that counts one effect per message key ([middleware.KeyOf]) and
+// succeeds.
+func (e *Effects) OK() middleware.ConsumeFunc {
+	return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		for _, m := range msgs {
+			e.Add(middleware.KeyOf(m))
+		}
+		return message.ConsumeSuccess, nil
+	}
+}
+
+// Call runs f with a fresh [middleware.Report] and returns its result, error and the
+// reasons the steps noted.
+func Call(f middleware.ConsumeFunc, msgs ...*message.MessageExt) (message.ConsumeResult, error, []middleware.Reason) {
+	ctx, rep := middleware.WithReport(context.Background())
+	res, err := f(ctx, msgs)
+	return res, err, rep.Reasons()
+}
+
+// HasReason reports whether rs contains r.
+func HasReason(rs []middleware.Reason, r middleware.Reason) bool {
+	for _, x := range rs {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
