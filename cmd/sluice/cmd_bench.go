@@ -5,27 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-
-	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure produce and consume throughput (embedded broker by default)",
-		Long: `Measure Sluice end to end over TCP. Without --namesrv an embedded name server
-and broker run in this process on free loopback ports with a temporary data
-directory (removed afterwards), flushing as --flush says. With --namesrv the run
-goes to that cluster (its own flush setting applies).
+		Long: `Measure Sluice end to end over TCP. Without --namesrv the bench starts a broker
+with an embedded name server as a process of its own ("sluice broker", --broker
+process, the default), on free loopback ports with a temporary data directory
+(removed afterwards), flushing as --flush says; so a comparison with another server
+(--target both) compares like with like: every server in its own process, the
+client in this one. --broker embedded runs the broker inside this process instead.
+With --namesrv the run goes to that cluster (its own flush setting applies).
+
+Every run reports CPU time per message: this process's (getrusage) and the
+server's (/proc/<pid>/stat: the broker process, or the process listening on the
+NATS port), a figure that holds on a noisy machine where msg/s does not.
 
   sluice bench produce --messages 200000                   # one producer, one send in flight
   sluice bench produce --inflight 16 --duration 20s
@@ -42,6 +51,7 @@ goes to that cluster (its own flush setting applies).
 	pf.String("flush", bench.AsyncFlush, "flushDiskType of the embedded broker: ASYNC_FLUSH or SYNC_FLUSH")
 	pf.Duration("duration", 0, "send for this long (produce; default 10s unless --messages is given)")
 	pf.Int64("messages", 0, "number of messages to send (produce) or to prefill and drain (consume; default 100000)")
+	pf.String("broker", bench.BrokerProcess, "where the bench's own Sluice broker runs: process (a child \"sluice broker\" process) or embedded (inside the bench process)")
 	pf.String("namesrv", "", "name server address(es) ip:port;ip:port of an external broker (default: embedded broker)")
 	pf.String("topic", bench.DefaultTopic, "topic to send to (consume uses a fresh <topic>_c<ns> topic and deletes it)")
 	pf.Int("queues", bench.DefaultQueues, "queue count the topic is created with")
@@ -78,9 +88,15 @@ goes to that cluster (its own flush setting applies).
 type benchSetup struct {
 	cfg      bench.Config
 	flush    string
+	where    string // bench.BrokerProcess or bench.BrokerEmbedded
 	embedded *bench.Embedded
+	process  *bench.Process
 	bar      *barProgress
 }
+
+// benchBrokerCommand builds the child broker's command; nil runs this executable.
+// Tests set it to run their own binary in its child mode.
+var benchBrokerCommand func(args []string) *exec.Cmd
 
 // benchConfig reads the shared flags into a bench.Config and validates them.
 func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
@@ -95,6 +111,7 @@ func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
 	c.Topic, _ = f.GetString("topic")
 	c.Queues, _ = f.GetInt("queues")
 	s.flush, _ = f.GetString("flush")
+	s.where, _ = f.GetString("broker")
 	ns, _ := f.GetString("namesrv")
 	c.NamesrvAddrs = splitAddrs(ns)
 	switch {
@@ -115,7 +132,11 @@ func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
 	case s.flush != bench.AsyncFlush && s.flush != bench.SyncFlush:
 		return nil, fmt.Errorf("--flush %q: want %s or %s", s.flush, bench.AsyncFlush, bench.SyncFlush)
 	case len(c.NamesrvAddrs) > 0 && f.Changed("flush"):
-		return nil, errors.New("--flush applies to the embedded broker only; an external broker flushes as its broker.conf says")
+		return nil, errors.New("--flush applies to the bench's own broker only; an external broker flushes as its broker.conf says")
+	case s.where != bench.BrokerProcess && s.where != bench.BrokerEmbedded:
+		return nil, fmt.Errorf("--broker %q: want %s or %s", s.where, bench.BrokerProcess, bench.BrokerEmbedded)
+	case len(c.NamesrvAddrs) > 0 && f.Changed("broker"):
+		return nil, errors.New("--broker applies to the bench's own broker only; with --namesrv the broker is external")
 	}
 	c.Logger = discardLogger()
 	if v, _ := f.GetBool("verbose"); v {
@@ -132,10 +153,23 @@ func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
 	return s, nil
 }
 
-// startBroker starts the embedded broker unless --namesrv was given.
+// startBroker starts the bench's own broker (a child process, or embedded) unless
+// --namesrv was given, and says where it runs.
 func (s *benchSetup) startBroker(out io.Writer) error {
 	if len(s.cfg.NamesrvAddrs) > 0 {
-		fmt.Fprintf(out, "broker: external, name server %v\n", s.cfg.NamesrvAddrs)
+		fmt.Fprintf(out, "broker: external, name server %v (its CPU is not measured)\n", s.cfg.NamesrvAddrs)
+		return nil
+	}
+	if s.where == bench.BrokerProcess {
+		p, err := bench.StartProcess(bench.ProcessConfig{FlushDiskType: s.flush, Command: benchBrokerCommand})
+		if err != nil {
+			return err
+		}
+		s.process = p
+		s.cfg.NamesrvAddrs = p.NamesrvAddrs()
+		s.cfg.ServerPid = p.Pid()
+		fmt.Fprintf(out, "broker: own process (pid %d) at %s (%s), name server %s, data in %s\n",
+			p.Pid(), p.Addr(), s.flush, strings.Join(p.NamesrvAddrs(), ";"), p.Dir())
 		return nil
 	}
 	e, err := bench.StartEmbedded(bench.EmbeddedConfig{FlushDiskType: s.flush, Logger: s.cfg.Logger})
@@ -144,23 +178,27 @@ func (s *benchSetup) startBroker(out io.Writer) error {
 	}
 	s.embedded = e
 	s.cfg.NamesrvAddrs = e.NamesrvAddrs()
-	fmt.Fprintf(out, "broker: embedded %s at %s (%s), name server %s, data in %s\n",
+	fmt.Fprintf(out, "broker: embedded in the bench process, %s at %s (%s), name server %s, data in %s\n",
 		e.Broker.Name(), e.Broker.Addr(), s.flush, e.Broker.NamesrvAddr(), e.Dir())
 	return nil
 }
 
-// close stops the progress bar and the embedded broker (if any).
+// close stops the progress bar and the bench's own broker (if any).
 func (s *benchSetup) close() error {
 	if s.bar != nil {
 		s.bar.stop()
 	}
-	if s.embedded == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := s.embedded.Shutdown(ctx); err != nil {
-		return fmt.Errorf("embedded broker shutdown: %w", err)
+	if s.process != nil {
+		if err := s.process.Shutdown(ctx); err != nil {
+			return fmt.Errorf("broker process shutdown: %w", err)
+		}
+	}
+	if s.embedded != nil {
+		if err := s.embedded.Shutdown(ctx); err != nil {
+			return fmt.Errorf("embedded broker shutdown: %w", err)
+		}
 	}
 	return nil
 }
@@ -194,6 +232,17 @@ func printProduce(out io.Writer, r *bench.Result) {
 	if r.Stored > 0 || strings.Contains(r.Kind, "oneway") {
 		fmt.Fprintf(out, "  stored     %d of %d one-way sends\n", r.Stored, r.Messages)
 	}
+	printCPU(out, r)
+}
+
+// printCPU prints the CPU time per message of the client and the server process.
+func printCPU(out io.Writer, r *bench.Result) {
+	c, sv := r.CPUPerMessage()
+	if r.ServerPid > 0 {
+		fmt.Fprintf(out, "  cpu/msg    client %v, server %v (pid %d), total %v\n", roundLat(c), roundLat(sv), r.ServerPid, roundLat(c+sv))
+		return
+	}
+	fmt.Fprintf(out, "  cpu/msg    this process %v (server not measured)\n", roundLat(c))
 }
 
 // roundLat keeps three significant digits or so for latencies.
@@ -257,8 +306,15 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 		if s.cfg.Async {
 			mode = "async"
 		}
-		fmt.Fprintf(out, "%s (stream %s at %s, file storage, %s publish)\n", s.describe("jetstream"), stream, s.cfg.NatsURL, mode)
-		if jres, err = bench.ProduceJetStream(ctx, s.cfg); err != nil {
+		jcfg := s.cfg
+		jcfg.ServerPid = 0
+		where := "server not found on this machine: its CPU is not measured"
+		if pid, perr := natsPid(s.cfg.NatsURL); perr == nil {
+			jcfg.ServerPid = pid
+			where = fmt.Sprintf("own process, pid %d", pid)
+		}
+		fmt.Fprintf(out, "%s (stream %s at %s (%s), file storage, %s publish)\n", s.describe("jetstream"), stream, s.cfg.NatsURL, where, mode)
+		if jres, err = bench.ProduceJetStream(ctx, jcfg); err != nil {
 			return err
 		}
 		s.bar.finish()
@@ -269,8 +325,27 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 			sres.MsgPerSec()/jres.MsgPerSec(),
 			float64(sres.Latency.Quantile(0.5))/float64(max(jres.Latency.Quantile(0.5), 1)),
 			float64(sres.Latency.Quantile(0.99))/float64(max(jres.Latency.Quantile(0.99), 1)))
+		sc, ss := sres.CPUPerMessage()
+		jc, js := jres.CPUPerMessage()
+		if sres.ServerPid > 0 && jres.ServerPid > 0 && jc+js > 0 {
+			fmt.Fprintf(out, "ratio sluice/jetstream CPU per message: %.2fx total (client %.2fx, server %.2fx)\n",
+				float64(sc+ss)/float64(jc+js), float64(sc)/float64(max(jc, 1)), float64(ss)/float64(max(js, 1)))
+		}
 	}
 	return nil
+}
+
+// natsPid finds the process listening on the NATS URL's port on this machine.
+func natsPid(natsURL string) (int, error) {
+	u, err := url.Parse(natsURL)
+	if err != nil {
+		return 0, err
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return 0, fmt.Errorf("nats url %q: no port", natsURL)
+	}
+	return bench.PidListening(port)
 }
 
 func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
@@ -311,6 +386,7 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 	s.bar.finish()
 	fmt.Fprintf(out, "  consumed   %d messages (%d bytes) in %v, %d duplicate(s)\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond), r.Duplicates)
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
+	printCPU(out, r)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,14 +30,14 @@ func atoi(t *testing.T, s string) int64 {
 }
 
 func TestBenchProduceEmbedded(t *testing.T) {
-	out, stderr, err := execRoot(t, 60*time.Second, "bench", "produce", "--messages", "400", "--size", "256", "--producers", "2", "--inflight", "2")
+	out, stderr, err := execRoot(t, 60*time.Second, "bench", "produce", "--broker", "embedded", "--messages", "400", "--size", "256", "--producers", "2", "--inflight", "2")
 	if err != nil {
 		t.Fatalf("bench produce: %v\n%s", err, out)
 	}
 	if stderr != "" {
 		t.Errorf("no progress bar or logs expected on a non-terminal stderr, got %q", stderr)
 	}
-	for _, want := range []string{"broker: embedded broker-a at 127.0.0.1:", "(ASYNC_FLUSH)", "sluice produce: 2 producer(s) x 2 in flight (sync), 256-byte bodies, 400 messages"} {
+	for _, want := range []string{"broker: embedded in the bench process, broker-a at 127.0.0.1:", "this process", "(server not measured)", "(ASYNC_FLUSH)", "sluice produce: 2 producer(s) x 2 in flight (sync), 256-byte bodies, 400 messages"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -53,6 +54,28 @@ func TestBenchProduceEmbedded(t *testing.T) {
 	}
 	if strings.Contains(out, "jetstream") {
 		t.Errorf("--target sluice ran JetStream:\n%s", out)
+	}
+}
+
+// cpuLine is the CPU-per-message line of a run whose server process was measured.
+var cpuLine = regexp.MustCompile(`cpu/msg +client (\S+), server (\S+) \(pid (\d+)\), total (\S+)`)
+
+// TestBenchProduceOwnProcess: by default the bench's broker is a process of its own
+// (this test binary in child mode), and the report gives both processes' CPU per message.
+func TestBenchProduceOwnProcess(t *testing.T) {
+	out, _, err := execRoot(t, 60*time.Second, "bench", "produce", "--messages", "2000", "--size", "256", "--inflight", "4")
+	if err != nil {
+		t.Fatalf("bench produce: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "broker: own process (pid ") || !strings.Contains(out, "(ASYNC_FLUSH)") {
+		t.Fatalf("output does not say the broker ran in its own process:\n%s", out)
+	}
+	m := cpuLine.FindStringSubmatch(out)
+	if m == nil || atoi(t, m[3]) == int64(os.Getpid()) || atoi(t, m[3]) <= 0 {
+		t.Fatalf("cpu line %v (own pid %d) in:\n%s", m, os.Getpid(), out)
+	}
+	if m := sentLine.FindStringSubmatch(out); m == nil || atoi(t, m[1]) != 2000 {
+		t.Fatalf("sent line %v in:\n%s", m, out)
 	}
 }
 
@@ -127,7 +150,9 @@ func TestBenchFlagErrors(t *testing.T) {
 	}{
 		{[]string{"bench", "produce", "--messages", "10", "--duration", "1s"}, "give one of them, not both"},
 		{[]string{"bench", "produce", "--flush", "LAZY"}, `--flush "LAZY"`},
-		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--flush", "SYNC_FLUSH"}, "--flush applies to the embedded broker only"},
+		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--flush", "SYNC_FLUSH"}, "--flush applies to the bench's own broker only"},
+		{[]string{"bench", "produce", "--broker", "thread"}, `--broker "thread": want process or embedded`},
+		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--broker", "embedded"}, "--broker applies to the bench's own broker only"},
 		{[]string{"bench", "produce", "--target", "kafka"}, `--target "kafka"`},
 		{[]string{"bench", "produce", "--target", "kafka", "--progress"}, `--target "kafka"`}, // the bar's goroutine must stop too (goleak)
 		{[]string{"bench", "consume", "--duration", "1s", "--progress"}, "give --messages instead"},

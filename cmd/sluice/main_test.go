@@ -26,6 +26,12 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	// sluice bench starts its broker as "sluice broker ...": here, this binary in child mode.
+	benchBrokerCommand = func(args []string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "SLUICE_MAIN_ARGS="+strings.Join(args, " "))
+		return cmd
+	}
 	goleak.VerifyTestMain(m)
 }
 

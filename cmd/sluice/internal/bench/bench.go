@@ -67,6 +67,11 @@ type Config struct {
 	NamesrvAddrs []string
 	// NatsURL is the NATS server for ProduceJetStream. Default: nats://127.0.0.1:4222.
 	NatsURL string
+	// ServerPid is the server process whose CPU time a run reports (Result.ServerCPU):
+	// the Sluice broker process for Produce/Consume, the NATS server for
+	// ProduceJetStream. 0: the server's CPU is not measured (an embedded broker's CPU is
+	// part of ClientCPU then).
+	ServerPid int
 	// Topic is the topic to produce to; Consume uses a fresh topic named after it
 	// (Topic + "_c<unix ns>") and deletes it afterwards. JetStream uses a stream named
 	// SLUICE_BENCH_<Topic> on subject sluice.bench.<Topic>, deleted afterwards.
@@ -218,6 +223,23 @@ type Result struct {
 	// Stored counts the messages the broker stored during a ModeOneway run (one-way sends
 	// get no answer, and a busy broker may drop them).
 	Stored int64
+	// ClientCPU is the CPU time (user + system) the benchmark's own process used in the
+	// timed window: producers or the consumer, and an embedded broker when there is one.
+	ClientCPU time.Duration
+	// ServerCPU is the CPU time the server process (Config.ServerPid) used in the timed
+	// window; zero when no server process was measured.
+	ServerCPU time.Duration
+	// ServerPid is the process whose CPU ServerCPU counts (0: none).
+	ServerPid int
+}
+
+// CPUPerMessage returns ClientCPU and ServerCPU divided by Messages (zero when no
+// message was counted).
+func (r *Result) CPUPerMessage() (client, server time.Duration) {
+	if r.Messages <= 0 {
+		return 0, 0
+	}
+	return r.ClientCPU / time.Duration(r.Messages), r.ServerCPU / time.Duration(r.Messages)
 }
 
 // MsgPerSec returns Messages per second of Elapsed.

@@ -125,6 +125,8 @@ func ProduceJetStream(ctx context.Context, cfg Config) (*Result, error) {
 	pl := plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"}
 	var res *Result
 	var err error
+	var meter cpuMeter
+	meter.start(cfg.ServerPid)
 	if cfg.Async {
 		res, err = driveAsync(ctx, &cfg, asyncs, pl)
 	} else {
@@ -133,6 +135,7 @@ func ProduceJetStream(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	meter.stop(res)
 	res.Target = TargetJetStream
 	return res, nil
 }

@@ -99,10 +99,12 @@ func Produce(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	var storedBefore int64
+	var meter cpuMeter
 	res, err := func() (*Result, error) {
 		if err := warmup(ctx, &cfg, senders); err != nil {
 			return nil, err
 		}
+		meter.start(cfg.ServerPid)
 		pl := plan{messages: cfg.Messages, duration: cfg.Duration, inflight: cfg.Inflight, phase: "produce"}
 		switch cfg.Mode {
 		case ModeAsync:
@@ -137,6 +139,7 @@ func Produce(ctx context.Context, cfg Config) (*Result, error) {
 			res.Kind = "produce (oneway)"
 		}
 	}
+	meter.stop(res)
 	if serr := shutdownAll([]func(context.Context) error{stop}); serr != nil && err == nil {
 		err = fmt.Errorf("bench: producer shutdown: %w", serr)
 	}
@@ -236,15 +239,19 @@ func drain(ctx context.Context, cfg *Config, topic, group string) (*Result, erro
 		return nil, fmt.Errorf("bench: subscribe: %w", err)
 	}
 	cfg.Progress.Phase("consume", n)
+	var meter cpuMeter
+	meter.start(cfg.ServerPid)
 	start := time.Now()
 	if err := c.Start(); err != nil {
 		_ = shutdownAll([]func(context.Context) error{c.Shutdown})
 		return nil, fmt.Errorf("bench: consumer start: %w", err)
 	}
 	var elapsed time.Duration
+	res := &Result{Target: TargetSluice, Kind: "consume"}
 	select {
 	case <-done:
 		elapsed = time.Since(start)
+		meter.stop(res)
 	case <-ctx.Done():
 	}
 	serr := shutdownAll([]func(context.Context) error{c.Shutdown})
@@ -254,7 +261,8 @@ func drain(ctx context.Context, cfg *Config, topic, group string) (*Result, erro
 	if serr != nil {
 		return nil, fmt.Errorf("bench: consumer shutdown: %w", serr)
 	}
-	return &Result{Target: TargetSluice, Kind: "consume", Messages: distinct.Load(), Bytes: bytes.Load(), Elapsed: elapsed, Duplicates: dups.Load()}, nil
+	res.Messages, res.Bytes, res.Elapsed, res.Duplicates = distinct.Load(), bytes.Load(), elapsed, dups.Load()
+	return res, nil
 }
 
 // StoredMessages sums the max offsets of topic's queues (GET_MAX_OFFSET, RocketMQ request
