@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/message"
 )
 
 // SubscriptionGroupConfig is a consumer group's broker-side settings (Java
@@ -69,8 +70,8 @@ func (g *groupTable) find(name string) *SubscriptionGroupConfig {
 		cp := *c
 		return &cp
 	}
-	if !g.autoCreate {
-		return nil
+	if !g.autoCreate || message.ValidateGroupTopics(name) != nil {
+		return nil // never create a group whose %RETRY%/%DLQ% topics would be invalid
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

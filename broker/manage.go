@@ -59,6 +59,9 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		if cd.GroupName == "" {
 			return errResponse(remoting.SystemError, "heartbeat consumer data without groupName")
 		}
+		if resp := groupError("groupName", cd.GroupName); resp != nil {
+			return resp
+		}
 		if b.groups.find(cd.GroupName) == nil {
 			return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
 		}

@@ -129,6 +129,9 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 	if b.cfg.BrokerPermission&permRead == 0 {
 		return errResponse(remoting.NoPermission, "the broker[%s] pulling message is forbidden", b.cfg.BrokerName)
 	}
+	if resp := groupError("consumerGroup", h.group); resp != nil {
+		return resp
+	}
 	g := b.groups.find(h.group)
 	if g == nil {
 		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", h.group)

@@ -32,8 +32,15 @@ type scheduler struct {
 	levels []time.Duration
 	path   string
 
-	mu      sync.Mutex
-	offsets map[int]int64 // level -> next schedule-queue offset to deliver
+	mu       sync.Mutex
+	offsets  map[int]int64        // level -> next schedule-queue offset to deliver
+	failures map[int]headFailures // level -> failed tries of its head
+}
+
+// headFailures counts the failed deliveries of the message at one schedule-queue offset.
+type headFailures struct {
+	offset int64
+	n      int
 }
 
 type delayOffsetFile struct {
@@ -42,7 +49,7 @@ type delayOffsetFile struct {
 
 func newScheduler(b *Broker) (*scheduler, error) {
 	s := &scheduler{b: b, levels: b.delayLevels, path: filepath.Join(b.cfg.StorePathRootDir, "config", "delayOffset.json"),
-		offsets: map[int]int64{}}
+		offsets: map[int]int64{}, failures: map[int]headFailures{}}
 	var f delayOffsetFile
 	if err := readJSONFile(s.path, &f); err != nil {
 		return nil, err
@@ -168,7 +175,22 @@ func (s *scheduler) deliverDue(ctx context.Context, level int) (time.Duration, e
 				return time.Duration(due-now) * time.Millisecond, nil
 			}
 			if err := s.deliver(ctx, m); err != nil {
-				return 0, err
+				if ctx.Err() != nil {
+					return 0, err
+				}
+				// Bounded: after scheduleDeliverAttempts (at once for a permanent error)
+				// the message goes to the dead letters and the level moves on (deadletter.go).
+				n := s.failed(level, m.QueueOffset)
+				if !permanentPutError(err) && n < scheduleDeliverAttempts {
+					return 0, err
+				}
+				if derr := s.deadLetter(ctx, m, err, n); derr != nil {
+					if !permanentPutError(derr) {
+						return 0, errors.Join(err, derr)
+					}
+					s.b.log.Error("delayed message can be neither delivered nor dead-lettered; skipped", "topic",
+						m.Property(message.PropertyRealTopic), "offsetMsgId", m.OffsetMsgID, "err", err, "deadLetterErr", derr)
+				}
 			}
 			s.setOffset(level, m.QueueOffset+1)
 			delivered++
@@ -185,8 +207,7 @@ func (s *scheduler) deliver(ctx context.Context, m *message.MessageExt) error {
 	realTopic := m.Property(message.PropertyRealTopic)
 	qid, err := strconv.Atoi(m.Property(message.PropertyRealQueueID))
 	if realTopic == "" || err != nil {
-		s.b.log.Error("delayed message without REAL_TOPIC/REAL_QID; dropped", "offsetMsgId", m.OffsetMsgID)
-		return nil
+		return &store.InvalidArgumentError{Field: "properties", Reason: "delayed message without REAL_TOPIC/REAL_QID"}
 	}
 	out := &message.MessageExt{
 		Message:        message.Message{Topic: realTopic, Flag: m.Flag, Body: m.Body, Properties: m.Properties},
@@ -202,9 +223,19 @@ func (s *scheduler) deliver(ctx context.Context, m *message.MessageExt) error {
 		out.QueueID = randomQueue(tc.WriteQueueNums)
 	}
 	_, err = s.b.store.PutMessage(ctx, out, message.TagHashCode(out.Tag()))
-	if errors.Is(err, store.ErrMessageTooLarge) {
-		s.b.log.Error("delayed message too large to deliver; dropped", "topic", realTopic, "err", err)
-		return nil
-	}
 	return err
+}
+
+// failed counts a failed delivery of the level's head at off and returns how many tries
+// that head has failed so far. Only the level's own loop calls it.
+func (s *scheduler) failed(level int, off int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.failures[level]
+	if f.offset != off {
+		f = headFailures{offset: off}
+	}
+	f.n++
+	s.failures[level] = f
+	return f.n
 }

@@ -38,6 +38,9 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 			return errResponse(remoting.SystemError, "%v", err)
 		}
 	}
+	if resp := groupError("group", group); resp != nil {
+		return resp
+	}
 	g := b.groups.find(group)
 	if g == nil {
 		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group not exist, %s", group)

@@ -193,3 +193,32 @@ func FuzzDecodeRecord(f *testing.F) {
 		_, _, _ = ParseOffsetMsgID(string(b))
 	})
 }
+
+// A group name is refused when its %RETRY% topic would not be a valid topic: the error
+// names the field and the limit, and the longest accepted name makes a 127-byte topic.
+func TestValidateGroupTopics(t *testing.T) {
+	ok := strings.Repeat("g", MaxGroupLength)
+	if err := ValidateGroupTopics(ok); err != nil {
+		t.Fatalf("%d-byte group refused: %v", len(ok), err)
+	}
+	if n := len(RetryTopic(ok)); n != MaxTopicLength {
+		t.Fatalf("retry topic of the longest group is %d bytes, want %d", n, MaxTopicLength)
+	}
+	if err := ValidateTopic(DLQTopic(ok)); err != nil {
+		t.Fatalf("DLQ topic of the longest group refused: %v", err)
+	}
+	for _, tc := range []struct {
+		group, want string
+		limit       int
+	}{
+		{ok + "g", "exceed the 127-byte topic limit", MaxGroupLength},
+		{"", "empty", 0},
+		{"bad group", "character", 0},
+	} {
+		err := ValidateGroupTopics(tc.group)
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != "group" || ve.Limit != tc.limit || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("ValidateGroupTopics(%d bytes) = %v, want a group error containing %q with limit %d", len(tc.group), err, tc.want, tc.limit)
+		}
+	}
+}

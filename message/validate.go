@@ -1,6 +1,7 @@
 package message
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -69,6 +70,35 @@ func ValidateTopic(topic string) error {
 		if !(c == '%' || c == '|' || c == '-' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
 			return &ValidationError{Field: "topic", Reason: fmt.Sprintf("character %q at position %d; allowed: %%|-_ letters digits", c, i)}
 		}
+	}
+	return nil
+}
+
+// MaxGroupLength is the longest consumer group name in bytes whose retry and dead-letter
+// topics are still valid topics: 127 (MaxTopicLength) minus the 7 bytes of "%RETRY%", the
+// longer of the two prefixes. A longer group would work until its first failed message,
+// whose %RETRY%<group> topic the store must refuse.
+const MaxGroupLength = MaxTopicLength - len(RetryGroupTopicPrefix)
+
+// ValidateGroupTopics checks that a consumer group's derived topics, %RETRY%<group> and
+// %DLQ%<group>, are valid topic names: the group is non-empty, at most MaxGroupLength
+// (120) bytes, and uses only the topic characters % | - _ a-z A-Z 0-9. It returns a
+// *ValidationError with Field "group" naming the limit. The broker calls it wherever a
+// group name first reaches it (heartbeat, CONSUMER_SEND_MSG_BACK, pull, group creation).
+func ValidateGroupTopics(group string) error {
+	if group == "" {
+		return &ValidationError{Field: "group", Reason: "empty"}
+	}
+	if len(group) > MaxGroupLength {
+		return &ValidationError{Field: "group", Reason: fmt.Sprintf("too long: its retry topic %s<group> would exceed the %d-byte topic limit",
+			RetryGroupTopicPrefix, MaxTopicLength), Limit: MaxGroupLength, Value: len(group)}
+	}
+	if err := ValidateTopic(group); err != nil { // the characters; the length is checked above
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return &ValidationError{Field: "group", Reason: ve.Reason}
+		}
+		return err
 	}
 	return nil
 }
