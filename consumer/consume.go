@@ -41,16 +41,33 @@ func (c *PushConsumer) submit(ctx context.Context, req *consumeRequest) bool {
 	}
 }
 
-// worker runs handler batches until Shutdown stops the workers.
+// worker runs handler batches until Shutdown begins. Stop wins over work: Go's select
+// picks at random among ready cases, so the worker checks workersStop before it waits and
+// again after it took a request (a request it drops stays unfinished, so the committed
+// offset never passes it). Once Shutdown has closed workersStop no handler starts.
 func (c *PushConsumer) worker() {
 	defer c.workers.Done()
-	for {
+	for !c.stopping() {
 		select {
 		case <-c.workersStop:
 			return
 		case req := <-c.consumeCh:
+			if c.stopping() {
+				return
+			}
 			c.consume(req)
 		}
+	}
+}
+
+// stopping reports whether Shutdown has begun (workersStop is closed); no handler may
+// start then.
+func (c *PushConsumer) stopping() bool {
+	select {
+	case <-c.workersStop:
+		return true
+	default:
+		return false
 	}
 }
 

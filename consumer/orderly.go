@@ -51,6 +51,12 @@ func (c *PushConsumer) orderlyLoop(ctx context.Context, pq *processQueue) {
 		case <-ctx.Done():
 			return
 		}
+		if ctx.Err() != nil || c.stopping() {
+			// Both were ready and select chose the token: stop wins, no handler starts
+			// after Shutdown began. The taken messages stay unfinished.
+			<-c.orderSem
+			return
+		}
 		pq.running.Add(1)
 		res, err := c.run(msgs[0].Topic, msgs)
 		pq.running.Add(-1)

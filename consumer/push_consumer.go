@@ -107,7 +107,7 @@ type PushConsumer struct {
 	loops  sync.WaitGroup // goroutines started with spawn; never run handlers
 
 	consumeCh     chan *consumeRequest
-	workersStop   chan struct{}
+	workersStop   chan struct{}   // closed when Shutdown begins, under mu; no handler starts after
 	workers       sync.WaitGroup  // goroutines that run handlers (spawnWorker); Shutdown waits up to its deadline
 	orderSem      chan struct{}   // orderly: one token per running handler call (ConsumeGoroutines)
 	handlerCtx    context.Context // given to handlers; cancelled when Shutdown gives up waiting
@@ -440,7 +440,8 @@ func (c *PushConsumer) persistOffsets(ctx context.Context) error {
 // persist, unlock and unregister failures. A handler that ignores its context keeps its
 // goroutine until it returns. Idempotent.
 //
-// Stop order: refuse new work → stop rebalance, persist, lock and pull loops and
+// Stop order: refuse new work and stop starting handlers (workers and orderly loops
+// check this before every handler call, so none starts once Shutdown is called) → stop rebalance, persist, lock and pull loops and
 // local-retry timers → stop workers and orderly consume loops and wait for running
 // handlers (bounded by ctx) → store offsets → unlock orderly queues → unregister →
 // close connections.
@@ -452,6 +453,7 @@ func (c *PushConsumer) Shutdown(ctx context.Context) error {
 	}
 	wasStarted := c.state == stateStarted
 	c.state = stateClosed
+	close(c.workersStop) // first: from here on no handler starts (worker, orderlyLoop)
 	c.mu.Unlock()
 
 	c.cancel()
@@ -460,7 +462,6 @@ func (c *PushConsumer) Shutdown(ctx context.Context) error {
 		c.handlerCancel()
 		return c.cl.Close()
 	}
-	close(c.workersStop)
 	done := make(chan struct{})
 	go func() { c.workers.Wait(); close(done) }()
 	var errs []error

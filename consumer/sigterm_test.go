@@ -42,7 +42,7 @@ func runSigtermChild() int {
 		return 2
 	}
 	defer logf.Close()
-	var interrupted atomic.Int64
+	var interrupted, startedAfter atomic.Int64
 	var logMu sync.Mutex // one batch's lines stay together
 	c, err := NewPushConsumer(Config{
 		NamesrvAddrs: []string{os.Getenv(childNamesrv)}, Group: childGroup, ConsumeFromWhere: ConsumeFromFirstOffset,
@@ -54,6 +54,9 @@ func runSigtermChild() int {
 		return 2
 	}
 	err = c.Subscribe(childTopic, "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		if c.stopping() { // Shutdown (called on SIGTERM) has begun: no handler may start
+			startedAfter.Add(1)
+		}
 		t := time.NewTimer(childWorkTime)
 		defer t.Stop()
 		select {
@@ -92,6 +95,7 @@ func runSigtermChild() int {
 	err = c.Shutdown(sctx)
 	cancel()
 	fmt.Printf("interrupted %d\n", interrupted.Load())
+	fmt.Printf("startedAfterShutdown %d\n", startedAfter.Load())
 	fmt.Printf("shutdown %v\n", err)
 	return 0
 }
@@ -180,7 +184,8 @@ func (c *child) stop(t *testing.T) string {
 }
 
 // SIGTERM reaches a consumer process while batches are in progress. Its Shutdown
-// interrupts them and commits offsets only below the lowest unfinished message. A
+// interrupts them, starts no new handler once it has begun (the child counts handler
+// starts that see Shutdown begun: 0), and commits offsets only below the lowest unfinished message. A
 // restarted process then delivers every message that had not finished: in the end each
 // of the messages was finished at least once, and a message finished twice lies at or
 // above the offset the first process committed (it was in flight above an unfinished
@@ -196,13 +201,19 @@ func TestSIGTERMMidBatch(t *testing.T) {
 	c1 := startChild(t, e.namesrv[0], logPath)
 	waitFor(t, 30*time.Second, "the first process to finish 100 messages", func() bool { return len(readChildLog(t, logPath)) >= 100 })
 	out := c1.stop(t)
-	var interrupted int
+	interrupted, startedAfter := -1, -1
 	for _, line := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(line, "interrupted "); ok {
 			interrupted, _ = strconv.Atoi(v)
 		}
+		if v, ok := strings.CutPrefix(line, "startedAfterShutdown "); ok {
+			startedAfter, _ = strconv.Atoi(v)
+		}
 	}
-	if interrupted == 0 {
+	if startedAfter != 0 {
+		t.Fatalf("%d handlers started after Shutdown began (want 0); output:\n%s", startedAfter, out)
+	}
+	if interrupted <= 0 {
 		t.Fatalf("SIGTERM interrupted no batch; output:\n%s", out)
 	}
 	first := readChildLog(t, logPath)
