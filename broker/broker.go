@@ -154,7 +154,7 @@ func (b *Broker) Start() (err error) {
 	if err = b.txn.load(); err != nil {
 		return fmt.Errorf("load transaction state: %w", err)
 	}
-	b.store.OnDispatch(func(topic string, queueID int32, _ int64, _ int64) { b.arrivals.arrived(topic, queueID) })
+	b.store.OnDispatchEvent(b.arrivals.arrived)
 
 	if b.cfg.NamesrvAddr == "" {
 		b.embedded, err = namesrv.New(namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger,

@@ -178,11 +178,13 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 	for {
 		// Watch before reading, so an arrival between the read and the wait is not missed.
 		var arrived <-chan struct{}
+		forget := func() {}
 		if hold > 0 {
-			arrived = b.arrivals.watch(h.topic, h.queueID)
+			arrived, forget = b.arrivals.watch(h.topic, h.queueID, f) // woken only by a message f matches
 		}
 		res, err := b.store.GetMessage(h.topic, h.queueID, h.queueOffset, maxNums, maxPullBytes, f)
 		if err != nil {
+			forget()
 			return errResponse(remoting.SystemError, "get message: %v", err)
 		}
 		wait := time.Until(deadline)
@@ -191,6 +193,7 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 		// empty queue read from 0), as Java does; answering at once would make an idle
 		// client re-pull in a tight loop.
 		if resp.ResponseCode() != remoting.PullNotFound || hold <= 0 || wait <= 0 {
+			forget()
 			return resp
 		}
 		if timer == nil {
@@ -206,8 +209,10 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 		case <-b.held.stopping:
 			deadline = time.Now() // the broker is stopping: answer now, so the client re-pulls elsewhere
 		case <-ctx.Done():
+			forget()
 			return nil // the connection closed
 		}
+		forget()
 	}
 }
 

@@ -122,7 +122,7 @@ func (s *scheduler) loop(level int) {
 	timer.Stop()
 	defer timer.Stop()
 	for ctx.Err() == nil {
-		arrived := s.b.arrivals.watch(message.ScheduleTopic, queueID)
+		arrived, forget := s.b.arrivals.watch(message.ScheduleTopic, queueID, nil)
 		wait, err := s.deliverDue(ctx, level)
 		if err != nil {
 			s.b.log.Error("deliver delayed messages", "level", level, "err", err)
@@ -133,10 +133,12 @@ func (s *scheduler) loop(level int) {
 		}
 		select {
 		case <-ctx.Done():
+			forget()
 			return
 		case <-arrived:
 		case <-timer.C:
 		}
+		forget()
 		timer.Stop()
 	}
 }

@@ -35,7 +35,7 @@ type Store struct {
 	queues   map[string]map[int32]*consumeQueue // guarded by queuesMu
 
 	hooksMu sync.RWMutex
-	hooks   []func(topic string, queueID int32, queueOffset int64, tagsCode int64)
+	hooks   []func(DispatchEvent)
 
 	cpMu   sync.Mutex // serializes checkpoint
 	lastCP checkpoint // guarded by cpMu
@@ -417,7 +417,7 @@ func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes [
 		for _, h := range hooks {
 			for i, m := range msgs {
 				if dispatched(m.SysFlag) {
-					h(topic, queueID, m.QueueOffset, tagsCodes[i])
+					h(DispatchEvent{Topic: topic, QueueID: queueID, QueueOffset: m.QueueOffset, TagsCode: tagsCodes[i], Properties: m.Properties})
 				}
 			}
 		}
@@ -435,6 +435,26 @@ func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes [
 // with it). f runs on the putting goroutine after the writer lock is released, in
 // registration order; it must not block. Register hooks before traffic starts.
 func (s *Store) OnDispatch(f func(topic string, queueID int32, queueOffset int64, tagsCode int64)) {
+	if f == nil {
+		return
+	}
+	s.OnDispatchEvent(func(e DispatchEvent) { f(e.Topic, e.QueueID, e.QueueOffset, e.TagsCode) })
+}
+
+// DispatchEvent describes one message that has just reached its consume queue.
+type DispatchEvent struct {
+	Topic       string
+	QueueID     int32
+	QueueOffset int64
+	TagsCode    int64 // the consume-queue tag slot (tag hash, or delivery time in SCHEDULE_TOPIC_XXXX)
+	// Properties are the message's properties; read-only, valid only during the call.
+	Properties map[string]string
+}
+
+// OnDispatchEvent is OnDispatch with the message's properties too, so a hook can decide
+// with a SQL92 filter whether the message concerns it (the broker wakes only the
+// long-polling pulls whose subscription matches). Same rules as OnDispatch.
+func (s *Store) OnDispatchEvent(f func(DispatchEvent)) {
 	if f == nil {
 		return
 	}
