@@ -154,6 +154,9 @@ func (b *Broker) Start() (err error) {
 	if err = b.txn.load(); err != nil {
 		return fmt.Errorf("load transaction state: %w", err)
 	}
+	if err = b.correctStoredState(); err != nil { // startcheck.go
+		return err
+	}
 	b.store.OnDispatchEvent(b.arrivals.arrived)
 
 	if b.cfg.NamesrvAddr == "" {

@@ -156,6 +156,8 @@ func (s *scheduler) deliverDue(ctx context.Context, level int) (time.Duration, e
 		switch res.Status {
 		case store.Found:
 		case store.OffsetTooSmall, store.OffsetOverflowBadly:
+			s.b.log.Warn("delay level progress outside its queue corrected", "level", level, "old", off, "new", res.NextBeginOffset,
+				"status", res.Status.String())
 			s.setOffset(level, res.NextBeginOffset)
 			continue
 		default:

@@ -117,15 +117,32 @@ func (s *Store) recover() (int64, error) {
 	if cut < d {
 		s.log.Warn("recovery: commitlog cut below the checkpoint", "cut", cut, "checkpoint", d)
 		for _, cq := range s.queueList() {
-			if _, err := cq.dropTailFrom(cut); err != nil {
+			dropped, err := cq.dropTailFrom(cut)
+			if err != nil {
 				return 0, err
 			}
+			if dropped > 0 {
+				s.log.Warn("recovery: consume queue truncated at the commitlog cut", "topic", cq.topic, "queueId", cq.queueID,
+					"entries", dropped, "oldMaxOffset", cq.max.Load()+dropped, "newMaxOffset", cq.max.Load())
+			}
+		}
+	}
+	// Queues rebuilt from the commitlog: say what they hold now.
+	for k := range rebuildFrom {
+		if cq := s.queueFor(k.topic, k.queueID, false); cq != nil {
+			s.log.Warn("recovery: consume queue rebuilt from the commitlog", "topic", k.topic, "queueId", k.queueID,
+				"newMinOffset", cq.min.Load(), "newMaxOffset", cq.max.Load())
 		}
 	}
 	// Queues may point at segments retention deleted: move their min offsets past them.
 	for _, cq := range s.queueList() {
+		old := cq.min.Load()
 		if err := cq.deleteBelow(cl.minOffset()); err != nil {
 			return 0, err
+		}
+		if now := cq.min.Load(); now != old {
+			s.log.Info("recovery: consume queue min offset moved past deleted commitlog data", "topic", cq.topic, "queueId", cq.queueID,
+				"oldMinOffset", old, "newMinOffset", now)
 		}
 	}
 	s.log.Info("store recovered", "commitLogMaxOffset", cut, "checkpointOffset", d, "redispatched", redispatched, "queues", len(s.queueList()))
@@ -177,7 +194,8 @@ func (s *Store) loadQueues(d, first int64, rebuildFrom map[queueKey]int64) error
 				cq.close()
 				return err
 			} else if dropped > 0 {
-				s.log.Info("recovery: consume queue tail dropped for re-dispatch", "topic", topic, "queueId", queueID, "entries", dropped)
+				s.log.Info("recovery: consume queue tail dropped for re-dispatch", "topic", topic, "queueId", queueID, "entries", dropped,
+					"oldMaxOffset", cq.max.Load()+dropped, "newMaxOffset", cq.max.Load())
 			}
 			s.queuesMu.Lock()
 			s.addQueueLocked(cq)
