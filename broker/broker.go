@@ -71,6 +71,7 @@ type Broker struct {
 	txn      *txnService
 	held     *heldPulls
 	sqlCache *filter.SQLCache
+	pressure diskPressure // diskpressure.go: the disk-pressure policy's state and Stats counters
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records

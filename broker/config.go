@@ -107,6 +107,13 @@ type Config struct {
 	// at once rather than at DeleteWhen, and 10 points above it (or at 95) even unexpired
 	// files, oldest first. Default 75.
 	DiskMaxUsedSpaceRatio int `conf:"diskMaxUsedSpaceRatio"`
+	// DiskPressurePolicy decides what happens when the disk is almost full
+	// (DiskMaxUsedSpaceRatio + 10 points, or 95 %) and the oldest unexpired files hold
+	// messages a consumer group has not consumed: "refuseWrites" (default) keeps them and
+	// refuses new sends until there is room; "deleteOldest" deletes them as Apache
+	// RocketMQ does. Either way every deletion of unconsumed messages is logged per group
+	// and queue and counted in [Broker.Stats]. A Sluice key (not in RocketMQ).
+	DiskPressurePolicy string `conf:"diskPressurePolicy"`
 	// CleanResourceInterval is how often retention is considered, in ms. Default 10000.
 	CleanResourceInterval int64 `conf:"cleanResourceInterval"`
 	// MessageIndexEnable builds the key index (KEYS and UNIQ_KEY) that QUERY_MESSAGE (12)
@@ -211,6 +218,7 @@ func (c *Config) setDefaults() {
 	def(&c.MessageDelayLevel, DefaultMessageDelayLevel)
 	def(&c.BrokerRole, "ASYNC_MASTER")
 	def(&c.DeleteWhen, "04")
+	def(&c.DiskPressurePolicy, DiskPressureRefuseWrites)
 	if c.DiskMaxUsedSpaceRatio == 0 {
 		c.DiskMaxUsedSpaceRatio = 75
 	}
@@ -341,6 +349,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := deleteHours(c.DeleteWhen); err != nil {
 		return err
+	}
+	if c.DiskPressurePolicy != DiskPressureRefuseWrites && c.DiskPressurePolicy != DiskPressureDeleteOldest {
+		return &ConfigError{Key: "diskPressurePolicy", Value: c.DiskPressurePolicy, Reason: "must be refuseWrites or deleteOldest"}
 	}
 	if c.DiskMaxUsedSpaceRatio < 10 || c.DiskMaxUsedSpaceRatio > 95 {
 		return &ConfigError{Key: "diskMaxUsedSpaceRatio", Value: strconv.Itoa(c.DiskMaxUsedSpaceRatio), Reason: "must be 10..95 (percent)"}

@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/store"
 )
 
 // Retention (Java DefaultMessageStore.CleanCommitLogService): commitlog segments last
@@ -14,7 +13,10 @@ import (
 // hour, or at once when the store's disk is fuller than diskMaxUsedSpaceRatio percent; then
 // the fullest disk gets room even from segments not yet expired (oldest first). Consume
 // queues follow the commitlog, and a consumer whose offset fell below a queue's new minimum
-// is answered PULL_OFFSET_MOVED with the minimum as its next offset.
+// is answered PULL_OFFSET_MOVED with the minimum as its next offset. What happens when the
+// files to delete for disk space still hold unconsumed messages is diskPressurePolicy's
+// choice (diskpressure.go, with cleanOnce); every deletion of unconsumed messages is logged
+// per group and queue and counted in Stats.
 
 // deleteHours parses deleteWhen: hours of the day separated by ";" ("04", "04;16").
 func deleteHours(s string) (map[int]bool, error) {
@@ -63,28 +65,4 @@ func (b *Broker) retentionLoop() {
 			b.cleanOnce(now, usage)
 		}
 	}
-}
-
-// cleanOnce applies retention as of now with the disk at usage percent. It returns the
-// number of commitlog segments deleted.
-func (b *Broker) cleanOnce(now time.Time, usage int) int {
-	hours, _ := deleteHours(b.cfg.DeleteWhen)
-	cutoff := now.Add(-time.Duration(b.cfg.FileReservedTime) * time.Hour)
-	switch {
-	case usage >= b.cfg.DiskMaxUsedSpaceRatio+10 || usage >= 95:
-		b.log.Warn("disk almost full: deleting the oldest commitlog files even if not expired", "usedPercent", usage)
-		cutoff = now
-	case usage >= b.cfg.DiskMaxUsedSpaceRatio:
-	case hours[now.Hour()]:
-	default:
-		return 0
-	}
-	n, err := b.store.DeleteExpiredFiles(cutoff, store.DefaultDeleteFilesBatch)
-	if err != nil {
-		b.log.Error("delete expired commitlog files", "err", err)
-	}
-	if n > 0 {
-		b.log.Info("deleted expired commitlog files", "count", n, "fileReservedTimeHours", b.cfg.FileReservedTime, "usedPercent", usage)
-	}
-	return n
 }

@@ -141,6 +141,9 @@ func (b *Broker) checkSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.Remot
 	if b.cfg.BrokerPermission&permWrite == 0 {
 		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("the broker[%s] sending message is forbidden", b.cfg.BrokerName))
 	}
+	if resp := b.refuseWrite(); resp != nil { // diskpressure.go: disk full, diskPressurePolicy=refuseWrites
+		return nil, resp
+	}
 	if err := message.ValidateTopic(h.topic); err != nil {
 		return nil, b.sendResponse(remoting.SystemError, err.Error())
 	}

@@ -48,6 +48,9 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 	if b.cfg.BrokerPermission&permWrite == 0 {
 		return errResponse(remoting.NoPermission, "the broker[%s] sending message is forbidden", b.cfg.BrokerName)
 	}
+	if resp := b.refuseWrite(); resp != nil { // the consumer keeps the message and retries it locally
+		return resp
+	}
 	retryTopic := message.RetryTopic(group)
 	tc, _, err := b.topics.getOrCreate(retryTopic, func() *namesrv.TopicConfig {
 		return &namesrv.TopicConfig{TopicName: retryTopic, ReadQueueNums: g.RetryQueueNums, WriteQueueNums: g.RetryQueueNums,

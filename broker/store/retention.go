@@ -122,3 +122,55 @@ func (cq *consumeQueue) nextFileStart(offset int64) int64 {
 	}
 	return offset + cq.perFile - offset%cq.perFile
 }
+
+// ExpiredSegments returns what DeleteExpiredFiles(cutoff, maxFiles) would delete now:
+// for k = 1..n, element k-1 is the first commitlog offset that remains once the k oldest
+// segments are deleted (so len is how many segments are expired, at most maxFiles). The
+// broker uses it to count, per consumer group and queue, the messages a deletion would
+// take before any reader had them (see [Store.QueueMinOffsetAt]).
+func (s *Store) ExpiredSegments(cutoff time.Time, maxFiles int) ([]int64, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if maxFiles < 1 {
+		maxFiles = DefaultDeleteFilesBatch
+	}
+	segs := s.cl.segments()
+	var out []int64
+	for i := 0; i < len(segs)-1 && len(out) < maxFiles; i++ {
+		fi, err := segs[i].f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("store: stat commitlog segment: %w", err)
+		}
+		if !fi.ModTime().Before(cutoff) {
+			break
+		}
+		out = append(out, segs[i+1].start)
+	}
+	return out, nil
+}
+
+// QueueMinOffsetAt returns the min offset topic/queueID would have if every commitlog
+// record below minPhy were deleted: the first entry at or after minPhy (or the queue's end
+// when there is none). Without such a queue it returns 0.
+func (s *Store) QueueMinOffsetAt(topic string, queueID int32, minPhy int64) (int64, error) {
+	cq := s.queueFor(topic, queueID, false)
+	if cq == nil {
+		return 0, nil
+	}
+	lo, hi := cq.min.Load(), cq.max.Load()
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		e, err := cq.entryAt(mid)
+		if err != nil {
+			return 0, err
+		}
+		if !e.padding() && e.phy >= minPhy {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}

@@ -1,0 +1,251 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// Disk pressure policies (broker.conf key diskPressurePolicy). They decide what happens
+// when the disk is almost full (diskMaxUsedSpaceRatio + 10 points, or 95 %) and the
+// oldest commitlog files, not yet expired, still hold messages a consumer group has not
+// consumed.
+const (
+	// DiskPressureRefuseWrites (the default) deletes only the oldest files whose messages
+	// every consumer group has consumed, and refuses new sends (SERVICE_NOT_AVAILABLE,
+	// 14, with a remark naming this setting) while the rest of what would have to go is
+	// unconsumed; sends are accepted again once the disk is below that mark. A message is
+	// never deleted unread because of disk pressure.
+	DiskPressureRefuseWrites = "refuseWrites"
+	// DiskPressureDeleteOldest deletes the oldest files even when they hold unconsumed
+	// messages, as Apache RocketMQ does; each such deletion is logged per group and queue
+	// and counted in [Stats].UnconsumedDeleted.
+	DiskPressureDeleteOldest = "deleteOldest"
+)
+
+// Stats are counters of the broker's own decisions, for monitoring. All counts are
+// since Start.
+type Stats struct {
+	// UnconsumedDeleted counts messages retention deleted before a consumer group that
+	// had committed an offset on their queue consumed them, summed over groups (a
+	// message two groups had not consumed counts twice). Expired files (fileReservedTime)
+	// and, with diskPressurePolicy=deleteOldest, files deleted for disk space add to it.
+	UnconsumedDeleted int64
+	// WritesRefused counts sends refused because the disk was full and
+	// diskPressurePolicy=refuseWrites kept unconsumed messages.
+	WritesRefused int64
+	// RefusingWrites reports whether sends are being refused right now for that reason.
+	RefusingWrites bool
+}
+
+// Stats returns the broker's counters. Safe to call at any time.
+func (b *Broker) Stats() Stats {
+	return Stats{
+		UnconsumedDeleted: b.pressure.unconsumedDeleted.Load(),
+		WritesRefused:     b.pressure.writesRefused.Load(),
+		RefusingWrites:    b.pressure.refusing.Load(),
+	}
+}
+
+// diskPressure holds the state of the disk-pressure policy.
+type diskPressure struct {
+	unconsumedDeleted atomic.Int64
+	writesRefused     atomic.Int64
+	refusing          atomic.Bool
+
+	mu     sync.Mutex
+	reason string // why writes are refused (for the send answer)
+}
+
+// refuseWrite returns the SERVICE_NOT_AVAILABLE answer for a send while the
+// refuseWrites policy holds writes back, else nil.
+func (b *Broker) refuseWrite() *remoting.RemotingCommand {
+	if !b.pressure.refusing.Load() {
+		return nil
+	}
+	b.pressure.writesRefused.Add(1)
+	b.pressure.mu.Lock()
+	reason := b.pressure.reason
+	b.pressure.mu.Unlock()
+	return b.sendResponse(remoting.ServiceNotAvailable, reason)
+}
+
+// setRefusing switches the refusal on or off, logging each change once.
+func (b *Broker) setRefusing(on bool, usage int, kept int64) {
+	if on {
+		reason := fmt.Sprintf("the broker's disk is full (%d%% used) and the oldest data holds %d unconsumed messages: "+
+			"new messages are refused rather than deleting them (diskPressurePolicy=%s); consume or free disk space",
+			usage, kept, DiskPressureRefuseWrites)
+		b.pressure.mu.Lock()
+		b.pressure.reason = reason
+		b.pressure.mu.Unlock()
+		if !b.pressure.refusing.Swap(true) {
+			b.log.Error("disk full: refusing new messages to keep unconsumed ones", "usedPercent", usage, "unconsumedKept", kept,
+				"diskPressurePolicy", DiskPressureRefuseWrites)
+		}
+		return
+	}
+	if b.pressure.refusing.Swap(false) {
+		b.log.Warn("disk pressure over: accepting new messages again", "usedPercent", usage)
+	}
+}
+
+// unconsumedLoss is how many messages of one group's queue a deletion takes unread.
+type unconsumedLoss struct {
+	group, topic string
+	queueID      int32
+	count        int64
+}
+
+// unconsumedBelow returns, per group and queue with a committed offset, how many messages
+// deleting every commitlog record below minPhy would take before the group read them.
+func (b *Broker) unconsumedBelow(minPhy int64) ([]unconsumedLoss, error) {
+	type gq struct {
+		topic, group string
+		queueID      int32
+		offset       int64
+	}
+	var committed []gq
+	b.offsets.mu.Lock()
+	for k, qs := range b.offsets.table {
+		topic, group, ok := splitOffsetKey(k)
+		if !ok {
+			continue
+		}
+		for q, off := range qs {
+			committed = append(committed, gq{topic, group, q, off})
+		}
+	}
+	b.offsets.mu.Unlock()
+	var out []unconsumedLoss
+	for _, c := range committed {
+		newMin, err := b.store.QueueMinOffsetAt(c.topic, c.queueID, minPhy)
+		if err != nil {
+			return nil, err
+		}
+		if n := newMin - max(c.offset, b.store.MinOffset(c.topic, c.queueID)); n > 0 {
+			out = append(out, unconsumedLoss{c.group, c.topic, c.queueID, n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].group != out[j].group {
+			return out[i].group < out[j].group
+		}
+		if out[i].topic != out[j].topic {
+			return out[i].topic < out[j].topic
+		}
+		return out[i].queueID < out[j].queueID
+	})
+	return out, nil
+}
+
+func sumLoss(ls []unconsumedLoss) int64 {
+	var n int64
+	for _, l := range ls {
+		n += l.count
+	}
+	return n
+}
+
+// deleteFiles deletes the k oldest expired segments (per cutoff) and reports the
+// unconsumed messages that went with them: one log line per group and queue, and the
+// UnconsumedDeleted counter.
+func (b *Broker) deleteFiles(cutoff time.Time, k int, losses []unconsumedLoss, usage int, forced bool) int {
+	if k == 0 {
+		return 0
+	}
+	n, err := b.store.DeleteExpiredFiles(cutoff, k)
+	if err != nil {
+		b.log.Error("delete expired commitlog files", "err", err)
+	}
+	if n == 0 {
+		return 0
+	}
+	why := "fileReservedTime expired"
+	if forced {
+		why = "disk almost full (diskPressurePolicy=" + DiskPressureDeleteOldest + ")"
+	}
+	for _, l := range losses {
+		b.log.Error("retention deleted unconsumed messages", "group", l.group, "topic", l.topic, "queueId", l.queueID,
+			"count", l.count, "why", why, "usedPercent", usage)
+	}
+	b.pressure.unconsumedDeleted.Add(sumLoss(losses))
+	b.log.Info("deleted expired commitlog files", "count", n, "fileReservedTimeHours", b.cfg.FileReservedTime, "usedPercent", usage,
+		"unconsumedDeleted", sumLoss(losses))
+	return n
+}
+
+// cleanOnce applies retention as of now with the disk at usage percent (see
+// retention.go). It returns the number of commitlog segments deleted.
+func (b *Broker) cleanOnce(now time.Time, usage int) int {
+	hours, _ := deleteHours(b.cfg.DeleteWhen)
+	cutoff := now.Add(-time.Duration(b.cfg.FileReservedTime) * time.Hour)
+	forced := usage >= b.cfg.DiskMaxUsedSpaceRatio+10 || usage >= 95
+	switch {
+	case forced:
+		cutoff = now
+	case usage >= b.cfg.DiskMaxUsedSpaceRatio:
+	case hours[now.Hour()]:
+	default:
+		b.setRefusing(false, usage, 0)
+		return 0
+	}
+	if !forced {
+		b.setRefusing(false, usage, 0)
+	}
+	ends, err := b.store.ExpiredSegments(cutoff, store.DefaultDeleteFilesBatch)
+	if err != nil {
+		b.log.Error("plan retention", "err", err)
+		return 0
+	}
+	if len(ends) == 0 {
+		if forced && b.cfg.DiskPressurePolicy == DiskPressureRefuseWrites {
+			b.setRefusing(false, usage, 0) // nothing deletable at all: only the segment being written
+		}
+		return 0
+	}
+	k := len(ends)
+	losses, err := b.unconsumedBelow(ends[k-1])
+	if err != nil {
+		b.log.Error("count unconsumed messages before retention", "err", err)
+		return 0
+	}
+	if forced && b.cfg.DiskPressurePolicy == DiskPressureRefuseWrites {
+		// Only unexpired files go for disk space here: keep every one that holds
+		// unconsumed messages (and all after it), delete the consumed ones before it.
+		expired, err := b.store.ExpiredSegments(now.Add(-time.Duration(b.cfg.FileReservedTime)*time.Hour), store.DefaultDeleteFilesBatch)
+		if err != nil {
+			b.log.Error("plan retention", "err", err)
+			return 0
+		}
+		keep := sumLoss(losses)
+		for k > len(expired) && len(losses) > 0 {
+			k--
+			if k == 0 {
+				losses = nil
+				break
+			}
+			if losses, err = b.unconsumedBelow(ends[k-1]); err != nil {
+				b.log.Error("count unconsumed messages before retention", "err", err)
+				return 0
+			}
+		}
+		if k < len(ends) {
+			b.log.Warn("disk almost full: keeping commitlog files that hold unconsumed messages", "usedPercent", usage,
+				"filesKept", len(ends)-k, "diskPressurePolicy", DiskPressureRefuseWrites)
+			b.setRefusing(true, usage, keep)
+		} else {
+			b.setRefusing(false, usage, 0)
+		}
+		return b.deleteFiles(cutoff, k, losses, usage, false)
+	}
+	if forced {
+		b.log.Warn("disk almost full: deleting the oldest commitlog files even if not expired", "usedPercent", usage)
+	}
+	return b.deleteFiles(cutoff, k, losses, usage, forced)
+}

@@ -1,0 +1,106 @@
+package broker
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// diskPressureBroker starts a broker with tiny commitlog segments, fills topic P (one
+// queue) with 36 messages of 8 KiB (several segments) and commits group g at offset 5 and
+// group h at the end.
+func diskPressureBroker(t *testing.T, policy string) (*Broker, *remoting.Client, *testkit.LogCapture) {
+	t.Helper()
+	logs, log := testkit.CaptureLogs(t)
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		c.MaxMessageSize = 16 << 10
+		c.MappedFileSizeCommitLog = 96 << 10
+		c.DiskPressurePolicy = policy
+		c.Logger = log
+	})
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "P", 1)
+	body := make([]byte, 8<<10)
+	for range 36 {
+		if r := sendV1(t, c, b.Addr(), "P", 0, body, nil); r.ResponseCode() != remoting.Success {
+			t.Fatal(r.Remark)
+		}
+	}
+	b.offsets.commit("g", "P", 0, 5)
+	b.offsets.commit("h", "P", 0, 36)
+	return b, c, logs
+}
+
+// deleteOldest (Apache RocketMQ's behaviour): a disk almost full deletes the oldest files
+// although group g has not consumed them, and says so: one error line per group and
+// queue with the count, and Stats().UnconsumedDeleted. Group h had consumed everything:
+// no line for it.
+func TestDiskPressureDeleteOldestIsLoud(t *testing.T) {
+	b, _, logs := diskPressureBroker(t, DiskPressureDeleteOldest)
+	if n := b.cleanOnce(time.Now(), 99); n == 0 {
+		t.Fatal("a disk at 99% deleted nothing")
+	}
+	lost := b.store.MinOffset("P", 0) - 5
+	if lost <= 0 {
+		t.Fatalf("min offset %d: nothing unconsumed was deleted", lost+5)
+	}
+	if got := b.Stats().UnconsumedDeleted; got != lost {
+		t.Fatalf("Stats().UnconsumedDeleted = %d, want %d", got, lost)
+	}
+	lines := logs.Find("retention deleted unconsumed messages")
+	if len(lines) != 1 || lines[0].Attrs["group"] != "g" || lines[0].Attrs["topic"] != "P" || lines[0].Attrs["queueId"] != "0" ||
+		lines[0].Attrs["count"] != strconv.FormatInt(lost, 10) {
+		t.Fatalf("logged %v, want one line for g/P/0 with count %d", lines, lost)
+	}
+}
+
+// refuseWrites (the default): a disk almost full deletes only files every group has
+// consumed and refuses new sends with a clear answer while the rest is unconsumed; no
+// message is deleted unread. Once g consumed more, the files below it go; once the disk
+// is below the mark, sends are accepted again.
+func TestDiskPressureRefuseWritesKeepsUnconsumed(t *testing.T) {
+	b, c, logs := diskPressureBroker(t, "") // the default
+	if b.cfg.DiskPressurePolicy != DiskPressureRefuseWrites {
+		t.Fatalf("default diskPressurePolicy %q", b.cfg.DiskPressurePolicy)
+	}
+	if n := b.cleanOnce(time.Now(), 99); n != 0 || b.store.MinOffset("P", 0) != 0 {
+		t.Fatalf("deleted %d files (min offset %d) although g had consumed only 5 messages", n, b.store.MinOffset("P", 0))
+	}
+	if !b.Stats().RefusingWrites {
+		t.Fatal("not refusing writes")
+	}
+	r := sendV1(t, c, b.Addr(), "P", 0, []byte("x"), nil)
+	if r.ResponseCode() != remoting.ServiceNotAvailable || !strings.Contains(r.Remark, "diskPressurePolicy=refuseWrites") {
+		t.Fatalf("send while refusing: %d %q", r.Code, r.Remark)
+	}
+	if len(logs.Find("disk full: refusing new messages")) != 1 {
+		t.Fatalf("the refusal was not logged once: %v", logs.Records())
+	}
+
+	b.offsets.commit("g", "P", 0, 20)
+	if n := b.cleanOnce(time.Now(), 99); n == 0 {
+		t.Fatal("files g had consumed were not deleted")
+	}
+	if m := b.store.MinOffset("P", 0); m == 0 || m > 20 {
+		t.Fatalf("min offset %d after g consumed 20", m)
+	}
+	if !b.Stats().RefusingWrites {
+		t.Fatal("stopped refusing while unconsumed files still fill the disk")
+	}
+	st := b.Stats()
+	if st.UnconsumedDeleted != 0 || st.WritesRefused != 1 || len(logs.Find("retention deleted unconsumed")) != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	b.cleanOnce(time.Now(), 50)
+	if b.Stats().RefusingWrites {
+		t.Fatal("still refusing below the mark")
+	}
+	if r := sendV1(t, c, b.Addr(), "P", 0, []byte("x"), nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("send after the pressure: %d %q", r.Code, r.Remark)
+	}
+}
