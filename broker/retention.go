@@ -5,7 +5,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
 )
 
 // Retention (Java DefaultMessageStore.CleanCommitLogService): commitlog segments last
