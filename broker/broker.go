@@ -144,6 +144,7 @@ func (b *Broker) Start() (err error) {
 		FlushInterval:        time.Duration(b.cfg.FlushIntervalCommitLog) * time.Millisecond,
 		SyncFlushTimeout:     time.Duration(b.cfg.SyncFlushTimeout) * time.Millisecond,
 		MaxMessageSize:       b.cfg.MaxMessageSize,
+		MaxOpenQueueFiles:    b.cfg.MaxOpenQueueFiles,
 		Logger:               b.log,
 		RecoverTagsCode:      b.recoverTagsCode,
 		Index: store.IndexConfig{Disable: !boolOr(b.cfg.MessageIndexEnable, true),

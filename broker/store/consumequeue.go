@@ -1,6 +1,7 @@
 package store
 
 import (
+	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -45,12 +46,20 @@ func getEntry(b []byte) cqEntry {
 	}
 }
 
-// cqFile is one consume-queue file holding entries [start, start+entries).
+// cqFile is one consume-queue file holding entries [start, start+entries). Its
+// descriptor is opened on demand and closed when idle (fdcache.go); use it through
+// acquire/release or with.
 type cqFile struct {
 	start   int64 // queue offset of its first entry
 	entries int64
 	path    string
-	f       *os.File
+	cache   *fdCache
+
+	// Guarded by cache.mu.
+	fd   *os.File      // nil while closed
+	elem *list.Element // in cache.lru while fd != nil
+	pins int           // callers using fd
+	gone bool          // deleted: acquire fails
 }
 
 // consumeQueue is the index of one topic/queue id. Entries are written only by the single
@@ -61,6 +70,7 @@ type consumeQueue struct {
 	queueID int32
 	dir     string
 	perFile int64 // entries per newly created file
+	cache   *fdCache
 
 	files   atomic.Pointer[[]*cqFile] // immutable sorted slice, copy-on-write
 	min     atomic.Int64              // first readable queue offset
@@ -70,8 +80,8 @@ type consumeQueue struct {
 	flushed int64 // entries below this are fsynced; touched only by Store.checkpoint (cpMu)
 }
 
-func newConsumeQueue(dir, topic string, queueID int32, perFile int64) *consumeQueue {
-	cq := &consumeQueue{topic: topic, queueID: queueID, dir: dir, perFile: perFile}
+func newConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fdCache) *consumeQueue {
+	cq := &consumeQueue{topic: topic, queueID: queueID, dir: dir, perFile: perFile, cache: cache}
 	cq.files.Store(&[]*cqFile{})
 	return cq
 }
@@ -109,10 +119,15 @@ func (cq *consumeQueue) readEntriesInto(buf []byte, idx int64, n int64) ([]byte,
 		buf = make([]byte, n*cqEntrySize)
 	}
 	buf = buf[:n*cqEntrySize]
-	if _, err := f.f.ReadAt(buf, (idx-f.start)*cqEntrySize); err != nil {
-		if errors.Is(err, os.ErrClosed) {
+	fd, err := f.acquire()
+	if err != nil {
+		if errors.Is(err, errFileGone) {
 			return nil, nil // deleted under the reader (retention or DeleteTopic)
 		}
+		return nil, err
+	}
+	defer f.release()
+	if _, err := fd.ReadAt(buf, (idx-f.start)*cqEntrySize); err != nil {
 		return nil, fmt.Errorf("store: read consume queue %s/%d at %d: %w", cq.topic, cq.queueID, idx, err)
 	}
 	return buf, nil
@@ -161,7 +176,9 @@ func (cq *consumeQueue) createFile(start int64) (*cqFile, error) {
 		os.Remove(path)
 		return nil, err
 	}
-	return &cqFile{start: start, entries: cq.perFile, path: path, f: f}, nil
+	nf := &cqFile{start: start, entries: cq.perFile, path: path, cache: cq.cache}
+	nf.adopt(f)
+	return nf, nil
 }
 
 // write writes raw entries (a multiple of 20 bytes) starting at queue offset idx, creating
@@ -190,7 +207,10 @@ func (cq *consumeQueue) write(idx int64, b []byte) error {
 			f = nf
 		}
 		n := min(int64(len(b))/cqEntrySize, f.start+f.entries-idx)
-		if _, err := f.f.WriteAt(b[:n*cqEntrySize], (idx-f.start)*cqEntrySize); err != nil {
+		if err := f.with(func(fd *os.File) error {
+			_, err := fd.WriteAt(b[:n*cqEntrySize], (idx-f.start)*cqEntrySize)
+			return err
+		}); err != nil {
 			return fmt.Errorf("store: write consume queue %s/%d: %w", cq.topic, cq.queueID, err)
 		}
 		b = b[n*cqEntrySize:]
@@ -210,15 +230,17 @@ func (cq *consumeQueue) truncate(newMax int64) error {
 			keep = append(keep, f)
 		case f.start <= newMax:
 			local := (newMax - f.start) * cqEntrySize
-			if err := f.f.Truncate(local); err != nil {
-				return fmt.Errorf("store: truncate consume queue file: %w", err)
-			}
-			if err := f.f.Truncate(f.entries * cqEntrySize); err != nil {
+			if err := f.with(func(fd *os.File) error {
+				if err := fd.Truncate(local); err != nil {
+					return err
+				}
+				return fd.Truncate(f.entries * cqEntrySize)
+			}); err != nil {
 				return fmt.Errorf("store: truncate consume queue file: %w", err)
 			}
 			keep = append(keep, f)
 		default:
-			f.f.Close()
+			f.drop()
 			if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) {
 				return fmt.Errorf("store: remove consume queue file: %w", err)
 			}
@@ -238,7 +260,7 @@ func (cq *consumeQueue) truncate(newMax int64) error {
 // fillPreBlank). Used by recovery when a rebuilt queue's first record is not at offset 0.
 func (cq *consumeQueue) resetTo(start int64) error {
 	for _, f := range cq.fileList() {
-		f.f.Close()
+		f.drop()
 		if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("store: remove consume queue file: %w", err)
 		}
@@ -269,8 +291,8 @@ func (cq *consumeQueue) flush() error {
 	}
 	for _, f := range cq.fileList() {
 		if f.start+f.entries > cq.flushed {
-			if err := f.f.Sync(); err != nil {
-				if cq.deleted.Load() {
+			if err := f.with((*os.File).Sync); err != nil {
+				if cq.deleted.Load() || errors.Is(err, errFileGone) {
 					return nil
 				}
 				return fmt.Errorf("store: fsync consume queue %s/%d: %w", cq.topic, cq.queueID, err)
@@ -284,7 +306,7 @@ func (cq *consumeQueue) flush() error {
 // close closes the files.
 func (cq *consumeQueue) close() {
 	for _, f := range cq.fileList() {
-		f.f.Close()
+		f.drop()
 	}
 }
 
@@ -292,8 +314,8 @@ func (cq *consumeQueue) close() {
 // entries are written in order, so the written part of the last file is a prefix of non-empty
 // entries, found by binary search. An error means the files are inconsistent; the caller
 // then discards them and rebuilds the queue from the commitlog.
-func loadConsumeQueue(dir, topic string, queueID int32, perFile int64) (*consumeQueue, error) {
-	cq := newConsumeQueue(dir, topic, queueID, perFile)
+func loadConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fdCache) (*consumeQueue, error) {
+	cq := newConsumeQueue(dir, topic, queueID, perFile, cache)
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -301,7 +323,7 @@ func loadConsumeQueue(dir, topic string, queueID int32, perFile int64) (*consume
 	var files []*cqFile
 	fail := func(err error) (*consumeQueue, error) {
 		for _, f := range files {
-			f.f.Close()
+			f.drop()
 		}
 		return nil, err
 	}
@@ -314,24 +336,19 @@ func loadConsumeQueue(dir, topic string, queueID int32, perFile int64) (*consume
 		if byteOff%cqEntrySize != 0 {
 			return fail(&CorruptError{Path: path, Reason: "name is not a multiple of 20"})
 		}
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		// Not kept open: the cache opens the file when it is read (fdcache.go).
+		fi, err := os.Stat(path)
 		if err != nil {
-			return fail(err)
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
 			return fail(err)
 		}
 		size := fi.Size()
 		if size == 0 {
-			if err := f.Truncate(perFile * cqEntrySize); err != nil {
-				f.Close()
+			if err := os.Truncate(path, perFile*cqEntrySize); err != nil {
 				return fail(err)
 			}
 			size = perFile * cqEntrySize
 		}
-		files = append(files, &cqFile{start: byteOff / cqEntrySize, entries: size / cqEntrySize, path: path, f: f})
+		files = append(files, &cqFile{start: byteOff / cqEntrySize, entries: size / cqEntrySize, path: path, cache: cache})
 		if size%cqEntrySize != 0 {
 			return fail(&CorruptError{Path: path, Reason: fmt.Sprintf("size %d is not a multiple of 20", size)})
 		}
@@ -348,7 +365,10 @@ func loadConsumeQueue(dir, topic string, queueID int32, perFile int64) (*consume
 	}
 	read := func(f *cqFile, i int64) (cqEntry, error) {
 		var b [cqEntrySize]byte
-		if _, err := f.f.ReadAt(b[:], i*cqEntrySize); err != nil {
+		if err := f.with(func(fd *os.File) error {
+			_, err := fd.ReadAt(b[:], i*cqEntrySize)
+			return err
+		}); err != nil {
 			return cqEntry{}, err
 		}
 		return getEntry(b[:]), nil
@@ -363,7 +383,7 @@ func loadConsumeQueue(dir, topic string, queueID int32, perFile int64) (*consume
 		if !e.empty() {
 			break
 		}
-		last.f.Close()
+		last.drop()
 		if err := os.Remove(last.path); err != nil {
 			return fail(err)
 		}

@@ -104,7 +104,7 @@ func (cq *consumeQueue) deleteBelow(minPhy int64) error {
 	rest := append([]*cqFile(nil), files[drop:]...)
 	cq.files.Store(&rest)
 	for _, f := range files[:drop] {
-		f.f.Close()
+		f.drop()
 		if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("store: delete consume queue file: %w", err)
 		}

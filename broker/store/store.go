@@ -23,8 +23,9 @@ type Store struct {
 	lock    *os.File // flock on <Dir>/lock
 	cl      *commitLog
 	flusher *flusher
-	cqRoot  string // <Dir>/consumequeue
-	index   *index // key index (index.go); nil when Config.Index.Disable
+	cqRoot  string   // <Dir>/consumequeue
+	fds     *fdCache // open consume-queue files, at most Config.MaxOpenQueueFiles idle ones (fdcache.go)
+	index   *index   // key index (index.go); nil when Config.Index.Disable
 
 	lifeMu sync.RWMutex // read side: an operation is running; write side: Close
 	closed bool         // guarded by lifeMu
@@ -74,6 +75,7 @@ func Open(cfg Config) (*Store, error) {
 		lock:    lock,
 		cqRoot:  filepath.Join(cfg.Dir, "consumequeue"),
 		queues:  make(map[string]map[int32]*consumeQueue),
+		fds:     newFDCache(cfg.MaxOpenQueueFiles),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -157,7 +159,7 @@ func (s *Store) queueFor(topic string, queueID int32, create bool) *consumeQueue
 	if cq = s.queues[topic][queueID]; cq != nil {
 		return cq
 	}
-	cq = newConsumeQueue(queueDir(s.cqRoot, topic, queueID), topic, queueID, int64(s.cfg.ConsumeQueueEntries))
+	cq = newConsumeQueue(queueDir(s.cqRoot, topic, queueID), topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds)
 	s.addQueueLocked(cq)
 	return cq
 }
