@@ -144,7 +144,7 @@ func (b *Broker) Start() (err error) {
 		FlushInterval:        time.Duration(b.cfg.FlushIntervalCommitLog) * time.Millisecond,
 		SyncFlushTimeout:     time.Duration(b.cfg.SyncFlushTimeout) * time.Millisecond,
 		MaxMessageSize:       b.cfg.MaxMessageSize,
-		MaxOpenQueueFiles:    b.cfg.MaxOpenQueueFiles,
+		MaxOpenFiles:         b.cfg.MaxOpenFiles,
 		Logger:               b.log,
 		RecoverTagsCode:      b.recoverTagsCode,
 		Index: store.IndexConfig{Disable: !boolOr(b.cfg.MessageIndexEnable, true),

@@ -114,10 +114,10 @@ type Config struct {
 	// RocketMQ does. Either way every deletion of unconsumed messages is logged per group
 	// and queue and counted in [Broker.Stats]. A Sluice key (not in RocketMQ).
 	DiskPressurePolicy string `conf:"diskPressurePolicy"`
-	// MaxOpenQueueFiles caps the consume-queue files the store keeps open: they are
-	// opened on demand and the least recently used idle ones closed, so a broker with
-	// many queues does not run out of file descriptors. Default 1000. A Sluice key.
-	MaxOpenQueueFiles int `conf:"maxOpenQueueFiles"`
+	// MaxOpenFiles caps the consume-queue and key-index files the store keeps open:
+	// they are opened on demand and the least recently used idle ones closed, so a broker
+	// with many queues does not run out of file descriptors. Default 1000. A Sluice key.
+	MaxOpenFiles int `conf:"maxOpenFiles"`
 	// CleanResourceInterval is how often retention is considered, in ms. Default 10000.
 	CleanResourceInterval int64 `conf:"cleanResourceInterval"`
 	// MessageIndexEnable builds the key index (KEYS and UNIQ_KEY) that QUERY_MESSAGE (12)
@@ -354,8 +354,8 @@ func (c *Config) validate() error {
 	if _, err := deleteHours(c.DeleteWhen); err != nil {
 		return err
 	}
-	if c.MaxOpenQueueFiles < 0 {
-		return &ConfigError{Key: "maxOpenQueueFiles", Value: strconv.Itoa(c.MaxOpenQueueFiles), Reason: "must be at least 1 (0: the default, 1000)"}
+	if c.MaxOpenFiles < 0 {
+		return &ConfigError{Key: "maxOpenFiles", Value: strconv.Itoa(c.MaxOpenFiles), Reason: "must be at least 1 (0: the default, 1000)"}
 	}
 	if c.DiskPressurePolicy != DiskPressureRefuseWrites && c.DiskPressurePolicy != DiskPressureDeleteOldest {
 		return &ConfigError{Key: "diskPressurePolicy", Value: c.DiskPressurePolicy, Reason: "must be refuseWrites or deleteOldest"}

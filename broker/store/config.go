@@ -103,11 +103,12 @@ type Config struct {
 	// ConsumeQueueEntries is the number of 20-byte entries per consume-queue file.
 	// Default 300000; range 1 .. 107374182.
 	ConsumeQueueEntries int
-	// MaxOpenQueueFiles caps the consume-queue files kept open: files are opened on demand
-	// and the least recently used idle ones closed beyond this many, so the open files do
-	// not grow with the number of queues (a file in use is never closed under its user).
-	// Default 1000 (DefaultMaxOpenQueueFiles); at least 1.
-	MaxOpenQueueFiles int
+	// MaxOpenFiles caps the consume-queue and key-index files kept open: they are opened
+	// on demand and the least recently used idle ones closed beyond this many, so the open
+	// files do not grow with the number of queues (a file in use is never closed under
+	// its user). Commitlog segments (the lock, the checkpoint) are not counted: there are
+	// few and they stay open. Default 1000 (DefaultMaxOpenFiles).
+	MaxOpenFiles int
 	// FlushDiskType selects ASYNC_FLUSH (default) or SYNC_FLUSH.
 	FlushDiskType FlushDiskType
 	// FlushInterval is the ASYNC_FLUSH commitlog fsync period. Default 500 ms.
@@ -142,8 +143,8 @@ func (c *Config) setDefaults() {
 	if c.ConsumeQueueEntries == 0 {
 		c.ConsumeQueueEntries = DefaultConsumeQueueEntries
 	}
-	if c.MaxOpenQueueFiles == 0 {
-		c.MaxOpenQueueFiles = DefaultMaxOpenQueueFiles
+	if c.MaxOpenFiles == 0 {
+		c.MaxOpenFiles = DefaultMaxOpenFiles
 	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = DefaultFlushInterval
@@ -190,8 +191,8 @@ func (c *Config) Validate() error {
 	case c.ConsumeQueueEntries < 0 || c.ConsumeQueueEntries > MaxConsumeQueueEntries:
 		return &ConfigError{Field: "ConsumeQueueEntries", Value: c.ConsumeQueueEntries,
 			Reason: fmt.Sprintf("want 1..%d entries", MaxConsumeQueueEntries)}
-	case c.MaxOpenQueueFiles < 0:
-		return &ConfigError{Field: "MaxOpenQueueFiles", Value: c.MaxOpenQueueFiles, Reason: "negative"}
+	case c.MaxOpenFiles < 0:
+		return &ConfigError{Field: "MaxOpenFiles", Value: c.MaxOpenFiles, Reason: "negative"}
 	case c.FlushDiskType != AsyncFlush && c.FlushDiskType != SyncFlush:
 		return &ConfigError{Field: "FlushDiskType", Value: int(c.FlushDiskType), Reason: "want AsyncFlush or SyncFlush"}
 	case c.FlushInterval < 0:

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -52,14 +51,7 @@ func getEntry(b []byte) cqEntry {
 type cqFile struct {
 	start   int64 // queue offset of its first entry
 	entries int64
-	path    string
-	cache   *fdCache
-
-	// Guarded by cache.mu.
-	fd   *os.File      // nil while closed
-	elem *list.Element // in cache.lru while fd != nil
-	pins int           // callers using fd
-	gone bool          // deleted: acquire fails
+	*lazyFile
 }
 
 // consumeQueue is the index of one topic/queue id. Entries are written only by the single
@@ -176,7 +168,7 @@ func (cq *consumeQueue) createFile(start int64) (*cqFile, error) {
 		os.Remove(path)
 		return nil, err
 	}
-	nf := &cqFile{start: start, entries: cq.perFile, path: path, cache: cq.cache}
+	nf := &cqFile{start: start, entries: cq.perFile, lazyFile: newLazyFile(path, cq.cache)}
 	nf.adopt(f)
 	return nf, nil
 }
@@ -348,7 +340,7 @@ func loadConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fd
 			}
 			size = perFile * cqEntrySize
 		}
-		files = append(files, &cqFile{start: byteOff / cqEntrySize, entries: size / cqEntrySize, path: path, cache: cache})
+		files = append(files, &cqFile{start: byteOff / cqEntrySize, entries: size / cqEntrySize, lazyFile: newLazyFile(path, cache)})
 		if size%cqEntrySize != 0 {
 			return fail(&CorruptError{Path: path, Reason: fmt.Sprintf("size %d is not a multiple of 20", size)})
 		}

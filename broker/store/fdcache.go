@@ -2,19 +2,60 @@ package store
 
 import (
 	"container/list"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
 )
 
-// DefaultMaxOpenQueueFiles is Config.MaxOpenQueueFiles' default: at most 1000 consume-queue
-// files are open at once, whatever the number of queues.
-const DefaultMaxOpenQueueFiles = 1000
+// DefaultMaxOpenFiles is Config.MaxOpenFiles' default: at most 1000 idle consume-queue
+// and key-index files are open at once, whatever the number of queues.
+const DefaultMaxOpenFiles = 1000
 
-// errFileGone is returned by cqFile.acquire once the file was deleted (retention,
-// DeleteTopic, truncate) or the store closed it.
-var errFileGone = errors.New("store: consume queue file deleted")
+// errFileGone is returned by lazyFile.acquire once the file was deleted (retention,
+// DeleteTopic, truncate) or the store closed it. It matches os.ErrClosed, which is what a
+// reader of a deleted file saw when files stayed open.
+var errFileGone = fmt.Errorf("store: file deleted: %w", os.ErrClosed)
+
+// lazyFile is a store file (a consume-queue or index file) whose descriptor the fdCache
+// opens on demand and closes when idle. Use it through acquire/release or with, or its
+// *os.File-like methods, which return an error matching os.ErrClosed after Close.
+type lazyFile struct {
+	path  string
+	cache *fdCache
+
+	// Guarded by cache.mu.
+	fd   *os.File      // nil while closed
+	elem *list.Element // in cache.lru while fd != nil
+	pins int           // callers using fd
+	gone bool          // deleted or closed: acquire fails
+}
+
+func newLazyFile(path string, cache *fdCache) *lazyFile { return &lazyFile{path: path, cache: cache} }
+
+// ReadAt reads from the file (see os.File.ReadAt).
+func (f *lazyFile) ReadAt(b []byte, off int64) (n int, err error) {
+	err = f.with(func(fd *os.File) error { n, err = fd.ReadAt(b, off); return err })
+	return n, err
+}
+
+// WriteAt writes to the file (see os.File.WriteAt).
+func (f *lazyFile) WriteAt(b []byte, off int64) (n int, err error) {
+	err = f.with(func(fd *os.File) error { n, err = fd.WriteAt(b, off); return err })
+	return n, err
+}
+
+// Sync fsyncs the file (reopening it if it was closed while idle: fsync covers the
+// file's dirty pages whichever descriptor wrote them).
+func (f *lazyFile) Sync() error { return f.with((*os.File).Sync) }
+
+// Truncate changes the file's size.
+func (f *lazyFile) Truncate(size int64) error {
+	return f.with(func(fd *os.File) error { return fd.Truncate(size) })
+}
+
+// Close marks the file gone (it is about to be deleted, or the store closes) and closes
+// its descriptor once no caller uses it.
+func (f *lazyFile) Close() error { f.drop(); return nil }
 
 // fdCache bounds the open consume-queue files: files are opened on first use and kept in
 // an LRU list; when more than max are open, the least recently used ones that no caller
@@ -31,7 +72,7 @@ type fdCache struct {
 	max int
 
 	mu   sync.Mutex
-	lru  list.List // of *cqFile with fd != nil; front = most recently used
+	lru  list.List // of *lazyFile with fd != nil; front = most recently used
 	open int       // files with fd != nil
 }
 
@@ -45,8 +86,8 @@ func (c *fdCache) openFiles() int {
 }
 
 // acquire returns the file's descriptor, opening it if needed, and pins it until release.
-// It returns errFileGone (wrapped) after the file was dropped.
-func (f *cqFile) acquire() (*os.File, error) {
+// It returns errFileGone (wrapped) after the file was dropped or removed.
+func (f *lazyFile) acquire() (*os.File, error) {
 	c := f.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -59,7 +100,7 @@ func (f *cqFile) acquire() (*os.File, error) {
 			if os.IsNotExist(err) {
 				return nil, fmt.Errorf("%w: %s", errFileGone, f.path)
 			}
-			return nil, fmt.Errorf("store: open consume queue file: %w", err)
+			return nil, fmt.Errorf("store: open %s: %w", f.path, err)
 		}
 		f.fd = fd
 		f.elem = c.lru.PushFront(f)
@@ -73,7 +114,7 @@ func (f *cqFile) acquire() (*os.File, error) {
 }
 
 // release unpins the file taken with acquire.
-func (f *cqFile) release() {
+func (f *lazyFile) release() {
 	c := f.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,7 +127,7 @@ func (f *cqFile) release() {
 }
 
 // adopt puts a just created file's open descriptor in the cache (unpinned).
-func (f *cqFile) adopt(fd *os.File) {
+func (f *lazyFile) adopt(fd *os.File) {
 	c := f.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,7 +139,7 @@ func (f *cqFile) adopt(fd *os.File) {
 
 // drop marks the file deleted: no later acquire succeeds, and its descriptor is closed
 // now or, when in use, by the last release.
-func (f *cqFile) drop() {
+func (f *lazyFile) drop() {
 	c := f.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -109,7 +150,7 @@ func (f *cqFile) drop() {
 }
 
 // with runs op on the file's descriptor, pinned.
-func (f *cqFile) with(op func(*os.File) error) error {
+func (f *lazyFile) with(op func(*os.File) error) error {
 	fd, err := f.acquire()
 	if err != nil {
 		return err
@@ -118,7 +159,7 @@ func (f *cqFile) with(op func(*os.File) error) error {
 	return op(fd)
 }
 
-func (c *fdCache) closeLocked(f *cqFile) {
+func (c *fdCache) closeLocked(f *lazyFile) {
 	if f.fd == nil {
 		return
 	}
@@ -132,7 +173,7 @@ func (c *fdCache) closeLocked(f *cqFile) {
 // evictLocked closes least recently used unpinned files while more than max are open.
 func (c *fdCache) evictLocked() {
 	for e := c.lru.Back(); e != nil && c.open > c.max; {
-		f := e.Value.(*cqFile)
+		f := e.Value.(*lazyFile)
 		e = e.Prev()
 		if f.pins == 0 {
 			c.closeLocked(f)

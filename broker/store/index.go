@@ -88,6 +88,7 @@ type index struct {
 	dir string
 	cfg IndexConfig
 	log *slog.Logger
+	fds *fdCache // shared with the consume queues: bounds their open files together
 
 	files atomic.Pointer[[]*indexFile] // oldest first; immutable slice, copy-on-write
 
@@ -112,11 +113,11 @@ type index struct {
 // and its memory slot table rebuilt; files only pointing below firstPhy are deleted. The
 // returned index covers the commitlog up to ix.covered: recovery indexes the records from
 // there (recoverRecord) and then calls finishRecovery.
-func openIndex(dir string, cfg IndexConfig, log *slog.Logger, firstPhy int64) (*index, error) {
+func openIndex(dir string, cfg IndexConfig, log *slog.Logger, firstPhy int64, fds *fdCache) (*index, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
 	}
-	ix := &index{dir: dir, cfg: cfg, log: log, overlay: map[uint32]uint32{}}
+	ix := &index{dir: dir, cfg: cfg, log: log, overlay: map[uint32]uint32{}, fds: fds}
 	ix.files.Store(&[]*indexFile{})
 	if err := ix.load(); err != nil {
 		ix.close()
@@ -219,7 +220,7 @@ func (ix *index) openFile(name string) (*indexFile, indexHeader, error) {
 		fh.Close()
 		return nil, indexHeader{}, fmt.Errorf("%w: base time %d does not match the name", errBadIndexHeader, h.base)
 	}
-	f := &indexFile{path: path, f: fh, slotCount: h.slotCount, capacity: h.capacity, base: h.base, startCovered: h.startCovered}
+	f := &indexFile{path: path, f: newLazyFile(path, ix.fds), slotCount: h.slotCount, capacity: h.capacity, base: h.base, startCovered: h.startCovered}
 	need := f.entryOffset(h.count + 1)
 	if h.sealed {
 		need = f.slotsOffset() + int64(h.slotCount)*4
@@ -233,6 +234,7 @@ func (ix *index) openFile(name string) (*indexFile, indexHeader, error) {
 		fh.Close()
 		return nil, indexHeader{}, fmt.Errorf("file has %d bytes, its header needs %d", fi.Size(), need)
 	}
+	f.f.adopt(fh)
 	f.count.Store(h.count)
 	f.sealed.Store(h.sealed)
 	f.minTS.Store(h.minTS)
@@ -413,12 +415,13 @@ func (ix *index) createFileLocked(startCovered int64) (*indexFile, error) {
 	if fh == nil {
 		return nil, fmt.Errorf("store: create index file: no free name after %s", path)
 	}
-	f := &indexFile{path: path, f: fh, slotCount: uint32(ix.cfg.HashSlots), capacity: uint32(ix.cfg.Entries), base: base, startCovered: startCovered}
+	f := &indexFile{path: path, f: newLazyFile(path, ix.fds), slotCount: uint32(ix.cfg.HashSlots), capacity: uint32(ix.cfg.Entries), base: base, startCovered: startCovered}
+	f.f.adopt(fh)
 	// No fsync here: until the first flush that finds entries in it makes it durable (file
 	// and directory), losing it only means re-indexing from the previous file's covered
 	// offset.
 	if err := f.writeHeader(f.header(startCovered)); err != nil {
-		fh.Close()
+		f.f.Close()
 		os.Remove(path)
 		return nil, err
 	}

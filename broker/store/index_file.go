@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-	"os"
 	"sync/atomic"
 	"time"
 )
@@ -213,7 +212,7 @@ func (t *slotTable) store(s, v uint32) {
 // slot or count that points at it was published.
 type indexFile struct {
 	path         string
-	f            *os.File
+	f            *lazyFile // opened on demand, closed when idle (fdcache.go)
 	slotCount    uint32
 	capacity     uint32
 	base         int64 // creation time, unix ms

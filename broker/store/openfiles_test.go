@@ -17,8 +17,8 @@ func openFDs(t *testing.T) int {
 	return len(des)
 }
 
-// Writing to many more queues than MaxOpenQueueFiles keeps the process's open files
-// bounded by the cap (plus the commitlog, index and lock files), before and after a
+// Writing to many more queues than MaxOpenFiles keeps the process's open files
+// bounded by the cap (plus the commitlog, checkpoint and lock files), before and after a
 // restart, and every message stays readable: files are opened on demand and the idle ones
 // closed.
 func TestOpenQueueFilesBounded(t *testing.T) {
@@ -32,15 +32,15 @@ func TestOpenQueueFilesBounded(t *testing.T) {
 		perQueue = 3
 	)
 	cfg := testConfig(t.TempDir())
-	cfg.MaxOpenQueueFiles = capFiles
+	cfg.MaxOpenFiles = capFiles
 	base := openFDs(t)
-	// The store's own files besides consume queues: the lock, the checkpoint, the
-	// commitlog segments and the key index files, a handful; allow 16.
+	// The store's files outside the cap (which counts consume-queue and key-index
+	// files): the lock, the checkpoint and the commitlog segments, a handful; allow 16.
 	const own = 16
 	check := func(when string, s *Store) {
 		t.Helper()
 		if n := s.fds.openFiles(); n > capFiles {
-			t.Fatalf("%s: %d consume-queue files open, cap %d", when, n, capFiles)
+			t.Fatalf("%s: %d consume-queue and index files open, cap %d", when, n, capFiles)
 		}
 		if n := openFDs(t) - base; n > capFiles+own {
 			t.Fatalf("%s: %d more open files than before the store (cap %d + %d own files)", when, n, capFiles, own)

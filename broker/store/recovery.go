@@ -53,7 +53,7 @@ func (s *Store) recover() (int64, error) {
 	// Key index (index.go): load it; it covers the commitlog up to its own offset and
 	// re-indexes the records after it in the scan below.
 	if !s.cfg.Index.Disable {
-		if s.index, err = openIndex(filepath.Join(s.cfg.Dir, "index"), s.cfg.Index, s.log, first); err != nil {
+		if s.index, err = openIndex(filepath.Join(s.cfg.Dir, "index"), s.cfg.Index, s.log, first, s.fds); err != nil {
 			return 0, err
 		}
 	}

@@ -24,7 +24,7 @@ type Store struct {
 	cl      *commitLog
 	flusher *flusher
 	cqRoot  string   // <Dir>/consumequeue
-	fds     *fdCache // open consume-queue files, at most Config.MaxOpenQueueFiles idle ones (fdcache.go)
+	fds     *fdCache // open consume-queue files, at most Config.MaxOpenFiles idle ones (fdcache.go)
 	index   *index   // key index (index.go); nil when Config.Index.Disable
 
 	lifeMu sync.RWMutex // read side: an operation is running; write side: Close
@@ -75,7 +75,7 @@ func Open(cfg Config) (*Store, error) {
 		lock:    lock,
 		cqRoot:  filepath.Join(cfg.Dir, "consumequeue"),
 		queues:  make(map[string]map[int32]*consumeQueue),
-		fds:     newFDCache(cfg.MaxOpenQueueFiles),
+		fds:     newFDCache(cfg.MaxOpenFiles),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
