@@ -457,21 +457,30 @@ func (c *PushConsumer) Shutdown(ctx context.Context) error {
 	c.mu.Unlock()
 
 	c.cancel()
-	c.loops.Wait()
 	if !wasStarted {
+		c.loops.Wait()
 		c.handlerCancel()
 		return c.cl.Close()
 	}
+	// The deadline covers the whole stop: handlers still running when ctx ends are
+	// cancelled then, even while the loops are still stopping.
+	stopCancel := context.AfterFunc(ctx, c.handlerCancel)
+	defer stopCancel()
 	done := make(chan struct{})
 	go func() { c.workers.Wait(); close(done) }()
+	c.loops.Wait()
 	var errs []error
 	handlersDone := true
 	select {
-	case <-done:
-	case <-ctx.Done():
-		handlersDone = false
-		c.handlerCancel()
-		errs = append(errs, fmt.Errorf("consumer: handlers still running at shutdown: %w", ctx.Err()))
+	case <-done: // finished wins over the deadline when both are ready
+	default:
+		select {
+		case <-done:
+		case <-ctx.Done():
+			handlersDone = false
+			c.handlerCancel()
+			errs = append(errs, fmt.Errorf("consumer: handlers still running at shutdown: %w", ctx.Err()))
+		}
 	}
 	// Persist, unlock and unregister even when ctx has expired: with a short budget of
 	// their own.
