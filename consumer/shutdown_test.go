@@ -30,7 +30,8 @@ func TestShutdownStartsNoNewHandler(t *testing.T) {
 		{"orderly", true, 8, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+			// Not parallel: it keeps 20 workers and a broker busy, which would starve the
+			// timing-sensitive lock-renewal tests running beside it.
 			e := newEnv(t)
 			topic := "Stop" + tc.name
 			group := "stopg" + tc.name
