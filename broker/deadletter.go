@@ -96,7 +96,7 @@ func (s *scheduler) deadLetter(ctx context.Context, m *message.MessageExt, cause
 		}
 		return r
 	}, reason))
-	if _, err := s.b.store.PutMessage(ctx, out, message.TagHashCode(out.Tag())); err != nil {
+	if err := s.put(ctx, out, message.TagHashCode(out.Tag())); err != nil {
 		return fmt.Errorf("dead-letter to %s: %w", topic, err)
 	}
 	s.b.log.Error("delayed message undeliverable; moved to dead letters", "topic", realTopic, "deadLetters", topic,

@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +94,48 @@ func TestScheduleUndeliverableGoesToDeadLetters(t *testing.T) {
 		t.Fatalf("the broker error queue holds %+v", errq)
 	}
 	t.Logf("reason: %s", errq[0].Property(PropertyUndeliverableReason))
+	if got := storedBodies(t, b, "D"); len(got) != 1 || string(got[0].Body) != "good" {
+		t.Fatalf("D holds %+v", got)
+	}
+}
+
+// A delivery that keeps failing with an error a retry might fix is tried a bounded
+// number of times (scheduleDeliverAttempts), then dead-lettered with the last error as
+// the reason; the message behind it is delivered.
+func TestScheduleTransientFailureIsBounded(t *testing.T) {
+	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: t.TempDir(),
+		MappedFileSizeCommitLog: 8 << 20, Logger: quietLogger(), MessageDelayLevel: "200ms"}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts atomic.Int32
+	b.sched.putHook = func(ctx context.Context, m *message.MessageExt, tags int64) error {
+		if m.Topic == "D" && string(m.Body) == "flaky" {
+			attempts.Add(1)
+			return errors.New("disk hiccup")
+		}
+		_, err := b.store.PutMessage(ctx, m, tags)
+		return err
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "D", 1)
+	sendV1(t, c, b.Addr(), "D", 0, []byte("flaky"), map[string]string{"DELAY": "1"})
+	sendV1(t, c, b.Addr(), "D", 0, []byte("good"), map[string]string{"DELAY": "1"})
+
+	testkit.WaitFor(t, 20*time.Second, func() bool { return b.store.MaxOffset("D", 0) == 1 }, "the message behind the failing one")
+	if n := attempts.Load(); n != scheduleDeliverAttempts {
+		t.Fatalf("%d delivery attempts, want %d", n, scheduleDeliverAttempts)
+	}
+	dead := storedBodies(t, b, message.DLQTopic(UndeliverableGroup))
+	if len(dead) != 1 || string(dead[0].Body) != "flaky" ||
+		!strings.Contains(dead[0].Property(PropertyUndeliverableReason), "after 3 attempt(s): disk hiccup") {
+		t.Fatalf("error queue holds %+v", dead)
+	}
 	if got := storedBodies(t, b, "D"); len(got) != 1 || string(got[0].Body) != "good" {
 		t.Fatalf("D holds %+v", got)
 	}

@@ -32,6 +32,10 @@ type scheduler struct {
 	levels []time.Duration
 	path   string
 
+	// putHook, when set before Start (tests), replaces the store's PutMessage for
+	// deliveries and dead letters, to inject failures.
+	putHook func(ctx context.Context, m *message.MessageExt, tagsCode int64) error
+
 	mu       sync.Mutex
 	offsets  map[int]int64        // level -> next schedule-queue offset to deliver
 	failures map[int]headFailures // level -> failed tries of its head
@@ -226,7 +230,15 @@ func (s *scheduler) deliver(ctx context.Context, m *message.MessageExt) error {
 	if tc := s.b.topics.get(realTopic); tc != nil && qid >= max(tc.ReadQueueNums, tc.WriteQueueNums) {
 		out.QueueID = randomQueue(tc.WriteQueueNums)
 	}
-	_, err = s.b.store.PutMessage(ctx, out, message.TagHashCode(out.Tag()))
+	return s.put(ctx, out, message.TagHashCode(out.Tag()))
+}
+
+// put stores m (through putHook when a test set one).
+func (s *scheduler) put(ctx context.Context, m *message.MessageExt, tagsCode int64) error {
+	if s.putHook != nil {
+		return s.putHook(ctx, m, tagsCode)
+	}
+	_, err := s.b.store.PutMessage(ctx, m, tagsCode)
 	return err
 }
 
