@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -33,7 +34,8 @@ const (
 type Stats struct {
 	// UnconsumedDeleted counts messages retention deleted before a consumer group that
 	// had committed an offset on their queue consumed them, summed over groups (a
-	// message two groups had not consumed counts twice). Expired files (fileReservedTime)
+	// message two groups had not consumed counts twice), plus delayed messages deleted
+	// before the schedule service delivered them. Expired files (fileReservedTime)
 	// and, with diskPressurePolicy=deleteOldest, files deleted for disk space add to it.
 	UnconsumedDeleted int64
 	// WritesRefused counts sends refused because the disk was full and
@@ -102,8 +104,13 @@ type unconsumedLoss struct {
 	count        int64
 }
 
-// unconsumedBelow returns, per group and queue with a committed offset, how many messages
-// deleting every commitlog record below minPhy would take before the group read them.
+// scheduleReader names the schedule service as the reader of SCHEDULE_TOPIC_XXXX in
+// unconsumed-deletion logs.
+const scheduleReader = "(schedule service)"
+
+// unconsumedBelow returns, per group and queue with a committed offset (and per delay
+// level, for delayed messages not yet delivered), how many messages deleting every
+// commitlog record below minPhy would take before the group read them.
 func (b *Broker) unconsumedBelow(minPhy int64) ([]unconsumedLoss, error) {
 	type gq struct {
 		topic, group string
@@ -122,6 +129,10 @@ func (b *Broker) unconsumedBelow(minPhy int64) ([]unconsumedLoss, error) {
 		}
 	}
 	b.offsets.mu.Unlock()
+	// Delayed messages not yet delivered count too: the schedule service is their reader.
+	for level := 1; level <= len(b.sched.levels); level++ {
+		committed = append(committed, gq{message.ScheduleTopic, scheduleReader, int32(level - 1), b.sched.offset(level)})
+	}
 	var out []unconsumedLoss
 	for _, c := range committed {
 		newMin, err := b.store.QueueMinOffsetAt(c.topic, c.queueID, minPhy)
