@@ -193,11 +193,19 @@ func NewDeduper(cfg DedupConfig) (*Deduper, error) {
 // ReconsumeLater and, when the batch is delivered again, the messages already done are
 // skipped as duplicates. So the inner handler always sees batches of one.
 //
+// Fencing: when the lock is taken, the same script hands out a fencing token for the key,
+// an integer that only grows (see [FencingToken]); the handler reads it from its context
+// and makes its downstream write conditional on it (see [FencedSet] and the PostgreSQL
+// recipe there). A holder whose lock expired — a long GC pause, a stopped process — holds a
+// lower token than the holder that took the lock after it, so its late write is refused.
+// The handler's context also carries the key as [middleware.IdempotencyKey].
+//
 // Round trips: two per message on the happy path (one script checks the marker and takes
 // the lock, one sets the marker and releases), plus one per renewal (a handler shorter
 // than LockExpiry/3 has none). go-redsync's own Lock would cost an extra GET of the marker
-// first, so the lock is taken by our script with redsync's token layout (a random value,
-// SET NX PX) and handed to a redsync Mutex (WithValue) for renewal.
+// first and could not hand out a fencing token in the same round trip, so the lock is taken
+// by our script with redsync's token layout (a random value, SET NX PX; the fencing token
+// lives in a key of its own) and handed to a redsync Mutex (WithValue) for renewal.
 func Dedup(cfg DedupConfig) (middleware.ConsumeMiddleware, error) {
 	d, err := NewDeduper(cfg)
 	if err != nil {
@@ -229,32 +237,49 @@ func (d *Deduper) MarkerKey(key string) string { return MarkerKey(d.cfg.Prefix, 
 // LockKey returns the lock key of message key.
 func (d *Deduper) LockKey(key string) string { return LockKey(d.cfg.Prefix, key) }
 
+// FenceKey returns the fencing-token key of message key.
+func (d *Deduper) FenceKey(key string) string { return FenceKey(d.cfg.Prefix, key) }
+
 // ProgressState returns key's marker (one GET).
 func (d *Deduper) ProgressState(ctx context.Context, key string) (MarkerState, error) {
 	return readMarker(ctx, d.cfg.Client, d.MarkerKey(key))
 }
 
-// acquireScript checks the marker and takes the lock in one round trip.
+// acquireScript checks the marker, takes the lock and the fencing token in one round trip.
 //
 // KEYS[1] the marker key
 // KEYS[2] the lock key
-// ARGV[1] our token (random, unique per attempt)
+// KEYS[3] the fence key
+// ARGV[1] our lock token (random, unique per attempt)
 // ARGV[2] lock expiry in ms
+// ARGV[3] fence key TTL in ms
 //
-// Returns {code, marker, pttl}:
+// Returns {code, marker, pttl, fence}:
 //
 //	code 1:  the marker is "1" (done): skip the handler;
-//	code 0:  the lock is ours; marker is the previous marker ("" or "-1");
+//	code 0:  the lock is ours; marker is the previous marker ("" or "-1"); fence is our
+//	         fencing token: max(the fence key's value + 1, the server clock in µs), stored
+//	         back into the fence key;
 //	code -2: the lock is held by another token; pttl is its remaining time in ms.
+//
+// The fencing token mixes in the server clock (TIME) so it keeps growing when the fence
+// key has expired; Redis 5+ replicates a script's effects, so TIME before a write is fine.
 var acquireScript = redis.NewScript(`
 local m = redis.call("GET", KEYS[1])
 if m == "1" then
-  return {1, m, 0}
+  return {1, m, 0, 0}
 end
 if redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[2], "NX") then
-  return {0, m or "", 0}
+  local t = redis.call("TIME")
+  local f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = tonumber(redis.call("GET", KEYS[3]) or "0")
+  if prev and prev >= f then
+    f = prev + 1
+  end
+  redis.call("SET", KEYS[3], string.format("%d", f), "PX", ARGV[3])
+  return {0, m or "", 0, f}
 end
-return {-2, m or "", redis.call("PTTL", KEYS[2])}
+return {-2, m or "", redis.call("PTTL", KEYS[2]), 0}
 `)
 
 // finishScript writes the marker and releases the lock in one round trip.
@@ -306,14 +331,14 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next m
 	if err := ctx.Err(); err != nil {
 		return message.ReconsumeLater, err
 	}
-	mk, lk := d.MarkerKey(key), d.LockKey(key)
+	mk, lk, fk := d.MarkerKey(key), d.LockKey(key), d.FenceKey(key)
 	lockMs := d.cfg.LockExpiry.Milliseconds()
 	token := newToken()
 	start := time.Now()
-	vals, err := acquireScript.Run(ctx, d.cfg.Client, []string{mk, lk}, token, lockMs).Slice()
-	var code, pttl int64
+	vals, err := acquireScript.Run(ctx, d.cfg.Client, []string{mk, lk, fk}, token, lockMs, d.cfg.DoneTTL.Milliseconds()).Slice()
+	var code, pttl, fence int64
 	if err == nil {
-		code, pttl, err = parseAcquire(vals)
+		code, pttl, fence, err = parseAcquire(vals)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -339,7 +364,10 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next m
 
 	// The lock is ours until start+LockExpiry.
 	mutex := d.rs.NewMutex(lk, redsync.WithExpiry(d.cfg.LockExpiry), redsync.WithValue(token), redsync.WithTries(1))
-	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, scopeKey{}, &markerScope{prefix: d.cfg.Prefix, key: key}))
+	hctx := context.WithValue(ctx, scopeKey{}, &markerScope{prefix: d.cfg.Prefix, key: key})
+	hctx = context.WithValue(hctx, fenceCtxKey{}, fence)
+	hctx = middleware.WithIdempotencyKey(hctx, key)
+	hctx, cancel := context.WithCancelCause(hctx)
 	r := startRenewal(hctx, cancel, mutex, key, d.cfg.LockExpiry, start)
 	res, herr := middleware.CallRecovered(hctx, next, msgs)
 	renewErr := r.stop()
@@ -395,16 +423,17 @@ func (d *Deduper) handle(ctx context.Context, msgs []*message.MessageExt, next m
 	return message.ReconsumeLater, errors.Join(errs...)
 }
 
-func parseAcquire(vals []any) (code, pttl int64, err error) {
-	if len(vals) != 3 {
-		return 0, 0, fmt.Errorf("middleware: dedup acquire script returned %d values, want 3", len(vals))
+func parseAcquire(vals []any) (code, pttl, fence int64, err error) {
+	if len(vals) != 4 {
+		return 0, 0, 0, fmt.Errorf("middleware: dedup acquire script returned %d values, want 4", len(vals))
 	}
 	c, ok1 := vals[0].(int64)
 	p, ok2 := vals[2].(int64)
-	if !ok1 || !ok2 {
-		return 0, 0, fmt.Errorf("middleware: dedup acquire script returned %T, %T", vals[0], vals[2])
+	f, ok3 := vals[3].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return 0, 0, 0, fmt.Errorf("middleware: dedup acquire script returned %T, %T, %T", vals[0], vals[2], vals[3])
 	}
-	return c, p, nil
+	return c, p, f, nil
 }
 
 // finish runs finishScript, independent of the caller's cancellation, and retries a Redis

@@ -50,6 +50,11 @@ func MarkerKey(prefix, key string) string { return prefix + ":{" + key + "}:m" }
 // (with the same token) can extend or release it.
 func LockKey(prefix, key string) string { return prefix + ":{" + key + "}:lock" }
 
+// FenceKey returns the Redis key of key's fencing-token counter: "<prefix>:{<key>}:fence"
+// (same hash tag as the marker and the lock). It holds the last token handed out, as a
+// decimal integer, and lives DoneTTL after the last acquisition.
+func FenceKey(prefix, key string) string { return prefix + ":{" + key + "}:fence" }
+
 func validatePrefix(field, p string) error {
 	if strings.ContainsAny(p, "{}") {
 		return fmt.Errorf("middleware: %s %q: must not contain '{' or '}' (the message key is the hash tag)", field, p)
