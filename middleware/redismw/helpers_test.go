@@ -11,5 +11,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runDedupChild())
 	}
+	if os.Getenv(stopChildEnv) != "" {
+		os.Exit(runStopChild())
+	}
 	goleak.VerifyTestMain(m)
 }
