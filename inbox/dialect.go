@@ -196,6 +196,35 @@ func insertSQL(d Dialect, table string) string {
 	}
 }
 
+// insertManySQL returns one INSERT of rows (group, key, now) for every key, that skips
+// existing rows and returns the keys it inserted (PostgreSQL and SQLite 3.35+ only), and
+// its arguments.
+func insertManySQL(d Dialect, table, group string, keys []string, now int64) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 3*len(keys))
+	if d == Postgres {
+		b.WriteString("INSERT INTO " + table + " (consumer_group, message_key, processed_at) VALUES ")
+	} else {
+		b.WriteString("INSERT OR IGNORE INTO " + table + " (consumer_group, message_key, processed_at) VALUES ")
+	}
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if d == Postgres {
+			fmt.Fprintf(&b, "($%d, $%d, $%d)", 3*i+1, 3*i+2, 3*i+3)
+		} else {
+			b.WriteString("(?, ?, ?)")
+		}
+		args = append(args, group, k, now)
+	}
+	if d == Postgres {
+		b.WriteString(" ON CONFLICT DO NOTHING")
+	}
+	b.WriteString(" RETURNING message_key")
+	return b.String(), args
+}
+
 // existsSQL returns the statement that reads one row's processed_at.
 func existsSQL(d Dialect, table string) string {
 	if d == Postgres {

@@ -7,9 +7,11 @@
 // Per delivered batch (one message unless the consumer's ConsumeMessageBatchMaxSize is
 // larger), in one transaction:
 //
-//  1. for each message, in key order, INSERT (consumer group, message key) into the inbox
-//     table, ignoring a row that exists. A row that already exists means the message was
-//     done before (committed): it is a duplicate and is not handed to the handler;
+//  1. INSERT a row (consumer group, message key) per distinct key of the batch, in key
+//     order, skipping rows that exist (PostgreSQL and SQLite: one multi-row INSERT ...
+//     RETURNING per batch; MySQL: one INSERT IGNORE per key). A row that already exists
+//     means the message was done before (committed): it is a duplicate and is not handed
+//     to the handler; so is a second message with the same key in the same batch;
 //  2. the handler runs with the transaction and the messages whose rows were new (it is not
 //     called when there are none);
 //  3. the handler returns nil → COMMIT → ConsumeSuccess: the whole batch is acknowledged,
@@ -249,20 +251,19 @@ func (ib *Inbox) run(ctx context.Context, msgs []*message.MessageExt, h Handler)
 		}
 	}()
 	now := ib.cfg.Now().UnixMilli()
+	inserted, err := ib.insertKeys(ctx, tx, ks, now)
+	if err != nil {
+		return err
+	}
+	// The first message of each inserted key (in delivery order) is new; the others —
+	// keys done before, or a key's later copies in this batch — are duplicates.
 	fresh := make([]bool, len(msgs))
 	nFresh := 0
-	for _, k := range ks {
-		res, err := tx.ExecContext(ctx, ib.insert, ib.cfg.Group, k.key, now)
-		if err != nil {
-			return fmt.Errorf("inbox: insert key %q into %s: %w", k.key, ib.cfg.Table, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("inbox: insert key %q into %s: %w", k.key, ib.cfg.Table, err)
-		}
-		if n > 0 {
+	for _, k := range ks { // key order, then delivery order within a key
+		if inserted[k.key] {
 			fresh[k.idx] = true
 			nFresh++
+			delete(inserted, k.key)
 		} else {
 			middleware.Note(ctx, middleware.ReasonDuplicate)
 		}
@@ -294,6 +295,53 @@ func (ib *Inbox) run(ctx context.Context, msgs []*message.MessageExt, h Handler)
 		return fmt.Errorf("inbox: commit: %w", err)
 	}
 	return nil
+}
+
+// insertKeys inserts the rows of ks (sorted by key) and returns the keys whose rows were
+// new. PostgreSQL and SQLite insert a batch in one statement (INSERT ... RETURNING gives
+// back only the rows inserted); MySQL, and a batch of one key, use one INSERT per key and
+// its affected-row count.
+func (ib *Inbox) insertKeys(ctx context.Context, tx *sql.Tx, ks []keyed, now int64) (map[string]bool, error) {
+	uniq := make([]string, 0, len(ks))
+	for _, k := range ks {
+		if len(uniq) == 0 || uniq[len(uniq)-1] != k.key {
+			uniq = append(uniq, k.key)
+		}
+	}
+	inserted := make(map[string]bool, len(uniq))
+	if len(uniq) > 1 && ib.cfg.Dialect != MySQL {
+		q, args := insertManySQL(ib.cfg.Dialect, ib.cfg.Table, ib.cfg.Group, uniq, now)
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: insert %d keys into %s: %w", len(uniq), ib.cfg.Table, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return nil, fmt.Errorf("inbox: insert %d keys into %s: %w", len(uniq), ib.cfg.Table, err)
+			}
+			inserted[k] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("inbox: insert %d keys into %s: %w", len(uniq), ib.cfg.Table, err)
+		}
+		return inserted, nil
+	}
+	for _, k := range uniq {
+		res, err := tx.ExecContext(ctx, ib.insert, ib.cfg.Group, k, now)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: insert key %q into %s: %w", k, ib.cfg.Table, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, fmt.Errorf("inbox: insert key %q into %s: %w", k, ib.cfg.Table, err)
+		}
+		if n > 0 {
+			inserted[k] = true
+		}
+	}
+	return inserted, nil
 }
 
 // callRecovered runs h and turns a panic into a *middleware.PanicError (the deferred
