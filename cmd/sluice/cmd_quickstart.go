@@ -55,6 +55,15 @@ parked payments; then one payment is delivered twice (the same message, the same
 and points_service adds its points once, skipping the duplicate. Print the tally (sent,
 parked, resent, consumed, duplicates skipped, business effects).
 
+Then book the same PaySuccess payments exactly once through a transactional inbox
+(package inbox; an embedded SQLite file, or PostgreSQL with --postgres): group
+ledger_service writes one ledger row per payment in the same transaction as the
+payment's inbox row. Its first consumer is a child process that commits one batch and
+crashes in the middle of the next (its transaction is never finished: the database
+drops it); a consumer in this process takes over, the broker redelivers, the inbox skips
+what was booked, and a tally counts ledger rows per payment: any payment booked twice or
+never fails the run.
+
 Shut everything down, remove the data directory and exit 0 — or exit non-zero naming
 what is missing or doubled once --timeout has passed.`,
 		Args: cobra.NoArgs,
@@ -66,6 +75,7 @@ what is missing or doubled once --timeout has passed.`,
 			o.outageSends, _ = f.GetInt("outage-sends")
 			o.redisAddr, _ = f.GetString("redis")
 			o.timeout, _ = f.GetDuration("timeout")
+			o.postgresDSN, _ = f.GetString("postgres")
 			o.log = discardLogger()
 			if verbose, _ := f.GetBool("verbose"); verbose {
 				l, err := newLogger(cmd)
@@ -82,8 +92,10 @@ what is missing or doubled once --timeout has passed.`,
 	f.Int("failed", 2, "orders whose payment failed (one PayFailed event each), 0..1000")
 	f.Int("outage-sends", 3, "payments sent while the broker is down (each parked, then resent), 1..100")
 	f.String("redis", "", "Redis \"host:port\" for the reliability part (default: an embedded miniredis); only keys under this run's namespace are written, and they are deleted at the end")
+	f.String("postgres", "", "PostgreSQL DSN for the inbox part (postgres://user:pass@host:port/db; default: an embedded SQLite file in the run's data directory); its two tables get names unique to the run and are dropped at the end")
 	f.Duration("timeout", 30*time.Second, "how long the whole run may take before it fails, naming what is missing")
 	f.Bool("verbose", false, "show the broker, producer, consumer, middleware and retry task logs on stderr (level from --log-level)")
+	cmd.AddCommand(newQuickstartInboxChildCmd())
 	return cmd
 }
 
@@ -99,6 +111,9 @@ type qsOptions struct {
 	pointsTags  string // points_service's subscription; default "PaySuccess"
 	noDedup     bool   // points_service runs without Dedup: the duplicate adds points twice
 	noRetryTask bool   // the retry task is not started: parked payments are never resent
+	noInbox     bool   // ledger_service's restarted consumer books without the inbox
+
+	postgresDSN string // the inbox part's database; "" = embedded SQLite
 }
 
 // payEvent is the JSON body of a payment event.
@@ -182,7 +197,8 @@ type qsRun struct {
 	redis   *qsRedis
 	col     *qsCollector
 	ledger  *qsLedger
-	deleted int // Redis keys of the run's namespace deleted at shutdown
+	deleted int       // Redis keys of the run's namespace deleted at shutdown
+	paid    []qsEvent // the reliability part's payments (outage and duplicate), for the inbox part
 }
 
 // runQuickstart runs the payment scenario, then the reliability scenario
@@ -221,7 +237,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		if serr := errors.Join(errs...); serr != nil {
 			err = errors.Join(err, fmt.Errorf("quickstart shutdown: %w", serr))
 		} else if err == nil {
-			fmt.Fprintf(out, "\nshut down the retry task, the producer, both consumer groups, the broker and the name server; deleted the %d Redis key(s) of namespace %s; removed %s\n",
+			fmt.Fprintf(out, "\nshut down the retry task, the producer, the consumer groups, the inbox database, the broker and the name server; deleted the %d Redis key(s) of namespace %s; removed %s\n",
 				r.deleted, r.redis.ns, r.dir)
 			fmt.Fprintf(out, "quickstart OK in %v\n", time.Since(r.started).Round(time.Millisecond))
 		}
@@ -327,7 +343,15 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 	if err := r.fanOut(ctx); err != nil {
 		return err
 	}
-	return r.reliability(ctx, &stops)
+	if err := r.reliability(ctx, &stops); err != nil {
+		return err
+	}
+	paid := make([]qsEvent, 0, o.orders+len(r.paid))
+	for i := 1; i <= o.orders; i++ { // the fan-out's PaySuccess payments: key = order id
+		id := fmt.Sprintf("ORD-%04d", 1000+i)
+		paid = append(paid, qsEvent{order: id, key: id})
+	}
+	return r.inboxPart(ctx, &stops, append(paid, r.paid...))
 }
 
 // consumerChain returns the middlewares and the handler of consumer group group.

@@ -474,6 +474,7 @@ func (r *qsRun) reliability(ctx context.Context, stops *[]func(context.Context) 
 func (r *qsRun) tally(ctx context.Context, task *retrytask.Task, resends *qsResends, t qsTally, events []qsEvent, note string) error {
 	t.note = note
 	t.resent, _ = resends.counts()
+	r.paid = append(r.paid[:0], events...)
 	orderOf := map[string]string{}
 	for _, e := range events {
 		orderOf[e.key] = e.order

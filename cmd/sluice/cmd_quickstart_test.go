@@ -100,6 +100,7 @@ func TestQuickstart(t *testing.T) {
 		}
 	}
 	checkReliability(t, out, 3)
+	checkInbox(t, out, 10+3+1)
 	if !strings.Contains(out, "redis: embedded miniredis at 127.0.0.1:") {
 		t.Errorf("without --redis the run does not use an embedded miniredis:\n%s", out)
 	}
@@ -406,4 +407,71 @@ func TestQuickstartTallyProblems(t *testing.T) {
 			t.Errorf("%s: problems %q lack %q", tc.name, p, tc.want)
 		}
 	}
+}
+
+var qsInboxTally = regexp.MustCompile(`inbox tally \([^)]*\): (\d+) PaySuccess message\(s\) of (\d+) payment\(s\) \(one sent twice\); after the crash ledger_service acknowledged (\d+) deliveries, (\d+) skipped by the inbox as already booked; ledger rows (\d+); doubled (\d+), lost (\d+)`)
+
+// checkInbox asserts the inbox part of a successful run with payments distinct PaySuccess
+// payments: a consumer process committed a batch and crashed in the next, the restarted
+// consumer skipped the booked ones, and the ledger holds one row per payment.
+func checkInbox(t *testing.T, out string, payments int) {
+	t.Helper()
+	for _, want := range []string{
+		"--- exactly once: the same payments booked through a transactional inbox ---",
+		": batch 1 [", ", committing",
+		fmt.Sprintf(": batch 2 ["), fmt.Sprintf("inside the transaction, then CRASH (exit %d) before commit", qsCrashExit),
+		fmt.Sprintf("the process died with status %d mid-batch", qsCrashExit),
+		"inbox OK: every payment booked exactly once across the crash",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	m := qsInboxTally.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no inbox tally in the output:\n%s", out)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	// Skipped at least: the committed batch (one payment or more) and one copy of the
+	// payment sent twice; the batch the crash abandoned is booked again.
+	if n(1) != payments+1 || n(2) != payments || n(3) < payments+1 || n(4) < 2 || n(5) != payments || n(6) != 0 || n(7) != 0 {
+		t.Errorf("inbox tally %v, want %d messages, %d payments, >= %d acknowledged, >= 2 skipped, %d rows, 0 doubled, 0 lost",
+			m[1:], payments+1, payments, payments+1, payments)
+	}
+}
+
+// Booking without the inbox (test hook), the restarted consumer books the batch the crashed
+// process had committed again: the run fails naming the payments booked twice.
+func TestQuickstartInboxReportsDouble(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	err := runQuickstart(context.Background(), &out, qsOptions{orders: 6, failed: 0, outageSends: 1, timeout: 40 * time.Second,
+		log: discardLogger(), noInbox: true})
+	if err == nil || !strings.Contains(err.Error(), "booked twice: ") {
+		t.Fatalf("quickstart without the inbox: %v\n%s", err, out.String())
+	}
+	if strings.Contains(err.Error(), "never booked") {
+		t.Errorf("error %q reports a loss", err)
+	}
+	if strings.Contains(out.String(), "inbox OK") || strings.Contains(out.String(), "quickstart OK") {
+		t.Errorf("output claims success:\n%s", out.String())
+	}
+	checkCleanedUp(t, out.String())
+}
+
+// With --postgres the inbox part runs on PostgreSQL (SLUICE_POSTGRES_DSN).
+func TestQuickstartInboxPostgres(t *testing.T) {
+	dsn := os.Getenv("SLUICE_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("SLUICE_POSTGRES_DSN not set: skipping quickstart --postgres")
+	}
+	t.Parallel()
+	out, _, err := execRoot(t, 60*time.Second, "quickstart", "--orders", "5", "--failed", "0", "--outage-sends", "1", "--postgres", dsn)
+	if err != nil {
+		t.Fatalf("quickstart --postgres: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "database: PostgreSQL (--postgres)") {
+		t.Errorf("not on PostgreSQL:\n%s", out)
+	}
+	checkInbox(t, out, 5+1+1)
 }
