@@ -11,11 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Environment of the consumer child process the SIGKILL campaign starts (the test binary
@@ -32,6 +34,9 @@ const (
 	envAttempts = "SLUICE_INBOX_CHILD_ATTEMPTS" // file: one line per handler start (key)
 	envReady    = "SLUICE_INBOX_CHILD_READY"    // file created when the first handler runs
 	envBatch    = "SLUICE_INBOX_CHILD_BATCH"
+	envMode     = "SLUICE_INBOX_CHILD_MODE"   // "inbox" or "dedup"
+	envRedis    = "SLUICE_INBOX_CHILD_REDIS"  // Redis address (dedup)
+	envPrefix   = "SLUICE_INBOX_CHILD_PREFIX" // Dedup key prefix
 )
 
 // runChild runs a child process role when the environment asks for one.
@@ -74,7 +79,7 @@ func runConsumerChild() error {
 	batch, _ := strconv.Atoi(os.Getenv(envBatch))
 	insert := "INSERT INTO " + os.Getenv(envEffects) + " (k) VALUES (" + sqltest.Placeholder(d, 1) + ")"
 	var readyOnce sync.Once
-	h := ib.Consume(func(ctx context.Context, tx *sql.Tx, msgs []*message.MessageExt) error {
+	started := func(msgs []*message.MessageExt) error {
 		var line []byte
 		for _, m := range msgs {
 			line = append(line, middleware.StableKey(m)+"\n"...)
@@ -83,17 +88,48 @@ func runConsumerChild() error {
 			return err
 		}
 		readyOnce.Do(func() { _ = os.WriteFile(os.Getenv(envReady), nil, 0o600) })
-		for _, m := range msgs {
-			if _, err := tx.ExecContext(ctx, insert, middleware.StableKey(m)); err != nil {
+		return nil
+	}
+	var mws []middleware.ConsumeMiddleware
+	var h middleware.ConsumeFunc
+	if os.Getenv(envMode) == "dedup" {
+		// The effect is written on its own; Dedup sets its done marker after the handler.
+		rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis), MaxRetries: -1})
+		defer rdb.Close()
+		d, err := redismw.Dedup(redismw.DedupConfig{Client: rdb, Prefix: os.Getenv(envPrefix), LockExpiry: time.Second, Logger: log})
+		if err != nil {
+			return err
+		}
+		mws = []middleware.ConsumeMiddleware{d}
+		h = func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			if err := started(msgs); err != nil {
+				return message.ReconsumeLater, err
+			}
+			for _, m := range msgs {
+				if _, err := db.ExecContext(ctx, insert, middleware.StableKey(m)); err != nil {
+					return message.ReconsumeLater, err
+				}
+			}
+			time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // work after the effect
+			return message.ConsumeSuccess, nil
+		}
+	} else {
+		h = ib.Consume(func(ctx context.Context, tx *sql.Tx, msgs []*message.MessageExt) error {
+			if err := started(msgs); err != nil {
 				return err
 			}
-		}
-		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // work inside the transaction
-		return nil
-	})
+			for _, m := range msgs {
+				if _, err := tx.ExecContext(ctx, insert, middleware.StableKey(m)); err != nil {
+					return err
+				}
+			}
+			time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // work inside the transaction
+			return nil
+		})
+	}
 	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{os.Getenv(envNamesrv)}, Group: os.Getenv(envGroup),
 		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, ConsumeMessageBatchMaxSize: batch,
-		PersistOffsetInterval: 100 * time.Millisecond, Logger: log})
+		PersistOffsetInterval: 100 * time.Millisecond, Middlewares: mws, Logger: log})
 	if err != nil {
 		return err
 	}
