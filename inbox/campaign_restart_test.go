@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,8 +67,21 @@ func TestCampaignRestarts(t *testing.T) {
 		_, err := tx.ExecContext(ctx, "INSERT INTO effects (k) VALUES ($1)", k)
 		return err
 	})
+	// failed counts deliveries that came back ReconsumeLater, per phase (0 running, 1 Redis
+	// down, 2 PostgreSQL down).
+	var phase atomic.Int32
+	var failed [3]atomic.Int64
+	countFailed := func(next middleware.ConsumeFunc) middleware.ConsumeFunc {
+		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			res, err := next(ctx, msgs)
+			if res != message.ConsumeSuccess || err != nil {
+				failed[phase.Load()].Add(1)
+			}
+			return res, err
+		}
+	}
 	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{ns}, Group: group, ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
-		Middlewares: []middleware.ConsumeMiddleware{dedup, middleware.Recover()}, Logger: testkit.Quiet()})
+		Middlewares: []middleware.ConsumeMiddleware{countFailed, dedup, middleware.Recover()}, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,17 +132,23 @@ func TestCampaignRestarts(t *testing.T) {
 	// Phase 1: traffic, then Redis dies (markers and locks lost) while more is sent.
 	sendSome(total / 4)
 	testkit.WaitFor(t, 30*time.Second, func() bool { return len(count()) >= total/8 }, "consumption to be under way")
+	phase.Store(1)
 	rs.Kill()
 	sendSome(total / 4)
+	testkit.WaitFor(t, 20*time.Second, func() bool { return failed[1].Load() > 0 }, "a delivery refused while Redis is down")
+	phase.Store(0)
 	if err := rs.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// Phase 2: PostgreSQL crashes while more is sent.
 	testkit.WaitFor(t, 30*time.Second, func() bool { return len(count()) >= total*3/8 }, "consumption to resume after the Redis restart")
+	phase.Store(2)
 	if err := pg.Crash(); err != nil {
 		t.Fatal(err)
 	}
 	sendSome(total / 4)
+	testkit.WaitFor(t, 20*time.Second, func() bool { return failed[2].Load() > 0 }, "a delivery failing while PostgreSQL is down")
+	phase.Store(0)
 	if err := pg.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +170,8 @@ func TestCampaignRestarts(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	t.Logf("restart campaign: %d payments, Redis killed (markers lost) and PostgreSQL crashed mid-run, done in %v; handler ran more than once for %d keys; effects doubled %d, lost %d",
-		total, time.Since(began).Round(time.Millisecond), reran, doubled, total-len(cnt))
+	t.Logf("restart campaign: %d payments, Redis killed (markers lost) and PostgreSQL crashed mid-run, done in %v; deliveries refused while Redis was down %d, failed while PostgreSQL was down %d; handler ran more than once for %d keys; effects doubled %d, lost %d",
+		total, time.Since(began).Round(time.Millisecond), failed[1].Load(), failed[2].Load(), reran, doubled, total-len(cnt))
 	if doubled != 0 || len(cnt) != total {
 		t.Fatalf("doubled %d, lost %d", doubled, total-len(cnt))
 	}

@@ -14,6 +14,8 @@
 //     set keys. [ConsumeKeys] gives received messages without keys the same key.
 //   - [Recover]: a panic becomes an error and ReconsumeLater.
 //   - [Logging]: one log line per call, including the [Reason]s the steps inside noted.
+//   - [IdempotencyKeys]: the message's [StableKey] in the handler's context
+//     ([IdempotencyKey]), for downstream APIs that deduplicate by a caller-given key.
 //
 // Steps that need third-party modules live in sub-packages, so the SDK core
 // (producer, consumer) compiles none of them unless a program imports them:
@@ -22,6 +24,8 @@
 //     lock), Progress (markers alone), Park (failed sends kept in Redis or a local spool
 //     for package retrytask to resend).
 //   - [github.com/sluicemq/sluice/middleware/prommw]: Prometheus metrics for both sides.
+//   - [github.com/sluicemq/sluice/inbox]: the transactional inbox over database/sql, the
+//     innermost step, exactly once for effects in that database.
 //
 // Recommended consume order: ChainConsume(handler, Logging(l), prommw.Metrics(reg),
 // ConsumeKeys(), redismw.Dedup(cfg), Recover()) — observers outermost so they see

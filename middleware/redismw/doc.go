@@ -4,6 +4,10 @@
 //   - [Dedup] (consume side): per message key a done marker and a go-redsync lock, so one
 //     business effect happens once while nothing fails; failures and crashes lead to a
 //     rerun, never to a silent ack. Redis unreachable: fail closed (default) or open.
+//     With the lock comes a fencing token ([FencingToken]) for conditional downstream
+//     writes ([FencedSet]), so a holder whose lock expired cannot overwrite its
+//     successor's write. For effects in a SQL database, package inbox closes the window
+//     Dedup leaves (effect and marker are two writes).
 //   - [Progress] (consume side): the same markers (-1 failed, 1 done, with a TTL) without
 //     the lock.
 //   - [Park] (send side): a send that still fails with a retriable error after the
