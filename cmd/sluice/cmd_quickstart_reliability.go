@@ -451,7 +451,9 @@ func (r *qsRun) reliability(ctx context.Context, stops *[]func(context.Context) 
 			og, _, _ := r.ledger.count(qsOrderGroup, e.key)
 			pg, _, eff := r.ledger.count(qsPointsGroup, e.key)
 			if copyNo == 1 {
-				return og >= 1 && eff >= 1
+				// pg counts a delivery once the whole chain returned, i.e. after Dedup
+				// set the done marker (eff moves inside the handler, before it).
+				return og >= 1 && pg >= 1 && eff >= 1
 			}
 			return og >= 2 && pg >= 2
 		})
