@@ -47,6 +47,9 @@ import (
 // SendFunc sends one message and returns where it was stored. A nil error means the
 // broker stored the message (the result's Status may still report a flush or
 // replication problem); a non-nil error means the message may not have been stored.
+// One exception: around a one-way send (producer.SendOneway) the innermost SendFunc
+// returns a nil result with a nil error, meaning "queued on the connection", so a step
+// must not dereference a nil result.
 type SendFunc func(ctx context.Context, msg *message.Message) (*message.SendResult, error)
 
 // SendMiddleware wraps a SendFunc with extra behaviour (keys, parking, tracing, ...).

@@ -14,9 +14,9 @@ import (
 // briefly to connect to a broker for the first time). Unless it returns an error, cb is
 // called exactly once, in a goroutine the producer owns, with the stored result or the
 // failure (the same errors as SendSync: *SendError, *message.ValidationError from a
-// middleware-changed message, ErrClosed, ctx's error). With Config.Middlewares, one
-// goroutine per send runs them around a blocking send; without, no goroutine waits for
-// the broker (the answer's callback continues the send).
+// middleware-changed message, ErrClosed, ctx's error). With Config.Middlewares (and no
+// WithoutMiddlewares option), one goroutine per send runs them around a blocking send;
+// without, no goroutine waits for the broker (the answer's callback continues the send).
 //
 // ctx bounds the whole send with its retries: a failed attempt is retried up to
 // RetryTimesWhenSendAsyncFailed times (default 2) on the same broker and message queue,
@@ -37,9 +37,10 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 	}
 	// Without middlewares the send is driven by remoting callbacks (no goroutine waits
 	// for the broker); with them, one goroutine runs the chain around a blocking send.
+	o := p.options(opts)
 	var pr *prepared
 	var err error
-	if len(p.cfg.Middlewares) == 0 {
+	if len(p.middlewares(o)) == 0 {
 		pr, err = p.prepareSingle(msg)
 	} else {
 		err = p.checkMessage(msg)
@@ -55,7 +56,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 		p.limiter.release(size)
 		return err
 	}
-	sel := p.selector(opts)
+	sel := o.selector
 	if pr != nil {
 		op := &asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
 		if p.cl.CachedRoute(msg.Topic) != nil {
@@ -67,7 +68,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 	}
 	go func() {
 		defer p.inflight.Done()
-		r, err := p.chain(ctx, msg, sel, modeAsync)
+		r, err := p.chain(ctx, msg, o, modeAsync)
 		p.limiter.release(size) // before cb, so a cb that sends again finds room
 		cb(r, err)
 	}()

@@ -25,8 +25,20 @@ import (
 // refused); the result's MsgID and OffsetMsgID are the ids joined by ",", QueueOffset
 // the first message's. Bodies are not compressed. The queue comes from Config.Selector
 // (or WithSelector / WithQueue; a hash selector uses the first message's sharding key),
-// retries as SendSync. Middlewares do not run.
+// retries as SendSync.
+//
+// Config.Middlewares cannot run around a batch: a middleware.SendFunc sends one message
+// and returns its result, while a batch is one request with one result for all of them,
+// so a step that changes, parks or resends single messages has nothing to act on. So
+// that no step is skipped silently, SendBatch with Config.Middlewares set fails with a
+// *MiddlewareError (errors.Is ErrMiddlewaresUnsupported) before anything is sent, unless
+// the caller passes WithoutMiddlewares to send the batch as given (set keys yourself,
+// e.g. with middleware.ContentKey).
 func (p *Producer) SendBatch(ctx context.Context, msgs []*message.Message, opts ...SendOption) (*message.SendResult, error) {
+	o := p.options(opts)
+	if len(p.middlewares(o)) > 0 {
+		return nil, &MiddlewareError{Path: "SendBatch", Reason: "a batch is one request with one result; pass WithoutMiddlewares to send it without the chain"}
+	}
 	pr, err := p.prepareBatch(msgs)
 	if err != nil {
 		return nil, err
@@ -35,7 +47,7 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []*message.Message, opts 
 		return nil, err
 	}
 	defer p.inflight.Done()
-	return p.sendPrepared(ctx, pr, p.selector(opts), modeSync)
+	return p.sendPrepared(ctx, pr, o.selector, modeSync)
 }
 
 // prepareBatch checks and encodes a batch.

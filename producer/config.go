@@ -134,9 +134,12 @@ type Config struct {
 	// MaxAsyncInflightBytes bounds the body bytes of those sends the same way (a single
 	// larger message is still let through alone). Default: 128 MiB.
 	MaxAsyncInflightBytes int64
-	// Middlewares wrap every SendSync and SendAsync, the first listed outermost
-	// (middleware.ChainSend). SendOneway and SendBatch do not run them (no result to
-	// hand back, several messages).
+	// Middlewares wrap every SendSync, SendAsync, SendAsyncChan and SendOneway (and
+	// AsSendFunc), the first listed outermost (middleware.ChainSend); a send with the
+	// WithoutMiddlewares option skips them. Where they cannot run, the path refuses
+	// instead of skipping them: SendBatch fails with a *MiddlewareError unless called
+	// with WithoutMiddlewares, and NewTransactionProducer refuses a Config that sets
+	// them. Default: none.
 	Middlewares []middleware.SendMiddleware
 	// Logger receives the producer's logs. Default: slog.Default().
 	Logger *slog.Logger

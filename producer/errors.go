@@ -21,7 +21,28 @@ var (
 	// the name servers have no route for it and none for TBW102 either (the brokers'
 	// autoCreateTopicEnable is off), or a broker answered TOPIC_NOT_EXIST (17).
 	ErrTopicNotExist = client.ErrTopicNotExist
+	// ErrMiddlewaresUnsupported matches (errors.Is) a *MiddlewareError.
+	ErrMiddlewaresUnsupported = errors.New("producer: Config.Middlewares cannot run on this send path")
 )
+
+// MiddlewareError reports a send path that cannot run Config.Middlewares, returned
+// instead of skipping them silently: SendBatch (at the call, before anything is sent;
+// WithoutMiddlewares sends the batch without them) and NewTransactionProducer (at
+// construction). errors.Is(err, ErrMiddlewaresUnsupported) is true.
+type MiddlewareError struct {
+	// Path is the refusing call: "SendBatch" or "NewTransactionProducer".
+	Path string
+	// Reason says why the chain cannot run there and what to do instead.
+	Reason string
+}
+
+// Error implements error.
+func (e *MiddlewareError) Error() string {
+	return fmt.Sprintf("producer: %s: Config.Middlewares cannot run here: %s", e.Path, e.Reason)
+}
+
+// Is reports whether target is ErrMiddlewaresUnsupported.
+func (e *MiddlewareError) Is(target error) bool { return target == ErrMiddlewaresUnsupported }
 
 // SendError reports a send that did not reach a stored state after all attempts.
 // Either the broker answered with a code that is not a stored code (Code != 0, Remark

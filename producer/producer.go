@@ -121,11 +121,21 @@ func (p *Producer) Start() error {
 // ClientID returns the client id this producer sends in heartbeats ("<ip>@<instance>").
 func (p *Producer) ClientID() string { return p.cl.ClientID() }
 
-// SendOption changes one send: which selector picks its message queue.
+// SendOption changes one send: which selector picks its message queue, whether
+// Config.Middlewares run.
 type SendOption func(*sendOptions)
 
 type sendOptions struct {
-	selector MessageQueueSelector
+	selector      MessageQueueSelector
+	noMiddlewares bool
+}
+
+// WithoutMiddlewares makes one send skip Config.Middlewares: the message goes to the
+// broker as given. SendBatch needs it when Config.Middlewares is set (see
+// [MiddlewareError]); on other sends it is the caller's explicit choice to bypass the
+// chain (for example a resend that the chain already handled).
+func WithoutMiddlewares() SendOption {
+	return func(o *sendOptions) { o.noMiddlewares = true }
 }
 
 // WithSelector makes one send pick its queue with s instead of Config.Selector (nil
@@ -141,17 +151,24 @@ func WithSelector(s MessageQueueSelector) SendOption {
 // WithQueue sends to the message queue mq, the caller's choice: WithSelector(ManualSelector(mq)).
 func WithQueue(mq message.MessageQueue) SendOption { return WithSelector(ManualSelector(mq)) }
 
-func (p *Producer) selector(opts []SendOption) MessageQueueSelector {
-	if len(opts) == 0 {
-		return p.cfg.Selector
-	}
+// options applies opts over the producer's defaults.
+func (p *Producer) options(opts []SendOption) sendOptions {
 	o := sendOptions{selector: p.cfg.Selector}
 	for _, f := range opts {
 		if f != nil {
 			f(&o)
 		}
 	}
-	return o.selector
+	return o
+}
+
+// middlewares returns the chain a send with options o runs: none with
+// WithoutMiddlewares.
+func (p *Producer) middlewares(o sendOptions) []middleware.SendMiddleware {
+	if o.noMiddlewares {
+		return nil
+	}
+	return p.cfg.Middlewares
 }
 
 // mode is a send mode's retry policy.
@@ -162,19 +179,20 @@ const (
 	modeAsync             // retries on the same queue
 )
 
-// chain runs Config.Middlewares around the raw send of msg in mode m.
-func (p *Producer) chain(ctx context.Context, msg *message.Message, sel MessageQueueSelector, m mode) (*message.SendResult, error) {
+// chain runs the send's middlewares around the raw send of msg in mode m.
+func (p *Producer) chain(ctx context.Context, msg *message.Message, o sendOptions, m mode) (*message.SendResult, error) {
+	mws := p.middlewares(o)
+	if len(mws) == 0 {
+		return p.rawSend(ctx, msg, o.selector, m)
+	}
 	raw := func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
-		return p.rawSend(ctx, msg, sel, m)
+		return p.rawSend(ctx, msg, o.selector, m)
 	}
-	if len(p.cfg.Middlewares) == 0 {
-		return raw(ctx, msg)
-	}
-	return middleware.ChainSend(raw, p.cfg.Middlewares...)(ctx, msg)
+	return middleware.ChainSend(raw, mws...)(ctx, msg)
 }
 
 // SendSync sends msg and waits for the broker's answer, running Config.Middlewares
-// around the send. It sets property UNIQ_KEY on msg when missing (the SendResult's
+// around the send (unless WithoutMiddlewares). It sets property UNIQ_KEY on msg when missing (the SendResult's
 // MsgID). The queue comes from Config.Selector or the WithSelector / WithQueue option.
 // A failed attempt (transport error or response code 1, 2, 14, 16, 17) is retried up to
 // RetryTimesWhenSendFailed times, on another broker when the round-robin selector has
@@ -187,7 +205,7 @@ func (p *Producer) chain(ctx context.Context, msg *message.Message, sel MessageQ
 // auto-created); ErrNotStarted / ErrClosed. A nil error means the broker stored the
 // message; Status tells whether flushing or replication timed out.
 func (p *Producer) SendSync(ctx context.Context, msg *message.Message, opts ...SendOption) (*message.SendResult, error) {
-	return p.chain(ctx, msg, p.selector(opts), modeSync)
+	return p.chain(ctx, msg, p.options(opts), modeSync)
 }
 
 // AsSendFunc returns SendSync as a middleware.SendFunc (Config.Middlewares included),

@@ -178,13 +178,27 @@ type TransactionProducer struct {
 }
 
 // NewTransactionProducer returns a transaction producer for cfg (defaults applied, as
-// New) whose local transactions listener runs and checks. cfg.Middlewares do not apply
-// to transactional sends. It opens no connection until Start and a send. Errors: those
-// of New, an error for a nil listener, and an error naming the option for a worker
-// count or backlog out of range.
+// New) whose local transactions listener runs and checks. It opens no connection until
+// Start and a send.
+//
+// cfg.Middlewares must be empty: a *MiddlewareError (errors.Is
+// ErrMiddlewaresUnsupported) otherwise. Send steps cannot run around a half message:
+// they may hand the send a copy of the message (Keys does), while the transaction's
+// identity (UNIQ_KEY, the broker's transaction id) and the listener's view must stay on
+// the caller's message; and a step that parks a failed send for a later resend
+// (redismw.Park) would resend a half message outside the transaction protocol, with no
+// local transaction to decide it. Set keys on the message before SendMessageInTransaction
+// instead (middleware.ContentKey gives the key Keys would set).
+//
+// Errors: those of New, the *MiddlewareError above, an error for a nil listener, and an
+// error naming the option for a worker count or backlog out of range.
 func NewTransactionProducer(cfg Config, listener TransactionListener, opts ...TransactionOption) (*TransactionProducer, error) {
 	if listener == nil {
 		return nil, errors.New("producer: NewTransactionProducer: listener is nil")
+	}
+	if len(cfg.Middlewares) > 0 {
+		return nil, &MiddlewareError{Path: "NewTransactionProducer",
+			Reason: "send steps cannot run around a half message (they may copy it, and a parked half message would be resent outside the transaction); use a Config without Middlewares"}
 	}
 	o := txnOptions{workers: DefaultCheckWorkers, backlog: DefaultCheckBacklog}
 	for _, f := range opts {
@@ -272,7 +286,8 @@ func (tp *TransactionProducer) enter() error {
 // properties TRAN_MSG=true, PGROUP=<group> and UNIQ_KEY (when missing) on msg, and
 // removes TRAN_MSG and PGROUP again when the half message was not stored. The half
 // message is sent like SendSync (Config.Selector, retries on another broker, SendTimeout
-// per attempt), but without Config.Middlewares. A stored status other than SEND_OK
+// per attempt); a TransactionProducer has no Config.Middlewares (see
+// NewTransactionProducer). A stored status other than SEND_OK
 // rolls back without running the local transaction. A commit or rollback waits for the
 // broker's answer (SendTimeout); Unknown goes one-way.
 //
