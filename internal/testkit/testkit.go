@@ -3,12 +3,20 @@
 // middleware suites use (received messages, an effect counter, a call that collects the
 // steps' reasons). It imports only the standard library, message and middleware, so any
 // test in the module can use it without an import cycle.
+//
+// Helpers that need a heavier package live in sub-packages, so the packages they import
+// can still use this one: [github.com/sluicemq/sluice/internal/testkit/testbroker] starts
+// an embedded broker (broker.StartEphemeral) for a test, and
+// [github.com/sluicemq/sluice/internal/testkit/fakeremote] is a remoting server that
+// records requests and answers them from per-code handlers.
 package testkit
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,12 +29,22 @@ import (
 const PollInterval = 5 * time.Millisecond
 
 // WaitFor re-checks cond every [PollInterval] until it holds, and fails the test (with
-// what, when given) if it still does not hold after timeout.
+// what, when given) if it still does not hold after timeout. An element of what that is
+// a func() string is called at that moment, so it can describe the state that was
+// reached ("3 of 5 delivered").
 func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, what ...any) {
 	t.Helper()
 	if !Eventually(timeout, cond) {
 		if len(what) > 0 {
-			t.Fatalf("not within %v: %v", timeout, what)
+			var sb strings.Builder
+			for _, w := range what {
+				if f, ok := w.(func() string); ok {
+					sb.WriteString(f())
+				} else {
+					fmt.Fprint(&sb, w)
+				}
+			}
+			t.Fatalf("not within %v: %s", timeout, sb.String())
 		}
 		t.Fatalf("condition not met within %v", timeout)
 	}
