@@ -3,8 +3,6 @@ package admin_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"reflect"
 	"sync"
@@ -15,24 +13,13 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// waitFor polls cond every 10 ms until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var quiet = testkit.Quiet()
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)

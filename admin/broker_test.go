@@ -9,23 +9,15 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 // TestAgainstRealBroker runs the admin client against a real Sluice broker with its
 // embedded name server.
 func TestAgainstRealBroker(t *testing.T) {
-	b, err := broker.New(broker.Config{
-		ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir: t.TempDir(), Logger: quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdown(t, b.Shutdown)
+	b, _ := testbroker.Start(t, broker.Config{})
 	a := newAdmin(t, b.NamesrvAddr())
 
 	res, err := a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "RealT", Queues: 3, Order: true})
@@ -58,10 +50,10 @@ func TestAgainstRealBroker(t *testing.T) {
 	if _, err := a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "RealT", Queues: 5}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "route with 5 queues", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		r, err := a.TopicRoute(ctx(t), "RealT")
 		return err == nil && r.QueueDatas[0].WriteQueueNums == 5
-	})
+	}, "route with 5 queues")
 
 	// The broker refuses system topics; the admin reports its code and remark.
 	_, err = a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "SCHEDULE_TOPIC_XXXX"})

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -25,15 +27,9 @@ type dlqEnv struct {
 
 func newDLQEnv(t *testing.T) *dlqEnv {
 	t.Helper()
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdown(t, b.Shutdown)
+	b, _ := testbroker.Start(t, broker.Config{})
 	e := &dlqEnv{b: b, a: newAdmin(t, b.NamesrvAddr())}
+	var err error
 	if e.p, err = producer.New(producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Group: "dlq-pg", Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +86,7 @@ func TestDLQListAndResend(t *testing.T) {
 		e.kill(t, "g1", r)
 	}
 	dlq := message.DLQTopic("g1")
-	waitFor(t, 10*time.Second, "the DLQ route", func() bool { _, err := e.a.TopicRoute(ctx(t), dlq); return err == nil })
+	testkit.WaitFor(t, 10*time.Second, func() bool { _, err := e.a.TopicRoute(ctx(t), dlq); return err == nil }, "the DLQ route")
 
 	l, err := e.a.ListDLQ(ctx(t), "g1", admin.DLQListOptions{})
 	if err != nil {
@@ -194,7 +190,7 @@ func TestDLQResendStopsAtUnknownTopic(t *testing.T) {
 	if err != nil || resp.ResponseErr() != nil {
 		t.Fatalf("send to the DLQ topic: %v %v", err, resp)
 	}
-	waitFor(t, 10*time.Second, "the DLQ route", func() bool { _, err := e.a.TopicRoute(ctx(t), dlq); return err == nil })
+	testkit.WaitFor(t, 10*time.Second, func() bool { _, err := e.a.TopicRoute(ctx(t), dlq); return err == nil }, "the DLQ route")
 	res, err := e.a.ResendDLQ(ctx(t), "g2", admin.DLQResendOptions{})
 	var re *admin.DLQResendError
 	if !errors.As(err, &re) || len(res.Failed) != 1 || len(res.Resent) != 0 || !strings.Contains(err.Error(), "RETRY_TOPIC") {

@@ -10,6 +10,8 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -17,15 +19,7 @@ import (
 // startRealBroker runs a Sluice broker; with namesrvAddr "" it starts its own name server.
 func startRealBroker(t *testing.T, name, namesrvAddr string) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(broker.Config{BrokerName: name, ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
-		NamesrvAddr: namesrvAddr, StorePathRootDir: t.TempDir(), MappedFileSizeCommitLog: 8 << 20, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shutdown(t, b.Shutdown)
+	b, _ := testbroker.Start(t, broker.Config{BrokerName: name, NamesrvAddr: namesrvAddr, MappedFileSizeCommitLog: 8 << 20})
 	return b
 }
 
@@ -49,10 +43,10 @@ func TestFindAndViewMessagesOnTwoBrokers(t *testing.T) {
 	b1 := startRealBroker(t, "broker-a", "")
 	b2 := startRealBroker(t, "broker-b", b1.NamesrvAddr())
 	a := newAdmin(t, b1.NamesrvAddr())
-	waitFor(t, 5*time.Second, "both brokers registered", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		ci, err := a.ClusterInfo(ctx(t))
 		return err == nil && len(ci.BrokerAddrTable) == 2
-	})
+	}, "both brokers registered")
 	if _, err := a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "Find", Queues: 1}); err != nil {
 		t.Fatal(err)
 	}
