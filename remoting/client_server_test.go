@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func TestSyncAsyncOneway(t *testing.T) {
@@ -305,7 +307,7 @@ func TestSystemBusyBeyondMaxInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 3*time.Second, "two handlers running", func() bool { return started.Load() == 2 })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return started.Load() == 2 }, "two handlers running")
 	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil))
 	if err != nil {
 		t.Fatal(err)

@@ -2,31 +2,20 @@ package remoting
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var quiet = slog.New(slog.DiscardHandler)
-
-// waitFor polls cond every few milliseconds until it is true or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for a condition
-	}
-}
+var quiet = testkit.Quiet()
 
 func startServer(t testing.TB, cfg ServerConfig) *Server {
 	t.Helper()

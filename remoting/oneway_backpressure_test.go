@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // TestOnewayBeyondMaxInFlightIsNotDropped: one-way requests over the in-flight limit are
@@ -30,5 +32,5 @@ func TestOnewayBeyondMaxInFlightIsNotDropped(t *testing.T) {
 		}
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "every one-way request to be handled", func() bool { return handled.Load() == n })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return handled.Load() == n }, "every one-way request to be handled")
 }

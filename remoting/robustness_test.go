@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // closeRecorder collects the close cause of server conns by remote address.
@@ -109,7 +111,7 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 	rec := recordCloses(s)
 	good := newClient(t, ClientConfig{})
 	bg := startBackgroundCaller(t, good, s.Addr())
-	waitFor(t, 3*time.Second, "first good call", func() bool { return bg.ok.Load() > 0 })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return bg.ok.Load() > 0 }, "first good call")
 
 	be32 := func(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 	frameWith := func(typeAndHeaderLen uint32, rest []byte) []byte {
@@ -147,11 +149,11 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 			}
 			expectClosed(t, nc)
 			var cause error
-			waitFor(t, 3*time.Second, "close listener", func() bool {
+			testkit.WaitFor(t, 3*time.Second, func() bool {
 				var ok bool
 				cause, ok = rec.cause(local)
 				return ok
-			})
+			}, "close listener")
 			var fe *FrameError
 			var he *HeaderError
 			switch {
@@ -200,14 +202,14 @@ func TestNonReadingClientDoesNotStallOthers(t *testing.T) {
 	good := newClient(t, ClientConfig{})
 	bg := startBackgroundCaller(t, good, s.Addr())
 	var cause error
-	waitFor(t, 10*time.Second, "server to drop the non-reading client", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		var ok bool
 		cause, ok = rec.cause(local)
 		return ok
-	})
+	}, "server to drop the non-reading client")
 	// Keep calling a little after the drop, then check that no call failed.
 	after := bg.ok.Load()
-	waitFor(t, 5*time.Second, "more good calls", func() bool { return bg.ok.Load() > after+5 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return bg.ok.Load() > after+5 }, "more good calls")
 	bg.finish(t)
 	if cause == nil || !(strings.Contains(cause.Error(), "write") || strings.Contains(cause.Error(), "not reading")) {
 		t.Fatalf("close cause %v, want a write timeout or full queue", cause)
@@ -239,7 +241,7 @@ func TestBrokenConnectionFailsPendingPromptlyAndRedials(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("pending call failed only at its timeout")
 	}
-	waitFor(t, 3*time.Second, "cached conn dropped", func() bool { return clientConn(c, s.Addr()) != first })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return clientConn(c, s.Addr()) != first }, "cached conn dropped")
 	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("again")))
 	if err != nil || string(resp.Body) != "again" {
 		t.Fatalf("re-dial: %v %v", resp, err)
@@ -263,10 +265,10 @@ func TestBrokenConnectionFailsPendingPromptlyAndRedials(t *testing.T) {
 		_, err := c.InvokeSync(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil))
 		errc <- err
 	}()
-	waitFor(t, 3*time.Second, "pending call", func() bool {
+	testkit.WaitFor(t, 3*time.Second, func() bool {
 		cc := clientConn(c, s.Addr())
 		return cc != nil && cc.pendingLen() == 1
-	})
+	}, "pending call")
 	c.CloseConn(s.Addr())
 	if err := <-errc; !errors.As(err, &ce) || !errors.Is(err, ErrClosed) {
 		t.Fatalf("after CloseConn: %v", err)
@@ -422,12 +424,12 @@ func TestIdleConnectionClosed(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, 3*time.Second, "client connection", func() bool { return s.Conns() == 1 })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return s.Conns() == 1 }, "client connection")
 
 	idle := rawDial(t, s.Addr())
 	local := idle.LocalAddr().String()
 	expectClosed(t, idle)
-	waitFor(t, 3*time.Second, "idle close recorded", func() bool { _, ok := rec.cause(local); return ok })
+	testkit.WaitFor(t, 3*time.Second, func() bool { _, ok := rec.cause(local); return ok }, "idle close recorded")
 	if cause, _ := rec.cause(local); cause == nil || !bytes.Contains([]byte(cause.Error()), []byte("idle")) {
 		t.Fatalf("close cause %v", cause)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func TestServerInvokeTimeoutAndConnLoss(t *testing.T) {
@@ -48,7 +50,7 @@ func TestServerInvokeTimeoutAndConnLoss(t *testing.T) {
 		_, err := conn.Invoke(context.Background(), NewRequest(CheckTransactionState, nil, nil))
 		results <- err
 	}()
-	waitFor(t, 3*time.Second, "pending server call", func() bool { return conn.pendingLen() == 1 })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return conn.pendingLen() == 1 }, "pending server call")
 	c.CloseConn(s.Addr())
 	var ce *ConnError
 	if err := <-results; !errors.As(err, &ce) {
@@ -135,7 +137,7 @@ func TestCloseFlushesQueuedOneways(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "all one-way requests handled", func() bool { return got.Load() == n })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return got.Load() == n }, "all one-way requests handled")
 }
 
 // A server that sends a one-way request and then closes the connection still delivers
@@ -180,7 +182,7 @@ func TestStalledFrameClosedAfterIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectClosed(t, nc)
-	waitFor(t, 3*time.Second, "close recorded", func() bool { _, ok := rec.cause(local); return ok })
+	testkit.WaitFor(t, 3*time.Second, func() bool { _, ok := rec.cause(local); return ok }, "close recorded")
 	if cause, _ := rec.cause(local); cause == nil {
 		t.Fatal("no cause")
 	}
@@ -195,7 +197,7 @@ func TestClientIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := clientConn(c, s.Addr())
-	waitFor(t, 5*time.Second, "idle client conn dropped", func() bool { return clientConn(c, s.Addr()) == nil })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return clientConn(c, s.Addr()) == nil }, "idle client conn dropped")
 	if err := first.Err(); err == nil || !strings.Contains(err.Error(), "idle") {
 		t.Fatalf("close cause %v", err)
 	}
