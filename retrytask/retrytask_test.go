@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"go.uber.org/goleak"
@@ -113,14 +113,10 @@ func (r *recorder) successes() []sent {
 
 func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(&tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return testkit.Logger(t)
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return testkit.Quiet()
 }
-
-type tlogWriter struct{ t *testing.T }
-
-func (w *tlogWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 func testMsg(seq int) *message.Message {
 	m := message.NewMessage("Orders", []byte("order-"+strconv.Itoa(seq)))
@@ -178,17 +174,6 @@ func counts(t *testing.T, task *Task) Counts {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // MinAge is honoured: nothing is resent before ParkedAtMs + MinAge; then every record is
@@ -386,7 +371,7 @@ func TestOverlappingRunsSendOnce(t *testing.T) {
 			}()
 		}
 		probe := newTask(t, cfg)
-		waitFor(t, 60*time.Second, func() bool {
+		testkit.WaitFor(t, 60*time.Second, func() bool {
 			cn, err := probe.Counts(context.Background())
 			return err == nil && cn.Total() == 0 && len(rec.okCount()) == n
 		}, func() string { return fmt.Sprintf("%d of %d sent", len(rec.okCount()), n) })
@@ -584,7 +569,7 @@ func TestSchedulerKeepsDeliveryTime(t *testing.T) {
 		if err := task.Start(100 * time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, func() bool { return rec.okCount()["4"] == 1 }, func() string { return "timed message not sent" })
+		testkit.WaitFor(t, 10*time.Second, func() bool { return rec.okCount()["4"] == 1 }, func() string { return "timed message not sent" })
 		s := rec.successes()
 		for _, x := range s {
 			if x.msg.Property("seq") != "4" {
@@ -594,7 +579,7 @@ func TestSchedulerKeepsDeliveryTime(t *testing.T) {
 				t.Fatalf("timed message sent %v from its delivery time", d)
 			}
 		}
-		waitFor(t, 10*time.Second, func() bool { return rec.okCount()["5"] == 1 }, func() string { return "plain message not sent" })
+		testkit.WaitFor(t, 10*time.Second, func() bool { return rec.okCount()["5"] == 1 }, func() string { return "plain message not sent" })
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"
@@ -142,19 +142,6 @@ func call(t *testing.T, addr, path, tok string, body any) (int, int64, string) {
 	return resp.StatusCode, res.Code, msg
 }
 
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // gatedSend records successful sends by record id (property rid) and can block sends.
 type gatedSend struct {
 	mu      sync.Mutex
@@ -215,7 +202,7 @@ func TestExecutorAgainstAdmin(t *testing.T) {
 		ns := redistest.NS(t)
 		admin := newFakeAdmin(t)
 		gs := &gatedSend{sent: map[string]int{}, inSend: make(chan struct{}, 10)}
-		task, err := retrytask.New(retrytask.Config{Client: c, Namespace: ns, Send: gs.Send, MinAge: -1, Logger: quiet()})
+		task, err := retrytask.New(retrytask.Config{Client: c, Namespace: ns, Send: gs.Send, MinAge: -1, Logger: testkit.Quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +210,7 @@ func TestExecutorAgainstAdmin(t *testing.T) {
 		ids := parkN(t, c, ns, 60)
 
 		ex, err := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, AppName: "orders-retry",
-			ListenAddr: "127.0.0.1:0", Task: task, RegistryInterval: 50 * time.Millisecond, Logger: quiet()})
+			ListenAddr: "127.0.0.1:0", Task: task, RegistryInterval: 50 * time.Millisecond, Logger: testkit.Quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +221,7 @@ func TestExecutorAgainstAdmin(t *testing.T) {
 		addr := ex.Addr()
 
 		// Registry, repeated.
-		waitFor(t, 10*time.Second, func() bool { n, _, _ := admin.counts(); return n >= 2 }, "two registrations")
+		testkit.WaitFor(t, 10*time.Second, func() bool { n, _, _ := admin.counts(); return n >= 2 }, "two registrations")
 		admin.mu.Lock()
 		reg := admin.registry[0]
 		admin.mu.Unlock()
@@ -272,7 +259,7 @@ func TestExecutorAgainstAdmin(t *testing.T) {
 			t.Fatalf("run: %d %s", code, msg)
 		}
 		var cb callbackItem
-		waitFor(t, 10*time.Second, func() bool { var ok bool; cb, ok = admin.callback(101); return ok }, "callback for logId 101")
+		testkit.WaitFor(t, 10*time.Second, func() bool { var ok bool; cb, ok = admin.callback(101); return ok }, "callback for logId 101")
 		if cb.HandleCode != 200 || cb.ExecuteResult.Code != 200 || !strings.Contains(cb.HandleMsg, fmt.Sprintf("sent=%d ", want)) ||
 			!strings.Contains(cb.HandleMsg, "shard 1/3") {
 			t.Fatalf("callback %+v, want success with sent=%d", cb, want)
@@ -312,7 +299,7 @@ func TestExecutorAgainstAdmin(t *testing.T) {
 		close(gs.gate) // the send in flight finishes; the run stops before the next record
 		gs.gate = nil
 		gs.mu.Unlock()
-		waitFor(t, 10*time.Second, func() bool { var ok bool; cb, ok = admin.callback(102); return ok }, "callback for logId 102")
+		testkit.WaitFor(t, 10*time.Second, func() bool { var ok bool; cb, ok = admin.callback(102); return ok }, "callback for logId 102")
 		if cb.HandleCode != 500 || !strings.Contains(cb.HandleMsg, "sent=1 ") || !strings.Contains(cb.HandleMsg, "context canceled") {
 			t.Fatalf("callback after kill %+v, want a failure after one send", cb)
 		}
@@ -353,13 +340,13 @@ func TestShutdownCancelsRun(t *testing.T) {
 	ns := redistest.NS(t)
 	admin := newFakeAdmin(t)
 	gs := &gatedSend{sent: map[string]int{}, inSend: make(chan struct{}, 10), gate: make(chan struct{})}
-	task, err := retrytask.New(retrytask.Config{Client: c, Namespace: ns, Send: gs.Send, MinAge: -1, Logger: quiet()})
+	task, err := retrytask.New(retrytask.Config{Client: c, Namespace: ns, Send: gs.Send, MinAge: -1, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = task.Shutdown(context.Background()) }()
 	parkN(t, c, ns, 5)
-	ex, err := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, ListenAddr: "127.0.0.1:0", Task: task, Logger: quiet()})
+	ex, err := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, ListenAddr: "127.0.0.1:0", Task: task, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +359,7 @@ func TestShutdownCancelsRun(t *testing.T) {
 	<-gs.inSend
 	go func() {
 		// Release the send once Shutdown has cancelled the run.
-		waitFor(t, 10*time.Second, func() bool {
+		testkit.WaitFor(t, 10*time.Second, func() bool {
 			ex.mu.Lock()
 			defer ex.mu.Unlock()
 			return ex.closed
@@ -416,12 +403,12 @@ func TestConfigValidate(t *testing.T) {
 func TestBusyPort(t *testing.T) {
 	task, _ := retrytask.New(retrytask.Config{Client: redistest.New(t), Send: (&gatedSend{}).Send})
 	admin := newFakeAdmin(t)
-	first, _ := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, ListenAddr: "127.0.0.1:0", Task: task, Logger: quiet()})
+	first, _ := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, ListenAddr: "127.0.0.1:0", Task: task, Logger: testkit.Quiet()})
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Shutdown(context.Background()) }()
-	second, _ := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, ListenAddr: first.Addr(), Task: task, Logger: quiet()})
+	second, _ := New(Config{AdminAddrs: []string{admin.url()}, AccessToken: token, ListenAddr: first.Addr(), Task: task, Logger: testkit.Quiet()})
 	if err := second.Start(); err == nil {
 		t.Fatal("Start on a busy port succeeded")
 	}
@@ -435,7 +422,7 @@ func TestLibraryPanicBecomesError(t *testing.T) {
 	libNew = func(...xxl.Option) xxl.Executor { panic("runtime error: index out of range [0] with length 0") }
 	defer func() { libNew = old }()
 	task, _ := retrytask.New(retrytask.Config{Client: redistest.New(t), Send: (&gatedSend{}).Send})
-	ex, err := New(Config{AdminAddrs: []string{"http://127.0.0.1:1"}, AccessToken: token, ListenAddr: "127.0.0.1:0", Task: task, Logger: quiet()})
+	ex, err := New(Config{AdminAddrs: []string{"http://127.0.0.1:1"}, AccessToken: token, ListenAddr: "127.0.0.1:0", Task: task, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +470,7 @@ func childNoIPv4() int {
 		return 1
 	}
 	ex, err := New(Config{AdminAddrs: []string{"http://127.0.0.1:1"}, AccessToken: token, ListenAddr: "127.0.0.1:0",
-		AdvertiseAddr: "127.0.0.1:9999", Task: task, Logger: quiet()})
+		AdvertiseAddr: "127.0.0.1:9999", Task: task, Logger: testkit.Quiet()})
 	if err != nil {
 		fmt.Println(err)
 		return 1
