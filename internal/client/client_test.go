@@ -4,80 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// fakeServer is a real remoting server on 127.0.0.1 that records requests.
-type fakeServer struct {
-	srv  *remoting.Server
-	mu   sync.Mutex
-	reqs []*remoting.RemotingCommand
-}
-
-func newFakeServer(t *testing.T, handlers map[remoting.RequestCode]func(req *remoting.RemotingCommand) *remoting.RemotingCommand) *fakeServer {
-	t.Helper()
-	srv, err := remoting.NewServer(remoting.ServerConfig{Addr: "127.0.0.1:0", Logger: quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeServer{srv: srv}
-	for code, h := range handlers {
-		h := h
-		srv.Handle(code, func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-			f.mu.Lock()
-			f.reqs = append(f.reqs, req)
-			f.mu.Unlock()
-			return h(req)
-		})
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return f
-}
-
-func (f *fakeServer) requests(code remoting.RequestCode) []*remoting.RemotingCommand {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*remoting.RemotingCommand
-	for _, r := range f.reqs {
-		if r.Code == int16(code) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // deadAddr returns an address nothing listens on.
 func deadAddr(t *testing.T) string {
@@ -106,7 +45,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestFetchRouteHeartbeatUnregister(t *testing.T) {
-	broker := newFakeServer(t, map[remoting.RequestCode]func(*remoting.RemotingCommand) *remoting.RemotingCommand{
+	broker := fakeremote.Start(t, fakeremote.Handlers{
 		remoting.HeartBeat: func(*remoting.RemotingCommand) *remoting.RemotingCommand {
 			return remoting.NewResponse(remoting.Success, "")
 		},
@@ -114,9 +53,9 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 			return remoting.NewResponse(remoting.Success, "")
 		},
 	})
-	route := `{"brokerDatas":[{"brokerAddrs":{0:"` + broker.srv.Addr() + `"},"brokerName":"broker-a","cluster":"C"}],` +
+	route := `{"brokerDatas":[{"brokerAddrs":{0:"` + broker.Addr() + `"},"brokerName":"broker-a","cluster":"C"}],` +
 		`"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,"writeQueueNums":4}]}`
-	ns := newFakeServer(t, map[remoting.RequestCode]func(*remoting.RemotingCommand) *remoting.RemotingCommand{
+	ns := fakeremote.Start(t, fakeremote.Handlers{
 		remoting.GetRouteInfoByTopic: func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
 			if req.ExtFields["topic"] != "T" {
 				return remoting.NewResponse(remoting.TopicNotExist, "No topic route info in name server for the topic: "+req.ExtFields["topic"])
@@ -129,7 +68,7 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 
 	c, err := New(Config{
 		// The dead name server first: the client must fail over.
-		NamesrvAddrs: []string{deadAddr(t), ns.srv.Addr()},
+		NamesrvAddrs: []string{deadAddr(t), ns.Addr()},
 		InstanceName: "inst1",
 		ClientIP:     "10.1.2.3",
 		Heartbeat: func() HeartbeatData {
@@ -157,10 +96,10 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 			t.Fatalf("route %+v", rd)
 		}
 	}
-	if got := ns.requests(remoting.GetRouteInfoByTopic)[0].ExtFields; got["topic"] != "T" || got["acceptStandardJsonOnly"] != "true" {
+	if got := ns.Requests(remoting.GetRouteInfoByTopic)[0].ExtFields; got["topic"] != "T" || got["acceptStandardJsonOnly"] != "true" {
 		t.Fatalf("route request ext %v", got)
 	}
-	if a, ok := c.BrokerAddr("broker-a"); !ok || a != broker.srv.Addr() {
+	if a, ok := c.BrokerAddr("broker-a"); !ok || a != broker.Addr() {
 		t.Fatalf("broker table: %q %v", a, ok)
 	}
 	if rd, err := c.Route(ctx, "T"); err != nil || rd != c.CachedRoute("T") {
@@ -173,11 +112,11 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 	}
 
 	// The route named a new broker: the heartbeat loop greets it without waiting 30 s.
-	waitFor(t, 5*time.Second, func() bool { return len(broker.requests(remoting.HeartBeat)) == 1 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(broker.Requests(remoting.HeartBeat)) == 1 })
 	if err := c.SendHeartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hbs := broker.requests(remoting.HeartBeat)
+	hbs := broker.Requests(remoting.HeartBeat)
 	if len(hbs) != 2 {
 		t.Fatalf("%d heartbeats", len(hbs))
 	}
@@ -189,14 +128,14 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 		t.Fatalf("heartbeat body %s", hbs[0].Body)
 	}
 	// EnsureHeartbeat skips brokers that already had one.
-	if err := c.EnsureHeartbeat(ctx); err != nil || len(broker.requests(remoting.HeartBeat)) != 2 {
+	if err := c.EnsureHeartbeat(ctx); err != nil || len(broker.Requests(remoting.HeartBeat)) != 2 {
 		t.Fatalf("EnsureHeartbeat resent: %v", err)
 	}
 
 	if err := c.Unregister(ctx, "pg", ""); err != nil {
 		t.Fatal(err)
 	}
-	un := broker.requests(remoting.UnregisterClient)
+	un := broker.Requests(remoting.UnregisterClient)
 	if len(un) != 1 || un[0].ExtFields["clientID"] != "10.1.2.3@inst1" || un[0].ExtFields["producerGroup"] != "pg" {
 		t.Fatalf("unregister %v", un)
 	}
