@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -294,7 +295,7 @@ func (l *ledger) snapshot() map[int]ack {
 	return out
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = testkit.Quiet()
 
 func invoke(t *testing.T, rc *remoting.Client, addr string, code remoting.RequestCode, ext map[string]string) *remoting.RemotingCommand {
 	t.Helper()
@@ -324,21 +325,9 @@ func createTopic(t *testing.T, rc *remoting.Client, c *child) {
 
 func waitRoute(t *testing.T, rc *remoting.Client, c *child) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "route of "+topic, func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return invoke(t, rc, c.namesrv, remoting.GetRouteInfoByTopic, map[string]string{"topic": topic}).ResponseCode() == remoting.Success
-	})
-}
-
-// waitFor polls cond every 10 ms until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}, "route of "+topic)
 }
 
 func queueOffset(t *testing.T, rc *remoting.Client, addr string, code remoting.RequestCode, q int) int64 {

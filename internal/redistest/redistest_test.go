@@ -6,20 +6,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 func TestEachNamespaceAndCleanup(t *testing.T) {
 	ctx := context.Background()
@@ -66,7 +57,7 @@ func TestMiniredisClockExpires(t *testing.T) {
 	if err := c.Set(ctx, "k", "v", 50*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, func() bool { return c.Exists(ctx, "k").Val() == 0 })
+	testkit.WaitFor(t, 2*time.Second, func() bool { return c.Exists(ctx, "k").Val() == 0 })
 }
 
 func TestUnreachable(t *testing.T) {
@@ -91,7 +82,7 @@ func TestSwitchDownUp(t *testing.T) {
 		if err := sw.Up(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 3*time.Second, func() bool { return c.Get(ctx, key).Val() == "1" })
+		testkit.WaitFor(t, 3*time.Second, func() bool { return c.Get(ctx, key).Val() == "1" })
 	})
 }
 
