@@ -17,6 +17,8 @@ import (
 
 	rmqconsumer "github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // An admin reset of the group's offsets (INVOKE_BROKER_TO_RESET_OFFSET, 222) reaches the
@@ -35,10 +37,10 @@ func TestOfficialConsumerFollowsOffsetReset(t *testing.T) {
 	for _, body := range []string{"r1", "r2", "r3"} {
 		crSend(t, b, topic, body)
 	}
-	waitFor(t, 30*time.Second, func() bool { return len(log.list()) >= 3 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return len(log.list()) >= 3 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	waitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		offs, err := adm.ConsumerOffsets(ctx, group, topic)
 		return err == nil && offs[0].Committed == 3
 	}, func() string { return "the official consumer's offset at 3" })
@@ -46,7 +48,7 @@ func TestOfficialConsumerFollowsOffsetReset(t *testing.T) {
 	if err != nil || len(res.Offline) != 0 {
 		t.Fatalf("reset: %+v %v", res, err)
 	}
-	waitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 6 }, func() string { return fmt.Sprintf("deliveries after the reset %v", log.list()) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 6 }, func() string { return fmt.Sprintf("deliveries after the reset %v", log.list()) })
 	got := log.list()
 	again := map[string]int{}
 	for _, d := range got[3:] {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -30,24 +32,12 @@ import (
 func crBroker(t *testing.T, topic, group string) (*broker.Broker, *admin.Admin) {
 	t.Helper()
 	log := testLogger(t)
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: t.TempDir(),
-		MessageDelayLevel: strings.TrimSpace(strings.Repeat("200ms ", 18)), FlushDiskType: "SYNC_FLUSH", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := testbroker.Start(t, broker.Config{MessageDelayLevel: strings.TrimSpace(strings.Repeat("200ms ", 18)), FlushDiskType: "SYNC_FLUSH", Logger: log})
 	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = adm.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = b.Shutdown(ctx)
-	})
+	t.Cleanup(func() { _ = adm.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, tp := range []string{topic, message.RetryTopic(group)} {
@@ -152,7 +142,7 @@ func TestOfficialConsumerRetryFailsTwiceThenSucceeds(t *testing.T) {
 		return rmqconsumer.ConsumeSuccess
 	})
 	crSend(t, b, topic, "p1")
-	waitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 3 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 3 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
 	got := log.list()
 	if len(got) != 3 {
 		t.Fatalf("deliveries %v, want 3", got)
@@ -186,7 +176,7 @@ func TestOfficialConsumerAlwaysFailingLandsInDLQOnceAndIsRedriven(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var dead []admin.DLQMessage
-	waitFor(t, 60*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, func() bool {
 		var err error
 		dead, err = adm.ListDLQ(ctx, group, admin.DLQListOptions{})
 		return err == nil && len(dead) > 0
@@ -216,7 +206,7 @@ func TestOfficialConsumerAlwaysFailingLandsInDLQOnceAndIsRedriven(t *testing.T) 
 	if err != nil || len(res.Resent) != 1 {
 		t.Fatalf("resend: %+v %v", res, err)
 	}
-	waitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 4 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 4 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
 	d := log.list()[3]
 	if d.reconsumeTimes != 0 || d.topic != topic || d.body != "d1" || d.tag != "Pay" || d.keys != "order-d1 user-9" {
 		t.Fatalf("re-driven delivery %+v", d)

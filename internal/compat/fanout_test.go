@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // Messages per fan-out test: the acceptance number for the official client in
@@ -46,18 +48,16 @@ func runFanout(t *testing.T, n int, newProducer producerFactory, newConsumer con
 			t.Fatalf("probe %d: %v", i, err)
 		}
 	}
-	waitFor(t, 30*time.Second, func() bool { return all.probes() == 8 },
-		func() string { return fmt.Sprintf("%d of 8 probes consumed by compat_all", all.probes()) })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return all.probes() == 8 }, func() string { return fmt.Sprintf("%d of 8 probes consumed by compat_all", all.probes()) })
 
 	seqs := seqRange(0, n)
 	sendStart := time.Now()
 	sendAll(t, send, topic, seqs, 8)
 	sent := time.Since(sendStart)
 	wantAC := notTagB(0, n)
-	waitFor(t, 90*time.Second, func() bool { return all.distinct() >= len(seqs) && ac.distinct() >= len(wantAC) },
-		func() string {
-			return fmt.Sprintf("compat_all: %s; compat_ac: %s", all.missing(seqs), ac.missing(wantAC))
-		})
+	testkit.WaitFor(t, 90*time.Second, func() bool { return all.distinct() >= len(seqs) && ac.distinct() >= len(wantAC) }, func() string {
+		return fmt.Sprintf("compat_all: %s; compat_ac: %s", all.missing(seqs), ac.missing(wantAC))
+	})
 	received := time.Since(sendStart)
 	for _, stop := range stops {
 		stop()

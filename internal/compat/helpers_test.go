@@ -31,6 +31,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -103,19 +104,6 @@ func testLogger(t *testing.T) *slog.Logger {
 		}
 	})
 	return slog.New(slog.NewTextHandler(r, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// waitFor polls cond every 20 ms until it is true; after timeout it fails the test with
-// what() as the explanation.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // ---------------------------------------------------------------------------------
@@ -235,8 +223,7 @@ func (e *env) members(group string) []string {
 func (e *env) waitMembers(group string, n int) {
 	e.t.Helper()
 	var got []string
-	waitFor(e.t, 20*time.Second, func() bool { got = e.members(group); return len(got) == n },
-		func() string { return fmt.Sprintf("group %s has members %v, want %d", group, got, n) })
+	testkit.WaitFor(e.t, 20*time.Second, func() bool { got = e.members(group); return len(got) == n }, func() string { return fmt.Sprintf("group %s has members %v, want %d", group, got, n) })
 }
 
 // maxOffset returns the topic queue's max offset (GET_MAX_OFFSET, 30).

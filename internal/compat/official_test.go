@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // TestOfficialBatchSend: SendSync with several messages makes the official producer use
@@ -46,8 +48,7 @@ func TestOfficialBatchSend(t *testing.T) {
 		first[b] = placed{res.MessageQueue.QueueId, res.QueueOffset}
 	}
 	seqs := seqRange(0, batches*per)
-	waitFor(t, 30*time.Second, func() bool { return col.distinct() >= len(seqs) },
-		func() string { return col.missing(seqs) })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return col.distinct() >= len(seqs) }, func() string { return col.missing(seqs) })
 	stop()
 	col.checkExactly(t, "compat_batch", seqs)
 	col.mu.Lock()
@@ -84,8 +85,7 @@ func TestOfficialProducerAutoCreatesTopic(t *testing.T) {
 	}
 	col := newCollector(topic)
 	stop := officialConsumer(t, e, "compat_auto", "auto-1", topic, "*", col)
-	waitFor(t, 30*time.Second, func() bool { return col.distinct() >= len(seqs) },
-		func() string { return col.missing(seqs) })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return col.distinct() >= len(seqs) }, func() string { return col.missing(seqs) })
 	stop()
 	col.checkExactly(t, "compat_auto", seqs)
 }
@@ -116,10 +116,9 @@ func TestOfficialClientsAcrossBrokerRestart(t *testing.T) {
 
 	round1 := seqRange(0, n1)
 	sendAll(t, send, topic, round1, 4)
-	waitFor(t, 30*time.Second, func() bool { return live.distinct() >= n1 && resume1.distinct() >= n1 },
-		func() string {
-			return fmt.Sprintf("live: %s; resume-1: %s", live.missing(round1), resume1.missing(round1))
-		})
+	testkit.WaitFor(t, 30*time.Second, func() bool { return live.distinct() >= n1 && resume1.distinct() >= n1 }, func() string {
+		return fmt.Sprintf("live: %s; resume-1: %s", live.missing(round1), resume1.missing(round1))
+	})
 	// The client commits through the next pull and every 5 s; wait until the broker
 	// holds the end of every queue as compat_resume's offset.
 	var lag string
@@ -132,7 +131,7 @@ func TestOfficialClientsAcrossBrokerRestart(t *testing.T) {
 		}
 		return lag == ""
 	}
-	waitFor(t, 20*time.Second, committed, func() string { return "compat_resume offsets:" + lag })
+	testkit.WaitFor(t, 20*time.Second, committed, func() string { return "compat_resume offsets:" + lag })
 	stopResume1()
 
 	addr, ns := e.b.Addr(), e.ns()
@@ -156,10 +155,9 @@ func TestOfficialClientsAcrossBrokerRestart(t *testing.T) {
 	sendAll(t, send, topic, round2, 4)
 	stopResume2 := officialConsumer(t, e, "compat_resume", "resume-2", topic, "*", resume2)
 	both := seqRange(0, n1+n2)
-	waitFor(t, 60*time.Second, func() bool { return live.distinct() >= n1+n2 && resume2.distinct() >= n2 },
-		func() string {
-			return fmt.Sprintf("live: %s; resume-2: %s", live.missing(both), resume2.missing(round2))
-		})
+	testkit.WaitFor(t, 60*time.Second, func() bool { return live.distinct() >= n1+n2 && resume2.distinct() >= n2 }, func() string {
+		return fmt.Sprintf("live: %s; resume-2: %s", live.missing(both), resume2.missing(round2))
+	})
 	t.Logf("both groups had round 2 %v after the restart", time.Since(restarted).Round(time.Millisecond))
 	stopLive()
 	stopResume2()

@@ -16,6 +16,8 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -24,25 +26,14 @@ import (
 func brokerWith(t *testing.T, topic string, mod func(*broker.Config)) (*broker.Broker, *admin.Admin) {
 	t.Helper()
 	log := testLogger(t)
-	cfg := broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: t.TempDir(), Logger: log}
+	cfg := broker.Config{Logger: log}
 	mod(&cfg)
-	b, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := testbroker.Start(t, cfg)
 	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = adm.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = b.Shutdown(ctx)
-	})
+	t.Cleanup(func() { _ = adm.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if _, err := adm.CreateTopic(ctx, admin.TopicSpec{Topic: topic, Queues: 2}); err != nil {
@@ -119,12 +110,10 @@ func TestOfficialTransactionProducer(t *testing.T) {
 			t.Fatalf("send %s: %v %v", body, res, err)
 		}
 	}
-	waitFor(t, 20*time.Second, func() bool { return len(col.bodies()) == 2 && l.count("unknown-forever") >= 2 },
-		func() string {
-			return "committed messages and the check-max discard: got " + strings.Join(col.bodies(), ",")
-		})
-	waitFor(t, 10*time.Second, func() bool { return maxOffsetOf(t, b.Addr(), message.TransCheckMaxTimeTopic) == 1 },
-		func() string { return "unknown-forever in TRANS_CHECK_MAX_TIME_TOPIC" })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return len(col.bodies()) == 2 && l.count("unknown-forever") >= 2 }, func() string {
+		return "committed messages and the check-max discard: got " + strings.Join(col.bodies(), ",")
+	})
+	testkit.WaitFor(t, 10*time.Second, func() bool { return maxOffsetOf(t, b.Addr(), message.TransCheckMaxTimeTopic) == 1 }, func() string { return "unknown-forever in TRANS_CHECK_MAX_TIME_TOPIC" })
 	got := col.bodies()
 	if strings.Join(got, ",") != "commit,unknown-then-commit" {
 		t.Fatalf("consumed %v, want exactly commit and unknown-then-commit, once each", got)
@@ -221,8 +210,7 @@ func TestOfficialSQL92Selector(t *testing.T) {
 	officialConsumerAt(t, b.NamesrvAddr(), "compat_sql_group", "sqlc", "Points",
 		rmqconsumer.MessageSelector{Type: rmqconsumer.SQL92, Expression: "amount >= 150 AND vip = 'true'"}, col)
 	want := "p16,p18,p20" // sorted as strings
-	waitFor(t, 20*time.Second, func() bool { return strings.Join(col.bodies(), ",") == want },
-		func() string { return "SQL92 matches: got " + strings.Join(col.bodies(), ",") })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return strings.Join(col.bodies(), ",") == want }, func() string { return "SQL92 matches: got " + strings.Join(col.bodies(), ",") })
 }
 
 func newOfficialProducerAt(t *testing.T, ns, instance string) rocketmq.Producer {

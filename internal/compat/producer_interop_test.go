@@ -8,8 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,12 +22,14 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
 )
 
-var pcQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var pcQuiet = testkit.Quiet()
 
 // pcWaitFor polls cond every 20 ms until it holds; after timeout it fails with what().
 func pcWaitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
@@ -47,21 +47,7 @@ func pcWaitFor(t *testing.T, timeout time.Duration, cond func() bool, what func(
 // temporary store; shut down by t.Cleanup.
 func pcBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir: t.TempDir(), Logger: pcQuiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
+	b, _ := testbroker.Start(t, broker.Config{})
 	return b
 }
 

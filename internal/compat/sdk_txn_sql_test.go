@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -154,7 +155,7 @@ func TestSluiceTransactionProducer(t *testing.T) {
 	both := func(want string) bool {
 		return strings.Join(official.bodies(), ",") == want && strings.Join(sluice.bodies(), ",") == want
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return both("commit,unknown-then-commit") && maxOffsetOf(t, b.Addr(), message.TransCheckMaxTimeTopic) == 1
 	}, func() string {
 		return "committed messages at both consumers and the check-max discard: official " + strings.Join(official.bodies(), ",") +
@@ -164,7 +165,7 @@ func TestSluiceTransactionProducer(t *testing.T) {
 	// service has scanned the half queue again after every decision above, so nothing
 	// else can still come.
 	send("late-commit", producer.Unknown)
-	waitFor(t, 20*time.Second, func() bool { return both("commit,late-commit,unknown-then-commit") }, func() string {
+	testkit.WaitFor(t, 20*time.Second, func() bool { return both("commit,late-commit,unknown-then-commit") }, func() string {
 		return "late-commit at both consumers: official " + strings.Join(official.bodies(), ",") + "; sluice " + strings.Join(sluice.bodies(), ",")
 	})
 	for body, want := range map[string]int{"commit": 0, "rollback": 0, "unknown-then-commit": 1, "unknown-forever": 2, "late-commit": 1} {
@@ -217,7 +218,7 @@ func TestSluiceSQL92ConsumerWithOfficialProducer(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return caughtUp("compat_sdk_sql_sluice") && strings.Join(sluice.bodies(), ",") == want && strings.Join(official.bodies(), ",") == want
 	}, func() string {
 		return "SQL92 matches: sluice " + strings.Join(sluice.bodies(), ",") + "; official " + strings.Join(official.bodies(), ",")
