@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -23,6 +21,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
@@ -44,37 +44,10 @@ func (silent) Fatal(string, map[string]interface{})   {}
 func (silent) Level(string)                           {}
 func (silent) OutputPath(string) error                { return nil }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func startBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir: t.TempDir(), Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
+	b, _ := testbroker.Start(t, broker.Config{})
 	return b
-}
-
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // The official producer behind SendFunc, wrapped by Sluice's Keys middleware, sends to
@@ -163,15 +136,14 @@ func TestSendAndConsumeThroughOfficialClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Subscribe(topic, consumer.MessageSelector{Type: consumer.TAG, Expression: "Paid"}, ConsumeHandler(handler, quiet())); err != nil {
+	if err := c.Subscribe(topic, consumer.MessageSelector{Type: consumer.TAG, Expression: "Paid"}, ConsumeHandler(handler, testkit.Quiet())); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = Component(c).Shutdown(context.Background()) }()
-	waitFor(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == n },
-		func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprintf("%d of %d received", len(got), n) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == n }, func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprintf("%d of %d received", len(got), n) })
 	mu.Lock()
 	defer mu.Unlock()
 	for seq, want := range sent {
@@ -217,7 +189,7 @@ func TestConsumeHandlerResults(t *testing.T) {
 				seen = msgs[0]
 				return tc.h(ctx, msgs)
 			}
-			res, err := ConsumeHandler(h, quiet())(context.Background(), msg)
+			res, err := ConsumeHandler(h, testkit.Quiet())(context.Background(), msg)
 			if res != tc.want || err != nil {
 				t.Fatalf("got %v, %v; want %v, nil", res, err, tc.want)
 			}
