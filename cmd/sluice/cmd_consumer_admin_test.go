@@ -10,6 +10,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -42,18 +43,7 @@ func TestParseResetTime(t *testing.T) {
 // (once), offset show/reset move the group, group consistency reports a client that
 // subscribes differently and fails.
 func TestConsumerAdminCommands(t *testing.T) {
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: t.TempDir(), Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.Shutdown(ctx)
-	})
+	b, _ := testbroker.Start(t, broker.Config{})
 	ns := b.NamesrvAddr()
 	if _, err := run(t, "admin", "--namesrv", ns, "topic", "create", "--topic", "CliT", "--queues", "1"); err != nil {
 		t.Fatal(err)

@@ -5,14 +5,14 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/producer"
@@ -23,22 +23,8 @@ import (
 // "<tag>_<md5hex(body)>" (middleware.ContentKey), to an embedded broker and finds it with
 // `admin message find --key` and `admin message get --id`.
 func TestMessageFindAndGet(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir: t.TempDir(), MappedFileSizeCommitLog: 8 << 20, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
+	quiet := testkit.Quiet()
+	b, _ := testbroker.Start(t, broker.Config{MappedFileSizeCommitLog: 8 << 20})
 	ns := b.NamesrvAddr()
 	if out, err := run(t, "admin", "topic", "create", "--namesrv", ns, "--topic", "Payments", "--queues", "2"); err != nil {
 		t.Fatalf("topic create: %v %s", err, out)
@@ -141,7 +127,7 @@ func TestMessageFindAndGet(t *testing.T) {
 // middleware (key "<tag>_<md5hex(body)>"), restarts the broker on the same address and
 // data directory, and finds every message by its key and by its offset message id.
 func TestSeedKeysFindableAfterRestart(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := testkit.Quiet()
 	dir := t.TempDir()
 	start := func(listen string) *broker.Broker {
 		b, err := broker.New(broker.Config{ListenAddr: listen, NamesrvListenAddr: "127.0.0.1:0",
