@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"syscall"
@@ -12,11 +10,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // recorder records the order in which components start and finish shutting down.
 type recorder struct {
@@ -45,7 +43,7 @@ func (r *recorder) comp(name string, err error) Component {
 }
 
 func TestShutdownOrder(t *testing.T) {
-	g, err := New(Config{Logger: quiet()})
+	g, err := New(Config{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +76,7 @@ func TestShutdownOrder(t *testing.T) {
 // Components of one stage stop concurrently: two consumers that each wait for the other
 // to have started both finish.
 func TestStageRunsConcurrently(t *testing.T) {
-	g, _ := New(Config{Logger: quiet()})
+	g, _ := New(Config{Logger: testkit.Quiet()})
 	var started sync.WaitGroup
 	started.Add(2)
 	both := make(chan struct{})
@@ -105,7 +103,7 @@ func TestStageRunsConcurrently(t *testing.T) {
 // deadline, later stages still run (with the expired context), and the error names the
 // stuck consumer and the failing producer.
 func TestDeadlineAndErrors(t *testing.T) {
-	g, _ := New(Config{Logger: quiet()})
+	g, _ := New(Config{Logger: testkit.Quiet()})
 	release := make(chan struct{})
 	stuckDone := make(chan struct{})
 	t.Cleanup(func() { close(release); <-stuckDone }) // no goroutine left for goleak
@@ -152,7 +150,7 @@ func TestDeadlineAndErrors(t *testing.T) {
 // Run installs the signal handler only while it waits: SIGTERM sent to this process
 // starts the shutdown (and does not kill the test binary).
 func TestRunOnSignal(t *testing.T) {
-	g, _ := New(Config{Logger: quiet(), Timeout: 5 * time.Second})
+	g, _ := New(Config{Logger: testkit.Quiet(), Timeout: 5 * time.Second})
 	r := &recorder{}
 	must(t, g.AddConsumer("consumer", r.comp("consumer", nil)))
 	must(t, g.AddProducer("producer", r.comp("producer", nil)))
@@ -188,7 +186,7 @@ func TestRunOnSignal(t *testing.T) {
 }
 
 func TestRunOnContext(t *testing.T) {
-	g, _ := New(Config{Logger: quiet()})
+	g, _ := New(Config{Logger: testkit.Quiet()})
 	r := &recorder{}
 	must(t, g.AddRetryTask("retry", r.comp("retry", nil)))
 	ctx, cancel := context.WithCancel(context.Background())

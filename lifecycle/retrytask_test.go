@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"
@@ -50,11 +51,11 @@ func TestSIGTERMMidBatch(t *testing.T) {
 			sent[m.Property("seq")]++
 			return &message.SendResult{Status: message.SendOK}, nil
 		}
-		task, err := retrytask.New(retrytask.Config{Client: c, Namespace: ns, Send: send, MinAge: -1, BatchSize: 50, Logger: quiet()})
+		task, err := retrytask.New(retrytask.Config{Client: c, Namespace: ns, Send: send, MinAge: -1, BatchSize: 50, Logger: testkit.Quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, _ := New(Config{Logger: quiet(), Timeout: 10 * time.Second})
+		g, _ := New(Config{Logger: testkit.Quiet(), Timeout: 10 * time.Second})
 		must(t, g.AddRetryTask("retry", ShutdownFunc(func(ctx context.Context) error {
 			err := task.Shutdown(ctx)
 			mu.Lock()

@@ -2,8 +2,6 @@ package redismw
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicemq/sluice/internal/redistest"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -48,7 +47,7 @@ func benchRedis(b *testing.B) (redis.UniversalClient, string) {
 //
 // Real Redis: SLUICE_REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench ConsumeChain ./middleware/
 func BenchmarkConsumeChain(b *testing.B) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := testkit.Quiet()
 	handlers := []struct {
 		name string
 		make func(c redis.UniversalClient, ns string) middleware.ConsumeFunc

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -53,7 +52,7 @@ func TestLoggingLevelsAndFields(t *testing.T) {
 		}
 	})
 	// Disabled levels cost nothing and change nothing.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	quiet := testkit.Quiet()
 	if res, err, _ := testkit.Call(middleware.ChainConsume(testkit.NewEffects().OK(), middleware.Logging(quiet)), testkit.NewExt("T", "", "k", "b")); res != message.ConsumeSuccess || err != nil {
 		t.Fatal(res, err)
 	}
