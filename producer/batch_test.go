@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -47,13 +50,13 @@ func exactBatch(topic string, n, total int) []*message.Message {
 }
 
 func TestSendBatchOnTheWire(t *testing.T) {
-	b := newFakeServer(t, handlerMap{remoting.SendBatchMessage: func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	b := fakeremote.Start(t, fakeremote.Handlers{remoting.SendBatchMessage: func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
 		r := remoting.NewResponse(remoting.Success, "")
 		return r.SetExt("msgId", "7F00000100002A9F0000000000000010,7F00000100002A9F0000000000000099,7F00000100002A9F00000000000000F0").
 			SetExt("queueId", req.ExtFields["e"]).SetExt("queueOffset", "40")
 	}, remoting.HeartBeat: ok, remoting.UnregisterClient: ok})
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, Group: "pg"})
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, Group: "pg"})
 	big := bytes.Repeat([]byte("z"), 5000) // over the compression threshold: batches stay uncompressed
 	msgs := []*message.Message{
 		message.NewMessage("T", []byte("one")).SetTag("a").SetKeys("k1"),
@@ -73,7 +76,7 @@ func TestSendBatchOnTheWire(t *testing.T) {
 	if r.MsgID != strings.Join(ids, ",") || r.QueueOffset != 40 || r.Queue.QueueID != 1 || strings.Count(r.OffsetMsgID, ",") != 2 {
 		t.Fatalf("result %+v", r)
 	}
-	reqs := b.requests(remoting.SendBatchMessage)
+	reqs := b.Requests(remoting.SendBatchMessage)
 	if len(reqs) != 1 {
 		t.Fatalf("%d batch requests", len(reqs))
 	}
@@ -100,9 +103,9 @@ func TestSendBatchOnTheWire(t *testing.T) {
 // no request of any kind reaches the name server or the broker, and UNIQ_KEYs the
 // producer assigned are taken back.
 func TestSendBatchRefusedBeforeNetwork(t *testing.T) {
-	b := newFakeServer(t, handlerMap{remoting.SendBatchMessage: storeOK(remoting.Success), remoting.HeartBeat: ok, remoting.UnregisterClient: ok})
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	b := fakeremote.Start(t, fakeremote.Handlers{remoting.SendBatchMessage: storeOK(remoting.Success), remoting.HeartBeat: ok, remoting.UnregisterClient: ok})
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	const limit = DefaultMaxMessageSize
 
 	// Bodies summing to exactly the limit: the record headers and properties push the
@@ -149,7 +152,7 @@ func TestSendBatchRefusedBeforeNetwork(t *testing.T) {
 			}
 		})
 	}
-	if n := len(b.requests(remoting.SendBatchMessage)) + len(ns.requests(remoting.GetRouteInfoByTopic)); n != 0 {
+	if n := len(b.Requests(remoting.SendBatchMessage)) + len(ns.Requests(remoting.GetRouteInfoByTopic)); n != 0 {
 		t.Fatalf("%d requests for refused batches", n)
 	}
 }
@@ -159,9 +162,9 @@ func TestSendBatchRefusedBeforeNetwork(t *testing.T) {
 // byte more is refused by the producer; a broker with a smaller limit refuses a batch the
 // producer let through, without retry.
 func TestSendBatchRealBroker(t *testing.T) {
-	b, _ := startBrokerCfg(t, broker.Config{})
-	createTopic(t, nsAddrs(b), "Batch", 1)
-	p := newProducer(t, Config{NamesrvAddrs: nsAddrs(b), SendTimeout: 20 * time.Second})
+	b, _ := testbroker.Start(t, broker.Config{})
+	createTopic(t, testbroker.Namesrv(b), "Batch", 1)
+	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), SendTimeout: 20 * time.Second})
 	ctx := context.Background()
 
 	msgs := exactBatch("Batch", 4, 4194304)
@@ -186,7 +189,7 @@ func TestSendBatchRealBroker(t *testing.T) {
 	}
 	// The stored messages come back intact, at consecutive offsets.
 	col := poll(t, b.Addr(), "Batch", 1, message.PropertyUniqClientMessageIDKeyIdx)
-	waitFor(t, 30*time.Second, func() bool { return col.count() == 4 }, func() string { return strconv.Itoa(col.count()) + " of 4 received" })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return col.count() == 4 }, func() string { return strconv.Itoa(col.count()) + " of 4 received" })
 	for i, m := range msgs {
 		d := col.get(m.UniqKey())
 		if len(d) != 1 || !bytes.Equal(d[0].msg.Body, m.Body) || d[0].msg.QueueOffset != int64(i) {
@@ -195,8 +198,8 @@ func TestSendBatchRealBroker(t *testing.T) {
 	}
 
 	// Broker limit below the producer's: MESSAGE_ILLEGAL (13), one attempt.
-	small, _ := startBrokerCfg(t, broker.Config{MaxMessageSize: 1024})
-	ps := newProducer(t, Config{NamesrvAddrs: nsAddrs(small)})
+	small, _ := testbroker.Start(t, broker.Config{MaxMessageSize: 1024})
+	ps := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(small)})
 	_, err = ps.SendBatch(ctx, exactBatch("Small", 2, 1025))
 	var se *SendError
 	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 {
@@ -264,8 +267,8 @@ func TestSplitBatch(t *testing.T) {
 	}
 
 	// The split batches are accepted by the producer and the broker.
-	b, _ := startBrokerCfg(t, broker.Config{})
-	p := newProducer(t, Config{NamesrvAddrs: nsAddrs(b), MaxMessageSize: 1024})
+	b, _ := testbroker.Start(t, broker.Config{})
+	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxMessageSize: 1024})
 	for _, bt := range batches {
 		if _, err := p.SendBatch(context.Background(), bt); err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -25,9 +26,9 @@ const benchBody = 1024
 
 func benchSetup(b *testing.B, topic string, queues int) (*broker.Broker, *Producer) {
 	b.Helper()
-	br, _ := startBrokerCfg(b, broker.Config{})
-	createTopic(b, nsAddrs(br), topic, queues)
-	p := newProducer(b, Config{NamesrvAddrs: nsAddrs(br), SendTimeout: 30 * time.Second})
+	br, _ := testbroker.Start(b, broker.Config{})
+	createTopic(b, testbroker.Namesrv(br), topic, queues)
+	p := newProducer(b, Config{NamesrvAddrs: testbroker.Namesrv(br), SendTimeout: 30 * time.Second})
 	// Warm up: route, connection, topic files.
 	if _, err := p.SendSync(context.Background(), message.NewMessage(topic, make([]byte, benchBody))); err != nil {
 		b.Fatal(err)
@@ -69,9 +70,9 @@ func BenchmarkSendAsync(b *testing.B) {
 		mws  []middleware.SendMiddleware
 	}{{"callback", nil}, {"middleware", []middleware.SendMiddleware{passThrough}}} {
 		b.Run(tc.name, func(b *testing.B) {
-			br, _ := startBrokerCfg(b, broker.Config{})
-			createTopic(b, nsAddrs(br), "BenchAsync", 8)
-			p := newProducer(b, Config{NamesrvAddrs: nsAddrs(br), SendTimeout: 30 * time.Second, Middlewares: tc.mws})
+			br, _ := testbroker.Start(b, broker.Config{})
+			createTopic(b, testbroker.Namesrv(br), "BenchAsync", 8)
+			p := newProducer(b, Config{NamesrvAddrs: testbroker.Namesrv(br), SendTimeout: 30 * time.Second, Middlewares: tc.mws})
 			if _, err := p.SendSync(context.Background(), message.NewMessage("BenchAsync", make([]byte, benchBody))); err != nil {
 				b.Fatal(err)
 			}

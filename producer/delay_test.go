@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -23,10 +25,10 @@ const delayTable = "1s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 2s"
 const lateness = 2 * time.Second
 
 func TestDelayLevels(t *testing.T) {
-	b, _ := startBrokerCfg(t, broker.Config{MessageDelayLevel: delayTable})
+	b, _ := testbroker.Start(t, broker.Config{MessageDelayLevel: delayTable})
 	const topic = "Delayed"
-	createTopic(t, nsAddrs(b), topic, 1)
-	p := newProducer(t, Config{NamesrvAddrs: nsAddrs(b)})
+	createTopic(t, testbroker.Namesrv(b), topic, 1)
+	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b)})
 	col := poll(t, b.Addr(), topic, 1, "case")
 
 	type tc struct {
@@ -65,8 +67,7 @@ func TestDelayLevels(t *testing.T) {
 	if fmt.Sprint(sched) != fmt.Sprint(want) {
 		t.Fatalf("SCHEDULE_TOPIC_XXXX queue max offsets %v, want %v", sched, want)
 	}
-	waitFor(t, 15*time.Second, func() bool { return col.count() == len(cases) },
-		func() string { return strconv.Itoa(col.count()) + " of " + strconv.Itoa(len(cases)) + " delivered" })
+	testkit.WaitFor(t, 15*time.Second, func() bool { return col.count() == len(cases) }, func() string { return strconv.Itoa(col.count()) + " of " + strconv.Itoa(len(cases)) + " delivered" })
 	for _, c := range cases {
 		d := col.get(c.name)
 		if len(d) != 1 {
@@ -101,10 +102,10 @@ func TestDelayLevels(t *testing.T) {
 func TestDelayedMessagesSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := broker.Config{MessageDelayLevel: "1s 4s", StorePathRootDir: dir}
-	b1, stop1 := startBrokerCfg(t, cfg)
+	b1, stop1 := testbroker.Start(t, cfg)
 	const topic, n = "DelayedRestart", 10
-	createTopic(t, nsAddrs(b1), topic, 2)
-	p, err := New(Config{NamesrvAddrs: nsAddrs(b1), Logger: quiet})
+	createTopic(t, testbroker.Namesrv(b1), topic, 2)
+	p, err := New(Config{NamesrvAddrs: testbroker.Namesrv(b1), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +122,9 @@ func TestDelayedMessagesSurviveRestart(t *testing.T) {
 		}
 	}
 	// Wait for the level-1 half only, then stop the broker.
-	waitFor(t, 10*time.Second, func() bool { return sum(maxOffsets(t, b1.Addr(), topic, 2)) == n },
-		func() string {
-			return fmt.Sprintf("level-1 messages delivered: %v", maxOffsets(t, b1.Addr(), topic, 2))
-		})
+	testkit.WaitFor(t, 10*time.Second, func() bool { return sum(maxOffsets(t, b1.Addr(), topic, 2)) == n }, func() string {
+		return fmt.Sprintf("level-1 messages delivered: %v", maxOffsets(t, b1.Addr(), topic, 2))
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := p.Shutdown(ctx); err != nil {
 		t.Errorf("producer shutdown: %v", err)
@@ -135,10 +135,9 @@ func TestDelayedMessagesSurviveRestart(t *testing.T) {
 		t.Fatal("the broker stopped after the level-2 messages were due: the test proves nothing")
 	}
 
-	b2, _ := startBrokerCfg(t, cfg)
+	b2, _ := testbroker.Start(t, cfg)
 	col := poll(t, b2.Addr(), topic, 2, "seq")
-	waitFor(t, 15*time.Second, func() bool { return col.count() == 2*n },
-		func() string { return fmt.Sprintf("%d of %d delivered", col.count(), 2*n) })
+	testkit.WaitFor(t, 15*time.Second, func() bool { return col.count() == 2*n }, func() string { return fmt.Sprintf("%d of %d delivered", col.count(), 2*n) })
 	if total := sum(maxOffsets(t, b2.Addr(), topic, 2)); total != 2*n {
 		t.Fatalf("topic holds %d messages, want %d: a delivery was repeated or lost", total, 2*n)
 	}
@@ -162,8 +161,8 @@ func TestDelayedMessagesSurviveRestart(t *testing.T) {
 // topic creates it with 4 queues; off, it fails with a topic-not-exist error and creates
 // nothing.
 func TestAutoCreateTopicSwitch(t *testing.T) {
-	on, _ := startBrokerCfg(t, broker.Config{})
-	p := newProducer(t, Config{NamesrvAddrs: nsAddrs(on)})
+	on, _ := testbroker.Start(t, broker.Config{})
+	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(on)})
 	if _, err := p.SendSync(context.Background(), message.NewMessage("Fresh", []byte("x"))); err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +171,8 @@ func TestAutoCreateTopicSwitch(t *testing.T) {
 	}
 
 	disabled := false
-	off, _ := startBrokerCfg(t, broker.Config{AutoCreateTopicEnable: &disabled})
-	p2 := newProducer(t, Config{NamesrvAddrs: nsAddrs(off)})
+	off, _ := testbroker.Start(t, broker.Config{AutoCreateTopicEnable: &disabled})
+	p2 := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(off)})
 	for _, send := range []func() error{
 		func() error {
 			_, err := p2.SendSync(context.Background(), message.NewMessage("Fresh", []byte("x")))
@@ -194,7 +193,7 @@ func TestAutoCreateTopicSwitch(t *testing.T) {
 		}
 	}
 	// A topic created by an admin works.
-	createTopic(t, nsAddrs(off), "Made", 2)
+	createTopic(t, testbroker.Namesrv(off), "Made", 2)
 	if _, err := p2.SendSync(context.Background(), message.NewMessage("Made", []byte("x"))); err != nil {
 		t.Fatal(err)
 	}

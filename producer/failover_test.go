@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -45,7 +46,7 @@ func runChildBroker() {
 		os.Exit(2)
 	}
 	b, err := broker.New(broker.Config{NamesrvAddr: c.NamesrvAddr, BrokerName: c.Name, ListenAddr: c.ListenAddr,
-		StorePathRootDir: c.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		StorePathRootDir: c.Dir, Logger: testkit.Quiet()})
 	if err == nil {
 		err = b.Start()
 	}
@@ -175,7 +176,7 @@ func testFailover(t *testing.T, fault bool) {
 		defer cancel()
 		_ = ns.Shutdown(ctx)
 	})
-	startBrokerCfg(t, broker.Config{NamesrvAddr: ns.Addr(), BrokerName: "broker-a"})
+	testbroker.Start(t, broker.Config{NamesrvAddr: ns.Addr(), BrokerName: "broker-a"})
 	bcfg := childConfig{NamesrvAddr: ns.Addr(), ListenAddr: freeAddr(t), Dir: t.TempDir(), Name: "broker-b"}
 	child := startChildBroker(t, bcfg)
 	const topic = "Failover"
@@ -249,17 +250,15 @@ func testFailover(t *testing.T, fault bool) {
 		return n
 	}
 	start := time.Now()
-	waitFor(t, 20*time.Second, func() bool { return countOn("broker-a", start) >= 20 && countOn("broker-b", start) >= 20 },
-		func() string {
-			return fmt.Sprintf("a %d, b %d", countOn("broker-a", start), countOn("broker-b", start))
-		})
+	testkit.WaitFor(t, 20*time.Second, func() bool { return countOn("broker-a", start) >= 20 && countOn("broker-b", start) >= 20 }, func() string {
+		return fmt.Sprintf("a %d, b %d", countOn("broker-a", start), countOn("broker-b", start))
+	})
 
 	down.Store(true)
 	killAt := time.Now()
 	child.kill()
 	// Down for at least two isolation windows, and plenty of sends.
-	waitFor(t, 30*time.Second, func() bool { return time.Since(killAt) > 2500*time.Millisecond && countOn("", killAt) >= 200 },
-		func() string { return fmt.Sprintf("%d sends since the kill", countOn("", killAt)) })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return time.Since(killAt) > 2500*time.Millisecond && countOn("", killAt) >= 200 }, func() string { return fmt.Sprintf("%d sends since the kill", countOn("", killAt)) })
 	downSends := countOn("", killAt)
 	downAttempts := attemptsBDown.Load()
 	downFor := time.Since(killAt)
@@ -267,10 +266,9 @@ func testFailover(t *testing.T, fault bool) {
 	restartAt := time.Now()
 	startChildBroker(t, bcfg)
 	down.Store(false)
-	waitFor(t, 30*time.Second, func() bool { return countOn("broker-b", restartAt) >= 10 },
-		func() string {
-			return fmt.Sprintf("%d sends on broker-b since its restart", countOn("broker-b", restartAt))
-		})
+	testkit.WaitFor(t, 30*time.Second, func() bool { return countOn("broker-b", restartAt) >= 10 }, func() string {
+		return fmt.Sprintf("%d sends on broker-b since its restart", countOn("broker-b", restartAt))
+	})
 	close(stop)
 	wg.Wait()
 

@@ -11,32 +11,14 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 func startBroker(t *testing.T, maxMessageSize int) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(broker.Config{
-		ListenAddr:        "127.0.0.1:0",
-		NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir:  t.TempDir(),
-		MaxMessageSize:    maxMessageSize,
-		Logger:            quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
+	b, _ := testbroker.Start(t, broker.Config{MaxMessageSize: maxMessageSize})
 	return b
 }
 

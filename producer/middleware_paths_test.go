@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
@@ -56,8 +58,8 @@ func (r *pathRecorder) call(tag string) (pathCall, bool) {
 
 // keysOnWire returns the KEYS property of the send request whose tag is tag ("" when
 // there is none).
-func keysOnWire(b *fakeServer, code remoting.RequestCode, tag string) (string, bool) {
-	for _, req := range b.requests(code) {
+func keysOnWire(b *fakeremote.Server, code remoting.RequestCode, tag string) (string, bool) {
+	for _, req := range b.Requests(code) {
 		props := message.UnmarshalProperties(req.ExtFields["i"])
 		if props[message.PropertyTags] == tag {
 			return props[message.PropertyKeys], true
@@ -70,13 +72,13 @@ func keysOnWire(b *fakeServer, code remoting.RequestCode, tag string) (string, b
 // around the send (their change reaches the wire, they see the inner result) or the path
 // refuses with a *MiddlewareError before anything is sent.
 func TestMiddlewaresOnEverySendPath(t *testing.T) {
-	b := newFakeServer(t, handlerMap{
+	b := fakeremote.Start(t, fakeremote.Handlers{
 		remoting.SendMessageV2: storeOK(remoting.Success), remoting.SendBatchMessage: storeOK(remoting.Success),
 		remoting.HeartBeat: ok, remoting.UnregisterClient: ok,
 	})
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
 	rec := &pathRecorder{seen: map[string]pathCall{}}
-	cfg := Config{NamesrvAddrs: []string{ns.srv.Addr()}, Middlewares: []middleware.SendMiddleware{rec.mw()}}
+	cfg := Config{NamesrvAddrs: []string{ns.Addr()}, Middlewares: []middleware.SendMiddleware{rec.mw()}}
 	p := newProducer(t, cfg)
 	ctx := context.Background()
 	ran := func(t *testing.T, tag string, wantResult bool) {
@@ -88,8 +90,7 @@ func TestMiddlewaresOnEverySendPath(t *testing.T) {
 		if c.err != nil || (c.result != nil) != wantResult {
 			t.Fatalf("%s: the middleware saw result %+v, error %v (want a result: %v)", tag, c.result, c.err, wantResult)
 		}
-		waitFor(t, 5*time.Second, func() bool { _, ok := keysOnWire(b, remoting.SendMessageV2, tag); return ok },
-			func() string { return tag + " on the wire" })
+		testkit.WaitFor(t, 5*time.Second, func() bool { _, ok := keysOnWire(b, remoting.SendMessageV2, tag); return ok }, func() string { return tag + " on the wire" })
 		if k, _ := keysOnWire(b, remoting.SendMessageV2, tag); k != "mw-"+tag {
 			t.Fatalf("%s: KEYS on the wire %q, want the middleware's %q", tag, k, "mw-"+tag)
 		}
@@ -124,7 +125,7 @@ func TestMiddlewaresOnEverySendPath(t *testing.T) {
 	t.Run("SendOnewayError", func(t *testing.T) {
 		// A failed one-way send goes back out through the chain, which may act on it.
 		ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", deadAddr(t)})})
-		p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}, Middlewares: []middleware.SendMiddleware{rec.mw()}})
+		p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}, Middlewares: []middleware.SendMiddleware{rec.mw()}})
 		err := p2.SendOneway(ctx, message.NewMessage("T", []byte("x")).SetTag("oneway-dead"))
 		var se *SendError
 		if !errors.As(err, &se) || !strings.HasPrefix(err.Error(), "wrapped by the middleware") {
@@ -149,8 +150,7 @@ func TestMiddlewaresOnEverySendPath(t *testing.T) {
 			if _, ok := rec.call(tag); ok {
 				t.Errorf("%s: the middleware ran although the send asked for none", tag)
 			}
-			waitFor(t, 5*time.Second, func() bool { _, ok := keysOnWire(b, remoting.SendMessageV2, tag); return ok },
-				func() string { return tag + " on the wire" })
+			testkit.WaitFor(t, 5*time.Second, func() bool { _, ok := keysOnWire(b, remoting.SendMessageV2, tag); return ok }, func() string { return tag + " on the wire" })
 			if k, _ := keysOnWire(b, remoting.SendMessageV2, tag); k != "" {
 				t.Errorf("%s: KEYS %q on the wire", tag, k)
 			}
@@ -163,7 +163,7 @@ func TestMiddlewaresOnEverySendPath(t *testing.T) {
 		if !errors.As(err, &me) || me.Path != "SendBatch" || !errors.Is(err, ErrMiddlewaresUnsupported) {
 			t.Fatalf("SendBatch with middlewares: %v, want a *MiddlewareError", err)
 		}
-		if n := len(b.requests(remoting.SendBatchMessage)); n != 0 {
+		if n := len(b.Requests(remoting.SendBatchMessage)); n != 0 {
 			t.Fatalf("%d batch requests sent although the batch was refused", n)
 		}
 		if batch[0].UniqKey() != "" {
@@ -172,14 +172,14 @@ func TestMiddlewaresOnEverySendPath(t *testing.T) {
 		if _, err := p.SendBatch(ctx, batch, WithoutMiddlewares()); err != nil {
 			t.Fatalf("SendBatch WithoutMiddlewares: %v", err)
 		}
-		if n := len(b.requests(remoting.SendBatchMessage)); n != 1 {
+		if n := len(b.Requests(remoting.SendBatchMessage)); n != 1 {
 			t.Fatalf("%d batch requests, want 1", n)
 		}
 		if _, ok := rec.call("batch"); ok {
 			t.Fatal("the middleware ran on a batch")
 		}
 		// Without Config.Middlewares a batch needs no option.
-		plain := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+		plain := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 		if _, err := plain.SendBatch(ctx, []*message.Message{message.NewMessage("T", []byte("c"))}); err != nil {
 			t.Fatal(err)
 		}

@@ -5,18 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
@@ -29,56 +28,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// fakeServer is a real remoting server on 127.0.0.1 that records requests and answers
-// with a handler chosen per request code.
-type fakeServer struct {
-	srv  *remoting.Server
-	mu   sync.Mutex
-	reqs []*remoting.RemotingCommand
-}
-
-type handlerMap map[remoting.RequestCode]func(req *remoting.RemotingCommand) *remoting.RemotingCommand
-
-func newFakeServer(t *testing.T, hs handlerMap) *fakeServer {
-	t.Helper()
-	srv, err := remoting.NewServer(remoting.ServerConfig{Addr: "127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeServer{srv: srv}
-	for code, h := range hs {
-		h := h
-		srv.Handle(code, func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-			f.mu.Lock()
-			f.reqs = append(f.reqs, req)
-			f.mu.Unlock()
-			return h(req)
-		})
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return f
-}
-
-func (f *fakeServer) requests(code remoting.RequestCode) []*remoting.RemotingCommand {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*remoting.RemotingCommand
-	for _, r := range f.reqs {
-		if r.Code == int16(code) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+var quiet = testkit.Quiet()
 
 func ok(*remoting.RemotingCommand) *remoting.RemotingCommand {
 	return remoting.NewResponse(remoting.Success, "")
@@ -98,8 +48,8 @@ func refuse(code remoting.ResponseCode, remark string) func(*remoting.RemotingCo
 }
 
 // brokerHandlers returns the handlers of a fake broker whose sends answer with send.
-func brokerHandlers(send func(*remoting.RemotingCommand) *remoting.RemotingCommand) handlerMap {
-	return handlerMap{remoting.SendMessageV2: send, remoting.HeartBeat: ok, remoting.UnregisterClient: ok}
+func brokerHandlers(send func(*remoting.RemotingCommand) *remoting.RemotingCommand) fakeremote.Handlers {
+	return fakeremote.Handlers{remoting.SendMessageV2: send, remoting.HeartBeat: ok, remoting.UnregisterClient: ok}
 }
 
 // routeJSON builds a fastjson-style route (unquoted broker id keys) for brokers name→addr
@@ -114,8 +64,8 @@ func routeJSON(queues int, brokers ...[2]string) string {
 }
 
 // newNamesrv answers GET_ROUTEINFO_BY_TOPIC from routes (topic → JSON); others get 17.
-func newNamesrv(t *testing.T, routes map[string]string) *fakeServer {
-	return newFakeServer(t, handlerMap{remoting.GetRouteInfoByTopic: func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
+func newNamesrv(t *testing.T, routes map[string]string) *fakeremote.Server {
+	return fakeremote.Start(t, fakeremote.Handlers{remoting.GetRouteInfoByTopic: func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
 		body, ok := routes[req.ExtFields["topic"]]
 		if !ok {
 			return remoting.NewResponse(remoting.TopicNotExist, "No topic route info in name server for the topic: "+req.ExtFields["topic"])
@@ -157,9 +107,9 @@ func deadAddr(t *testing.T) string {
 }
 
 func TestSendHeaderAndResult(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, Group: "pg"})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, Group: "pg"})
 
 	msg := message.NewMessage("T", []byte("hello")).SetTag("TagA").SetKeys("k1", "k2")
 	msg.Flag = 3
@@ -175,7 +125,7 @@ func TestSendHeaderAndResult(t *testing.T) {
 		r.Queue.Topic != "T" || r.Queue.BrokerName != "broker-a" || r.RegionID != "DefaultRegion" {
 		t.Fatalf("result %+v", r)
 	}
-	reqs := b.requests(remoting.SendMessageV2)
+	reqs := b.Requests(remoting.SendMessageV2)
 	if len(reqs) != 1 {
 		t.Fatalf("%d sends", len(reqs))
 	}
@@ -210,10 +160,10 @@ func TestSendRetriesOnAnotherBroker(t *testing.T) {
 		{"fault tolerance on", true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bad := newFakeServer(t, brokerHandlers(refuse(remoting.SystemError, "disk full")))
-			good := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-			ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", bad.srv.Addr()}, [2]string{"broker-b", good.srv.Addr()})})
-			p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, SendLatencyFaultEnable: &tc.fault})
+			bad := fakeremote.Start(t, brokerHandlers(refuse(remoting.SystemError, "disk full")))
+			good := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+			ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", bad.Addr()}, [2]string{"broker-b", good.Addr()})})
+			p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, SendLatencyFaultEnable: &tc.fault})
 			for i := 0; i < 12; i++ {
 				r, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 				if err != nil {
@@ -223,7 +173,7 @@ func TestSendRetriesOnAnotherBroker(t *testing.T) {
 					t.Fatalf("stored on %v", r.Queue)
 				}
 			}
-			nBad, nGood := len(bad.requests(remoting.SendMessageV2)), len(good.requests(remoting.SendMessageV2))
+			nBad, nGood := len(bad.Requests(remoting.SendMessageV2)), len(good.Requests(remoting.SendMessageV2))
 			if nGood != 12 || nBad != tc.wantA {
 				t.Fatalf("attempts: broker-a %d (want %d), broker-b %d (want 12)", nBad, tc.wantA, nGood)
 			}
@@ -236,9 +186,9 @@ func TestSendRetriesOnAnotherBroker(t *testing.T) {
 }
 
 func TestSendGivesUpAfterRetries(t *testing.T) {
-	bad := newFakeServer(t, brokerHandlers(refuse(remoting.ServiceNotAvailable, "service not available now")))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", bad.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	bad := fakeremote.Start(t, brokerHandlers(refuse(remoting.ServiceNotAvailable, "service not available now")))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", bad.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	_, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	if !errors.As(err, &se) {
@@ -247,12 +197,12 @@ func TestSendGivesUpAfterRetries(t *testing.T) {
 	if se.Attempts != 3 || se.Code != remoting.ServiceNotAvailable || se.Remark != "service not available now" || !se.Retryable() {
 		t.Fatalf("send error %+v", se)
 	}
-	if n := len(bad.requests(remoting.SendMessageV2)); n != 3 {
+	if n := len(bad.Requests(remoting.SendMessageV2)); n != 3 {
 		t.Fatalf("%d attempts, want 3 (1 + RetryTimesWhenSendFailed 2)", n)
 	}
 
 	// No retries configured.
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, RetryTimesWhenSendFailed: -1})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, RetryTimesWhenSendFailed: -1})
 	_, err = p2.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	if !errors.As(err, &se) || se.Attempts != 1 {
 		t.Fatalf("no-retry producer: %v", err)
@@ -260,24 +210,24 @@ func TestSendGivesUpAfterRetries(t *testing.T) {
 }
 
 func TestSendNeverRetriesMessageIllegal(t *testing.T) {
-	a := newFakeServer(t, brokerHandlers(refuse(remoting.MessageIllegal, "the message is illegal, maybe msg body or properties length not matched")))
-	b := newFakeServer(t, brokerHandlers(refuse(remoting.MessageIllegal, "the message is illegal")))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", a.srv.Addr()}, [2]string{"broker-b", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	a := fakeremote.Start(t, brokerHandlers(refuse(remoting.MessageIllegal, "the message is illegal, maybe msg body or properties length not matched")))
+	b := fakeremote.Start(t, brokerHandlers(refuse(remoting.MessageIllegal, "the message is illegal")))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", a.Addr()}, [2]string{"broker-b", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	_, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() {
 		t.Fatalf("got %v", err)
 	}
-	if n := len(a.requests(remoting.SendMessageV2)) + len(b.requests(remoting.SendMessageV2)); n != 1 {
+	if n := len(a.Requests(remoting.SendMessageV2)) + len(b.Requests(remoting.SendMessageV2)); n != 1 {
 		t.Fatalf("%d attempts, want 1", n)
 	}
 }
 
 func TestSendTransportErrorsRetried(t *testing.T) {
-	good := newFakeServer(t, brokerHandlers(storeOK(remoting.FlushDiskTimeout)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", deadAddr(t)}, [2]string{"broker-b", good.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	good := fakeremote.Start(t, brokerHandlers(storeOK(remoting.FlushDiskTimeout)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", deadAddr(t)}, [2]string{"broker-b", good.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	for i := 0; i < 4; i++ {
 		r, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 		if err != nil {
@@ -288,13 +238,13 @@ func TestSendTransportErrorsRetried(t *testing.T) {
 			t.Fatalf("result %+v", r)
 		}
 	}
-	if n := len(good.requests(remoting.SendMessageV2)); n != 4 {
+	if n := len(good.Requests(remoting.SendMessageV2)); n != 4 {
 		t.Fatalf("%d sends on broker-b, want 4", n)
 	}
 
 	// Only dead brokers: a *SendError wrapping the transport error.
 	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", deadAddr(t)})})
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}})
 	_, err := p2.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	var ce *remoting.ConnError
@@ -304,9 +254,9 @@ func TestSendTransportErrorsRetried(t *testing.T) {
 }
 
 func TestSendValidationBeforeNetwork(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, MaxMessageSize: 1024})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, MaxMessageSize: 1024})
 	for name, tc := range map[string]struct {
 		msg   *message.Message
 		field string
@@ -327,22 +277,22 @@ func TestSendValidationBeforeNetwork(t *testing.T) {
 			}
 		})
 	}
-	if n := len(b.requests(remoting.SendMessageV2)) + len(ns.requests(remoting.GetRouteInfoByTopic)); n != 0 {
+	if n := len(b.Requests(remoting.SendMessageV2)) + len(ns.Requests(remoting.GetRouteInfoByTopic)); n != 0 {
 		t.Fatalf("%d requests for invalid messages", n)
 	}
 }
 
 func TestAutoCreateThroughTBW102(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"TBW102": routeJSON(8, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"TBW102": routeJSON(8, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	seen := map[string]bool{}
 	for i := 0; i < 16; i++ {
 		if _, err := p.SendSync(context.Background(), message.NewMessage("NewTopic", []byte("x"))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, r := range b.requests(remoting.SendMessageV2) {
+	for _, r := range b.Requests(remoting.SendMessageV2) {
 		if r.ExtFields["b"] != "NewTopic" || r.ExtFields["c"] != "TBW102" || r.ExtFields["d"] != "4" {
 			t.Fatalf("header %v", r.ExtFields)
 		}
@@ -355,7 +305,7 @@ func TestAutoCreateThroughTBW102(t *testing.T) {
 
 	// Neither the topic nor TBW102 routed: a *SendError wrapping the lookup failure.
 	ns2 := newNamesrv(t, nil)
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}})
 	_, err := p2.SendSync(context.Background(), message.NewMessage("NewTopic", []byte("x")))
 	var se *SendError
 	if !errors.As(err, &se) || se.Attempts != 0 || !strings.Contains(err.Error(), "TBW102") {
@@ -364,9 +314,9 @@ func TestAutoCreateThroughTBW102(t *testing.T) {
 }
 
 func TestCompression(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	big := bytes.Repeat([]byte("sluice "), 1000) // 7000 bytes ≥ 4096
 	if _, err := p.SendSync(context.Background(), message.NewMessage("T", big)); err != nil {
 		t.Fatal(err)
@@ -375,7 +325,7 @@ func TestCompression(t *testing.T) {
 	if _, err := p.SendSync(context.Background(), message.NewMessage("T", small)); err != nil {
 		t.Fatal(err)
 	}
-	reqs := b.requests(remoting.SendMessageV2)
+	reqs := b.Requests(remoting.SendMessageV2)
 	if reqs[0].ExtFields["f"] != "1" || len(reqs[0].Body) >= len(big) {
 		t.Fatalf("big body: sysFlag %q, %d bytes", reqs[0].ExtFields["f"], len(reqs[0].Body))
 	}
@@ -389,8 +339,8 @@ func TestCompression(t *testing.T) {
 }
 
 func TestMiddlewaresAndLifecycle(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
 	var calls atomic.Int32
 	var order []string
 	mw := func(name string) middleware.SendMiddleware {
@@ -403,7 +353,7 @@ func TestMiddlewaresAndLifecycle(t *testing.T) {
 			}
 		}
 	}
-	p, err := New(Config{NamesrvAddrs: []string{ns.srv.Addr()}, Group: "pg", Logger: quiet, Middlewares: []middleware.SendMiddleware{mw("outer"), mw("inner")}})
+	p, err := New(Config{NamesrvAddrs: []string{ns.Addr()}, Group: "pg", Logger: quiet, Middlewares: []middleware.SendMiddleware{mw("outer"), mw("inner")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +370,7 @@ func TestMiddlewaresAndLifecycle(t *testing.T) {
 	if fmt.Sprint(order[len(order)-2:]) != "[outer inner]" {
 		t.Fatalf("middleware order %v", order)
 	}
-	reqs := b.requests(remoting.SendMessageV2)
+	reqs := b.Requests(remoting.SendMessageV2)
 	if got := message.UnmarshalProperties(reqs[len(reqs)-1].ExtFields["i"])["KEYS"]; got != "set-by-inner" {
 		t.Fatalf("KEYS %q: the innermost middleware's change must reach the wire", got)
 	}
@@ -429,7 +379,7 @@ func TestMiddlewaresAndLifecycle(t *testing.T) {
 	if err := p.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	un := b.requests(remoting.UnregisterClient)
+	un := b.Requests(remoting.UnregisterClient)
 	if len(un) != 1 || un[0].ExtFields["producerGroup"] != "pg" || un[0].ExtFields["clientID"] != p.ClientID() {
 		t.Fatalf("unregister %v", un)
 	}

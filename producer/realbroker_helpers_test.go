@@ -6,56 +6,14 @@ package producer
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
-	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
-
-// startBrokerCfg starts a broker with cfg; empty ListenAddr, NamesrvListenAddr (when no
-// NamesrvAddr), StorePathRootDir and Logger get test values. It is shut down by
-// t.Cleanup unless stopped before (stop is idempotent).
-func startBrokerCfg(t testing.TB, cfg broker.Config) (b *broker.Broker, stop func()) {
-	t.Helper()
-	if cfg.ListenAddr == "" {
-		cfg.ListenAddr = "127.0.0.1:0"
-	}
-	if cfg.NamesrvAddr == "" && cfg.NamesrvListenAddr == "" {
-		cfg.NamesrvListenAddr = "127.0.0.1:0"
-	}
-	if cfg.StorePathRootDir == "" {
-		cfg.StorePathRootDir = t.TempDir()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = quiet
-	}
-	b, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			if err := b.Shutdown(ctx); err != nil {
-				t.Errorf("broker shutdown: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return b, stop
-}
-
-func nsAddrs(b *broker.Broker) []string { return strings.Split(b.NamesrvAddr(), ";") }
 
 // createTopic creates topic with queues queues on every broker and waits for its route
 // (to name brokerNames, when given).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -239,10 +240,10 @@ func TestManualSelector(t *testing.T) {
 // TestSelectorsOnTheWire sends through each selector against fake brokers and checks
 // the queue in the request header.
 func TestSelectorsOnTheWire(t *testing.T) {
-	a := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(3, [2]string{"broker-b", b.srv.Addr()}, [2]string{"broker-a", a.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	a := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(3, [2]string{"broker-b", b.Addr()}, [2]string{"broker-a", a.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	ctx := context.Background()
 	qs := queuesOf("T", 3, "broker-a", "broker-b")
 
@@ -260,12 +261,12 @@ func TestSelectorsOnTheWire(t *testing.T) {
 	if err != nil || r.Queue.String() != "T@broker-b#2" {
 		t.Fatalf("manual: %v %v", r, err)
 	}
-	last := b.requests(remoting.SendMessageV2)
+	last := b.Requests(remoting.SendMessageV2)
 	if h := last[len(last)-1].ExtFields; h["e"] != "2" || h["n"] != "broker-b" {
 		t.Fatalf("header %v", h)
 	}
 
-	before := len(a.requests(remoting.SendMessageV2)) + len(b.requests(remoting.SendMessageV2))
+	before := len(a.Requests(remoting.SendMessageV2)) + len(b.Requests(remoting.SendMessageV2))
 	_, err = p.SendSync(ctx, message.NewMessage("T", []byte("x")), WithQueue(message.MessageQueue{BrokerName: "broker-b", QueueID: 3}))
 	var se *SendError
 	if !errors.As(err, &se) || !errors.Is(err, ErrQueueNotFound) || se.Attempts != 0 {
@@ -283,12 +284,12 @@ func TestSelectorsOnTheWire(t *testing.T) {
 	if _, err := p.SendSync(ctx, message.NewMessage("T", []byte("x")), WithSelector(bogus)); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("bogus selector: %v", err)
 	}
-	if after := len(a.requests(remoting.SendMessageV2)) + len(b.requests(remoting.SendMessageV2)); after != before {
+	if after := len(a.Requests(remoting.SendMessageV2)) + len(b.Requests(remoting.SendMessageV2)); after != before {
 		t.Fatalf("%d requests sent for refused selections", after-before)
 	}
 
 	// Config.Selector is the default for every send.
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, Selector: HashSelector()})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, Selector: HashSelector()})
 	r, err = p2.SendSync(ctx, message.NewMessage("T", []byte("x")).SetShardingKey("k3"))
 	if err != nil || r.Queue != qs[fnv32a("k3")%6] {
 		t.Fatalf("config selector: %v %v", r, err)

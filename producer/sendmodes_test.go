@@ -13,22 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
 )
-
-// waitFor polls cond every 10 ms until it holds; after timeout it fails with what().
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // flaky answers the first n sends with code, then stores them.
 func flaky(n int32, code remoting.ResponseCode) func(*remoting.RemotingCommand) *remoting.RemotingCommand {
@@ -54,8 +44,8 @@ func gated(gate <-chan struct{}) func(*remoting.RemotingCommand) *remoting.Remot
 }
 
 func TestSendAsyncCallbackAndChannel(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", b.srv.Addr()})})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", b.Addr()})})
 	var mwCalls atomic.Int32
 	mw := func(next middleware.SendFunc) middleware.SendFunc {
 		return func(ctx context.Context, m *message.Message) (*message.SendResult, error) {
@@ -64,7 +54,7 @@ func TestSendAsyncCallbackAndChannel(t *testing.T) {
 			return next(ctx, m)
 		}
 	}
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, Middlewares: []middleware.SendMiddleware{mw}})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, Middlewares: []middleware.SendMiddleware{mw}})
 	const n = 200
 	var (
 		mu    sync.Mutex
@@ -102,7 +92,7 @@ func TestSendAsyncCallbackAndChannel(t *testing.T) {
 	if mwCalls.Load() != n {
 		t.Fatalf("middleware ran %d times", mwCalls.Load())
 	}
-	reqs := b.requests(remoting.SendMessageV2)
+	reqs := b.Requests(remoting.SendMessageV2)
 	if len(reqs) != n || message.UnmarshalProperties(reqs[0].ExtFields["i"])["KEYS"] != "mw" {
 		t.Fatalf("%d requests; properties %q", len(reqs), reqs[0].ExtFields["i"])
 	}
@@ -127,19 +117,19 @@ func TestSendAsyncCallbackAndChannel(t *testing.T) {
 }
 
 func TestSendAsyncRetriesOnSameQueue(t *testing.T) {
-	a := newFakeServer(t, brokerHandlers(flaky(2, remoting.SystemBusy)))
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", a.srv.Addr()}, [2]string{"broker-b", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	a := fakeremote.Start(t, brokerHandlers(flaky(2, remoting.SystemBusy)))
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", a.Addr()}, [2]string{"broker-b", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	// The first send goes to broker-a queue 0 (round-robin starts at the first queue):
 	// two refusals, then stored there — 3 attempts on the same queue.
 	res := <-p.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))
 	if res.Err != nil || res.Result.Queue.String() != "T@broker-a#0" {
 		t.Fatalf("%+v", res)
 	}
-	reqs := a.requests(remoting.SendMessageV2)
-	if len(reqs) != 3 || len(b.requests(remoting.SendMessageV2)) != 0 {
-		t.Fatalf("attempts: broker-a %d, broker-b %d", len(reqs), len(b.requests(remoting.SendMessageV2)))
+	reqs := a.Requests(remoting.SendMessageV2)
+	if len(reqs) != 3 || len(b.Requests(remoting.SendMessageV2)) != 0 {
+		t.Fatalf("attempts: broker-a %d, broker-b %d", len(reqs), len(b.Requests(remoting.SendMessageV2)))
 	}
 	for _, r := range reqs {
 		if r.ExtFields["e"] != "0" {
@@ -148,32 +138,32 @@ func TestSendAsyncRetriesOnSameQueue(t *testing.T) {
 	}
 
 	// Gives up after 1 + RetryTimesWhenSendAsyncFailed attempts.
-	c := newFakeServer(t, brokerHandlers(refuse(remoting.ServiceNotAvailable, "down")))
-	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-c", c.srv.Addr()})})
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}, RetryTimesWhenSendAsyncFailed: 4})
+	c := fakeremote.Start(t, brokerHandlers(refuse(remoting.ServiceNotAvailable, "down")))
+	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-c", c.Addr()})})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}, RetryTimesWhenSendAsyncFailed: 4})
 	res = <-p2.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	if !errors.As(res.Err, &se) || se.Attempts != 5 || se.Code != remoting.ServiceNotAvailable {
 		t.Fatalf("%+v", res.Err)
 	}
 	// Never retried: MESSAGE_ILLEGAL.
-	d := newFakeServer(t, brokerHandlers(refuse(remoting.MessageIllegal, "too big")))
-	ns3 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-d", d.srv.Addr()})})
-	p3 := newProducer(t, Config{NamesrvAddrs: []string{ns3.srv.Addr()}})
+	d := fakeremote.Start(t, brokerHandlers(refuse(remoting.MessageIllegal, "too big")))
+	ns3 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-d", d.Addr()})})
+	p3 := newProducer(t, Config{NamesrvAddrs: []string{ns3.Addr()}})
 	res = <-p3.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))
-	if !errors.As(res.Err, &se) || se.Attempts != 1 || len(d.requests(remoting.SendMessageV2)) != 1 {
+	if !errors.As(res.Err, &se) || se.Attempts != 1 || len(d.Requests(remoting.SendMessageV2)) != 1 {
 		t.Fatalf("%+v", res.Err)
 	}
 }
 
 func TestSendAsyncContextAndInflightLimit(t *testing.T) {
 	gate := make(chan struct{})
-	b := newFakeServer(t, brokerHandlers(gated(gate)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, MaxAsyncInflight: 2})
+	b := fakeremote.Start(t, brokerHandlers(gated(gate)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, MaxAsyncInflight: 2})
 	first := p.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("1")))
 	second := p.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("2")))
-	waitFor(t, 5*time.Second, func() bool { return len(b.requests(remoting.SendMessageV2)) == 2 }, func() string { return "two sends in flight" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(b.Requests(remoting.SendMessageV2)) == 2 }, func() string { return "two sends in flight" })
 
 	// A third waits for room until its context ends; nothing is sent for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -191,15 +181,15 @@ func TestSendAsyncContextAndInflightLimit(t *testing.T) {
 		}
 	}
 	gate2 := make(chan struct{})
-	b2 := newFakeServer(t, brokerHandlers(gated(gate2)))
-	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b2.srv.Addr()})})
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}})
+	b2 := fakeremote.Start(t, brokerHandlers(gated(gate2)))
+	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b2.Addr()})})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}})
 	ch := p2.SendAsyncChan(ctx, message.NewMessage("T", []byte("c")))
-	waitFor(t, 5*time.Second, func() bool { return len(b2.requests(remoting.SendMessageV2)) == 1 }, func() string { return "send in flight" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(b2.Requests(remoting.SendMessageV2)) == 1 }, func() string { return "send in flight" })
 	cancel()
 	r := <-ch
-	if !errors.Is(r.Err, context.Canceled) || len(b2.requests(remoting.SendMessageV2)) != 1 {
-		t.Fatalf("cancelled send: %v, %d attempts", r.Err, len(b2.requests(remoting.SendMessageV2)))
+	if !errors.Is(r.Err, context.Canceled) || len(b2.Requests(remoting.SendMessageV2)) != 1 {
+		t.Fatalf("cancelled send: %v, %d attempts", r.Err, len(b2.Requests(remoting.SendMessageV2)))
 	}
 	close(gate2)
 
@@ -225,9 +215,9 @@ func TestSendAsyncContextAndInflightLimit(t *testing.T) {
 
 func TestShutdownWaitsForAsyncSends(t *testing.T) {
 	gate := make(chan struct{})
-	b := newFakeServer(t, brokerHandlers(gated(gate)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.srv.Addr()})})
-	p, err := New(Config{NamesrvAddrs: []string{ns.srv.Addr()}, Logger: quiet})
+	b := fakeremote.Start(t, brokerHandlers(gated(gate)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	p, err := New(Config{NamesrvAddrs: []string{ns.Addr()}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +235,7 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, func() bool { return len(b.requests(remoting.SendMessageV2)) == 5 }, func() string { return "5 sends in flight" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(b.Requests(remoting.SendMessageV2)) == 5 }, func() string { return "5 sends in flight" })
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -253,7 +243,7 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 		shut <- p.Shutdown(ctx)
 	}()
 	// Shutdown refuses new sends at once and waits for the five.
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		return errors.Is(p.SendAsync(context.Background(), message.NewMessage("T", []byte("x")), func(*message.SendResult, error) {}), ErrClosed)
 	}, func() string { return "new sends still accepted" })
 	select {
@@ -268,16 +258,16 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 	if done.Load() != 5 {
 		t.Fatalf("%d callbacks ran before Shutdown returned", done.Load())
 	}
-	if len(b.requests(remoting.UnregisterClient)) != 1 {
+	if len(b.Requests(remoting.UnregisterClient)) != 1 {
 		t.Fatal("no UNREGISTER_CLIENT after the sends")
 	}
 
 	// A deadline that passes first: Shutdown reports it, the sends fail, none is left.
 	gate2 := make(chan struct{})
 	defer close(gate2)
-	b2 := newFakeServer(t, brokerHandlers(gated(gate2)))
-	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b2.srv.Addr()})})
-	p2, err := New(Config{NamesrvAddrs: []string{ns2.srv.Addr()}, Logger: quiet})
+	b2 := fakeremote.Start(t, brokerHandlers(gated(gate2)))
+	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b2.Addr()})})
+	p2, err := New(Config{NamesrvAddrs: []string{ns2.Addr()}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +275,7 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := p2.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))
-	waitFor(t, 5*time.Second, func() bool { return len(b2.requests(remoting.SendMessageV2)) == 1 }, func() string { return "send in flight" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(b2.Requests(remoting.SendMessageV2)) == 1 }, func() string { return "send in flight" })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := p2.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -302,15 +292,15 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 }
 
 func TestSendOneway(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	msg := message.NewMessage("T", []byte("fire")).SetTag("t1")
 	if err := p.SendOneway(context.Background(), msg, WithQueue(message.MessageQueue{BrokerName: "broker-a", QueueID: 1})); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return len(b.requests(remoting.SendMessageV2)) == 1 }, func() string { return "oneway send arrived" })
-	req := b.requests(remoting.SendMessageV2)[0]
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(b.Requests(remoting.SendMessageV2)) == 1 }, func() string { return "oneway send arrived" })
+	req := b.Requests(remoting.SendMessageV2)[0]
 	if !req.IsOneway() || req.ExtFields["e"] != "1" || string(req.Body) != "fire" ||
 		message.UnmarshalProperties(req.ExtFields["i"])["UNIQ_KEY"] != msg.UniqKey() {
 		t.Fatalf("request flag %d ext %v", req.Flag, req.ExtFields)
@@ -318,7 +308,7 @@ func TestSendOneway(t *testing.T) {
 
 	// No retry: a dead broker gives one failed attempt, and the broker is avoided after.
 	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", deadAddr(t)})})
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}})
 	err := p2.SendOneway(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	var ce *remoting.ConnError
@@ -335,31 +325,31 @@ func TestSendOneway(t *testing.T) {
 }
 
 func TestRetryAnotherBrokerWhenNotStoreOK(t *testing.T) {
-	a := newFakeServer(t, brokerHandlers(storeOK(remoting.FlushDiskTimeout)))
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	route := routeJSON(1, [2]string{"broker-a", a.srv.Addr()}, [2]string{"broker-b", b.srv.Addr()})
+	a := fakeremote.Start(t, brokerHandlers(storeOK(remoting.FlushDiskTimeout)))
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	route := routeJSON(1, [2]string{"broker-a", a.Addr()}, [2]string{"broker-b", b.Addr()})
 	ns := newNamesrv(t, map[string]string{"T": route})
 	ctx := context.Background()
 
 	// Default off: FLUSH_DISK_TIMEOUT reaches the caller (first send goes to broker-a).
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	r, err := p.SendSync(ctx, message.NewMessage("T", []byte("x")))
 	if err != nil || r.Status != message.SendFlushDiskTimeout || r.Queue.BrokerName != "broker-a" {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// On: retried on broker-b, SEND_OK.
-	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, RetryAnotherBrokerWhenNotStoreOK: true})
+	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, RetryAnotherBrokerWhenNotStoreOK: true})
 	r, err = p2.SendSync(ctx, message.NewMessage("T", []byte("x")))
 	if err != nil || r.Status != message.SendOK || r.Queue.BrokerName != "broker-b" {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// On, and every broker answers not OK: the last stored result, no error.
-	c := newFakeServer(t, brokerHandlers(storeOK(remoting.SlaveNotAvailable)))
-	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-c", c.srv.Addr()})})
-	p3 := newProducer(t, Config{NamesrvAddrs: []string{ns2.srv.Addr()}, RetryAnotherBrokerWhenNotStoreOK: true})
+	c := fakeremote.Start(t, brokerHandlers(storeOK(remoting.SlaveNotAvailable)))
+	ns2 := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-c", c.Addr()})})
+	p3 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}, RetryAnotherBrokerWhenNotStoreOK: true})
 	r, err = p3.SendSync(ctx, message.NewMessage("T", []byte("x")))
-	if err != nil || r.Status != message.SendSlaveNotAvailable || len(c.requests(remoting.SendMessageV2)) != 3 {
-		t.Fatalf("%+v %v, %d attempts", r, err, len(c.requests(remoting.SendMessageV2)))
+	if err != nil || r.Status != message.SendSlaveNotAvailable || len(c.Requests(remoting.SendMessageV2)) != 3 {
+		t.Fatalf("%+v %v, %d attempts", r, err, len(c.Requests(remoting.SendMessageV2)))
 	}
 }
 
@@ -370,10 +360,10 @@ func TestSlowBrokerAvoided(t *testing.T) {
 		time.Sleep(120 * time.Millisecond) // the broker under test is slow by design
 		return storeOK(remoting.Success)(req)
 	}
-	a := newFakeServer(t, brokerHandlers(slow))
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", a.srv.Addr()}, [2]string{"broker-b", b.srv.Addr()})})
-	p := newProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()},
+	a := fakeremote.Start(t, brokerHandlers(slow))
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", a.Addr()}, [2]string{"broker-b", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()},
 		LatencyFaultRules: []LatencyFaultRule{{Latency: 100 * time.Millisecond, NotAvailable: 500 * time.Millisecond}}})
 	ctx := context.Background()
 	r, err := p.SendSync(ctx, message.NewMessage("T", []byte("x")))
@@ -393,7 +383,7 @@ func TestSlowBrokerAvoided(t *testing.T) {
 			t.Fatalf("avoided broker used: %v", r.Queue)
 		}
 	}
-	waitFor(t, 5*time.Second, func() bool { return len(p.AvoidedBrokers()) == 0 }, func() string { return "window never passed" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(p.AvoidedBrokers()) == 0 }, func() string { return "window never passed" })
 	seenA := false
 	for i := 0; i < 4 && !seenA; i++ {
 		r, err := p.SendSync(ctx, message.NewMessage("T", []byte("x")))

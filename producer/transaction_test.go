@@ -12,21 +12,12 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
-
-// waitUntil polls cond every 10 ms until it holds; after timeout it fails with what().
-func waitUntil(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // bodyListener decides by the message body:
 //
@@ -185,10 +176,10 @@ func TestTransactionProducerLifecycle(t *testing.T) {
 // TestTransactionRefusedBeforeNetwork: a delayed transactional message (and other bad
 // messages) fail with a *message.ValidationError and no request reaches a server.
 func TestTransactionRefusedBeforeNetwork(t *testing.T) {
-	b := newFakeServer(t, brokerHandlers(storeOK(remoting.Success)))
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", b.srv.Addr()})})
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", b.Addr()})})
 	l := newBodyListener()
-	tp := newTxnProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, Group: "pg"}, l)
+	tp := newTxnProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, Group: "pg"}, l)
 
 	delayed := message.NewMessage("T", []byte("commit")).SetDelayLevel(3)
 	_, err := tp.SendMessageInTransaction(context.Background(), delayed)
@@ -208,7 +199,7 @@ func TestTransactionRefusedBeforeNetwork(t *testing.T) {
 			t.Errorf("%s: want *message.ValidationError, got %v", name, err)
 		}
 	}
-	if n := len(ns.requests(remoting.GetRouteInfoByTopic)) + len(b.requests(remoting.SendMessageV2)) + len(b.requests(remoting.EndTransaction)); n != 0 {
+	if n := len(ns.Requests(remoting.GetRouteInfoByTopic)) + len(b.Requests(remoting.SendMessageV2)) + len(b.Requests(remoting.EndTransaction)); n != 0 {
 		t.Fatalf("%d requests reached the servers", n)
 	}
 	if l.count(l.executed, "commit") != 0 {
@@ -228,12 +219,12 @@ func TestTransactionWire(t *testing.T) {
 	hs[remoting.EndTransaction] = func(*remoting.RemotingCommand) *remoting.RemotingCommand {
 		return remoting.NewResponse(remoting.ResponseCode(endCode.Load()), "The producer group wrong")
 	}
-	b := newFakeServer(t, hs)
-	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", b.srv.Addr()})})
+	b := fakeremote.Start(t, hs)
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", b.Addr()})})
 	l := newBodyListener()
-	tp := newTxnProducer(t, Config{NamesrvAddrs: []string{ns.srv.Addr()}, Group: "pg"}, l)
+	tp := newTxnProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, Group: "pg"}, l)
 
-	ends := func() []*remoting.RemotingCommand { return b.requests(remoting.EndTransaction) }
+	ends := func() []*remoting.RemotingCommand { return b.Requests(remoting.EndTransaction) }
 	send := func(body string) (*TransactionSendResult, *remoting.RemotingCommand, *remoting.RemotingCommand) {
 		t.Helper()
 		before := len(ends())
@@ -242,8 +233,8 @@ func TestTransactionWire(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
-		waitUntil(t, 5*time.Second, func() bool { return len(ends()) == before+1 }, func() string { return body + ": END_TRANSACTION" })
-		sends := b.requests(remoting.SendMessageV2)
+		testkit.WaitFor(t, 5*time.Second, func() bool { return len(ends()) == before+1 }, func() string { return body + ": END_TRANSACTION" })
+		sends := b.Requests(remoting.SendMessageV2)
 		return r, sends[len(sends)-1], ends()[before]
 	}
 
@@ -354,17 +345,17 @@ func checkRequest(t *testing.T, group, body string, halfOffset, phyOffset int64)
 // with fromTransactionCheck=true to the address the check came from; checks for another
 // group and malformed ones are ignored; a panicking check answers unknown.
 func TestTransactionChecksBounded(t *testing.T) {
-	b := newFakeServer(t, handlerMap{remoting.EndTransaction: ok})
+	b := fakeremote.Start(t, fakeremote.Handlers{remoting.EndTransaction: ok})
 	l := newBodyListener()
 	l.gate = make(chan struct{})
 	tp := newTxnProducer(t, Config{NamesrvAddrs: []string{deadAddr(t)}, Group: "pg"}, l, WithCheckWorkers(2), WithCheckBacklog(3))
-	addr := b.srv.Addr()
+	addr := b.Addr()
 
 	bodies := []string{"commit", "rollback", "unknown-forever", "check-panics", "unknown-then-commit"}
 	for i, body := range bodies {
 		tp.onCheck(context.Background(), addr, checkRequest(t, "pg", body, int64(100+i), int64(1000+i)))
 		if i == 1 { // both workers busy before the backlog fills, so exactly 3 wait
-			waitUntil(t, 5*time.Second, func() bool { return l.running.Load() == 2 }, func() string { return "2 checks running" })
+			testkit.WaitFor(t, 5*time.Second, func() bool { return l.running.Load() == 2 }, func() string { return "2 checks running" })
 		}
 	}
 	for i := 0; i < 4; i++ { // backlog (3) full: dropped
@@ -382,8 +373,8 @@ func TestTransactionChecksBounded(t *testing.T) {
 	tp.onCheck(context.Background(), addr, garbled)
 
 	close(l.gate)
-	ends := func() []*remoting.RemotingCommand { return b.requests(remoting.EndTransaction) }
-	waitUntil(t, 5*time.Second, func() bool { return len(ends()) == len(bodies) }, func() string {
+	ends := func() []*remoting.RemotingCommand { return b.Requests(remoting.EndTransaction) }
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(ends()) == len(bodies) }, func() string {
 		return "END_TRANSACTION for every accepted check, got " + strconv.Itoa(len(ends()))
 	})
 	if m := l.maxRun.Load(); m > 2 {
@@ -407,7 +398,7 @@ func TestTransactionChecksBounded(t *testing.T) {
 	// Nothing more arrives for the ignored checks: one more accepted check is answered,
 	// and it is the only new END_TRANSACTION.
 	tp.onCheck(context.Background(), addr, checkRequest(t, "pg", "rollback", 400, 4000))
-	waitUntil(t, 5*time.Second, func() bool { return len(ends()) == len(bodies)+1 }, func() string { return "the last check's answer" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(ends()) == len(bodies)+1 }, func() string { return "the last check's answer" })
 	if last := ends()[len(bodies)]; last.ExtFields["tranStateTableOffset"] != "400" {
 		t.Fatalf("unexpected END_TRANSACTION %v", last.ExtFields)
 	}
@@ -417,7 +408,7 @@ func TestTransactionChecksBounded(t *testing.T) {
 // context of a check that is still running and returns the deadline error; no
 // goroutine is left (goleak in TestMain).
 func TestTransactionShutdownCancelsChecks(t *testing.T) {
-	b := newFakeServer(t, handlerMap{remoting.EndTransaction: ok})
+	b := fakeremote.Start(t, fakeremote.Handlers{remoting.EndTransaction: ok})
 	l := newBodyListener()
 	l.gate = make(chan struct{}) // never opened: the check waits for its context
 	tp, err := NewTransactionProducer(Config{NamesrvAddrs: []string{deadAddr(t)}, Group: "pg", Logger: quiet}, l)
@@ -427,16 +418,16 @@ func TestTransactionShutdownCancelsChecks(t *testing.T) {
 	if err := tp.Start(); err != nil {
 		t.Fatal(err)
 	}
-	tp.onCheck(context.Background(), b.srv.Addr(), checkRequest(t, "pg", "commit", 1, 2))
-	waitUntil(t, 5*time.Second, func() bool { return l.running.Load() == 1 }, func() string { return "the check running" })
+	tp.onCheck(context.Background(), b.Addr(), checkRequest(t, "pg", "commit", 1, 2))
+	testkit.WaitFor(t, 5*time.Second, func() bool { return l.running.Load() == 1 }, func() string { return "the check running" })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := tp.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown with a check running: %v", err)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return l.running.Load() == 0 }, func() string { return "the check to see its context cancelled" })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return l.running.Load() == 0 }, func() string { return "the check to see its context cancelled" })
 	// A check arriving after Shutdown is ignored.
-	tp.onCheck(context.Background(), b.srv.Addr(), checkRequest(t, "pg", "commit", 3, 4))
+	tp.onCheck(context.Background(), b.Addr(), checkRequest(t, "pg", "commit", 3, 4))
 	if len(tp.checks) != 0 {
 		t.Fatal("a check was queued after Shutdown")
 	}
@@ -448,8 +439,8 @@ func TestTransactionShutdownCancelsChecks(t *testing.T) {
 // exactly the committed messages are delivered, each once; the discarded one lands in
 // TRANS_CHECK_MAX_TIME_TOPIC; decided messages are not checked again.
 func TestTransactionAgainstBroker(t *testing.T) {
-	b, _ := startBrokerCfg(t, broker.Config{TransactionTimeOut: 200, TransactionCheckInterval: 200, TransactionCheckMax: 2})
-	ns := nsAddrs(b)
+	b, _ := testbroker.Start(t, broker.Config{TransactionTimeOut: 200, TransactionCheckInterval: 200, TransactionCheckMax: 2})
+	ns := testbroker.Namesrv(b)
 	createTopic(t, ns, "TxT", 2)
 	col := poll(t, b.Addr(), "TxT", 2, "case")
 	l := newBodyListener()
@@ -470,7 +461,7 @@ func TestTransactionAgainstBroker(t *testing.T) {
 		}
 	}
 	committed := []string{"commit", "panic-then-commit", "unknown-then-commit"}
-	waitUntil(t, 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return col.count() == len(committed) && maxOffsets(t, b.Addr(), message.TransCheckMaxTimeTopic, 1)[0] == 1
 	}, func() string {
 		return "committed deliveries and the check-max discard; delivered " + strconv.Itoa(col.count())
@@ -496,7 +487,7 @@ func TestTransactionAgainstBroker(t *testing.T) {
 	if r, err := tp.SendMessageInTransaction(context.Background(), late); err != nil || r.State != Unknown {
 		t.Fatalf("late-commit: %+v %v", r, err)
 	}
-	waitUntil(t, 20*time.Second, func() bool { return len(col.get("late-commit")) == 1 }, func() string { return "late-commit delivered" })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return len(col.get("late-commit")) == 1 }, func() string { return "late-commit delivered" })
 	committed = append(committed, "late-commit")
 	for c, want := range map[string]int{"commit": 0, "rollback": 0, "unknown-then-commit": 1, "panic-then-commit": 1, "unknown-forever": 2, "late-commit": 1} {
 		if n := l.count(l.checks, c); n != want {
