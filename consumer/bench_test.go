@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -28,18 +29,7 @@ func BenchmarkConsumeConcurrent(b *testing.B) { benchConsume(b, false) }
 func BenchmarkConsumeOrderly(b *testing.B) { benchConsume(b, true) }
 
 func benchConsume(b *testing.B, orderly bool) {
-	br, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: b.TempDir(), Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := br.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = br.Shutdown(ctx)
-	}()
+	br, _ := testbroker.Start(b, broker.Config{})
 	ns := []string{br.NamesrvAddr()}
 	a, err := admin.New(admin.Config{NamesrvAddrs: ns, Logger: quiet})
 	if err != nil {

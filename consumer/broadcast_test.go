@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -51,8 +52,8 @@ func TestBroadcastingEveryConsumerGetsAllAndResumesFromLocalOffsets(t *testing.T
 	}
 	first := send(t, p, "Bcast", 40, "one")
 	for i, col := range cols {
-		waitFor(t, 20*time.Second, fmt.Sprintf("consumer %d: all 40", i), func() bool { return col.total() >= 40 })
-		waitFor(t, 10*time.Second, fmt.Sprintf("consumer %d: offsets at the queue ends", i), func() bool { return committedAtLeast("Bcast", first.ends, cs[i]) })
+		testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 40 }, fmt.Sprintf("consumer %d: all 40", i))
+		testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Bcast", first.ends, cs[i]) }, fmt.Sprintf("consumer %d: offsets at the queue ends", i))
 	}
 	// A second consumer of the same file in this process is refused.
 	dup, err := NewPushConsumer(Config{NamesrvAddrs: e.namesrv, Group: "bg", InstanceName: "b0", MessageModel: Broadcasting, OffsetStoreDir: dir, Logger: quiet})
@@ -104,8 +105,8 @@ func TestBroadcastingEveryConsumerGetsAllAndResumesFromLocalOffsets(t *testing.T
 		cs[i] = start(i)
 	}
 	for i, col := range cols {
-		waitFor(t, 20*time.Second, fmt.Sprintf("consumer %d: the 20 new", i), func() bool { return col.total() >= 20 })
-		waitFor(t, 10*time.Second, fmt.Sprintf("consumer %d: offsets at the queue ends", i), func() bool { return committedAtLeast("Bcast", second.ends, cs[i]) })
+		testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 20 }, fmt.Sprintf("consumer %d: the 20 new", i))
+		testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Bcast", second.ends, cs[i]) }, fmt.Sprintf("consumer %d: offsets at the queue ends", i))
 		col.mu.Lock()
 		for body, n := range col.got {
 			if !strings.HasPrefix(body, "two-") || n != 1 {

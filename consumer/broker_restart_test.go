@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -31,7 +32,7 @@ func TestResumesSoonAfterBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(t, p, "Restart", 1, "before")
-	waitFor(t, 15*time.Second, "the first message", func() bool { return col.total() == 1 })
+	testkit.WaitFor(t, 15*time.Second, func() bool { return col.total() == 1 }, "the first message")
 
 	// Restart the broker on the same data dir and addresses.
 	addr, ns, dir := e.broker.Addr(), e.namesrv[0], e.broker.DataDir()
@@ -59,13 +60,13 @@ func TestResumesSoonAfterBrokerRestart(t *testing.T) {
 	e.broker = b2
 
 	restarted := time.Now()
-	waitFor(t, 20*time.Second, "a send to the restarted broker", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer scancel()
 		_, err := p.SendSync(sctx, message.NewMessage("Restart", []byte("after")))
 		return err == nil
-	})
-	waitFor(t, 20*time.Second, "the message sent after the restart", func() bool { return col.total() >= 2 })
+	}, "a send to the restarted broker")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 2 }, "the message sent after the restart")
 	if d := time.Since(restarted); d > 15*time.Second {
 		t.Fatalf("delivery resumed %v after the restart; the consumer waited for its periodic heartbeat", d)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -35,7 +36,7 @@ func TestConcurrentRetryTwiceThenSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	sendBodies(t, p, "Retry2", "X")
-	waitFor(t, 30*time.Second, "3 deliveries", func() bool { return rec.count() >= 3 })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return rec.count() >= 3 }, "3 deliveries")
 	if want := []string{"X(rt=0)", "X(rt=1)", "X(rt=2)"}; !reflect.DeepEqual(rec.bodies(), want) {
 		t.Fatalf("deliveries %v", rec.bodies())
 	}
@@ -69,11 +70,11 @@ func TestConcurrentAlwaysFailingGoesToDLQOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	sendBodies(t, p, "Retry3", "Y")
-	waitFor(t, 30*time.Second, "a dead letter", func() bool { return len(e.dlq("r3g")) >= 1 })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return len(e.dlq("r3g")) >= 1 }, "a dead letter")
 	retry := message.RetryTopic("r3g")
-	waitFor(t, 10*time.Second, "the retry topic offset at its end", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return e.committed("r3g", retry, 0) == 2
-	})
+	}, "the retry topic offset at its end")
 	if want := []string{"Y(rt=0)", "Y(rt=1)", "Y(rt=2)"}; !reflect.DeepEqual(rec.bodies(), want) {
 		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
 	}
@@ -128,7 +129,7 @@ func TestBatchConsume(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "all 300 and the failed batch again", func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(got) < 300 || len(failed) == 0 {
@@ -140,8 +141,8 @@ func TestBatchConsume(t *testing.T) {
 			}
 		}
 		return true
-	})
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Batch", s.ends, c) })
+	}, "all 300 and the failed batch again")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Batch", s.ends, c) }, "committed offsets at the queue ends")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(badness) > 0 {
@@ -211,7 +212,7 @@ func TestFlowControlPausesAndResumes(t *testing.T) {
 				t.Fatal(err)
 			}
 			var pq *processQueue
-			waitFor(t, 10*time.Second, "the queue assigned", func() bool {
+			testkit.WaitFor(t, 10*time.Second, func() bool {
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				for _, q := range c.pqs {
@@ -220,14 +221,14 @@ func TestFlowControlPausesAndResumes(t *testing.T) {
 					}
 				}
 				return pq != nil
-			})
-			waitFor(t, 10*time.Second, "pulling paused by flow control", func() bool { return pq.flowPauses.Load() > 0 })
+			}, "the queue assigned")
+			testkit.WaitFor(t, 10*time.Second, func() bool { return pq.flowPauses.Load() > 0 }, "pulling paused by flow control")
 			n0, b0 := pq.load()
 			high0 := pq.nextPull()
 			pauses := pq.flowPauses.Load()
 			// While nothing drains, pulling stays paused: the cache and the next pull
 			// offset do not move over 20 more flow-control rounds.
-			waitFor(t, 10*time.Second, "20 more flow-control rounds", func() bool { return pq.flowPauses.Load() >= pauses+20 })
+			testkit.WaitFor(t, 10*time.Second, func() bool { return pq.flowPauses.Load() >= pauses+20 }, "20 more flow-control rounds")
 			n1, b1 := pq.load()
 			if n1 != n0 || b1 != b0 || pq.nextPull() != high0 {
 				t.Fatalf("cache moved while paused: %d/%d -> %d/%d messages/bytes, next pull %d -> %d", n0, b0, n1, b1, high0, pq.nextPull())
@@ -236,7 +237,7 @@ func TestFlowControlPausesAndResumes(t *testing.T) {
 				t.Fatalf("cache grew to %d messages / %d bytes", n1, b1)
 			}
 			close(release)
-			waitFor(t, 20*time.Second, "all 100 handled", func() bool { return handled.Load() == 100 })
+			testkit.WaitFor(t, 20*time.Second, func() bool { return handled.Load() == 100 }, "all 100 handled")
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // syncBuffer is a goroutine-safe log sink.
@@ -58,10 +60,10 @@ func TestSubscriptionConsistencyReportedAndWarned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, "a and b warn about cc, cc about both", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return strings.Contains(logs[0].String(), c.ClientID()) && strings.Contains(logs[1].String(), c.ClientID()) &&
 			strings.Contains(logs[2].String(), a.ClientID()) && strings.Contains(logs[2].String(), b.ClientID())
-	})
+	}, "a and b warn about cc, cc about both")
 	if strings.Contains(logs[0].String(), b.ClientID()) || strings.Contains(logs[1].String(), a.ClientID()) {
 		t.Fatalf("a and b subscribe alike but warned about each other:\n%s\n%s", logs[0], logs[1])
 	}
@@ -92,10 +94,10 @@ func TestSubscriptionConsistencyReportedAndWarned(t *testing.T) {
 
 	// cc leaves: the group is consistent again.
 	shutdown(t, c)
-	waitFor(t, 10*time.Second, "a consistent group", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		r, err := e.admin.GroupConsistency(ctx, "csg")
 		return err == nil && r.Consistent && len(r.Clients) == 2
-	})
+	}, "a consistent group")
 	if r, err := e.admin.GroupConsistency(ctx, "nobody"); err != nil || !r.Consistent || len(r.Sets) != 0 {
 		t.Fatalf("group without clients: %+v %v", r, err)
 	}

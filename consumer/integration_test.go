@@ -6,8 +6,6 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -15,23 +13,13 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// waitFor polls cond every 10 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var quiet = testkit.Quiet()
 
 type env struct {
 	t       *testing.T
@@ -47,31 +35,12 @@ func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, nil) }
 // newEnvWith is newEnv with the broker config changed by mod.
 func newEnvWith(t *testing.T, mod func(*broker.Config)) *env {
 	t.Helper()
-	cfg := broker.Config{
-		ListenAddr:        "127.0.0.1:0",
-		NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir:  t.TempDir(),
-		MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18)),
-		Logger:            quiet,
-	}
+	cfg := broker.Config{MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))}
 	if mod != nil {
 		mod(&cfg)
 	}
-	b, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
-	ns := strings.Split(b.NamesrvAddr(), ";")
+	b, _ := testbroker.Start(t, cfg)
+	ns := testbroker.Namesrv(b)
 	a, err := admin.New(admin.Config{NamesrvAddrs: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -249,9 +218,9 @@ func TestRoundTripWithTags(t *testing.T) {
 			want++
 		}
 	}
-	waitFor(t, 20*time.Second, "all TagA and TagC messages", func() bool { return col.total() >= want })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= want }, "all TagA and TagC messages")
 	// Every queue's committed offset reached its end: nothing else is still to come.
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Orders", s.ends, c) })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Orders", s.ends, c) }, "committed offsets at the queue ends")
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
@@ -289,11 +258,11 @@ func TestTwoConsumersShareQueuesExactlyOnce(t *testing.T) {
 	if err := c1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "c1 owns all 8 queues", func() bool { return len(assigned(c1, "Payments")) == 8 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return len(assigned(c1, "Payments")) == 8 }, "c1 owns all 8 queues")
 	if err := c2.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "4 queues each, disjoint", func() bool {
+	testkit.WaitFor(t, 15*time.Second, func() bool {
 		a1, a2 := assigned(c1, "Payments"), assigned(c2, "Payments")
 		if len(a1) != 4 || len(a2) != 4 {
 			return false
@@ -304,10 +273,10 @@ func TestTwoConsumersShareQueuesExactlyOnce(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, "4 queues each, disjoint")
 	s := send(t, p, "Payments", 120, "pay")
-	waitFor(t, 20*time.Second, "all 120 messages", func() bool { return col.total() >= 120 })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Payments", s.ends, c1, c2) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 120 }, "all 120 messages")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Payments", s.ends, c1, c2) }, "committed offsets at the queue ends")
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
@@ -329,10 +298,10 @@ func TestTwoConsumersShareQueuesExactlyOnce(t *testing.T) {
 	// c2 leaves: c1 takes over its queues from the offsets c2 persisted — nothing old comes
 	// again, nothing new is missed.
 	shutdown(t, c2)
-	waitFor(t, 15*time.Second, "c1 owns all 8 queues again", func() bool { return len(assigned(c1, "Payments")) == 8 })
+	testkit.WaitFor(t, 15*time.Second, func() bool { return len(assigned(c1, "Payments")) == 8 }, "c1 owns all 8 queues again")
 	s2 := send(t, p, "Payments", 40, "late")
-	waitFor(t, 20*time.Second, "the 40 later messages", func() bool { return col.total() >= 160 })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Payments", s2.ends, c1) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 160 }, "the 40 later messages")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Payments", s2.ends, c1) }, "committed offsets at the queue ends")
 	col.mu.Lock()
 	if col.count != 160 {
 		t.Fatalf("%d deliveries after c2 left, want 160", col.count)
@@ -358,8 +327,8 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 	if err := c1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the first 30 messages", func() bool { return col1.total() >= 30 })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Points", first.ends, c1) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col1.total() >= 30 }, "the first 30 messages")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", first.ends, c1) }, "committed offsets at the queue ends")
 	shutdown(t, c1)
 
 	second := send(t, p, "Points", 20, "new")
@@ -371,8 +340,8 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 	if err := c2.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the 20 new messages", func() bool { return col2.total() >= 20 })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Points", second.ends, c2) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 20 }, "the 20 new messages")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", second.ends, c2) }, "committed offsets at the queue ends")
 	col2.mu.Lock()
 	defer col2.mu.Unlock()
 	if col2.count != 20 {
@@ -427,7 +396,7 @@ func TestFailedMessageRedeliveredThroughRetryTopic(t *testing.T) {
 		ids[body] = r.MsgID
 	}
 	// Each failing message comes back once from %RETRY%cg-retry (delay level 3 = 1 s here).
-	waitFor(t, 30*time.Second, "3 redeliveries", func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -437,7 +406,7 @@ func TestFailedMessageRedeliveredThroughRetryTopic(t *testing.T) {
 			}
 		}
 		return n == 3
-	})
+	}, "3 redeliveries")
 	mu.Lock()
 	defer mu.Unlock()
 	count := map[string]int{}
@@ -481,7 +450,7 @@ func TestShutdownNeverCommitsPastUnfinishedHandler(t *testing.T) {
 	if err := c1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "l-0, l-1, l-3, l-4", func() bool { return col.total() == 4 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() == 4 }, "l-0, l-1, l-3, l-4")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err := c1.Shutdown(ctx)
 	cancel()
@@ -500,7 +469,7 @@ func TestShutdownNeverCommitsPastUnfinishedHandler(t *testing.T) {
 	if err := c2.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "l-2..l-4 again", func() bool { return col2.total() >= 3 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 3 }, "l-2..l-4 again")
 	col2.mu.Lock()
 	defer col2.mu.Unlock()
 	if col2.got["l-2"] != 1 || col2.got["l-0"] != 0 || col2.got["l-1"] != 0 {
@@ -533,17 +502,17 @@ func TestSendToRetryTopicFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "first delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 }, "first delivery")
 	mu.Lock()
 	first := got[0]
 	mu.Unlock()
-	waitFor(t, 10*time.Second, "route of the retry topic", func() bool { return c.cl.CachedRoute(c.retryTopic) != nil })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return c.cl.CachedRoute(c.retryTopic) != nil }, "route of the retry topic")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.sendToRetryTopic(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "redelivery from the retry topic", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, "redelivery from the retry topic")
 	mu.Lock()
 	defer mu.Unlock()
 	m := got[1]

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -46,9 +47,9 @@ func TestOrderlySuspendOnceThenInOrder(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "3 deliveries and the offset past B", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return rec.count() >= 3 && e.committed("og-suspend", "OrdSuspend", 0) == offs["B"]+1
-	})
+	}, "3 deliveries and the offset past B")
 	got := rec.list()
 	if want := []string{"A(rt=0)", "A(rt=1)", "B(rt=0)"}; !reflect.DeepEqual(rec.bodies(), want) {
 		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
@@ -94,9 +95,9 @@ func TestOrderlyFailuresThenSuccessNoStall(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "7 deliveries and the offset past B", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return rec.count() >= 7 && e.committed("og-fail", "OrdFail", 0) == offs["B"]+1
-	})
+	}, "7 deliveries and the offset past B")
 	want := []string{"A(rt=0)", "A(rt=1)", "A(rt=2)", "A(rt=3)", "A(rt=4)", "A(rt=5)", "B(rt=0)"}
 	if !reflect.DeepEqual(rec.bodies(), want) {
 		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
@@ -129,9 +130,9 @@ func TestOrderlyMaxReconsumeTimesToDLQ(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "B delivered and the offset past B", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return rec.count() >= 5 && e.committed("og-dlq", "OrdDLQ", 0) == offs["B"]+1
-	})
+	}, "B delivered and the offset past B")
 	want := []string{"A(rt=0)", "A(rt=1)", "A(rt=2)", "A(rt=3)", "B(rt=0)"}
 	if !reflect.DeepEqual(rec.bodies(), want) {
 		t.Fatalf("deliveries %v, want %v", rec.bodies(), want)
@@ -223,7 +224,7 @@ func TestOrderlyPerQueueOrderUnderFailures(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "all messages done", func() bool { mu.Lock(); defer mu.Unlock(); return len(done) == n })
+	testkit.WaitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(done) == n }, "all messages done")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(problems) > 0 {
@@ -292,24 +293,24 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 		return c
 	}
 	c1 := mk("c1")
-	waitFor(t, 10*time.Second, "c1 owns 4 queues", func() bool { return len(assigned(c1, "OrdHand")) == 4 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return len(assigned(c1, "OrdHand")) == 4 }, "c1 owns 4 queues")
 	for i := 0; i < n; i++ {
 		if _, err := p.SendSync(context.Background(), message.NewMessage("OrdHand", []byte(fmt.Sprintf("h-%03d", i)))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, "a quarter handled", func() bool { return count() >= n/4 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return count() >= n/4 }, "a quarter handled")
 	c2 := mk("c2")
-	waitFor(t, 20*time.Second, "2 queues each", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		return len(assigned(c1, "OrdHand")) == 2 && len(assigned(c2, "OrdHand")) == 2
-	})
+	}, "2 queues each")
 	if count() >= n {
 		t.Fatal("everything was handled before the handover; the test needs a backlog")
 	}
-	waitFor(t, 20*time.Second, "half handled", func() bool { return count() >= n/2 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return count() >= n/2 }, "half handled")
 	shutdown(t, c1)
-	waitFor(t, 20*time.Second, "c2 owns 4 queues", func() bool { return len(assigned(c2, "OrdHand")) == 4 })
-	waitFor(t, 30*time.Second, "all handled", func() bool { return count() >= n })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return len(assigned(c2, "OrdHand")) == 4 }, "c2 owns 4 queues")
+	testkit.WaitFor(t, 30*time.Second, func() bool { return count() >= n }, "all handled")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(problems) > 0 {
@@ -366,7 +367,7 @@ func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "both queues assigned", func() bool { return len(assigned(c, "OrdLock")) == 2 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return len(assigned(c, "OrdLock")) == 2 }, "both queues assigned")
 	mqs := []message.MessageQueue{{Topic: "OrdLock", BrokerName: e.broker.Name(), QueueID: 0}, {Topic: "OrdLock", BrokerName: e.broker.Name(), QueueID: 1}}
 	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})
 	if err != nil {
@@ -387,12 +388,12 @@ func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 	}
 	start := time.Now()
 	// Several lock lifetimes pass; the consumer keeps both locks all along.
-	waitFor(t, 10*time.Second, "2 s of renewals", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		if n := tryLock(); n != 0 {
 			t.Fatalf("another client locked %d queues %v after the consumer started", n, time.Since(start))
 		}
 		return time.Since(start) > 2*time.Second
-	})
+	}, "2 s of renewals")
 	shutdown(t, c)
 	if n := tryLock(); n != 2 {
 		t.Fatalf("after Shutdown another client locked %d of 2 queues", n)

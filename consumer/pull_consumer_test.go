@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -114,10 +115,10 @@ func TestPullConsumerExplicitQueueOffsetAndCommit(t *testing.T) {
 		}
 		done <- r
 	}()
-	waitFor(t, 10*time.Second, "a message to mq0", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		r, err := p.SendSync(ctx, message.NewMessage("PullT", []byte("late")).SetTag("A"))
 		return err == nil && r.Queue.QueueID == mq0.QueueID
-	})
+	}, "a message to mq0")
 	select {
 	case r := <-done:
 		if r == nil || r.Status != PullFound || string(r.Messages[0].Body) != "late" {
@@ -159,7 +160,7 @@ func TestPullConsumerCannotReadDLQ(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the dead letter", func() bool { return len(e.dlq("deadg")) == 1 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return len(e.dlq("deadg")) == 1 }, "the dead letter")
 	if rec.count() != 1 {
 		t.Fatalf("MaxReconsumeTimes 0: %d deliveries, want 1", rec.count())
 	}

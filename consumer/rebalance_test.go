@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -66,29 +67,29 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 	deliveries := func() int { mu.Lock(); defer mu.Unlock(); return count }
 
 	c1, c2 := newC("c1"), newC("c2")
-	waitFor(t, 15*time.Second, "3 queues each", func() bool {
+	testkit.WaitFor(t, 15*time.Second, func() bool {
 		return len(assigned(c1, "Reb")) == 3 && len(assigned(c2, "Reb")) == 3
-	})
+	}, "3 queues each")
 	s := send(t, p, "Reb", total, "r")
 
-	waitFor(t, 20*time.Second, "a third of the messages", func() bool { return deliveries() >= total/3 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return deliveries() >= total/3 }, "a third of the messages")
 	joinAt := time.Now()
 	c3 := newC("c3")
-	waitFor(t, 15*time.Second, "2 queues each", func() bool {
+	testkit.WaitFor(t, 15*time.Second, func() bool {
 		return len(assigned(c1, "Reb")) == 2 && len(assigned(c2, "Reb")) == 2 && len(assigned(c3, "Reb")) == 2
-	})
+	}, "2 queues each")
 	if deliveries() >= total {
 		t.Fatalf("all %d messages were consumed before the third consumer joined; the test needs a backlog", total)
 	}
-	waitFor(t, 20*time.Second, "two thirds of the messages", func() bool { return deliveries() >= 2*total/3 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return deliveries() >= 2*total/3 }, "two thirds of the messages")
 	c1Queues := assigned(c1, "Reb")
 	leaveAt := time.Now()
 	shutdown(t, c1)
-	waitFor(t, 15*time.Second, "3 queues each for c2 and c3", func() bool {
+	testkit.WaitFor(t, 15*time.Second, func() bool {
 		return len(assigned(c2, "Reb")) == 3 && len(assigned(c3, "Reb")) == 3
-	})
-	waitFor(t, 30*time.Second, "every message", func() bool { mu.Lock(); defer mu.Unlock(); return len(delivered) == total })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Reb", s.ends, c2, c3) })
+	}, "3 queues each for c2 and c3")
+	testkit.WaitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(delivered) == total }, "every message")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Reb", s.ends, c2, c3) }, "committed offsets at the queue ends")
 
 	mu.Lock()
 	defer mu.Unlock()

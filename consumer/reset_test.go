@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
 // waitPastMillis waits until the wall clock is past ms (a millisecond boundary).
 func waitPastMillis(t *testing.T, ms int64) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "the clock to move on", func() bool { return time.Now().UnixMilli() > ms })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return time.Now().UnixMilli() > ms }, "the clock to move on")
 }
 
 // A running consumer has consumed everything. Resetting the group's offsets to time T
@@ -34,7 +35,7 @@ func TestResetOffsetByTimeRedeliversExactlyTheLaterMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := send(t, p, "Rewind", 30, "before")
-	waitFor(t, 20*time.Second, "the first 30", func() bool { return col.total() >= 30 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 30 }, "the first 30")
 	var lastStore int64
 	col.mu.Lock()
 	for _, m := range col.msgs {
@@ -49,8 +50,8 @@ func TestResetOffsetByTimeRedeliversExactlyTheLaterMessages(t *testing.T) {
 	for mq, end := range after.ends {
 		ends[mq] = max(ends[mq], end)
 	}
-	waitFor(t, 20*time.Second, "all 60", func() bool { return col.total() >= 60 })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends", func() bool { return committedAtLeast("Rewind", ends, c) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 60 }, "all 60")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Rewind", ends, c) }, "committed offsets at the queue ends")
 	col.mu.Lock()
 	seen := len(col.msgs)
 	col.mu.Unlock()
@@ -64,8 +65,8 @@ func TestResetOffsetByTimeRedeliversExactlyTheLaterMessages(t *testing.T) {
 	if len(res.Offline) != 0 || len(res.Offsets) != 3 {
 		t.Fatalf("reset result %+v", res)
 	}
-	waitFor(t, 20*time.Second, "the 30 later messages again", func() bool { return col.total() >= 90 })
-	waitFor(t, 10*time.Second, "committed offsets at the queue ends again", func() bool { return committedAtLeast("Rewind", ends, c) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 90 }, "the 30 later messages again")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Rewind", ends, c) }, "committed offsets at the queue ends again")
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
@@ -114,7 +115,7 @@ func TestResetOffsetOfflineGroupAndNoForce(t *testing.T) {
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 20*time.Second, "3 messages", func() bool { return col.total() >= 3 })
+		testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 3 }, "3 messages")
 		shutdown(t, c)
 		col.mu.Lock()
 		for _, m := range col.msgs {
@@ -169,10 +170,10 @@ func TestResetOffsetOfflineGroupAndNoForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := int(3 - target)
-	waitFor(t, 20*time.Second, "messages from the reset offset", func() bool { return col.total() >= want })
-	waitFor(t, 10*time.Second, "committed at the end", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= want }, "messages from the reset offset")
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return committedAtLeast("Rewind2", map[message.MessageQueue]int64{{Topic: "Rewind2", BrokerName: e.broker.Name()}: 3}, c)
-	})
+	}, "committed at the end")
 	if col.total() != want || col.got["x2"] != 1 {
 		t.Fatalf("new consumer got %v, want the %d messages from offset %d", col.got, want, target)
 	}
@@ -196,13 +197,13 @@ func TestConsumeFromTimestamp(t *testing.T) {
 	if err := c0.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the old messages", func() bool { return probe.total() >= 2 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return probe.total() >= 2 }, "the old messages")
 	probe.mu.Lock()
 	lastOld := max(probe.msgs[0].StoreTimestamp, probe.msgs[1].StoreTimestamp)
 	probe.mu.Unlock()
 	waitPastMillis(t, lastOld)
 	sendBodies(t, p, "FromTs", "new-1", "new-2")
-	waitFor(t, 20*time.Second, "the new messages", func() bool { return probe.total() >= 4 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return probe.total() >= 4 }, "the new messages")
 	var at int64
 	probe.mu.Lock()
 	for _, m := range probe.msgs {
@@ -220,10 +221,10 @@ func TestConsumeFromTimestamp(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the new messages", func() bool { return col.total() >= 2 })
-	waitFor(t, 10*time.Second, "committed at the end", func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 2 }, "the new messages")
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return committedAtLeast("FromTs", map[message.MessageQueue]int64{{Topic: "FromTs", BrokerName: e.broker.Name()}: 4}, c)
-	})
+	}, "committed at the end")
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	if col.count != 2 || col.got["new-1"] != 1 || col.got["new-2"] != 1 {

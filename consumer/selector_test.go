@@ -11,6 +11,8 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -19,27 +21,8 @@ import (
 // given.
 func newSQLEnv(t *testing.T, enablePropertyFilter bool) *env {
 	t.Helper()
-	b, err := broker.New(broker.Config{
-		ListenAddr:           "127.0.0.1:0",
-		NamesrvListenAddr:    "127.0.0.1:0",
-		StorePathRootDir:     t.TempDir(),
-		EnablePropertyFilter: enablePropertyFilter,
-		Logger:               quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
-	ns := strings.Split(b.NamesrvAddr(), ";")
+	b, _ := testbroker.Start(t, broker.Config{EnablePropertyFilter: enablePropertyFilter})
+	ns := testbroker.Namesrv(b)
 	a, err := admin.New(admin.Config{NamesrvAddrs: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +123,7 @@ func TestSQL92PushConsumer(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "every queue's committed offset at its end", func() bool { return committedAtLeast("Points", ends, c) })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return committedAtLeast("Points", ends, c) }, "every queue's committed offset at its end")
 	want := []string{"p16", "p18", "p20", "p5", "special"}
 	col.mu.Lock()
 	defer col.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -201,7 +202,7 @@ func TestSIGTERMMidBatch(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "finished.log")
 
 	c1 := startChild(t, e.namesrv[0], logPath)
-	waitFor(t, 30*time.Second, "the first process to finish 100 messages", func() bool { return len(readChildLog(t, logPath)) >= 100 })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return len(readChildLog(t, logPath)) >= 100 }, "the first process to finish 100 messages")
 	out := c1.stop(t)
 	interrupted, startedAfter := -1, -1
 	for _, line := range strings.Split(out, "\n") {
@@ -229,7 +230,7 @@ func TestSIGTERMMidBatch(t *testing.T) {
 	t.Logf("first process: %d finished, %d batches interrupted, committed %v", len(first), interrupted, committed)
 
 	c2 := startChild(t, e.namesrv[0], logPath)
-	waitFor(t, 60*time.Second, "every message finished", func() bool { return len(readChildLog(t, logPath)) == n })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(readChildLog(t, logPath)) == n }, "every message finished")
 	c2.stop(t)
 
 	all := readChildLog(t, logPath)
