@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -16,22 +14,18 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// quietLogger drops everything below Error.
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
 // startBroker runs a broker with an embedded name server on free loopback ports.
 func startBroker(t *testing.T, dir string, mod func(*Config)) *Broker {
 	t.Helper()
 	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: dir,
-		MappedFileSizeCommitLog: 8 << 20, Logger: quietLogger()}
+		MappedFileSizeCommitLog: 8 << 20, Logger: testkit.Quiet()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -48,24 +42,12 @@ func startBroker(t *testing.T, dir string, mod func(*Config)) *Broker {
 
 func newClient(t *testing.T) *remoting.Client {
 	t.Helper()
-	c, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger()})
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func invoke(t *testing.T, c *remoting.Client, addr string, req *remoting.RemotingCommand) *remoting.RemotingCommand {
@@ -156,7 +138,7 @@ func TestSendPullTagsAndLongPolling(t *testing.T) {
 		defer close(done)
 		held.Store(pull(t, c, b.Addr(), "g1", "Orders", 0, 4, "*", 20000))
 	}()
-	waitFor(t, 5*time.Second, "the pull to be held", func() bool { return time.Since(start) > 200*time.Millisecond })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return time.Since(start) > 200*time.Millisecond }, "the pull to be held")
 	select {
 	case <-done:
 		t.Fatal("pull at the end of the queue answered before any message arrived")
@@ -367,7 +349,7 @@ func TestBadInputKeepsServingOthers(t *testing.T) {
 	}
 
 	before := sent.Load()
-	waitFor(t, 10*time.Second, "the good client to keep being served", func() bool { return sent.Load() > before+20 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return sent.Load() > before+20 }, "the good client to keep being served")
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 {
@@ -426,11 +408,11 @@ func TestShutdownAnswersHeldPulls(t *testing.T) {
 		r, _ := c.InvokeSync(ctx, b.Addr(), remoting.NewRequest(remoting.PullMessage, ext, nil))
 		done <- r
 	}()
-	waitFor(t, 5*time.Second, "the pull to be held", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		b.held.mu.Lock()
 		defer b.held.mu.Unlock()
 		return b.held.n == 1
-	})
+	}, "the pull to be held")
 	start := time.Now()
 	if err := b.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

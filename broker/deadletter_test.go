@@ -104,7 +104,7 @@ func TestScheduleUndeliverableGoesToDeadLetters(t *testing.T) {
 // the reason; the message behind it is delivered.
 func TestScheduleTransientFailureIsBounded(t *testing.T) {
 	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: t.TempDir(),
-		MappedFileSizeCommitLog: 8 << 20, Logger: quietLogger(), MessageDelayLevel: "200ms"}
+		MappedFileSizeCommitLog: 8 << 20, Logger: testkit.Quiet(), MessageDelayLevel: "200ms"}
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"testing"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func TestStartEphemeral(t *testing.T) {
-	b, stop, err := StartEphemeral(Config{Logger: quietLogger()})
+	b, stop, err := StartEphemeral(Config{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

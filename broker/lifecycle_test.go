@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -58,18 +59,18 @@ func TestDeadClientsAreDropped(t *testing.T) {
 	if b.topics.get(message.RetryTopic("g")) == nil {
 		t.Fatalf("%s not created for a clustering group", message.RetryTopic("g"))
 	}
-	waitFor(t, 5*time.Second, "a notification about client-2 joining", func() bool { return notified.Load() >= 1 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return notified.Load() >= 1 }, "a notification about client-2 joining")
 	before := notified.Load()
 	_ = c2.Close()
-	waitFor(t, 5*time.Second, "client-2 to be dropped when its connection closed", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		got := consumerList(t, c1, b.Addr(), "g")
 		return len(got) == 1 && got[0] == "client-1"
-	})
-	waitFor(t, 5*time.Second, "client-1 to be told to rebalance", func() bool { return notified.Load() > before })
+	}, "client-2 to be dropped when its connection closed")
+	testkit.WaitFor(t, 5*time.Second, func() bool { return notified.Load() > before }, "client-1 to be told to rebalance")
 
 	// client-1 stops heartbeating: it expires after 600 ms and its connection is closed.
 	observer := newClient(t)
-	waitFor(t, 10*time.Second, "client-1 to expire", func() bool { return len(consumerList(t, observer, b.Addr(), "g")) == 0 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return len(consumerList(t, observer, b.Addr(), "g")) == 0 }, "client-1 to expire")
 }
 
 // TestDelayLevels: a delayed message is not visible before its level's delay, reaches its
@@ -86,11 +87,11 @@ func TestDelayLevels(t *testing.T) {
 		t.Fatal("a delayed message was readable at once")
 	}
 	var got []*message.MessageExt
-	waitFor(t, 10*time.Second, "both delayed messages", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		r := pull(t, c, b.Addr(), "g", "D", 0, 0, "*", 0)
 		got, _ = message.DecodeRecords(r.Body, message.DecodeOptions{})
 		return len(got) == 2
-	})
+	}, "both delayed messages")
 	elapsed := time.Since(start)
 	if elapsed < time.Second {
 		t.Fatalf("level 9 (clamped to 1s) arrived after %v", elapsed)
@@ -108,9 +109,9 @@ func TestDelayLevels(t *testing.T) {
 	}
 	b2 := startBroker(t, dir, func(c *Config) { c.MessageDelayLevel = "300ms 1s" })
 	sendV1(t, c, b2.Addr(), "D", 0, []byte("after"), map[string]string{"DELAY": "1"})
-	waitFor(t, 10*time.Second, "the post-restart delayed message", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return b2.store.MaxOffset("D", 0) >= 3
-	})
+	}, "the post-restart delayed message")
 	r := pull(t, c, b2.Addr(), "g", "D", 0, 0, "*", 0)
 	all, _ := message.DecodeRecords(r.Body, message.DecodeOptions{})
 	if len(all) != 3 || string(all[2].Body) != "after" {
@@ -147,10 +148,10 @@ func TestSendBackRetryThenDLQ(t *testing.T) {
 	sendBack(orig[0], 1)
 	retry := message.RetryTopic("g")
 	var got []*message.MessageExt
-	waitFor(t, 10*time.Second, "the retry copy", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		got, _ = message.DecodeRecords(pull(t, c, b.Addr(), "g", retry, 0, 0, "*", 0).Body, message.DecodeOptions{})
 		return len(got) == 1
-	})
+	}, "the retry copy")
 	m := got[0]
 	if m.ReconsumeTimes != 1 || m.Property(message.PropertyRetryTopic) != "Pay" || string(m.Body) != "order-1" ||
 		m.Tag() != "PaySuccess" || m.Keys()[0] != "o1" || m.MsgID != "U1" || m.Property(message.PropertyOriginMessageID) != "U1" {
@@ -158,7 +159,7 @@ func TestSendBackRetryThenDLQ(t *testing.T) {
 	}
 	sendBack(m, 1) // reconsume count 1 has reached the maximum of 1: DLQ
 	dlq := message.DLQTopic("g")
-	waitFor(t, 5*time.Second, "the DLQ copy", func() bool { return b.store.MaxOffset(dlq, 0) == 1 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return b.store.MaxOffset(dlq, 0) == 1 }, "the DLQ copy")
 	if r := pull(t, c, b.Addr(), "g", dlq, 0, 0, "*", 0); r.ResponseCode() != remoting.NoPermission {
 		t.Fatalf("pulling the DLQ: want NO_PERMISSION, got %d", r.Code)
 	}

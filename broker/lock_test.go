@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -50,9 +51,9 @@ func TestQueueLocks(t *testing.T) {
 		t.Fatalf("after unlock c2 got %v", got)
 	}
 	// c1 never renews q0: after 300 ms it expires and c2 may take it.
-	waitFor(t, 5*time.Second, "q0 to expire", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		return len(lockBatch(t, c2, b.Addr(), remoting.LockBatchMQ, "g", "c2", q0)) == 1
-	})
+	}, "q0 to expire")
 }
 
 // TestQueueLocksReleasedOnClose: with the default 60 s live time, a holder whose
@@ -69,7 +70,7 @@ func TestQueueLocksReleasedOnClose(t *testing.T) {
 		t.Fatalf("c1 took c2's lock: %v", got)
 	}
 	_ = c2.Close()
-	waitFor(t, 5*time.Second, "c2's lock to be released", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		return len(lockBatch(t, c1, b.Addr(), remoting.LockBatchMQ, "g", "c1", q0)) == 1
-	})
+	}, "c2's lock to be released")
 }

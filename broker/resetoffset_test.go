@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -42,7 +43,7 @@ func TestOffsetStoredAtOrAfter(t *testing.T) {
 		}
 		last := storeTimes(t, c, b.Addr(), "RT")
 		end := last[len(last)-1]
-		waitFor(t, 5*time.Second, "the next millisecond", func() bool { return time.Now().UnixMilli() > end+1 })
+		testkit.WaitFor(t, 5*time.Second, func() bool { return time.Now().UnixMilli() > end+1 }, "the next millisecond")
 	}
 	ts := storeTimes(t, c, b.Addr(), "RT")
 	want := func(at int64) int64 {

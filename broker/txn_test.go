@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -199,18 +200,18 @@ func TestTransactionCheckBack(t *testing.T) {
 			pending = append(pending, uniq)
 		}
 	}
-	waitFor(t, 15*time.Second, "unknown-twice to be committed on its third check", func() bool {
+	testkit.WaitFor(t, 15*time.Second, func() bool {
 		for _, body := range bodies(t, sender, b.Addr(), "Tx") {
 			if body == "eventually" {
 				return true
 			}
 		}
 		return false
-	})
-	waitFor(t, 15*time.Second, "never to be discarded after 3 checks", func() bool {
+	}, "unknown-twice to be committed on its third check")
+	testkit.WaitFor(t, 15*time.Second, func() bool {
 		return b.store.MaxOffset(message.TransCheckMaxTimeTopic, 0) == 1
-	})
-	waitFor(t, 15*time.Second, "the immune message to be checked", func() bool { return p.count("immune") > 0 })
+	}, "never to be discarded after 3 checks")
+	testkit.WaitFor(t, 15*time.Second, func() bool { return p.count("immune") > 0 }, "the immune message to be checked")
 	p.mu.Lock()
 	firstImmuneCheck := p.at["immune"][0]
 	p.mu.Unlock()
@@ -237,7 +238,7 @@ func TestTransactionCheckBack(t *testing.T) {
 	// Nothing more is checked for a half message with a decision: let a late half message
 	// be checked twice (two more rounds, as it answers unknown... then commit).
 	sendHalf(t, sender, b.Addr(), "Tx", "late", "late", nil)
-	waitFor(t, 10*time.Second, "more check rounds", func() bool { return p.count("late") >= 1 && len(bodies(t, sender, b.Addr(), "Tx")) == 13 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return p.count("late") >= 1 && len(bodies(t, sender, b.Addr(), "Tx")) == 13 }, "more check rounds")
 	if p.count("unknown-twice") != 3 || p.count("never") != 3 {
 		t.Fatal("a half message with a decision was checked again")
 	}
@@ -285,8 +286,8 @@ func TestTransactionCheckNeedsLiveProducer(t *testing.T) {
 	if err := b.txn.checkOnce(context.Background(), now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the check once a producer is live", func() bool { return p.count("orphan") == 1 })
-	waitFor(t, 5*time.Second, "the committed orphan", func() bool { return len(bodies(t, c, b.Addr(), "Tx")) == 1 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return p.count("orphan") == 1 }, "the check once a producer is live")
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(bodies(t, c, b.Addr(), "Tx")) == 1 }, "the committed orphan")
 }
 
 // TestTransactionCheckImmunity10s: a half message with CHECK_IMMUNITY_TIME_IN_SECONDS=10
@@ -303,11 +304,11 @@ func TestTransactionCheckImmunity10s(t *testing.T) {
 	sent := time.Now()
 	sendHalf(t, c, b.Addr(), "Tx", "immune", "immune10", map[string]string{message.PropertyCheckImmunityTimeInSeconds: "10"})
 	sendHalf(t, c, b.Addr(), "Tx", "plain", "plain", nil)
-	waitFor(t, 5*time.Second, "the plain half message to be checked", func() bool { return p.count("plain") == 1 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return p.count("plain") == 1 }, "the plain half message to be checked")
 	if p.count("immune10") != 0 {
 		t.Fatal("the immune half message was checked with the plain one")
 	}
-	waitFor(t, 20*time.Second, "the immune half message to be checked", func() bool { return p.count("immune10") == 1 })
+	testkit.WaitFor(t, 20*time.Second, func() bool { return p.count("immune10") == 1 }, "the immune half message to be checked")
 	p.mu.Lock()
 	first := p.at["immune10"][0]
 	p.mu.Unlock()

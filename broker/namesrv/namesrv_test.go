@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/crc32"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -17,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -24,19 +23,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, officialClientLeakOptions()...)
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// waitFor polls cond every 10 ms until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var quiet = testkit.Quiet()
 
 func startNS(t *testing.T, cfg namesrv.Config) *namesrv.NameServer {
 	t.Helper()
@@ -358,10 +345,10 @@ func TestExpiryRemovesSilentBroker(t *testing.T) {
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("T", 4, 6), topic("A", 4, 6)))
 	register(t, c, ns.Addr(), "broker-b", "127.0.0.1:10921", 0, topics(1, topic("T", 4, 6)))
 	// broker-b keeps registering; broker-a is silent and must go, with its topics.
-	waitFor(t, 5*time.Second, "broker-a to expire", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		register(t, c, ns.Addr(), "broker-b", "127.0.0.1:10921", 0, topics(1, topic("T", 4, 6)))
 		return reflect.DeepEqual(routeBrokers(t, c, ns.Addr(), "T"), []string{"broker-b"})
-	})
+	}, "broker-a to expire")
 	if got := routeBrokers(t, c, ns.Addr(), "A"); got != nil {
 		t.Errorf("topic of the expired broker still routed: %v", got)
 	}
@@ -386,18 +373,18 @@ func TestConnectionCloseRemovesBroker(t *testing.T) {
 		t.Fatalf("route = %v", got)
 	}
 	ca.CloseConn(ns.Addr())
-	waitFor(t, 5*time.Second, "broker-a removal after its connection closed", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		return reflect.DeepEqual(routeBrokers(t, reader, ns.Addr(), "T"), []string{"broker-b"})
-	})
+	}, "broker-a removal after its connection closed")
 	// broker-a registers again on a new connection: back in the route.
 	register(t, ca, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("T", 4, 6)))
 	if got := routeBrokers(t, reader, ns.Addr(), "T"); len(got) != 2 {
 		t.Errorf("route after re-registration = %v", got)
 	}
 	cb.Close()
-	waitFor(t, 5*time.Second, "broker-b removal after its client closed", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		return reflect.DeepEqual(routeBrokers(t, reader, ns.Addr(), "T"), []string{"broker-a"})
-	})
+	}, "broker-b removal after its client closed")
 }
 
 func TestUnregisterAndDeleteTopic(t *testing.T) {

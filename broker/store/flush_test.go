@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -31,7 +32,7 @@ func TestSyncFlushGroupCommit(t *testing.T) {
 			results <- result{r, err}
 		}()
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		var total int64
 		for q := int32(0); q < 4; q++ {
 			total += s.MaxOffset("G", q)
@@ -158,7 +159,7 @@ func TestCloseReleasesSyncFlushWaiters(t *testing.T) {
 		r, _ := s.PutMessage(context.Background(), newMsg("CL", 0, "x", ""), 0)
 		done <- r
 	}()
-	waitFor(t, 5*time.Second, func() bool { return s.MaxOffset("CL", 0) == 1 })
+	testkit.WaitFor(t, 5*time.Second, func() bool { return s.MaxOffset("CL", 0) == 1 })
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	s.flusher.syncMu.Unlock() // Close's final flush covers the waiter
@@ -176,9 +177,9 @@ func TestAsyncFlushAdvances(t *testing.T) {
 	r := put(t, s, newMsg("A", 0, "async", ""))
 	end := r.CommitLogOffset + int64(r.MsgSize)
 	// The background flusher fsyncs within FlushInterval without anyone waiting.
-	waitFor(t, 5*time.Second, func() bool { f, _ := s.flusher.state(); return f >= end })
+	testkit.WaitFor(t, 5*time.Second, func() bool { f, _ := s.flusher.state(); return f >= end })
 	// And the checkpointer records it.
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		cp, ok, err := readCheckpoint(cfg.Dir)
 		return err == nil && ok && cp.commitLogFlushed >= end && cp.consumeQueueFlushed >= end
 	})

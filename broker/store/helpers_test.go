@@ -15,18 +15,6 @@ var (
 	testBornHost  = netip.MustParseAddrPort("192.168.1.7:54321")
 )
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // newMsg returns a message for topic/queueID with a body and a tag.
 func newMsg(topic string, queueID int32, body string, tag string) *message.MessageExt {
 	m := &message.MessageExt{
