@@ -18,11 +18,12 @@ type KeyFunc func(msg *message.Message) string
 // over the body as handed to Send, i.e. before the producer compresses it), or just
 // "<md5hex(body)>" when the message has no tag.
 //
-// Two distinct messages with the same tag and body get the same key, and [Dedup] treats
-// the second as a duplicate of the first: two identical refunds of 10.00 to one account,
-// two "+1 point" events. When equal content can be two business events, supply a business
-// key instead: set the keys yourself (msg.SetKeys(orderID+"-refund-"+refundID); Keys never
-// overwrites keys the caller set) or pass WithKeyFunc.
+// Two distinct messages with the same tag and body get the same key, and
+// [github.com/sluicemq/sluice/middleware/redismw.Dedup] treats the second as a duplicate
+// of the first: two identical refunds of 10.00 to one account, two "+1 point" events.
+// When equal content can be two business events, supply a business key instead: set the
+// keys yourself (msg.SetKeys(orderID+"-refund-"+refundID); Keys never overwrites keys the
+// caller set) or pass WithKeyFunc.
 func ContentKey(msg *message.Message) string {
 	sum := md5.Sum(msg.Body)
 	h := hex.EncodeToString(sum[:])
@@ -65,7 +66,9 @@ var keyCleaner = strings.NewReplacer(" ", "_", "\x01", "_", "\x02", "_", "\t", "
 // Keys returns a send middleware that sets the message key (property KEYS) to the key
 // function's result ([ContentKey] by default) unless the caller already set keys. The key
 // travels with the message (RocketMQ KEYS property, indexed by the broker for queries; a
-// Kafka header) and is what [Dedup] and [Progress] use on the consume side ([KeyOf]).
+// Kafka header) and is what [github.com/sluicemq/sluice/middleware/redismw.Dedup] and
+// [github.com/sluicemq/sluice/middleware/redismw.Progress] use on the consume side
+// ([KeyOf]).
 //
 // The caller's message is not modified: next gets a shallow copy with its own properties
 // map (the body is shared, not copied).
@@ -92,10 +95,12 @@ func Keys(opts ...KeysOption) SendMiddleware {
 }
 
 // ConsumeKeys returns a consume middleware that gives every received message without keys
-// the key the send side's [Keys] would have set (same options), so [Dedup] and [Progress]
-// also cover messages from producers that did not use Keys. The body a consumer receives
-// is already decompressed, so the content key matches the producer's. Messages that carry
-// keys are left alone. It modifies the received messages' properties in place.
+// the key the send side's [Keys] would have set (same options), so
+// [github.com/sluicemq/sluice/middleware/redismw.Dedup] and
+// [github.com/sluicemq/sluice/middleware/redismw.Progress] also cover messages from
+// producers that did not use Keys. The body a consumer receives is already decompressed,
+// so the content key matches the producer's. Messages that carry keys are left alone. It
+// modifies the received messages' properties in place.
 func ConsumeKeys(opts ...KeysOption) ConsumeMiddleware {
 	o := newKeysOptions(opts)
 	return func(next ConsumeFunc) ConsumeFunc {
@@ -114,7 +119,8 @@ func ConsumeKeys(opts ...KeysOption) ConsumeMiddleware {
 }
 
 // KeyOf returns the message's first key (property KEYS), "" when it has none or msg is nil.
-// It is the default key of [Dedup] and [Progress].
+// It is the default key of [github.com/sluicemq/sluice/middleware/redismw.Dedup] and
+// [github.com/sluicemq/sluice/middleware/redismw.Progress].
 func KeyOf(msg *message.MessageExt) string {
 	if msg == nil {
 		return ""

@@ -8,9 +8,10 @@ import (
 	"github.com/sluicemq/sluice/message"
 )
 
-// PanicError is a handler panic turned into an error by [Recover] (and by [Dedup] and
-// [Progress], which must release their lock and write the failed marker even when the
-// handler panics).
+// PanicError is a handler panic turned into an error by [Recover] (and by
+// [github.com/sluicemq/sluice/middleware/redismw.Dedup] and
+// [github.com/sluicemq/sluice/middleware/redismw.Progress], which must release their lock
+// and write the failed marker even when the handler panics).
 type PanicError struct {
 	// Value is what the handler passed to panic.
 	Value any

@@ -8,7 +8,7 @@ import "github.com/redis/go-redis/v9"
 // Scripts run with EVALSHA, falling back to EVAL (go-redis Script.Run).
 
 // intakeScript moves records from the head of the pending list (where
-// middleware.Park RPUSHes them) into the records hash and the schedule.
+// redismw.Park RPUSHes them) into the records hash and the schedule.
 //
 //	KEYS[1] pending   LIST of raw JSON records (head = oldest)
 //	KEYS[2] records   HASH id -> raw JSON record

@@ -114,7 +114,7 @@ const (
 
 // SendMetrics returns a send middleware that records sluice_send_total{result} (ok,
 // error, parked, spooled, not_parked — see the SendResult constants; put it outside
-// [Park] to tell parked sends apart) and sluice_send_duration_seconds (a histogram of the
+// [redismw.Park] to tell parked sends apart) and sluice_send_duration_seconds (a histogram of the
 // time in the rest of the send chain). reg nil means prometheus.DefaultRegisterer;
 // repeated calls reuse the registered collectors.
 func SendMetrics(reg prometheus.Registerer) (middleware.SendMiddleware, error) {
