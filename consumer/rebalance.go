@@ -206,6 +206,9 @@ func (c *PushConsumer) startQueue(mq message.MessageQueue, start int64) bool {
 	c.mu.Lock()
 	c.pqs[mq] = pq
 	c.mu.Unlock()
+	if c.cfg.onAssign != nil { // before the pull loop, so no delivery of mq precedes it
+		c.cfg.onAssign(mq, start)
+	}
 	forget := func() {
 		cancel()
 		c.mu.Lock()
@@ -224,9 +227,6 @@ func (c *PushConsumer) startQueue(mq message.MessageQueue, start int64) bool {
 		close(pq.consumeDone) // the pull loop ends on its own once cancelled
 		forget()
 		return false
-	}
-	if c.cfg.onAssign != nil {
-		c.cfg.onAssign(mq, start)
 	}
 	c.log.Info("consumer: queue assigned", "group", c.cfg.Group, "queue", mq.String(), "offset", start)
 	return true
