@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,9 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 		delivered = map[string][]delivery{}
 		count     int
 		assigns   []assignEvent
+		joining   atomic.Bool
 	)
+	joining.Store(true)
 	newC := func(who string) *PushConsumer {
 		c := e.push(Config{Group: "rbg", InstanceName: who, ConsumeFromWhere: ConsumeFromFirstOffset, ConsumeGoroutines: 2, PullBatchSize: 16})
 		c.cfg.onAssign = func(mq message.MessageQueue, start int64) {
@@ -47,7 +50,13 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 			mu.Unlock()
 		}
 		if err := c.Subscribe("Reb", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			time.Sleep(2 * time.Millisecond) // the handler's work
+			// The handler's work: slower until the third consumer has its queues, so a
+			// backlog is left when it joins even on a fast machine.
+			if joining.Load() {
+				time.Sleep(10 * time.Millisecond)
+			} else {
+				time.Sleep(2 * time.Millisecond)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range msgs {
@@ -81,6 +90,7 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 	if deliveries() >= total {
 		t.Fatalf("all %d messages were consumed before the third consumer joined; the test needs a backlog", total)
 	}
+	joining.Store(false)
 	testkit.WaitFor(t, 20*time.Second, func() bool { return deliveries() >= 2*total/3 }, "two thirds of the messages")
 	c1Queues := assigned(c1, "Reb")
 	leaveAt := time.Now()
