@@ -16,6 +16,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/transporttest"
@@ -43,22 +44,11 @@ func TestConformance(t *testing.T) {
 	quiet := testkit.Quiet()
 	// Every delay level 200 ms: a retry (delay level 3 + reconsume count) comes back in
 	// 200 ms instead of 10 s and more.
-	b, stop, err := broker.StartEphemeral(broker.Config{
+	b, _ := testbroker.Start(t, broker.Config{
 		MessageDelayLevel:    strings.TrimSpace(strings.Repeat("200ms ", 18)),
 		EnablePropertyFilter: true,
-		Logger:               quiet,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := stop(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
-	ns := strings.Split(b.NamesrvAddr(), ";")
+	ns := testbroker.Namesrv(b)
 	adm, err := admin.New(admin.Config{NamesrvAddrs: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
