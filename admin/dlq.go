@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/adminproto"
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -36,7 +35,7 @@ type QueueRead struct {
 }
 
 // ReadQueue reads up to maxNums (1..32) stored messages of mq from queue offset offset
-// with Sluice's READ_QUEUE request (code 7001, adminproto.ReadQueue): no consumer group,
+// with Sluice's READ_QUEUE request (code 7001, wire.ReadQueue): no consumer group,
 // no permission check (so %DLQ% topics, which refuse pulls, are readable), no offset
 // commit. addr is the master address of mq's broker; "" looks it up in mq.Topic's
 // route. An offset past the end gives no messages and NextOffset = Max. Errors: route
@@ -60,7 +59,7 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	}
 	ext := map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID),
 		"offset": strconv.FormatInt(offset, 10), "maxMsgNums": strconv.Itoa(maxNums)}
-	resp, err := a.invoke(ctx, mq.BrokerName, addr, adminproto.ReadQueue, ext, nil)
+	resp, err := a.invoke(ctx, mq.BrokerName, addr, wire.ReadQueue, ext, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +125,7 @@ func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQ
 		return nil, nil, &ConfigError{Field: "group", Reason: err.Error()}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
-	if errors.Is(err, namesrv.ErrTopicNotExist) {
+	if errors.Is(err, wire.ErrTopicNotExist) {
 		return nil, nil, nil
 	}
 	return mqs, addrs, err
@@ -406,7 +405,7 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 	}
 	for _, bd := range sortedBrokers(r) {
 		for _, qd := range r.QueueDatas {
-			if qd.BrokerName != bd.BrokerName || qd.Perm&namesrv.PermWrite == 0 || addrs[qd.BrokerName] == "" {
+			if qd.BrokerName != bd.BrokerName || qd.Perm&wire.PermWrite == 0 || addrs[qd.BrokerName] == "" {
 				continue
 			}
 			for q := 0; q < qd.WriteQueueNums; q++ {

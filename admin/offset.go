@@ -7,8 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -90,7 +89,7 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 // ConsumerOffsets returns, for every queue of topic (from its route), the group's
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
 // min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
-// route errors (wrapping [namesrv.ErrTopicNotExist] for an unknown topic) and
+// route errors (wrapping [wire.ErrTopicNotExist] for an unknown topic) and
 // [*BrokerError]s.
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
@@ -191,7 +190,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
 			continue
 		}
-		table, err := adminproto.DecodeResetOffsetBody(resp.Body)
+		table, err := wire.DecodeResetOffsetBody(resp.Body)
 		if err != nil {
 			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
 			continue
@@ -209,8 +208,8 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 	return res, nil
 }
 
-func sortedBrokers(r *namesrv.TopicRouteData) []*namesrv.BrokerData {
-	out := append([]*namesrv.BrokerData(nil), r.BrokerDatas...)
+func sortedBrokers(r *wire.TopicRouteData) []wire.BrokerData {
+	out := append([]wire.BrokerData(nil), r.BrokerDatas...)
 	sort.Slice(out, func(i, j int) bool { return out[i].BrokerName < out[j].BrokerName })
 	return out
 }

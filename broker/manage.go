@@ -6,8 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -39,8 +38,8 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.LockBatchMQ, b.handleLockBatch)
 	s.Handle(remoting.UnlockBatchMQ, b.handleUnlockBatch)
 	s.Handle(remoting.InvokeBrokerToResetOffset, b.handleResetOffset)
-	s.Handle(adminproto.GroupSubscriptions, b.handleGroupSubscriptions)
-	s.Handle(adminproto.ReadQueue, b.handleAdminReadQueue)
+	s.Handle(wire.GroupSubscriptions, b.handleGroupSubscriptions)
+	s.Handle(wire.ReadQueue, b.handleAdminReadQueue)
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer
@@ -67,8 +66,8 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		if cd.MessageModel != "BROADCASTING" {
 			retry := message.RetryTopic(cd.GroupName)
-			_, created, err := b.topics.getOrCreate(retry, func() *namesrv.TopicConfig {
-				return &namesrv.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+			_, created, err := b.topics.getOrCreate(retry, func() *wire.TopicConfig {
+				return &wire.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 			})
 			if err != nil {
 				b.log.Error("persist topic config", "topic", retry, "err", err)
@@ -263,7 +262,7 @@ func (b *Broker) handleCreateTopic(_ context.Context, _ *remoting.Conn, req *rem
 	if b.isSystemTopic(topic) {
 		return errResponse(remoting.SystemError, "the topic[%s] is conflict with system topic", topic)
 	}
-	tc := namesrv.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	tc := wire.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	var r, w, perm, sys int32
 	if r, err = req.ExtInt32("readQueueNums", true); err == nil {
 		if w, err = req.ExtInt32("writeQueueNums", true); err == nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -75,7 +75,7 @@ func (b *Broker) handleResetOffset(ctx context.Context, _ *remoting.Conn, req *r
 	if err := b.offsets.persist(); err != nil {
 		b.log.Error("persist consumer offsets after reset", "err", err)
 	}
-	body := adminproto.EncodeResetOffsetBody(table)
+	body := wire.EncodeResetOffsetBody(table)
 	conns := b.clients.groupConns(group)
 	for _, c := range conns {
 		push := remoting.NewRequest(remoting.ResetConsumerClientOffset, map[string]string{

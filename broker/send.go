@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -101,13 +101,13 @@ func (b *Broker) sendResponse(code remoting.ResponseCode, remark string) *remoti
 // TopicConfigManager.createTopicInSendMessageMethod does: from the default topic's config
 // (TBW102) when it has the inherit perm, with min(requested, template) queues; retry
 // topics get 1 queue. It returns an error response when the topic cannot be used.
-func (b *Broker) topicForSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.RemotingCommand) {
-	tc, created, err := b.topics.getOrCreate(h.topic, func() *namesrv.TopicConfig {
+func (b *Broker) topicForSend(h *sendHeader) (*wire.TopicConfig, *remoting.RemotingCommand) {
+	tc, created, err := b.topics.getOrCreate(h.topic, func() *wire.TopicConfig {
 		if message.IsRetryTopic(h.topic) {
-			return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+			return &wire.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 		}
 		if message.IsDLQTopic(h.topic) { // as ensureDLQ: one queue, never readable by consumers
-			return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
+			return &wire.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
 		}
 		if !boolOr(b.cfg.AutoCreateTopicEnable, true) {
 			return nil
@@ -120,7 +120,7 @@ func (b *Broker) topicForSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.Re
 		if n <= 0 || n > tmpl.WriteQueueNums {
 			n = tmpl.WriteQueueNums
 		}
-		return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: n, WriteQueueNums: n,
+		return &wire.TopicConfig{TopicName: h.topic, ReadQueueNums: n, WriteQueueNums: n,
 			Perm: tmpl.Perm &^ permInherit, TopicFilterType: "SINGLE_TAG"}
 	})
 	if err != nil {
@@ -137,7 +137,7 @@ func (b *Broker) topicForSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.Re
 
 // checkSend runs the checks shared by single and batch sends (Java
 // AbstractSendMessageProcessor.msgCheck) and resolves the queue id.
-func (b *Broker) checkSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.RemotingCommand) {
+func (b *Broker) checkSend(h *sendHeader) (*wire.TopicConfig, *remoting.RemotingCommand) {
 	if b.cfg.BrokerPermission&permWrite == 0 {
 		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("the broker[%s] sending message is forbidden", b.cfg.BrokerName))
 	}
@@ -238,8 +238,8 @@ func (b *Broker) routeRetry(m *message.MessageExt, maxReconsume int32) {
 // never read it (admin tools read it through the store).
 func (b *Broker) ensureDLQ(group string) string {
 	topic := message.DLQTopic(group)
-	_, _, err := b.topics.getOrCreate(topic, func() *namesrv.TopicConfig {
-		return &namesrv.TopicConfig{TopicName: topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
+	_, _, err := b.topics.getOrCreate(topic, func() *wire.TopicConfig {
+		return &wire.TopicConfig{TopicName: topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
 	})
 	if err != nil {
 		b.log.Error("persist topic config", "topic", topic, "err", err)

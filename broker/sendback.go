@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -52,8 +52,8 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 		return resp
 	}
 	retryTopic := message.RetryTopic(group)
-	tc, _, err := b.topics.getOrCreate(retryTopic, func() *namesrv.TopicConfig {
-		return &namesrv.TopicConfig{TopicName: retryTopic, ReadQueueNums: g.RetryQueueNums, WriteQueueNums: g.RetryQueueNums,
+	tc, _, err := b.topics.getOrCreate(retryTopic, func() *wire.TopicConfig {
+		return &wire.TopicConfig{TopicName: retryTopic, ReadQueueNums: g.RetryQueueNums, WriteQueueNums: g.RetryQueueNums,
 			Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	})
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -372,7 +372,7 @@ func (t *txnService) discard(ctx context.Context, half *message.MessageExt) {
 
 // putSystem1 creates a one-queue readable system topic if missing.
 func (t *topicTable) putSystem1(name string) {
-	_, _, _ = t.getOrCreate(name, func() *namesrv.TopicConfig {
-		return &namesrv.TopicConfig{TopicName: name, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	_, _, _ = t.getOrCreate(name, func() *wire.TopicConfig {
+		return &wire.TopicConfig{TopicName: name, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	})
 }

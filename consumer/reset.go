@@ -3,7 +3,7 @@ package consumer
 import (
 	"context"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -20,7 +20,7 @@ func (c *PushConsumer) handleResetOffset(_ context.Context, addr string, req *re
 		c.log.Warn("consumer: reset offset request for another group or without topic ignored", "group", group, "topic", topic, "broker", addr)
 		return nil
 	}
-	table, err := adminproto.DecodeResetOffsetBody(req.Body)
+	table, err := wire.DecodeResetOffsetBody(req.Body)
 	if err != nil {
 		c.log.Warn("consumer: reset offset request ignored", "broker", addr, "err", err)
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 )
 
 func newAdminCmd() *cobra.Command {
@@ -148,7 +149,7 @@ func newTopicRouteCmd() *cobra.Command {
 			topic, _ := cmd.Flags().GetString("topic")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.TopicRoute(ctx, topic)
-				if errors.Is(err, namesrv.ErrTopicNotExist) {
+				if errors.Is(err, wire.ErrTopicNotExist) {
 					return fmt.Errorf("topic %q has no route", topic)
 				}
 				if err != nil {

@@ -1,0 +1,97 @@
+package wire
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// PULL_MESSAGE sysFlag bits (Java PullSysFlag; PROTOCOL §3.4).
+const (
+	PullFlagCommitOffset = 1 << 0 // the broker stores CommitOffset for the group
+	PullFlagSuspend      = 1 << 1 // long polling allowed
+	PullFlagSubscription = 1 << 2 // use the request's subscription, not the heartbeat's
+	PullFlagClassFilter  = 1 << 3 // class filter (not supported by Sluice)
+)
+
+// PullHeader is the custom header of PULL_MESSAGE (RocketMQ request code 11; Java
+// PullMessageRequestHeader, PROTOCOL §3.4). The comments give the ext keys.
+type PullHeader struct {
+	ConsumerGroup        string // consumerGroup
+	Topic                string // topic
+	QueueID              int32  // queueId
+	QueueOffset          int64  // queueOffset: the first offset wanted, ≥ 0
+	MaxMsgNums           int32  // maxMsgNums: at most this many messages (a broker caps it at 32)
+	SysFlag              int32  // sysFlag: PullFlag* bits
+	CommitOffset         int64  // commitOffset: stored for the group with PullFlagCommitOffset
+	SuspendTimeoutMillis int64  // suspendTimeoutMillis: long-polling hold in ms
+	Subscription         string // subscription: the expression, with PullFlagSubscription; optional
+	SubVersion           int64  // subVersion: the heartbeat's subscription version; optional
+	ExpressionType       string // expressionType: ExpressionTypeTag ("" too) or ExpressionTypeSQL92; optional
+}
+
+// Ext returns the header as PULL_MESSAGE ext fields, every key written.
+func (h PullHeader) Ext() map[string]string {
+	return map[string]string{
+		"consumerGroup":        h.ConsumerGroup,
+		"topic":                h.Topic,
+		"queueId":              strconv.FormatInt(int64(h.QueueID), 10),
+		"queueOffset":          strconv.FormatInt(h.QueueOffset, 10),
+		"maxMsgNums":           strconv.FormatInt(int64(h.MaxMsgNums), 10),
+		"sysFlag":              strconv.FormatInt(int64(h.SysFlag), 10),
+		"commitOffset":         strconv.FormatInt(h.CommitOffset, 10),
+		"suspendTimeoutMillis": strconv.FormatInt(h.SuspendTimeoutMillis, 10),
+		"subscription":         h.Subscription,
+		"subVersion":           strconv.FormatInt(h.SubVersion, 10),
+		"expressionType":       h.ExpressionType,
+	}
+}
+
+// ParsePullHeader reads the PULL_MESSAGE header of req. consumerGroup, topic, queueId,
+// queueOffset, maxMsgNums, sysFlag, commitOffset and suspendTimeoutMillis are
+// required. Errors: a [*remoting.HeaderError] naming the first missing or malformed
+// field, or a negative queueOffset.
+func ParsePullHeader(req *remoting.RemotingCommand) (PullHeader, error) {
+	var h PullHeader
+	var err error
+	str := func(key string, required bool) string {
+		if err != nil {
+			return ""
+		}
+		var s string
+		s, err = req.ExtString(key, required)
+		return s
+	}
+	i32 := func(key string) int32 {
+		if err != nil {
+			return 0
+		}
+		var n int32
+		n, err = req.ExtInt32(key, true)
+		return n
+	}
+	i64 := func(key string, required bool) int64 {
+		if err != nil {
+			return 0
+		}
+		var n int64
+		n, err = req.ExtInt64(key, required)
+		return n
+	}
+	h.ConsumerGroup = str("consumerGroup", true)
+	h.Topic = str("topic", true)
+	h.QueueID = i32("queueId")
+	h.QueueOffset = i64("queueOffset", true)
+	h.MaxMsgNums = i32("maxMsgNums")
+	h.SysFlag = i32("sysFlag")
+	h.CommitOffset = i64("commitOffset", true)
+	h.SuspendTimeoutMillis = i64("suspendTimeoutMillis", true)
+	h.Subscription = str("subscription", false)
+	h.ExpressionType = str("expressionType", false)
+	h.SubVersion = i64("subVersion", false)
+	if err == nil && h.QueueOffset < 0 {
+		err = &remoting.HeaderError{Field: "queueOffset", Reason: fmt.Sprintf("%d is negative", h.QueueOffset)}
+	}
+	return h, err
+}
