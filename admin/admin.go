@@ -5,7 +5,7 @@
 //
 // Unlike the official Go client's admin, every call reports the broker's or name
 // server's response code as a typed error ([*BrokerError] wrapping a
-// *remoting.ResponseError, or [wire.ErrTopicNotExist]).
+// *remoting.ResponseError, or [ErrTopicNotExist]).
 package admin
 
 import (
@@ -29,7 +29,7 @@ import (
 const (
 	DefaultTimeout = 5 * time.Second // per request
 	DefaultQueues  = 8               // read and write queue count of a new topic (Java mqadmin updateTopic)
-	DefaultPerm    = wire.PermRead | wire.PermWrite
+	DefaultPerm    = PermRead | PermWrite
 	MaxQueues      = 1024 // largest queue count CreateTopic accepts
 )
 
@@ -195,8 +195,8 @@ func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 }
 
 // TopicRoute returns the topic's route (GET_ROUTEINFO_BY_TOPIC, RocketMQ request code
-// 105). A topic without route gives an error wrapping [wire.ErrTopicNotExist].
-func (a *Admin) TopicRoute(ctx context.Context, topic string) (*wire.TopicRouteData, error) {
+// 105). A topic without route gives an error wrapping [ErrTopicNotExist].
+func (a *Admin) TopicRoute(ctx context.Context, topic string) (*TopicRouteData, error) {
 	var out *wire.TopicRouteData
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
 		r, err := wire.GetRouteInfo(ctx, a.client, addr, topic)
@@ -211,7 +211,7 @@ func (a *Admin) TopicRoute(ctx context.Context, topic string) (*wire.TopicRouteD
 
 // ClusterInfo returns the brokers and clusters the name server knows
 // (GET_BROKER_CLUSTER_INFO, RocketMQ request code 106).
-func (a *Admin) ClusterInfo(ctx context.Context) (*wire.ClusterInfo, error) {
+func (a *Admin) ClusterInfo(ctx context.Context) (*ClusterInfo, error) {
 	var out *wire.ClusterInfo
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
 		ci, err := wire.GetBrokerClusterInfo(ctx, a.client, addr)
@@ -236,8 +236,8 @@ type TopicSpec struct {
 	// producers use exactly those queues (orderTopicConf). Order=false leaves an
 	// existing KV entry alone (as Java's mqadmin does).
 	Order bool
-	// Perm is the topic permission, a combination of wire.PermRead (4),
-	// wire.PermWrite (2) and wire.PermInherit (1). Default: 6 (read|write).
+	// Perm is the topic permission, a combination of [PermRead] (4), [PermWrite] (2)
+	// and [PermInherit] (1). Default: 6 (read|write).
 	Perm int
 	// Cluster limits the topic to the master brokers of one cluster. Default: "" =
 	// the masters of every cluster the name server knows.
@@ -261,7 +261,7 @@ func (s TopicSpec) Validate() error {
 	if s.Queues < 1 || s.Queues > MaxQueues {
 		return &ConfigError{Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
 	}
-	const allowed = wire.PermRead | wire.PermWrite | wire.PermInherit
+	const allowed = PermRead | PermWrite | PermInherit
 	if s.Perm < 0 || s.Perm&^allowed != 0 {
 		return &ConfigError{Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
 	}
@@ -404,7 +404,7 @@ func masters(ci *wire.ClusterInfo, cluster string) []Broker {
 // every broker in brokerNames (of at least one broker if brokerNames is empty), and
 // returns it. It returns ctx's error (wrapping the last lookup error, if any) when ctx
 // ends first; name-server errors other than "no route" end the wait at once.
-func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ...string) (*wire.TopicRouteData, error) {
+func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ...string) (*TopicRouteData, error) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -412,7 +412,7 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ..
 		switch {
 		case err == nil && routeHas(r, brokerNames):
 			return r, nil
-		case err != nil && !errors.Is(err, wire.ErrTopicNotExist):
+		case err != nil && !errors.Is(err, ErrTopicNotExist):
 			return nil, err
 		}
 		select {
@@ -455,7 +455,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 		return &ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 	}
 	r, err := a.TopicRoute(ctx, topic)
-	if err != nil && !errors.Is(err, wire.ErrTopicNotExist) {
+	if err != nil && !errors.Is(err, ErrTopicNotExist) {
 		return err
 	}
 	var errs []error

@@ -229,7 +229,7 @@ func TestCreateTopicOnEveryMaster(t *testing.T) {
 	if r, err := a.TopicRoute(ctx(t), "T"); err != nil || len(r.BrokerDatas) != 2 {
 		t.Errorf("TopicRoute = %+v %v", r, err)
 	}
-	if _, err := a.TopicRoute(ctx(t), "missing"); !errors.Is(err, wire.ErrTopicNotExist) {
+	if _, err := a.TopicRoute(ctx(t), "missing"); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("TopicRoute(missing) err = %v", err)
 	}
 
@@ -243,7 +243,7 @@ func TestCreateTopicOnEveryMaster(t *testing.T) {
 			t.Errorf("%s requests after delete = %v", b.name, reqs)
 		}
 	}
-	if _, err := a.TopicRoute(ctx(t), "T"); !errors.Is(err, wire.ErrTopicNotExist) {
+	if _, err := a.TopicRoute(ctx(t), "T"); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("route after delete: %v", err)
 	}
 }

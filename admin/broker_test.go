@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -75,7 +74,7 @@ func TestAgainstRealBroker(t *testing.T) {
 	if err := a.DeleteTopic(ctx(t), "RealT"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.TopicRoute(ctx(t), "RealT"); !errors.Is(err, wire.ErrTopicNotExist) {
+	if _, err := a.TopicRoute(ctx(t), "RealT"); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("route after delete: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ type QueueRead struct {
 }
 
 // ReadQueue reads up to maxNums (1..32) stored messages of mq from queue offset offset
-// with Sluice's READ_QUEUE request (code 7001, wire.ReadQueue): no consumer group,
+// with Sluice's READ_QUEUE request (code 7001): no consumer group,
 // no permission check (so %DLQ% topics, which refuse pulls, are readable), no offset
 // commit. addr is the master address of mq's broker; "" looks it up in mq.Topic's
 // route. An offset past the end gives no messages and NextOffset = Max. Errors: route
@@ -125,7 +125,7 @@ func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQ
 		return nil, nil, &ConfigError{Field: "group", Reason: err.Error()}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
-	if errors.Is(err, wire.ErrTopicNotExist) {
+	if errors.Is(err, ErrTopicNotExist) {
 		return nil, nil, nil
 	}
 	return mqs, addrs, err
@@ -432,13 +432,13 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 	if n, err := strconv.Atoi(m.Property(message.PropertyMaxReconsumeTimes)); err == nil && n > 0 {
 		maxTimes = int32(n) // the budget the group's consumer gave it
 	}
-	h := client.SendHeader{
+	h := wire.SendHeader{
 		MaxReconsumeTimes:     maxTimes, // a %RETRY% send with 0 would go straight back to the DLQ
 		ProducerGroup:         RedriveProducerGroup,
 		Topic:                 topic,
 		DefaultTopic:          message.AutoCreateTopicKey,
 		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
-		QueueID:               mq.QueueID,
+		QueueID:               int32(mq.QueueID),
 		SysFlag:               m.SysFlag & message.SysFlagCompressed,
 		BornTimestamp:         time.Now().UnixMilli(),
 		Flag:                  m.Flag,

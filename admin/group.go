@@ -29,8 +29,8 @@ var ErrNotSupported = errors.New("admin: no broker supports the request")
 
 // GroupConsistency checks that the clients of a consumer group subscribe alike. It asks
 // every master broker (GET_BROKER_CLUSTER_INFO) for the subscriptions each live client
-// of the group sent in its last heartbeat (Sluice request code 7002,
-// wire.GroupSubscriptions), keeps each client's newest view, and compares them
+// of the group sent in its last heartbeat (GROUP_SUBSCRIPTIONS, Sluice request code
+// 7002), keeps each client's newest view, and compares them
 // ignoring %RETRY% topics. A group with no client online is consistent with no sets.
 // Errors: a [*ConfigError] for an empty group, [ErrNoBroker], [ErrNotSupported]
 // (wrapped) when no broker knows the request, a [*BrokerError] per broker that failed

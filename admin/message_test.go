@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -127,7 +126,7 @@ func TestFindAndViewMessagesOnTwoBrokers(t *testing.T) {
 	if !errors.As(err, &be) || be.BrokerAddr != b1.Addr() || !errors.As(err, &re) {
 		t.Errorf("view at a wrong offset: %v", err)
 	}
-	if _, err := a.FindMessages(ctx(t), "NoRoute", "k", time.Time{}, time.Time{}); !errors.Is(err, wire.ErrTopicNotExist) {
+	if _, err := a.FindMessages(ctx(t), "NoRoute", "k", time.Time{}, time.Time{}); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("topic without route: %v", err)
 	}
 }

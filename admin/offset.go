@@ -89,7 +89,7 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 // ConsumerOffsets returns, for every queue of topic (from its route), the group's
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
 // min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
-// route errors (wrapping [wire.ErrTopicNotExist] for an unknown topic) and
+// route errors (wrapping [ErrTopicNotExist] for an unknown topic) and
 // [*BrokerError]s.
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
 	if err := checkGroupTopic(group, topic); err != nil {

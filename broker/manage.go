@@ -46,12 +46,9 @@ func (b *Broker) registerProcessors() {
 // groups, creates %RETRY%<group> for clustering consumer groups, and tells a group's
 // consumers to rebalance when its membership or subscriptions changed.
 func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	var hb HeartbeatData
-	if err := json.Unmarshal(req.Body, &hb); err != nil {
-		return errResponse(remoting.SystemError, "heartbeat body is not HeartbeatData JSON: %v", err)
-	}
-	if hb.ClientID == "" {
-		return errResponse(remoting.SystemError, "heartbeat without clientID")
+	hb, err := wire.ParseHeartbeat(req.Body)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
 	}
 	createdRetry := false
 	for _, cd := range hb.ConsumerDataSet {
@@ -64,7 +61,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		if b.groups.find(cd.GroupName) == nil {
 			return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
 		}
-		if cd.MessageModel != "BROADCASTING" {
+		if cd.MessageModel != wire.MessageModelBroadcasting {
 			retry := message.RetryTopic(cd.GroupName)
 			_, created, err := b.topics.getOrCreate(retry, func() *wire.TopicConfig {
 				return &wire.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
@@ -101,7 +98,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		cd.SubscriptionDataSet = kept
 	}
-	changed := b.clients.heartbeat(conn, &hb, time.Now())
+	changed := b.clients.heartbeat(conn, hb, time.Now())
 	if len(changed) > 0 {
 		// Notify after answering: the client is waiting for this response.
 		b.notifyLater(changed)
@@ -138,7 +135,7 @@ func (b *Broker) handleConsumerList(_ context.Context, _ *remoting.Conn, req *re
 		return errResponse(remoting.SystemError, "no consumer for this group, %s", group)
 	}
 	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(map[string][]string{"consumerIdList": ids})
+	r.Body, _ = json.Marshal(wire.ConsumerIDList{ConsumerIDList: ids})
 	return r
 }
 

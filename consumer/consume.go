@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -214,7 +215,7 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 	if err != nil {
 		return err
 	}
-	qs, err := client.PublishQueues(c.retryTopic, rd)
+	qs, err := wire.PublishQueues(c.retryTopic, rd)
 	if err != nil {
 		return err
 	}
@@ -240,12 +241,12 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 	props[message.PropertyDelayTimeLevel] = strconv.Itoa(3 + int(m.ReconsumeTimes))
 	props[message.PropertyReconsumeTime] = strconv.Itoa(int(m.ReconsumeTimes) + 1)
 	props[message.PropertyMaxReconsumeTimes] = strconv.Itoa(c.cfg.maxReconsume())
-	h := client.SendHeader{
+	h := wire.SendHeader{
 		ProducerGroup:         client.InnerProducerGroup,
 		Topic:                 c.retryTopic,
 		DefaultTopic:          message.AutoCreateTopicKey,
 		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
-		QueueID:               mq.QueueID,
+		QueueID:               int32(mq.QueueID),
 		BornTimestamp:         time.Now().UnixMilli(),
 		Flag:                  m.Flag,
 		Properties:            message.MarshalProperties(props),

@@ -46,7 +46,7 @@ func (p *Producer) SendOneway(ctx context.Context, msg *message.Message, opts ..
 	}
 	se.BrokerAddr = addr
 	h := pr.header
-	h.QueueID = mq.QueueID
+	h.QueueID = int32(mq.QueueID)
 	h.BrokerName = mq.BrokerName
 	actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
 	defer cancel()

@@ -312,12 +312,12 @@ func (n *NameServer) handleRegister(_ context.Context, conn *remoting.Conn, req 
 		}
 	}
 	if compressed {
-		return errorResponse(remoting.SystemError, "namesrv: compressed wire.RegisterBrokerBody is not supported; register with compressed=false")
+		return errorResponse(remoting.SystemError, "namesrv: compressed RegisterBrokerBody is not supported; register with compressed=false")
 	}
 	var body wire.RegisterBrokerBody
 	if len(req.Body) > 0 {
 		if err := json.Unmarshal(req.Body, &body); err != nil {
-			return errorResponse(remoting.SystemError, "namesrv: wire.RegisterBrokerBody is not valid JSON: %v", err)
+			return errorResponse(remoting.SystemError, "namesrv: RegisterBrokerBody is not valid JSON: %v", err)
 		}
 	}
 	var connID uint64
@@ -409,7 +409,7 @@ func (n *NameServer) handleQueryDataVersion(_ context.Context, _ *remoting.Conn,
 	var v wire.DataVersion
 	if len(req.Body) > 0 {
 		if err := json.Unmarshal(req.Body, &v); err != nil {
-			return errorResponse(remoting.SystemError, "namesrv: wire.DataVersion body is not valid JSON: %v", err)
+			return errorResponse(remoting.SystemError, "namesrv: DataVersion body is not valid JSON: %v", err)
 		}
 	}
 	changed, stored := n.routes.queryDataVersion(addr, v, time.Now())

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/wire"
 )
 
 func newAdminCmd() *cobra.Command {
@@ -149,7 +148,7 @@ func newTopicRouteCmd() *cobra.Command {
 			topic, _ := cmd.Flags().GetString("topic")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.TopicRoute(ctx, topic)
-				if errors.Is(err, wire.ErrTopicNotExist) {
+				if errors.Is(err, admin.ErrTopicNotExist) {
 					return fmt.Errorf("topic %q has no route", topic)
 				}
 				if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -132,8 +133,8 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 		NamesrvAddrs: []string{deadAddr(t), ns.srv.Addr()},
 		InstanceName: "inst1",
 		ClientIP:     "10.1.2.3",
-		Heartbeat: func() HeartbeatData {
-			return HeartbeatData{ProducerDataSet: []ProducerData{{GroupName: "pg"}}}
+		Heartbeat: func() wire.HeartbeatData {
+			return wire.HeartbeatData{ProducerDataSet: []wire.ProducerData{{GroupName: "pg"}}}
 		},
 	})
 	if err != nil {
@@ -181,7 +182,7 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 	if len(hbs) != 2 {
 		t.Fatalf("%d heartbeats", len(hbs))
 	}
-	var hb HeartbeatData
+	var hb wire.HeartbeatData
 	if err := json.Unmarshal(hbs[0].Body, &hb); err != nil {
 		t.Fatal(err)
 	}
