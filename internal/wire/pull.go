@@ -53,45 +53,22 @@ func (h PullHeader) Ext() map[string]string {
 // required. Errors: a [*remoting.HeaderError] naming the first missing or malformed
 // field, or a negative queueOffset.
 func ParsePullHeader(req *remoting.RemotingCommand) (PullHeader, error) {
-	var h PullHeader
-	var err error
-	str := func(key string, required bool) string {
-		if err != nil {
-			return ""
-		}
-		var s string
-		s, err = req.ExtString(key, required)
-		return s
+	r := extReader{req: req}
+	h := PullHeader{
+		ConsumerGroup:        r.str("consumerGroup", true),
+		Topic:                r.str("topic", true),
+		QueueID:              r.i32("queueId", true),
+		QueueOffset:          r.i64("queueOffset", true),
+		MaxMsgNums:           r.i32("maxMsgNums", true),
+		SysFlag:              r.i32("sysFlag", true),
+		CommitOffset:         r.i64("commitOffset", true),
+		SuspendTimeoutMillis: r.i64("suspendTimeoutMillis", true),
+		Subscription:         r.str("subscription", false),
+		ExpressionType:       r.str("expressionType", false),
+		SubVersion:           r.i64("subVersion", false),
 	}
-	i32 := func(key string) int32 {
-		if err != nil {
-			return 0
-		}
-		var n int32
-		n, err = req.ExtInt32(key, true)
-		return n
+	if r.err == nil && h.QueueOffset < 0 {
+		r.err = &remoting.HeaderError{Field: "queueOffset", Reason: fmt.Sprintf("%d is negative", h.QueueOffset)}
 	}
-	i64 := func(key string, required bool) int64 {
-		if err != nil {
-			return 0
-		}
-		var n int64
-		n, err = req.ExtInt64(key, required)
-		return n
-	}
-	h.ConsumerGroup = str("consumerGroup", true)
-	h.Topic = str("topic", true)
-	h.QueueID = i32("queueId")
-	h.QueueOffset = i64("queueOffset", true)
-	h.MaxMsgNums = i32("maxMsgNums")
-	h.SysFlag = i32("sysFlag")
-	h.CommitOffset = i64("commitOffset", true)
-	h.SuspendTimeoutMillis = i64("suspendTimeoutMillis", true)
-	h.Subscription = str("subscription", false)
-	h.ExpressionType = str("expressionType", false)
-	h.SubVersion = i64("subVersion", false)
-	if err == nil && h.QueueOffset < 0 {
-		err = &remoting.HeaderError{Field: "queueOffset", Reason: fmt.Sprintf("%d is negative", h.QueueOffset)}
-	}
-	return h, err
+	return h, r.err
 }

@@ -92,75 +92,73 @@ func (h SendHeader) Ext() map[string]string {
 // absent. Errors: a [*remoting.HeaderError] naming the first missing or malformed
 // field.
 func ParseSendHeader(req *remoting.RemotingCommand, v2 bool) (SendHeader, error) {
-	p := sendParser{req: req, v2: v2}
+	col := 0
+	if v2 {
+		col = 1
+	}
+	k := func(i int) string { return SendHeaderKeys[i][col] }
+	r := extReader{req: req}
 	h := SendHeader{
-		ProducerGroup:         p.str(sendKeyProducerGroup, true),
-		Topic:                 p.str(sendKeyTopic, true),
-		DefaultTopic:          p.str(sendKeyDefaultTopic, true),
-		DefaultTopicQueueNums: p.i32(sendKeyDefaultTopicQueueNums, true),
-		QueueID:               p.i32(sendKeyQueueID, true),
-		SysFlag:               p.i32(sendKeySysFlag, true),
-		BornTimestamp:         p.i64(sendKeyBornTimestamp, true),
-		Flag:                  p.i32(sendKeyFlag, true),
-		Properties:            p.str(sendKeyProperties, false),
-		ReconsumeTimes:        p.i32(sendKeyReconsumeTimes, false),
-		UnitMode:              p.bool(sendKeyUnitMode),
+		ProducerGroup:         r.str(k(sendKeyProducerGroup), true),
+		Topic:                 r.str(k(sendKeyTopic), true),
+		DefaultTopic:          r.str(k(sendKeyDefaultTopic), true),
+		DefaultTopicQueueNums: r.i32(k(sendKeyDefaultTopicQueueNums), true),
+		QueueID:               r.i32(k(sendKeyQueueID), true),
+		SysFlag:               r.i32(k(sendKeySysFlag), true),
+		BornTimestamp:         r.i64(k(sendKeyBornTimestamp), true),
+		Flag:                  r.i32(k(sendKeyFlag), true),
+		Properties:            r.str(k(sendKeyProperties), false),
+		ReconsumeTimes:        r.i32(k(sendKeyReconsumeTimes), false),
+		UnitMode:              r.bool(k(sendKeyUnitMode)),
 		MaxReconsumeTimes:     -1,
 	}
-	if _, ok := req.ExtFields[p.key(sendKeyMaxReconsumeTimes)]; ok {
-		h.MaxReconsumeTimes = p.i32(sendKeyMaxReconsumeTimes, false)
+	if _, ok := req.ExtFields[k(sendKeyMaxReconsumeTimes)]; ok {
+		h.MaxReconsumeTimes = r.i32(k(sendKeyMaxReconsumeTimes), false)
 	}
-	h.Batch = p.bool(sendKeyBatch)
-	h.BrokerName = p.str(sendKeyBrokerName, false)
-	return h, p.err
+	h.Batch = r.bool(k(sendKeyBatch))
+	h.BrokerName = r.str(k(sendKeyBrokerName), false)
+	return h, r.err
 }
 
-// sendParser reads ext fields by SendHeaderKeys index and keeps the first error.
-type sendParser struct {
+// extReader reads ext fields of a request and keeps the first error; later reads
+// after an error return zero values.
+type extReader struct {
 	req *remoting.RemotingCommand
-	v2  bool
 	err error
 }
 
-func (p *sendParser) key(i int) string {
-	if p.v2 {
-		return SendHeaderKeys[i][1]
-	}
-	return SendHeaderKeys[i][0]
-}
-
-func (p *sendParser) str(i int, required bool) string {
-	if p.err != nil {
+func (r *extReader) str(key string, required bool) string {
+	if r.err != nil {
 		return ""
 	}
 	var s string
-	s, p.err = p.req.ExtString(p.key(i), required)
+	s, r.err = r.req.ExtString(key, required)
 	return s
 }
 
-func (p *sendParser) i32(i int, required bool) int32 {
-	if p.err != nil {
+func (r *extReader) i32(key string, required bool) int32 {
+	if r.err != nil {
 		return 0
 	}
 	var n int32
-	n, p.err = p.req.ExtInt32(p.key(i), required)
+	n, r.err = r.req.ExtInt32(key, required)
 	return n
 }
 
-func (p *sendParser) i64(i int, required bool) int64 {
-	if p.err != nil {
+func (r *extReader) i64(key string, required bool) int64 {
+	if r.err != nil {
 		return 0
 	}
 	var n int64
-	n, p.err = p.req.ExtInt64(p.key(i), required)
+	n, r.err = r.req.ExtInt64(key, required)
 	return n
 }
 
-func (p *sendParser) bool(i int) bool {
-	if p.err != nil {
+func (r *extReader) bool(key string) bool {
+	if r.err != nil {
 		return false
 	}
 	var v bool
-	v, p.err = p.req.ExtBool(p.key(i))
+	v, r.err = r.req.ExtBool(key)
 	return v
 }
