@@ -57,8 +57,7 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 			return nil, fmt.Errorf("admin: broker %q is not in the route of %q", mq.BrokerName, mq.Topic)
 		}
 	}
-	ext := map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID),
-		"offset": strconv.FormatInt(offset, 10), "maxMsgNums": strconv.Itoa(maxNums)}
+	ext := wire.ReadQueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), Offset: offset, MaxMsgNums: int32(maxNums)}.Ext()
 	resp, err := a.invoke(ctx, mq.BrokerName, addr, wire.ReadQueue, ext, nil)
 	if err != nil {
 		return nil, err
@@ -69,11 +68,11 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	default:
 		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
 	}
-	if r.NextOffset, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+	rh, err := wire.ParsePullResponseHeader(resp)
+	if err != nil {
 		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
 	}
-	r.Min, _ = resp.ExtInt64("minOffset", false)
-	r.Max, _ = resp.ExtInt64("maxOffset", false)
+	r.NextOffset, r.Min, r.Max = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if resp.ResponseCode() == remoting.PullOffsetMoved && offset > r.Max {
 		r.NextOffset = r.Max
 	}

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
@@ -193,10 +192,7 @@ func pullResponse(offset int64, res store.GetResult) *remoting.RemotingCommand {
 		code = remoting.PullNotFound
 	}
 	r := remoting.NewResponse(code, res.Status.String())
-	r.SetExt("nextBeginOffset", strconv.FormatInt(res.NextBeginOffset, 10))
-	r.SetExt("minOffset", strconv.FormatInt(res.MinOffset, 10))
-	r.SetExt("maxOffset", strconv.FormatInt(res.MaxOffset, 10))
-	r.SetExt("suggestWhichBrokerId", "0")
+	wire.PullResponseHeader{NextBeginOffset: res.NextBeginOffset, MinOffset: res.MinOffset, MaxOffset: res.MaxOffset}.SetExt(r)
 	if code == remoting.Success {
 		r.Body = res.Body
 	}

@@ -185,11 +185,11 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	default:
 		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Code: r.code, Remark: resp.Remark}
 	}
-	if r.nextBegin, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+	rh, err := wire.ParsePullResponseHeader(resp)
+	if err != nil {
 		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: err}
 	}
-	r.minOffset, _ = resp.ExtInt64("minOffset", false)
-	r.maxOffset, _ = resp.ExtInt64("maxOffset", false)
+	r.nextBegin, r.minOffset, r.maxOffset = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if r.code == remoting.Success {
 		if r.msgs, err = message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true}); err != nil {
 			return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err)}

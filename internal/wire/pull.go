@@ -72,3 +72,78 @@ func ParsePullHeader(req *remoting.RemotingCommand) (PullHeader, error) {
 	}
 	return h, r.err
 }
+
+// PullResponseHeader is the custom header of a PULL_MESSAGE answer (Java
+// PullMessageResponseHeader, PROTOCOL §3.4), also used by Sluice's READ_QUEUE (7001).
+// The comments give the ext keys.
+type PullResponseHeader struct {
+	NextBeginOffset      int64 // nextBeginOffset: where the next pull starts
+	MinOffset            int64 // minOffset: the queue's smallest stored offset
+	MaxOffset            int64 // maxOffset: the queue's next offset to write
+	SuggestWhichBrokerID int64 // suggestWhichBrokerId: 0 (the master) from a Sluice broker
+}
+
+// SetExt writes all four fields into resp's ext fields: the official Go client reads a
+// missing nextBeginOffset as 0, so none is ever left out.
+func (h PullResponseHeader) SetExt(resp *remoting.RemotingCommand) {
+	resp.SetExt("nextBeginOffset", strconv.FormatInt(h.NextBeginOffset, 10))
+	resp.SetExt("minOffset", strconv.FormatInt(h.MinOffset, 10))
+	resp.SetExt("maxOffset", strconv.FormatInt(h.MaxOffset, 10))
+	resp.SetExt("suggestWhichBrokerId", strconv.FormatInt(h.SuggestWhichBrokerID, 10))
+}
+
+// ParsePullResponseHeader reads the header of a PULL_MESSAGE or READ_QUEUE answer.
+// nextBeginOffset is required: its absence or a malformed value is a
+// [*remoting.HeaderError]. minOffset, maxOffset and suggestWhichBrokerId are
+// informational; a missing or malformed one reads as 0.
+func ParsePullResponseHeader(resp *remoting.RemotingCommand) (PullResponseHeader, error) {
+	var h PullResponseHeader
+	var err error
+	if h.NextBeginOffset, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+		return PullResponseHeader{}, err
+	}
+	h.MinOffset, _ = resp.ExtInt64("minOffset", false)
+	h.MaxOffset, _ = resp.ExtInt64("maxOffset", false)
+	h.SuggestWhichBrokerID, _ = resp.ExtInt64("suggestWhichBrokerId", false)
+	return h, nil
+}
+
+// ReadQueueHeader is the request header of Sluice's READ_QUEUE ([ReadQueue], 7001).
+// The comments give the ext keys; all four are required.
+type ReadQueueHeader struct {
+	Topic      string // topic
+	QueueID    int32  // queueId
+	Offset     int64  // offset: the first queue offset wanted
+	MaxMsgNums int32  // maxMsgNums: at most this many messages (a broker caps it at 32)
+}
+
+// Ext returns the header as READ_QUEUE ext fields.
+func (h ReadQueueHeader) Ext() map[string]string {
+	return map[string]string{
+		"topic":      h.Topic,
+		"queueId":    strconv.FormatInt(int64(h.QueueID), 10),
+		"offset":     strconv.FormatInt(h.Offset, 10),
+		"maxMsgNums": strconv.FormatInt(int64(h.MaxMsgNums), 10),
+	}
+}
+
+// ParseReadQueueHeader reads the READ_QUEUE header of req. Errors: a
+// [*remoting.HeaderError] naming the first missing or malformed field, or a negative
+// offset or queueId.
+func ParseReadQueueHeader(req *remoting.RemotingCommand) (ReadQueueHeader, error) {
+	r := extReader{req: req}
+	h := ReadQueueHeader{
+		Topic:      r.str("topic", true),
+		QueueID:    r.i32("queueId", true),
+		Offset:     r.i64("offset", true),
+		MaxMsgNums: r.i32("maxMsgNums", true),
+	}
+	switch {
+	case r.err != nil:
+	case h.Offset < 0:
+		r.err = &remoting.HeaderError{Field: "offset", Reason: fmt.Sprintf("%d is negative", h.Offset)}
+	case h.QueueID < 0:
+		r.err = &remoting.HeaderError{Field: "queueId", Reason: fmt.Sprintf("%d is negative", h.QueueID)}
+	}
+	return h, r.err
+}

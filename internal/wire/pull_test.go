@@ -71,3 +71,45 @@ func FuzzParsePullHeader(f *testing.F) {
 		}
 	})
 }
+
+func TestPullResponseHeader(t *testing.T) {
+	resp := remoting.NewResponse(remoting.Success, "")
+	PullResponseHeader{NextBeginOffset: 12, MinOffset: 3, MaxOffset: 40}.SetExt(resp)
+	if resp.ExtFields["suggestWhichBrokerId"] != "0" || resp.ExtFields["nextBeginOffset"] != "12" {
+		t.Fatalf("ext %v", resp.ExtFields)
+	}
+	h, err := ParsePullResponseHeader(resp)
+	if err != nil || h != (PullResponseHeader{NextBeginOffset: 12, MinOffset: 3, MaxOffset: 40}) {
+		t.Fatalf("parse = %+v %v", h, err)
+	}
+	// Informational fields are lenient; nextBeginOffset is not.
+	resp.SetExt("minOffset", "x")
+	if h, err := ParsePullResponseHeader(resp); err != nil || h.MinOffset != 0 || h.NextBeginOffset != 12 {
+		t.Fatalf("lenient minOffset: %+v %v", h, err)
+	}
+	delete(resp.ExtFields, "nextBeginOffset")
+	var he *remoting.HeaderError
+	if _, err := ParsePullResponseHeader(resp); !errors.As(err, &he) || he.Field != "nextBeginOffset" {
+		t.Fatalf("missing nextBeginOffset: %v", err)
+	}
+}
+
+func TestReadQueueHeader(t *testing.T) {
+	h := ReadQueueHeader{Topic: "%DLQ%g", QueueID: 0, Offset: 5, MaxMsgNums: 32}
+	got, err := ParseReadQueueHeader(remoting.NewRequest(ReadQueue, h.Ext(), nil))
+	if err != nil || got != h {
+		t.Fatalf("round trip = %+v %v", got, err)
+	}
+	for field, bad := range map[string]ReadQueueHeader{"offset": {Topic: "T", Offset: -1}, "queueId": {Topic: "T", QueueID: -2}} {
+		var he *remoting.HeaderError
+		if _, err := ParseReadQueueHeader(remoting.NewRequest(ReadQueue, bad.Ext(), nil)); !errors.As(err, &he) || he.Field != field {
+			t.Errorf("%+v: %v, want a HeaderError naming %s", bad, err, field)
+		}
+	}
+	ext := h.Ext()
+	delete(ext, "maxMsgNums")
+	var he *remoting.HeaderError
+	if _, err := ParseReadQueueHeader(remoting.NewRequest(ReadQueue, ext, nil)); !errors.As(err, &he) || he.Field != "maxMsgNums" {
+		t.Fatalf("missing maxMsgNums: %v", err)
+	}
+}
