@@ -167,15 +167,8 @@ func (c *PushConsumer) sendBack(m *message.MessageExt, delayLevel int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultBrokerTimeout)
 	defer cancel()
 	maxRe := c.cfg.maxReconsume()
-	ext := map[string]string{
-		"offset":            strconv.FormatInt(m.CommitLogOffset, 10),
-		"group":             c.cfg.Group,
-		"delayLevel":        strconv.Itoa(delayLevel),
-		"originMsgId":       m.MsgID,
-		"originTopic":       m.Topic,
-		"unitMode":          "false",
-		"maxReconsumeTimes": strconv.Itoa(maxRe),
-	}
+	ext := wire.SendBackHeader{Offset: m.CommitLogOffset, Group: c.cfg.Group, DelayLevel: int32(delayLevel),
+		OriginMsgID: m.MsgID, OriginTopic: m.Topic, MaxReconsumeTimes: int32(maxRe)}.Ext()
 	addr, ok := c.cl.BrokerAddr(m.BrokerName)
 	if !ok && m.StoreHost.IsValid() {
 		addr, ok = m.StoreHost.String(), true
