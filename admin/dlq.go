@@ -353,7 +353,7 @@ queues:
 
 // commitMark stores the re-drive mark of a DLQ queue (UPDATE_CONSUMER_OFFSET, 15).
 func (a *Admin) commitMark(ctx context.Context, group string, mq message.MessageQueue, addr string, off int64) error {
-	ext := map[string]string{"consumerGroup": group, "topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID), "commitOffset": strconv.FormatInt(off, 10)}
+	ext := wire.ConsumerOffsetHeader{ConsumerGroup: group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: off}.Ext(true)
 	resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.UpdateConsumerOffset, ext, nil)
 	if err != nil {
 		return err

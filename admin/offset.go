@@ -173,7 +173,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 	if !t.IsZero() {
 		ts = t.UnixMilli()
 	}
-	ext := map[string]string{"topic": topic, "group": group, "timestamp": strconv.FormatInt(ts, 10), "isForce": strconv.FormatBool(force)}
+	ext := wire.ResetOffsetHeader{Topic: topic, Group: group, Timestamp: ts, IsForce: force}.Ext()
 	res := &ResetResult{Offsets: map[message.MessageQueue]int64{}}
 	var errs []error
 	for _, bd := range sortedBrokers(r) {

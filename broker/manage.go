@@ -139,28 +139,17 @@ func (b *Broker) handleConsumerList(_ context.Context, _ *remoting.Conn, req *re
 	return r
 }
 
-func groupTopicQueue(req *remoting.RemotingCommand) (group, topic string, queueID int32, err error) {
-	if group, err = req.ExtString("consumerGroup", true); err != nil {
-		return
-	}
-	if topic, err = req.ExtString("topic", true); err != nil {
-		return
-	}
-	queueID, err = req.ExtInt32("queueId", true)
-	return
-}
-
 // handleQueryOffset serves QUERY_CONSUMER_OFFSET (14). With no committed offset it
 // answers QUERY_NOT_FOUND (22) and the client starts where its consumeFromWhere says.
 // (Java answers 0 instead for a "young" queue whose first message is still in memory;
 // Sluice leaves the choice to the client, so a new group with CONSUME_FROM_LAST_OFFSET
 // always starts at the end.)
 func (b *Broker) handleQueryOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	group, topic, q, err := groupTopicQueue(req)
+	h, err := wire.ParseConsumerOffsetHeader(req, false)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	off, ok := b.offsets.query(group, topic, q)
+	off, ok := b.offsets.query(h.ConsumerGroup, h.Topic, h.QueueID)
 	if !ok {
 		return errResponse(remoting.QueryNotFound, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 	}
@@ -169,18 +158,11 @@ func (b *Broker) handleQueryOffset(_ context.Context, _ *remoting.Conn, req *rem
 
 // handleUpdateOffset serves UPDATE_CONSUMER_OFFSET (15).
 func (b *Broker) handleUpdateOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	group, topic, q, err := groupTopicQueue(req)
+	h, err := wire.ParseConsumerOffsetHeader(req, true)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	off, err := req.ExtInt64("commitOffset", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	if off < 0 {
-		return errResponse(remoting.SystemError, "commitOffset %d is negative", off)
-	}
-	b.offsets.commit(group, topic, q, off)
+	b.offsets.commit(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	return remoting.NewResponse(remoting.Success, "")
 }
 

@@ -70,8 +70,7 @@ func mqExt(mq message.MessageQueue) map[string]string {
 // queryOffset asks the broker for the group's stored offset of mq
 // (QUERY_CONSUMER_OFFSET, request code 14; PROTOCOL §3.5): -1 when none (code 22).
 func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	ext := mqExt(mq)
-	ext["consumerGroup"] = b.group
+	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext, nil)
 	if err != nil {
 		return 0, err
@@ -116,9 +115,7 @@ func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t
 // request code 15). It waits for the answer, unlike the official Go client's one-way
 // send, so that callers know the offset is stored.
 func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, offset int64) error {
-	ext := mqExt(mq)
-	ext["consumerGroup"] = b.group
-	ext["commitOffset"] = strconv.FormatInt(offset, 10)
+	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: offset}.Ext(true)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
 	if err != nil {
 		return err
