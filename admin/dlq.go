@@ -306,7 +306,7 @@ queues:
 		// Only the dead letters present now: a re-driven message that fails again and
 		// comes back to the DLQ during this run is left for the next one.
 		end, err := a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset,
-			map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}, "offset")
+			wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false), "offset")
 		if err != nil {
 			return res, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/wire"
@@ -102,7 +101,7 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 	out := make([]QueueOffset, 0, len(mqs))
 	for _, mq := range mqs {
 		addr := addrs[mq.BrokerName]
-		ext := map[string]string{"topic": topic, "queueId": strconv.Itoa(mq.QueueID)}
+		ext := wire.QueueHeader{Topic: topic, QueueID: int32(mq.QueueID)}.Ext(false)
 		qo := QueueOffset{Queue: mq, BrokerAddr: addr}
 		if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
 			return nil, err
@@ -110,7 +109,7 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 		if qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset"); err != nil {
 			return nil, err
 		}
-		ext["consumerGroup"] = group
+		ext = wire.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: int32(mq.QueueID)}.Ext(false)
 		resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.QueryConsumerOffset, ext, nil)
 		if err != nil {
 			return nil, err

@@ -166,46 +166,33 @@ func (b *Broker) handleUpdateOffset(_ context.Context, _ *remoting.Conn, req *re
 	return remoting.NewResponse(remoting.Success, "")
 }
 
-func topicQueue(req *remoting.RemotingCommand) (string, int32, error) {
-	topic, err := req.ExtString("topic", true)
-	if err != nil {
-		return "", 0, err
-	}
-	q, err := req.ExtInt32("queueId", true)
-	return topic, q, err
-}
-
 // handleQueueOffset serves GET_MAX_OFFSET (30) and GET_MIN_OFFSET (31): ext "offset".
 func (b *Broker) handleQueueOffset(get func(string, int32) int64) remoting.Handler {
 	return func(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-		topic, q, err := topicQueue(req)
+		h, err := wire.ParseQueueHeader(req, false)
 		if err != nil {
 			return errResponse(remoting.SystemError, "%v", err)
 		}
-		return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(get(topic, q), 10))
+		return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(get(h.Topic, h.QueueID), 10))
 	}
 }
 
 // handleSearchOffset serves SEARCH_OFFSET_BY_TIMESTAMP (29): ext "offset".
 func (b *Broker) handleSearchOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	topic, q, err := topicQueue(req)
+	h, err := wire.ParseQueueHeader(req, true)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	ts, err := req.ExtInt64("timestamp", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(b.store.OffsetByTimestamp(topic, q, ts), 10))
+	return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(b.store.OffsetByTimestamp(h.Topic, h.QueueID, h.Timestamp), 10))
 }
 
 // handleEarliestTime serves GET_EARLIEST_MSG_STORETIME (32): ext "timestamp" (ms).
 func (b *Broker) handleEarliestTime(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	topic, q, err := topicQueue(req)
+	h, err := wire.ParseQueueHeader(req, false)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	ts, err := b.store.EarliestMessageTime(topic, q)
+	ts, err := b.store.EarliestMessageTime(h.Topic, h.QueueID)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}

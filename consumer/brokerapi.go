@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
@@ -63,10 +62,6 @@ func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting
 	return resp, nil
 }
 
-func mqExt(mq message.MessageQueue) map[string]string {
-	return map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}
-}
-
 // queryOffset asks the broker for the group's stored offset of mq
 // (QUERY_CONSUMER_OFFSET, request code 14; PROTOCOL §3.5): -1 when none (code 22).
 func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
@@ -98,16 +93,15 @@ func (b *brokerAPI) offsetCall(ctx context.Context, code remoting.RequestCode, m
 }
 
 func (b *brokerAPI) maxOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	return b.offsetCall(ctx, remoting.GetMaxOffset, mq, mqExt(mq))
+	return b.offsetCall(ctx, remoting.GetMaxOffset, mq, wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false))
 }
 
 func (b *brokerAPI) minOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	return b.offsetCall(ctx, remoting.GetMinOffset, mq, mqExt(mq))
+	return b.offsetCall(ctx, remoting.GetMinOffset, mq, wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false))
 }
 
 func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t time.Time) (int64, error) {
-	ext := mqExt(mq)
-	ext["timestamp"] = strconv.FormatInt(t.UnixMilli(), 10)
+	ext := wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), Timestamp: t.UnixMilli()}.Ext(true)
 	return b.offsetCall(ctx, remoting.SearchOffsetByTimestamp, mq, ext)
 }
 

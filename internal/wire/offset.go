@@ -93,3 +93,33 @@ func ParseResetOffsetHeader(req *remoting.RemotingCommand) (ResetOffsetHeader, e
 	}
 	return h, r.err
 }
+
+// QueueHeader is the custom header of GET_MAX_OFFSET (RocketMQ request code 30),
+// GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32) and, with Timestamp,
+// SEARCH_OFFSET_BY_TIMESTAMP (29); PROTOCOL §3.5. The comments give the ext keys.
+type QueueHeader struct {
+	Topic     string // topic
+	QueueID   int32  // queueId
+	Timestamp int64  // timestamp: unix ms; SEARCH_OFFSET_BY_TIMESTAMP only
+}
+
+// Ext returns the header as ext fields; with search, timestamp is written too.
+func (h QueueHeader) Ext(search bool) map[string]string {
+	ext := map[string]string{"topic": h.Topic, "queueId": strconv.FormatInt(int64(h.QueueID), 10)}
+	if search {
+		ext["timestamp"] = strconv.FormatInt(h.Timestamp, 10)
+	}
+	return ext
+}
+
+// ParseQueueHeader reads the header of one of those requests: topic and queueId are
+// required, and timestamp too with search. Errors: a [*remoting.HeaderError] naming the
+// first missing or malformed field.
+func ParseQueueHeader(req *remoting.RemotingCommand, search bool) (QueueHeader, error) {
+	r := extReader{req: req}
+	h := QueueHeader{Topic: r.str("topic", true), QueueID: r.i32("queueId", true)}
+	if search {
+		h.Timestamp = r.i64("timestamp", true)
+	}
+	return h, r.err
+}

@@ -59,3 +59,21 @@ func TestResetOffsetHeader(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueHeader(t *testing.T) {
+	h := QueueHeader{Topic: "T", QueueID: 2, Timestamp: 1700000000000}
+	if ext := h.Ext(false); len(ext) != 2 || ext["queueId"] != "2" {
+		t.Fatalf("ext %v", ext)
+	}
+	got, err := ParseQueueHeader(remoting.NewRequest(remoting.SearchOffsetByTimestamp, h.Ext(true), nil), true)
+	if err != nil || got != h {
+		t.Fatalf("round trip = %+v %v", got, err)
+	}
+	var he *remoting.HeaderError
+	if _, err := ParseQueueHeader(remoting.NewRequest(remoting.SearchOffsetByTimestamp, h.Ext(false), nil), true); !errors.As(err, &he) || he.Field != "timestamp" {
+		t.Fatalf("search without timestamp: %v", err)
+	}
+	if _, err := ParseQueueHeader(remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "T", "queueId": "x"}, nil), false); !errors.As(err, &he) || he.Field != "queueId" {
+		t.Fatalf("bad queueId: %v", err)
+	}
+}
