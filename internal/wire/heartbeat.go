@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -35,16 +36,19 @@ type HeartbeatData struct {
 	ConsumerDataSet []ConsumerData `json:"consumerDataSet"` // consumer groups; [] when none
 }
 
+// ErrBadHeartbeat is wrapped by every error [ParseHeartbeat] returns.
+var ErrBadHeartbeat = errors.New("wire: bad heartbeat body")
+
 // ParseHeartbeat decodes a HEART_BEAT body as the official Go and Java clients and
-// Sluice's SDK write it. Errors: a body that is not HeartbeatData JSON, or one without
-// clientID.
+// Sluice's SDK write it. Errors (wrapping [ErrBadHeartbeat]): a body that is not
+// HeartbeatData JSON, or one without clientID.
 func ParseHeartbeat(body []byte) (*HeartbeatData, error) {
 	hb := new(HeartbeatData)
 	if err := json.Unmarshal(body, hb); err != nil {
-		return nil, fmt.Errorf("heartbeat body is not HeartbeatData JSON: %w", err)
+		return nil, fmt.Errorf("%w: not HeartbeatData JSON: %v", ErrBadHeartbeat, err)
 	}
 	if hb.ClientID == "" {
-		return nil, fmt.Errorf("heartbeat without clientID")
+		return nil, fmt.Errorf("%w: no clientID", ErrBadHeartbeat)
 	}
 	return hb, nil
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -77,8 +78,8 @@ func TestParseHeartbeatJavaAndGo(t *testing.T) {
 		"bad codeSet": `{"clientID":"c","consumerDataSet":[{"subscriptionDataSet":[{"codeSet":[true]}]}]}`,
 		"codeSet obj": `{"clientID":"c","consumerDataSet":[{"subscriptionDataSet":[{"codeSet":{"a":1}}]}]}`,
 	} {
-		if _, err := ParseHeartbeat([]byte(bad)); err == nil {
-			t.Errorf("%s: accepted", name)
+		if _, err := ParseHeartbeat([]byte(bad)); !errors.Is(err, ErrBadHeartbeat) {
+			t.Errorf("%s: %v, want ErrBadHeartbeat", name, err)
 		}
 	}
 }
@@ -91,6 +92,9 @@ func FuzzParseHeartbeat(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		hb, err := ParseHeartbeat(body)
 		if err != nil {
+			if !errors.Is(err, ErrBadHeartbeat) {
+				t.Fatalf("error %v does not wrap ErrBadHeartbeat", err)
+			}
 			return
 		}
 		b, err := json.Marshal(hb)
