@@ -5,7 +5,7 @@
 //
 // Unlike the official Go client's admin, every call reports the broker's or name
 // server's response code as a typed error ([*BrokerError] wrapping a
-// *remoting.ResponseError, or [namesrv.ErrTopicNotExist]).
+// *remoting.ResponseError, or [ErrTopicNotExist]).
 package admin
 
 import (
@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -29,7 +29,7 @@ import (
 const (
 	DefaultTimeout = 5 * time.Second // per request
 	DefaultQueues  = 8               // read and write queue count of a new topic (Java mqadmin updateTopic)
-	DefaultPerm    = namesrv.PermRead | namesrv.PermWrite
+	DefaultPerm    = PermRead | PermWrite
 	MaxQueues      = 1024 // largest queue count CreateTopic accepts
 )
 
@@ -183,7 +183,7 @@ func isTransport(err error) bool {
 func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 	var out []string
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
-		l, err := namesrv.GetAllTopicList(ctx, a.client, addr)
+		l, err := wire.GetAllTopicList(ctx, a.client, addr)
 		out = l
 		return err
 	})
@@ -195,11 +195,11 @@ func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 }
 
 // TopicRoute returns the topic's route (GET_ROUTEINFO_BY_TOPIC, RocketMQ request code
-// 105). A topic without route gives an error wrapping [namesrv.ErrTopicNotExist].
-func (a *Admin) TopicRoute(ctx context.Context, topic string) (*namesrv.TopicRouteData, error) {
-	var out *namesrv.TopicRouteData
+// 105). A topic without route gives an error wrapping [ErrTopicNotExist].
+func (a *Admin) TopicRoute(ctx context.Context, topic string) (*TopicRouteData, error) {
+	var out *wire.TopicRouteData
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
-		r, err := namesrv.GetRouteInfo(ctx, a.client, addr, topic)
+		r, err := wire.GetRouteInfo(ctx, a.client, addr, topic)
 		out = r
 		return err
 	})
@@ -211,10 +211,10 @@ func (a *Admin) TopicRoute(ctx context.Context, topic string) (*namesrv.TopicRou
 
 // ClusterInfo returns the brokers and clusters the name server knows
 // (GET_BROKER_CLUSTER_INFO, RocketMQ request code 106).
-func (a *Admin) ClusterInfo(ctx context.Context) (*namesrv.ClusterInfo, error) {
-	var out *namesrv.ClusterInfo
+func (a *Admin) ClusterInfo(ctx context.Context) (*ClusterInfo, error) {
+	var out *wire.ClusterInfo
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
-		ci, err := namesrv.GetBrokerClusterInfo(ctx, a.client, addr)
+		ci, err := wire.GetBrokerClusterInfo(ctx, a.client, addr)
 		out = ci
 		return err
 	})
@@ -236,8 +236,8 @@ type TopicSpec struct {
 	// producers use exactly those queues (orderTopicConf). Order=false leaves an
 	// existing KV entry alone (as Java's mqadmin does).
 	Order bool
-	// Perm is the topic permission, a combination of namesrv.PermRead (4),
-	// namesrv.PermWrite (2) and namesrv.PermInherit (1). Default: 6 (read|write).
+	// Perm is the topic permission, a combination of [PermRead] (4), [PermWrite] (2)
+	// and [PermInherit] (1). Default: 6 (read|write).
 	Perm int
 	// Cluster limits the topic to the master brokers of one cluster. Default: "" =
 	// the masters of every cluster the name server knows.
@@ -261,7 +261,7 @@ func (s TopicSpec) Validate() error {
 	if s.Queues < 1 || s.Queues > MaxQueues {
 		return &ConfigError{Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
 	}
-	const allowed = namesrv.PermRead | namesrv.PermWrite | namesrv.PermInherit
+	const allowed = PermRead | PermWrite | PermInherit
 	if s.Perm < 0 || s.Perm&^allowed != 0 {
 		return &ConfigError{Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
 	}
@@ -337,12 +337,12 @@ func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicRe
 	}
 	res := &CreateTopicResult{Brokers: brokers}
 	if spec.Order {
-		entries := make([]namesrv.OrderTopicEntry, 0, len(brokers))
+		entries := make([]wire.OrderTopicEntry, 0, len(brokers))
 		for _, b := range brokers {
-			entries = append(entries, namesrv.OrderTopicEntry{BrokerName: b.Name, QueueNums: spec.Queues})
+			entries = append(entries, wire.OrderTopicEntry{BrokerName: b.Name, QueueNums: spec.Queues})
 		}
-		res.OrderTopicConf = namesrv.FormatOrderTopicConf(entries)
-		if err := a.putKVAll(ctx, namesrv.NamespaceOrderTopicConfig, spec.Topic, res.OrderTopicConf); err != nil {
+		res.OrderTopicConf = wire.FormatOrderTopicConf(entries)
+		if err := a.putKVAll(ctx, wire.NamespaceOrderTopicConfig, spec.Topic, res.OrderTopicConf); err != nil {
 			return nil, err
 		}
 	}
@@ -377,7 +377,7 @@ func (a *Admin) putKVAll(ctx context.Context, ns, key, value string) error {
 		if err != nil {
 			return err
 		}
-		if err := namesrv.PutKVConfig(c, a.client, addr, ns, key, value); err != nil {
+		if err := wire.PutKVConfig(c, a.client, addr, ns, key, value); err != nil {
 			errs = append(errs, fmt.Errorf("admin: put kv config %s/%s on name server %s: %w", ns, key, addr, err))
 		}
 		cancel()
@@ -386,7 +386,7 @@ func (a *Admin) putKVAll(ctx context.Context, ns, key, value string) error {
 }
 
 // masters lists the master brokers (id 0) of cluster ("" = all), sorted by name.
-func masters(ci *namesrv.ClusterInfo, cluster string) []Broker {
+func masters(ci *wire.ClusterInfo, cluster string) []Broker {
 	var out []Broker
 	for name, bd := range ci.BrokerAddrTable {
 		if bd == nil || (cluster != "" && bd.Cluster != cluster) {
@@ -404,7 +404,7 @@ func masters(ci *namesrv.ClusterInfo, cluster string) []Broker {
 // every broker in brokerNames (of at least one broker if brokerNames is empty), and
 // returns it. It returns ctx's error (wrapping the last lookup error, if any) when ctx
 // ends first; name-server errors other than "no route" end the wait at once.
-func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ...string) (*namesrv.TopicRouteData, error) {
+func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ...string) (*TopicRouteData, error) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -412,7 +412,7 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ..
 		switch {
 		case err == nil && routeHas(r, brokerNames):
 			return r, nil
-		case err != nil && !errors.Is(err, namesrv.ErrTopicNotExist):
+		case err != nil && !errors.Is(err, ErrTopicNotExist):
 			return nil, err
 		}
 		select {
@@ -426,7 +426,7 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ..
 	}
 }
 
-func routeHas(r *namesrv.TopicRouteData, names []string) bool {
+func routeHas(r *wire.TopicRouteData, names []string) bool {
 	have := make(map[string]bool, len(r.QueueDatas))
 	for _, q := range r.QueueDatas {
 		have[q.BrokerName] = true
@@ -455,7 +455,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 		return &ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 	}
 	r, err := a.TopicRoute(ctx, topic)
-	if err != nil && !errors.Is(err, namesrv.ErrTopicNotExist) {
+	if err != nil && !errors.Is(err, ErrTopicNotExist) {
 		return err
 	}
 	var errs []error
@@ -488,10 +488,10 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 		if err != nil {
 			return err
 		}
-		if err := namesrv.DeleteTopic(c, a.client, addr, topic, ""); err != nil {
+		if err := wire.DeleteTopic(c, a.client, addr, topic, ""); err != nil {
 			errs = append(errs, fmt.Errorf("admin: delete topic on name server %s: %w", addr, err))
 		}
-		if err := namesrv.DeleteKVConfig(c, a.client, addr, namesrv.NamespaceOrderTopicConfig, topic); err != nil {
+		if err := wire.DeleteKVConfig(c, a.client, addr, wire.NamespaceOrderTopicConfig, topic); err != nil {
 			errs = append(errs, fmt.Errorf("admin: delete order config on name server %s: %w", addr, err))
 		}
 		cancel()

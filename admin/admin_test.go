@@ -14,6 +14,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -61,7 +62,7 @@ type fakeBroker struct {
 	cli           *remoting.Client
 	mu            sync.Mutex
 	reqs          []*remoting.RemotingCommand
-	topics        map[string]*namesrv.TopicConfig
+	topics        map[string]*wire.TopicConfig
 	version       int64
 	answer        *remoting.RemotingCommand // non-nil: answer every create with it
 }
@@ -76,7 +77,7 @@ func startFakeBroker(t *testing.T, ns, cluster, name string) *fakeBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &fakeBroker{t: t, name: name, cluster: cluster, ns: ns, srv: srv, cli: cli, topics: map[string]*namesrv.TopicConfig{}}
+	b := &fakeBroker{t: t, name: name, cluster: cluster, ns: ns, srv: srv, cli: cli, topics: map[string]*wire.TopicConfig{}}
 	srv.Handle(remoting.UpdateAndCreateTopic, b.create)
 	srv.Handle(remoting.DeleteTopicInBroker, b.delete)
 	if err := srv.Start(); err != nil {
@@ -95,14 +96,14 @@ func (b *fakeBroker) addr() string { return b.srv.Addr() }
 func (b *fakeBroker) register(ctx context.Context) error {
 	b.mu.Lock()
 	b.version++
-	table := make(map[string]*namesrv.TopicConfig, len(b.topics))
+	table := make(map[string]*wire.TopicConfig, len(b.topics))
 	for k, v := range b.topics {
 		c := *v
 		table[k] = &c
 	}
-	w := namesrv.TopicConfigSerializeWrapper{TopicConfigTable: table, DataVersion: namesrv.DataVersion{Timestamp: 1, Counter: b.version}}
+	w := wire.TopicConfigSerializeWrapper{TopicConfigTable: table, DataVersion: wire.DataVersion{Timestamp: 1, Counter: b.version}}
 	b.mu.Unlock()
-	_, err := namesrv.RegisterBroker(ctx, b.cli, b.ns, namesrv.RegisterBrokerRequest{
+	_, err := wire.RegisterBroker(ctx, b.cli, b.ns, wire.RegisterBrokerRequest{
 		ClusterName: b.cluster, BrokerName: b.name, BrokerAddr: b.addr(), Topics: w})
 	return err
 }
@@ -122,7 +123,7 @@ func (b *fakeBroker) create(ctx context.Context, _ *remoting.Conn, req *remoting
 		return remoting.NewResponse(remoting.SystemError, err.Error())
 	}
 	b.mu.Lock()
-	b.topics[topic] = &namesrv.TopicConfig{TopicName: topic, ReadQueueNums: int(n), WriteQueueNums: int(n), Perm: int(perm), TopicFilterType: "SINGLE_TAG"}
+	b.topics[topic] = &wire.TopicConfig{TopicName: topic, ReadQueueNums: int(n), WriteQueueNums: int(n), Perm: int(perm), TopicFilterType: "SINGLE_TAG"}
 	b.mu.Unlock()
 	if err := b.register(ctx); err != nil {
 		return remoting.NewResponse(remoting.SystemError, err.Error())
@@ -177,7 +178,7 @@ func TestCreateTopicOnEveryMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slaveCli.Close()
-	if _, err := namesrv.RegisterBroker(ctx(t), slaveCli, ns.Addr(), namesrv.RegisterBrokerRequest{
+	if _, err := wire.RegisterBroker(ctx(t), slaveCli, ns.Addr(), wire.RegisterBrokerRequest{
 		ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: deadAddr(t), BrokerID: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestCreateTopicOnEveryMaster(t *testing.T) {
 	if r, err := a.TopicRoute(ctx(t), "T"); err != nil || len(r.BrokerDatas) != 2 {
 		t.Errorf("TopicRoute = %+v %v", r, err)
 	}
-	if _, err := a.TopicRoute(ctx(t), "missing"); !errors.Is(err, namesrv.ErrTopicNotExist) {
+	if _, err := a.TopicRoute(ctx(t), "missing"); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("TopicRoute(missing) err = %v", err)
 	}
 
@@ -229,7 +230,7 @@ func TestCreateTopicOnEveryMaster(t *testing.T) {
 			t.Errorf("%s requests after delete = %v", b.name, reqs)
 		}
 	}
-	if _, err := a.TopicRoute(ctx(t), "T"); !errors.Is(err, namesrv.ErrTopicNotExist) {
+	if _, err := a.TopicRoute(ctx(t), "T"); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("route after delete: %v", err)
 	}
 }
@@ -253,7 +254,7 @@ func TestCreateOrderedTopicWritesOrderConfToEveryNamesrv(t *testing.T) {
 	}
 	defer cli.Close()
 	for _, ns := range []string{ns1.Addr(), ns2.Addr()} {
-		v, err := namesrv.GetKVConfig(ctx(t), cli, ns, namesrv.NamespaceOrderTopicConfig, "O")
+		v, err := wire.GetKVConfig(ctx(t), cli, ns, wire.NamespaceOrderTopicConfig, "O")
 		if err != nil || v != want {
 			t.Errorf("name server %s order conf = %q %v", ns, v, err)
 		}
@@ -287,7 +288,7 @@ func TestCreateTopicReportsBrokerResponseCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	if _, err := namesrv.GetKVConfig(ctx(t), cli, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "O"); !errors.Is(err, namesrv.ErrKVNotFound) {
+	if _, err := wire.GetKVConfig(ctx(t), cli, ns.Addr(), wire.NamespaceOrderTopicConfig, "O"); !errors.Is(err, wire.ErrKVNotFound) {
 		t.Errorf("order conf after failed create: %v", err)
 	}
 }

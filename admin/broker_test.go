@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/remoting"
@@ -67,7 +66,7 @@ func TestAgainstRealBroker(t *testing.T) {
 	if err := a.DeleteTopic(ctx(t), "RealT"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.TopicRoute(ctx(t), "RealT"); !errors.Is(err, namesrv.ErrTopicNotExist) {
+	if _, err := a.TopicRoute(ctx(t), "RealT"); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("route after delete: %v", err)
 	}
 }

@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/adminproto"
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -36,7 +35,7 @@ type QueueRead struct {
 }
 
 // ReadQueue reads up to maxNums (1..32) stored messages of mq from queue offset offset
-// with Sluice's READ_QUEUE request (code 7001, adminproto.ReadQueue): no consumer group,
+// with Sluice's READ_QUEUE request (code 7001): no consumer group,
 // no permission check (so %DLQ% topics, which refuse pulls, are readable), no offset
 // commit. addr is the master address of mq's broker; "" looks it up in mq.Topic's
 // route. An offset past the end gives no messages and NextOffset = Max. Errors: route
@@ -58,9 +57,8 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 			return nil, fmt.Errorf("admin: broker %q is not in the route of %q", mq.BrokerName, mq.Topic)
 		}
 	}
-	ext := map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID),
-		"offset": strconv.FormatInt(offset, 10), "maxMsgNums": strconv.Itoa(maxNums)}
-	resp, err := a.invoke(ctx, mq.BrokerName, addr, adminproto.ReadQueue, ext, nil)
+	ext := wire.ReadQueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), Offset: offset, MaxMsgNums: int32(maxNums)}.Ext()
+	resp, err := a.invoke(ctx, mq.BrokerName, addr, wire.ReadQueue, ext, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -70,11 +68,11 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	default:
 		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
 	}
-	if r.NextOffset, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+	rh, err := wire.ParsePullResponseHeader(resp)
+	if err != nil {
 		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
 	}
-	r.Min, _ = resp.ExtInt64("minOffset", false)
-	r.Max, _ = resp.ExtInt64("maxOffset", false)
+	r.NextOffset, r.Min, r.Max = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if resp.ResponseCode() == remoting.PullOffsetMoved && offset > r.Max {
 		r.NextOffset = r.Max
 	}
@@ -126,7 +124,7 @@ func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQ
 		return nil, nil, &ConfigError{Field: "group", Reason: err.Error()}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
-	if errors.Is(err, namesrv.ErrTopicNotExist) {
+	if errors.Is(err, ErrTopicNotExist) {
 		return nil, nil, nil
 	}
 	return mqs, addrs, err
@@ -308,7 +306,7 @@ queues:
 		// Only the dead letters present now: a re-driven message that fails again and
 		// comes back to the DLQ during this run is left for the next one.
 		end, err := a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset,
-			map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}, "offset")
+			wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false), "offset")
 		if err != nil {
 			return res, err
 		}
@@ -355,7 +353,7 @@ queues:
 
 // commitMark stores the re-drive mark of a DLQ queue (UPDATE_CONSUMER_OFFSET, 15).
 func (a *Admin) commitMark(ctx context.Context, group string, mq message.MessageQueue, addr string, off int64) error {
-	ext := map[string]string{"consumerGroup": group, "topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID), "commitOffset": strconv.FormatInt(off, 10)}
+	ext := wire.ConsumerOffsetHeader{ConsumerGroup: group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: off}.Ext(true)
 	resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.UpdateConsumerOffset, ext, nil)
 	if err != nil {
 		return err
@@ -406,7 +404,7 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 	}
 	for _, bd := range sortedBrokers(r) {
 		for _, qd := range r.QueueDatas {
-			if qd.BrokerName != bd.BrokerName || qd.Perm&namesrv.PermWrite == 0 || addrs[qd.BrokerName] == "" {
+			if qd.BrokerName != bd.BrokerName || qd.Perm&wire.PermWrite == 0 || addrs[qd.BrokerName] == "" {
 				continue
 			}
 			for q := 0; q < qd.WriteQueueNums; q++ {
@@ -433,13 +431,13 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 	if n, err := strconv.Atoi(m.Property(message.PropertyMaxReconsumeTimes)); err == nil && n > 0 {
 		maxTimes = int32(n) // the budget the group's consumer gave it
 	}
-	h := client.SendHeader{
+	h := wire.SendHeader{
 		MaxReconsumeTimes:     maxTimes, // a %RETRY% send with 0 would go straight back to the DLQ
 		ProducerGroup:         RedriveProducerGroup,
 		Topic:                 topic,
 		DefaultTopic:          message.AutoCreateTopicKey,
 		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
-		QueueID:               mq.QueueID,
+		QueueID:               int32(mq.QueueID),
 		SysFlag:               m.SysFlag & message.SysFlagCompressed,
 		BornTimestamp:         time.Now().UnixMilli(),
 		Flag:                  m.Flag,

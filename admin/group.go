@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -16,11 +16,11 @@ type (
 	// SubscriptionReport is the verdict of [Admin.GroupConsistency]: whether every
 	// client of the group subscribes to the same topics with the same tags, the clients
 	// partitioned by identical subscriptions, and the differences.
-	SubscriptionReport = adminproto.Report
+	SubscriptionReport = wire.Report
 	// ClientSubscriptions is what one client of a group subscribes to.
-	ClientSubscriptions = adminproto.ClientSubscriptions
+	ClientSubscriptions = wire.ClientSubscriptions
 	// SubscriptionDifference is one way two clients subscribe differently.
-	SubscriptionDifference = adminproto.Difference
+	SubscriptionDifference = wire.Difference
 )
 
 // ErrNotSupported is wrapped when no broker answered a Sluice-specific request (an
@@ -29,8 +29,8 @@ var ErrNotSupported = errors.New("admin: no broker supports the request")
 
 // GroupConsistency checks that the clients of a consumer group subscribe alike. It asks
 // every master broker (GET_BROKER_CLUSTER_INFO) for the subscriptions each live client
-// of the group sent in its last heartbeat (Sluice request code 7002,
-// adminproto.GroupSubscriptions), keeps each client's newest view, and compares them
+// of the group sent in its last heartbeat (GROUP_SUBSCRIPTIONS, Sluice request code
+// 7002), keeps each client's newest view, and compares them
 // ignoring %RETRY% topics. A group with no client online is consistent with no sets.
 // Errors: a [*ConfigError] for an empty group, [ErrNoBroker], [ErrNotSupported]
 // (wrapped) when no broker knows the request, a [*BrokerError] per broker that failed
@@ -47,11 +47,11 @@ func (a *Admin) GroupConsistency(ctx context.Context, group string) (*Subscripti
 	if len(brokers) == 0 {
 		return nil, ErrNoBroker
 	}
-	clients := map[string]adminproto.ClientSubscriptions{}
+	clients := map[string]wire.ClientSubscriptions{}
 	answered := 0
 	var errs []error
 	for _, b := range brokers {
-		resp, err := a.invoke(ctx, b.Name, b.Addr, adminproto.GroupSubscriptions, map[string]string{"consumerGroup": group}, nil)
+		resp, err := a.invoke(ctx, b.Name, b.Addr, wire.GroupSubscriptions, map[string]string{"consumerGroup": group}, nil)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -64,7 +64,7 @@ func (a *Admin) GroupConsistency(ctx context.Context, group string) (*Subscripti
 			errs = append(errs, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err})
 			continue
 		}
-		var body adminproto.GroupSubscriptionsBody
+		var body wire.GroupSubscriptionsBody
 		if err := json.Unmarshal(resp.Body, &body); err != nil {
 			errs = append(errs, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad body: %w", err)})
 			continue
@@ -79,11 +79,11 @@ func (a *Admin) GroupConsistency(ctx context.Context, group string) (*Subscripti
 	if answered == 0 {
 		return nil, errors.Join(errs...)
 	}
-	list := make([]adminproto.ClientSubscriptions, 0, len(clients))
+	list := make([]wire.ClientSubscriptions, 0, len(clients))
 	for _, c := range clients {
 		list = append(list, c)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ClientID < list[j].ClientID })
-	r := adminproto.Analyze(group, list)
+	r := wire.Analyze(group, list)
 	return &r, nil
 }

@@ -64,7 +64,7 @@ func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.M
 //
 // Errors: a [*ConfigError] for an invalid topic, an empty key or a key with a space (the
 // KEYS separator), or end before begin; name-server errors (a topic without route wraps
-// namesrv.ErrTopicNotExist); and one [*BrokerError] per failing broker, joined with
+// [ErrTopicNotExist]); and one [*BrokerError] per failing broker, joined with
 // errors.Join — the messages found on the other brokers are returned with that error.
 func (a *Admin) FindMessages(ctx context.Context, topic, key string, begin, end time.Time) ([]*message.MessageExt, error) {
 	if err := checkTopicKey(topic, key); err != nil {

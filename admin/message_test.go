@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
@@ -121,7 +120,7 @@ func TestFindAndViewMessagesOnTwoBrokers(t *testing.T) {
 	if !errors.As(err, &be) || be.BrokerAddr != b1.Addr() || !errors.As(err, &re) {
 		t.Errorf("view at a wrong offset: %v", err)
 	}
-	if _, err := a.FindMessages(ctx(t), "NoRoute", "k", time.Time{}, time.Time{}); !errors.Is(err, namesrv.ErrTopicNotExist) {
+	if _, err := a.FindMessages(ctx(t), "NoRoute", "k", time.Time{}, time.Time{}); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("topic without route: %v", err)
 	}
 }

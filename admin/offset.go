@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -90,7 +88,7 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 // ConsumerOffsets returns, for every queue of topic (from its route), the group's
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
 // min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
-// route errors (wrapping [namesrv.ErrTopicNotExist] for an unknown topic) and
+// route errors (wrapping [ErrTopicNotExist] for an unknown topic) and
 // [*BrokerError]s.
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
@@ -103,7 +101,7 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 	out := make([]QueueOffset, 0, len(mqs))
 	for _, mq := range mqs {
 		addr := addrs[mq.BrokerName]
-		ext := map[string]string{"topic": topic, "queueId": strconv.Itoa(mq.QueueID)}
+		ext := wire.QueueHeader{Topic: topic, QueueID: int32(mq.QueueID)}.Ext(false)
 		qo := QueueOffset{Queue: mq, BrokerAddr: addr}
 		if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
 			return nil, err
@@ -111,7 +109,7 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 		if qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset"); err != nil {
 			return nil, err
 		}
-		ext["consumerGroup"] = group
+		ext = wire.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: int32(mq.QueueID)}.Ext(false)
 		resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.QueryConsumerOffset, ext, nil)
 		if err != nil {
 			return nil, err
@@ -174,7 +172,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 	if !t.IsZero() {
 		ts = t.UnixMilli()
 	}
-	ext := map[string]string{"topic": topic, "group": group, "timestamp": strconv.FormatInt(ts, 10), "isForce": strconv.FormatBool(force)}
+	ext := wire.ResetOffsetHeader{Topic: topic, Group: group, Timestamp: ts, IsForce: force}.Ext()
 	res := &ResetResult{Offsets: map[message.MessageQueue]int64{}}
 	var errs []error
 	for _, bd := range sortedBrokers(r) {
@@ -191,7 +189,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
 			continue
 		}
-		table, err := adminproto.DecodeResetOffsetBody(resp.Body)
+		table, err := wire.DecodeResetOffsetBody(resp.Body)
 		if err != nil {
 			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
 			continue
@@ -209,8 +207,8 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 	return res, nil
 }
 
-func sortedBrokers(r *namesrv.TopicRouteData) []*namesrv.BrokerData {
-	out := append([]*namesrv.BrokerData(nil), r.BrokerDatas...)
+func sortedBrokers(r *wire.TopicRouteData) []wire.BrokerData {
+	out := append([]wire.BrokerData(nil), r.BrokerDatas...)
 	sort.Slice(out, func(i, j int) bool { return out[i].BrokerName < out[j].BrokerName })
 	return out
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/filter"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -277,7 +278,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.client != nil && b.addr != "" {
 		uctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		for _, ns := range b.namesrvAddrs {
-			err := namesrv.UnregisterBroker(uctx, b.client, ns, namesrv.UnregisterBrokerRequest{
+			err := wire.UnregisterBroker(uctx, b.client, ns, wire.UnregisterBrokerRequest{
 				ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr})
 			if err != nil {
 				b.log.Warn("unregister from name server failed", "namesrv", ns, "err", err)
@@ -347,10 +348,10 @@ func (b *Broker) requestRegister() {
 func (b *Broker) registerAll(ctx context.Context) {
 	topics, version := b.topics.snapshot()
 	for _, ns := range b.namesrvAddrs {
-		_, err := namesrv.RegisterBroker(ctx, b.client, ns, namesrv.RegisterBrokerRequest{
+		_, err := wire.RegisterBroker(ctx, b.client, ns, wire.RegisterBrokerRequest{
 			ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr,
 			BrokerID: b.cfg.BrokerID, HAServerAddr: b.addr,
-			Topics: namesrv.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version},
+			Topics: wire.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version},
 		})
 		if err != nil {
 			b.log.Warn("register with name server failed", "namesrv", ns, "err", err)

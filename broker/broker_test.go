@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -75,9 +76,9 @@ func sendV1(t *testing.T, c *remoting.Client, addr, topic string, queueID int, b
 
 func pull(t *testing.T, c *remoting.Client, addr, group, topic string, queueID int, offset int64, sub string, suspendMs int) *remoting.RemotingCommand {
 	t.Helper()
-	sysFlag := pullFlagSubscription
+	sysFlag := wire.PullFlagSubscription
 	if suspendMs > 0 {
-		sysFlag |= pullFlagSuspend
+		sysFlag |= wire.PullFlagSuspend
 	}
 	ext := map[string]string{
 		"consumerGroup": group, "topic": topic, "queueId": strconv.Itoa(queueID), "queueOffset": strconv.FormatInt(offset, 10),
@@ -403,7 +404,7 @@ func TestShutdownAnswersHeldPulls(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		ext := map[string]string{"consumerGroup": "g", "topic": "Held", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-			"sysFlag": strconv.Itoa(pullFlagSubscription | pullFlagSuspend), "commitOffset": "0", "suspendTimeoutMillis": "20000",
+			"sysFlag": strconv.Itoa(wire.PullFlagSubscription | wire.PullFlagSuspend), "commitOffset": "0", "suspendTimeoutMillis": "20000",
 			"subscription": "*", "subVersion": "0", "expressionType": "TAG"}
 		r, _ := c.InvokeSync(ctx, b.Addr(), remoting.NewRequest(remoting.PullMessage, ext, nil))
 		done <- r

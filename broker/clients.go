@@ -7,46 +7,14 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
-
-// HeartbeatData is the JSON body of HEART_BEAT (RocketMQ request code 34): the client's
-// id and the producer and consumer groups it runs (PROTOCOL §3.6). Tag codes in the
-// subscriptions are ignored: the broker computes them from the tag strings.
-type HeartbeatData struct {
-	ClientID        string         `json:"clientID"`
-	ProducerDataSet []ProducerData `json:"producerDataSet"`
-	ConsumerDataSet []ConsumerData `json:"consumerDataSet"`
-}
-
-// ProducerData names a producer group in a heartbeat.
-type ProducerData struct {
-	GroupName string `json:"groupName"`
-}
-
-// ConsumerData describes one consumer group of a client in a heartbeat.
-type ConsumerData struct {
-	GroupName           string             `json:"groupName"`
-	ConsumeType         string             `json:"consumeType"`      // CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
-	MessageModel        string             `json:"messageModel"`     // CLUSTERING or BROADCASTING
-	ConsumeFromWhere    string             `json:"consumeFromWhere"` // CONSUME_FROM_LAST_OFFSET, ..._FIRST_OFFSET, ..._TIMESTAMP
-	UnitMode            bool               `json:"unitMode"`
-	SubscriptionDataSet []SubscriptionData `json:"subscriptionDataSet"`
-}
-
-// SubscriptionData is one topic subscription in a heartbeat.
-type SubscriptionData struct {
-	Topic          string   `json:"topic"`
-	SubString      string   `json:"subString"`      // "*" or "TagA || TagB" (or a SQL92 expression)
-	TagsSet        []string `json:"tagsSet"`        // the tags of SubString
-	SubVersion     int64    `json:"subVersion"`     // ms (Java) or ns (Go); larger is newer
-	ExpressionType string   `json:"expressionType"` // "TAG" (also ""), or "SQL92"
-}
 
 // subscription is a compiled subscription the pull path filters with. It is immutable
 // once published in consumerGroup.subs, so pulls may use it without the lock.
 type subscription struct {
-	data   SubscriptionData
+	data   wire.SubscriptionData
 	filter store.Filter // a *filter.TagFilter or a *filter.SQLFilter
 }
 
@@ -55,7 +23,7 @@ type clientChannel struct {
 	clientID   string
 	conn       *remoting.Conn
 	lastUpdate time.Time
-	subs       map[string]SubscriptionData // this client's own subscriptions by topic
+	subs       map[string]wire.SubscriptionData // this client's own subscriptions by topic
 }
 
 // consumerGroup is the broker's view of one consumer group.
@@ -73,21 +41,21 @@ type consumerGroup struct {
 type clientManager struct {
 	notifyEnabled bool
 	logf          func(msg string, args ...any)
-	compile       func(SubscriptionData) store.Filter // subscriptions reaching heartbeat are valid
+	compile       func(wire.SubscriptionData) store.Filter // subscriptions reaching heartbeat are valid
 
 	mu        sync.Mutex
 	consumers map[string]*consumerGroup
 	producers map[string]map[uint64]*clientChannel // group -> conn id -> channel
 }
 
-func newClientManager(notify bool, logf func(string, ...any), compile func(SubscriptionData) store.Filter) *clientManager {
+func newClientManager(notify bool, logf func(string, ...any), compile func(wire.SubscriptionData) store.Filter) *clientManager {
 	return &clientManager{notifyEnabled: notify, logf: logf, compile: compile, consumers: map[string]*consumerGroup{},
 		producers: map[string]map[uint64]*clientChannel{}}
 }
 
 // heartbeat registers the client's groups on conn. It returns the consumer groups whose
 // membership or subscriptions changed (to be notified).
-func (m *clientManager) heartbeat(conn *remoting.Conn, hb *HeartbeatData, now time.Time) []string {
+func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, now time.Time) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range hb.ProducerDataSet {
@@ -113,7 +81,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *HeartbeatData, now ti
 		}
 		ch.lastUpdate = now
 		subsChanged := !known
-		mine := make(map[string]SubscriptionData, len(cd.SubscriptionDataSet))
+		mine := make(map[string]wire.SubscriptionData, len(cd.SubscriptionDataSet))
 		for _, sd := range cd.SubscriptionDataSet {
 			mine[sd.Topic] = sd
 			cur, ok := g.subs[sd.Topic]

@@ -5,15 +5,15 @@ import (
 	"encoding/json"
 	"sort"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 // handleGroupSubscriptions serves Sluice's GET_GROUP_SUBSCRIPTIONS (request code 7002,
-// adminproto.GroupSubscriptions): the subscriptions each live client of ext
-// consumerGroup sent in its last HEART_BEAT, as adminproto.GroupSubscriptionsBody JSON.
-// Admin tools and consumers compare them (adminproto.Analyze) to find clients of one
+// wire.GroupSubscriptions): the subscriptions each live client of ext
+// consumerGroup sent in its last HEART_BEAT, as wire.GroupSubscriptionsBody JSON.
+// Admin tools and consumers compare them (wire.Analyze) to find clients of one
 // group that subscribe to different topics or tags — a group whose members disagree
 // loses messages, because the broker filters a topic's pulls with one subscription per
 // group. An unknown group gives an empty client list.
@@ -23,16 +23,16 @@ func (b *Broker) handleGroupSubscriptions(_ context.Context, _ *remoting.Conn, r
 		return errResponse(remoting.SystemError, "%v", err)
 	}
 	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(adminproto.GroupSubscriptionsBody{Group: group, Clients: b.clients.groupSubscriptions(group)})
+	r.Body, _ = json.Marshal(wire.GroupSubscriptionsBody{Group: group, Clients: b.clients.groupSubscriptions(group)})
 	return r
 }
 
 // groupSubscriptions returns each client's own subscriptions from its last heartbeat,
 // one entry per client id (the most recently updated connection wins), sorted.
-func (m *clientManager) groupSubscriptions(group string) []adminproto.ClientSubscriptions {
+func (m *clientManager) groupSubscriptions(group string) []wire.ClientSubscriptions {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := []adminproto.ClientSubscriptions{}
+	out := []wire.ClientSubscriptions{}
 	g := m.consumers[group]
 	if g == nil {
 		return out
@@ -44,10 +44,10 @@ func (m *clientManager) groupSubscriptions(group string) []adminproto.ClientSubs
 		}
 	}
 	for id, ch := range latest {
-		cs := adminproto.ClientSubscriptions{ClientID: id, MessageModel: g.messageModel,
-			LastHeartbeat: ch.lastUpdate.UnixMilli(), Subscriptions: []adminproto.Subscription{}}
+		cs := wire.ClientSubscriptions{ClientID: id, MessageModel: g.messageModel,
+			LastHeartbeat: ch.lastUpdate.UnixMilli(), Subscriptions: []wire.Subscription{}}
 		for _, sd := range ch.subs {
-			s := adminproto.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType}
+			s := wire.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType}
 			if s.ExpressionType == "" || s.ExpressionType == "TAG" {
 				s.Tags = message.ParseTagExpression(sd.SubString)
 				sort.Strings(s.Tags)

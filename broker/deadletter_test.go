@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -30,8 +31,8 @@ func TestOverlongGroupRefused(t *testing.T) {
 			t.Fatalf("%s with a %d-byte group: %d %q, want a refusal naming %s and the limit", what, len(long), r.Code, r.Remark, field)
 		}
 	}
-	hb := HeartbeatData{ClientID: "c1", ConsumerDataSet: []ConsumerData{{GroupName: long, ConsumeType: "CONSUME_PASSIVELY",
-		MessageModel: "CLUSTERING", SubscriptionDataSet: []SubscriptionData{{Topic: "T", SubString: "*", SubVersion: 1}}}}}
+	hb := wire.HeartbeatData{ClientID: "c1", ConsumerDataSet: []wire.ConsumerData{{GroupName: long, ConsumeType: "CONSUME_PASSIVELY",
+		MessageModel: "CLUSTERING", SubscriptionDataSet: []wire.SubscriptionData{{Topic: "T", SubString: "*", SubVersion: 1}}}}}
 	body, _ := json.Marshal(hb)
 	wantRefused("heartbeat", "groupName", invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body)))
 	if b.topics.get(message.RetryTopic(long)) != nil || b.groups.find(long) != nil {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -38,12 +38,12 @@ type groupTable struct {
 
 	mu      sync.RWMutex
 	groups  map[string]*SubscriptionGroupConfig
-	version namesrv.DataVersion
+	version wire.DataVersion
 }
 
 type groupsFile struct {
 	SubscriptionGroupTable map[string]*SubscriptionGroupConfig `json:"subscriptionGroupTable"`
-	DataVersion            namesrv.DataVersion                 `json:"dataVersion"`
+	DataVersion            wire.DataVersion                    `json:"dataVersion"`
 }
 
 func newGroupTable(root string, autoCreate bool) (*groupTable, error) {

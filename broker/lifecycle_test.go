@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 func heartbeat(t *testing.T, c *remoting.Client, addr, clientID, group string) {
 	t.Helper()
-	hb := HeartbeatData{ClientID: clientID, ConsumerDataSet: []ConsumerData{{GroupName: group, ConsumeType: "CONSUME_PASSIVELY",
+	hb := wire.HeartbeatData{ClientID: clientID, ConsumerDataSet: []wire.ConsumerData{{GroupName: group, ConsumeType: "CONSUME_PASSIVELY",
 		MessageModel: "CLUSTERING", ConsumeFromWhere: "CONSUME_FROM_LAST_OFFSET",
-		SubscriptionDataSet: []SubscriptionData{{Topic: "T", SubString: "*", SubVersion: 1, ExpressionType: "TAG"}}}}}
+		SubscriptionDataSet: []wire.SubscriptionData{{Topic: "T", SubString: "*", SubVersion: 1, ExpressionType: "TAG"}}}}}
 	body, _ := json.Marshal(hb)
 	if r := invoke(t, c, addr, remoting.NewRequest(remoting.HeartBeat, nil, body)); r.ResponseCode() != remoting.Success {
 		t.Fatalf("heartbeat: %d %s", r.Code, r.Remark)

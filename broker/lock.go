@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -79,22 +80,12 @@ func (l *queueLocks) releaseClient(group, clientID string) {
 	}
 }
 
-// lockBatchBody is the body of LOCK_BATCH_MQ and UNLOCK_BATCH_MQ (PROTOCOL §3.11).
-type lockBatchBody struct {
-	ConsumerGroup string                 `json:"consumerGroup"`
-	ClientID      string                 `json:"clientId"`
-	MQSet         []message.MessageQueue `json:"mqSet"`
-}
-
-func parseLockBody(req *remoting.RemotingCommand) (*lockBatchBody, *remoting.RemotingCommand) {
-	var body lockBatchBody
-	if err := json.Unmarshal(req.Body, &body); err != nil {
-		return nil, errResponse(remoting.SystemError, "lock body is not JSON {consumerGroup, clientId, mqSet}: %v", err)
+func parseLockBody(req *remoting.RemotingCommand) (*wire.LockBatchBody, *remoting.RemotingCommand) {
+	body, err := wire.ParseLockBatchBody(req.Body)
+	if err != nil {
+		return nil, errResponse(remoting.SystemError, "%v", err)
 	}
-	if body.ConsumerGroup == "" || body.ClientID == "" {
-		return nil, errResponse(remoting.SystemError, "lock body needs consumerGroup and clientId")
-	}
-	return &body, nil
+	return body, nil
 }
 
 // handleLockBatch serves LOCK_BATCH_MQ (RocketMQ request code 41): the response body
@@ -106,7 +97,7 @@ func (b *Broker) handleLockBatch(_ context.Context, _ *remoting.Conn, req *remot
 	}
 	held := b.locks.tryLock(body.ConsumerGroup, body.ClientID, body.MQSet, time.Now())
 	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(map[string][]message.MessageQueue{"lockOKMQSet": held})
+	r.Body, _ = json.Marshal(wire.LockBatchResult{LockOKMQSet: held})
 	return r
 }
 

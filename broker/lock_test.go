@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 func lockBatch(t *testing.T, c *remoting.Client, addr string, code remoting.RequestCode, group, clientID string, mqs ...message.MessageQueue) []message.MessageQueue {
 	t.Helper()
-	body, _ := json.Marshal(lockBatchBody{ConsumerGroup: group, ClientID: clientID, MQSet: mqs})
+	body, _ := json.Marshal(wire.LockBatchBody{ConsumerGroup: group, ClientID: clientID, MQSet: mqs})
 	r := invoke(t, c, addr, remoting.NewRequest(code, nil, body))
 	if r.ResponseCode() != remoting.Success {
 		t.Fatalf("lock code %d: %d %s", code, r.Code, r.Remark)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -36,7 +37,7 @@ func TestLongPollWakesOnlyMatchingHolds(t *testing.T) {
 			got := make(chan answer, 1)
 			go func() {
 				ext := map[string]string{"consumerGroup": "g", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-					"sysFlag": strconv.Itoa(pullFlagSubscription | pullFlagSuspend), "commitOffset": "0", "suspendTimeoutMillis": "20000",
+					"sysFlag": strconv.Itoa(wire.PullFlagSubscription | wire.PullFlagSuspend), "commitOffset": "0", "suspendTimeoutMillis": "20000",
 					"subscription": tc.expr, "subVersion": "0", "expressionType": tc.exprType}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()

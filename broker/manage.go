@@ -6,8 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -39,20 +38,17 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.LockBatchMQ, b.handleLockBatch)
 	s.Handle(remoting.UnlockBatchMQ, b.handleUnlockBatch)
 	s.Handle(remoting.InvokeBrokerToResetOffset, b.handleResetOffset)
-	s.Handle(adminproto.GroupSubscriptions, b.handleGroupSubscriptions)
-	s.Handle(adminproto.ReadQueue, b.handleAdminReadQueue)
+	s.Handle(wire.GroupSubscriptions, b.handleGroupSubscriptions)
+	s.Handle(wire.ReadQueue, b.handleAdminReadQueue)
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer
 // groups, creates %RETRY%<group> for clustering consumer groups, and tells a group's
 // consumers to rebalance when its membership or subscriptions changed.
 func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	var hb HeartbeatData
-	if err := json.Unmarshal(req.Body, &hb); err != nil {
-		return errResponse(remoting.SystemError, "heartbeat body is not HeartbeatData JSON: %v", err)
-	}
-	if hb.ClientID == "" {
-		return errResponse(remoting.SystemError, "heartbeat without clientID")
+	hb, err := wire.ParseHeartbeat(req.Body)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
 	}
 	createdRetry := false
 	for _, cd := range hb.ConsumerDataSet {
@@ -65,10 +61,10 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		if b.groups.find(cd.GroupName) == nil {
 			return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
 		}
-		if cd.MessageModel != "BROADCASTING" {
+		if cd.MessageModel != wire.MessageModelBroadcasting {
 			retry := message.RetryTopic(cd.GroupName)
-			_, created, err := b.topics.getOrCreate(retry, func() *namesrv.TopicConfig {
-				return &namesrv.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+			_, created, err := b.topics.getOrCreate(retry, func() *wire.TopicConfig {
+				return &wire.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 			})
 			if err != nil {
 				b.log.Error("persist topic config", "topic", retry, "err", err)
@@ -102,7 +98,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		cd.SubscriptionDataSet = kept
 	}
-	changed := b.clients.heartbeat(conn, &hb, time.Now())
+	changed := b.clients.heartbeat(conn, hb, time.Now())
 	if len(changed) > 0 {
 		// Notify after answering: the client is waiting for this response.
 		b.notifyLater(changed)
@@ -139,19 +135,8 @@ func (b *Broker) handleConsumerList(_ context.Context, _ *remoting.Conn, req *re
 		return errResponse(remoting.SystemError, "no consumer for this group, %s", group)
 	}
 	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(map[string][]string{"consumerIdList": ids})
+	r.Body, _ = json.Marshal(wire.ConsumerIDList{ConsumerIDList: ids})
 	return r
-}
-
-func groupTopicQueue(req *remoting.RemotingCommand) (group, topic string, queueID int32, err error) {
-	if group, err = req.ExtString("consumerGroup", true); err != nil {
-		return
-	}
-	if topic, err = req.ExtString("topic", true); err != nil {
-		return
-	}
-	queueID, err = req.ExtInt32("queueId", true)
-	return
 }
 
 // handleQueryOffset serves QUERY_CONSUMER_OFFSET (14). With no committed offset it
@@ -160,11 +145,11 @@ func groupTopicQueue(req *remoting.RemotingCommand) (group, topic string, queueI
 // Sluice leaves the choice to the client, so a new group with CONSUME_FROM_LAST_OFFSET
 // always starts at the end.)
 func (b *Broker) handleQueryOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	group, topic, q, err := groupTopicQueue(req)
+	h, err := wire.ParseConsumerOffsetHeader(req, false)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	off, ok := b.offsets.query(group, topic, q)
+	off, ok := b.offsets.query(h.ConsumerGroup, h.Topic, h.QueueID)
 	if !ok {
 		return errResponse(remoting.QueryNotFound, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 	}
@@ -173,61 +158,41 @@ func (b *Broker) handleQueryOffset(_ context.Context, _ *remoting.Conn, req *rem
 
 // handleUpdateOffset serves UPDATE_CONSUMER_OFFSET (15).
 func (b *Broker) handleUpdateOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	group, topic, q, err := groupTopicQueue(req)
+	h, err := wire.ParseConsumerOffsetHeader(req, true)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	off, err := req.ExtInt64("commitOffset", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	if off < 0 {
-		return errResponse(remoting.SystemError, "commitOffset %d is negative", off)
-	}
-	b.offsets.commit(group, topic, q, off)
+	b.offsets.commit(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	return remoting.NewResponse(remoting.Success, "")
-}
-
-func topicQueue(req *remoting.RemotingCommand) (string, int32, error) {
-	topic, err := req.ExtString("topic", true)
-	if err != nil {
-		return "", 0, err
-	}
-	q, err := req.ExtInt32("queueId", true)
-	return topic, q, err
 }
 
 // handleQueueOffset serves GET_MAX_OFFSET (30) and GET_MIN_OFFSET (31): ext "offset".
 func (b *Broker) handleQueueOffset(get func(string, int32) int64) remoting.Handler {
 	return func(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-		topic, q, err := topicQueue(req)
+		h, err := wire.ParseQueueHeader(req, false)
 		if err != nil {
 			return errResponse(remoting.SystemError, "%v", err)
 		}
-		return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(get(topic, q), 10))
+		return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(get(h.Topic, h.QueueID), 10))
 	}
 }
 
 // handleSearchOffset serves SEARCH_OFFSET_BY_TIMESTAMP (29): ext "offset".
 func (b *Broker) handleSearchOffset(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	topic, q, err := topicQueue(req)
+	h, err := wire.ParseQueueHeader(req, true)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	ts, err := req.ExtInt64("timestamp", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(b.store.OffsetByTimestamp(topic, q, ts), 10))
+	return remoting.NewResponse(remoting.Success, "").SetExt("offset", strconv.FormatInt(b.store.OffsetByTimestamp(h.Topic, h.QueueID, h.Timestamp), 10))
 }
 
 // handleEarliestTime serves GET_EARLIEST_MSG_STORETIME (32): ext "timestamp" (ms).
 func (b *Broker) handleEarliestTime(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	topic, q, err := topicQueue(req)
+	h, err := wire.ParseQueueHeader(req, false)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	ts, err := b.store.EarliestMessageTime(topic, q)
+	ts, err := b.store.EarliestMessageTime(h.Topic, h.QueueID)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
@@ -263,7 +228,7 @@ func (b *Broker) handleCreateTopic(_ context.Context, _ *remoting.Conn, req *rem
 	if b.isSystemTopic(topic) {
 		return errResponse(remoting.SystemError, "the topic[%s] is conflict with system topic", topic)
 	}
-	tc := namesrv.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	tc := wire.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	var r, w, perm, sys int32
 	if r, err = req.ExtInt32("readQueueNums", true); err == nil {
 		if w, err = req.ExtInt32("writeQueueNums", true); err == nil {

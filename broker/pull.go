@@ -2,22 +2,14 @@ package broker
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/filter"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
-)
-
-// Pull sysFlag bits (Java PullSysFlag).
-const (
-	pullFlagCommitOffset = 1 << 0 // store commitOffset for the group
-	pullFlagSuspend      = 1 << 1 // long polling allowed
-	pullFlagSubscription = 1 << 2 // use the subscription in the request, not the heartbeat's
 )
 
 // Transfer limits of one pull (Java maxTransferCountOnMessageInMemory and
@@ -29,43 +21,6 @@ const (
 	// before the Go client's 30 s RPC timeout.
 	maxSuspend = 25 * time.Second
 )
-
-type pullHeader struct {
-	group, topic          string
-	queueID               int32
-	queueOffset           int64
-	maxMsgNums            int32
-	sysFlag               int32
-	commitOffset          int64
-	suspendTimeoutMillis  int64
-	subscription, exprTyp string
-	subVersion            int64
-}
-
-func parsePullHeader(req *remoting.RemotingCommand) (*pullHeader, error) {
-	h := &pullHeader{}
-	var err error
-	set := func(f func() error) {
-		if err == nil {
-			err = f()
-		}
-	}
-	set(func() (e error) { h.group, e = req.ExtString("consumerGroup", true); return })
-	set(func() (e error) { h.topic, e = req.ExtString("topic", true); return })
-	set(func() (e error) { h.queueID, e = req.ExtInt32("queueId", true); return })
-	set(func() (e error) { h.queueOffset, e = req.ExtInt64("queueOffset", true); return })
-	set(func() (e error) { h.maxMsgNums, e = req.ExtInt32("maxMsgNums", true); return })
-	set(func() (e error) { h.sysFlag, e = req.ExtInt32("sysFlag", true); return })
-	set(func() (e error) { h.commitOffset, e = req.ExtInt64("commitOffset", true); return })
-	set(func() (e error) { h.suspendTimeoutMillis, e = req.ExtInt64("suspendTimeoutMillis", true); return })
-	set(func() (e error) { h.subscription, e = req.ExtString("subscription", false); return })
-	set(func() (e error) { h.exprTyp, e = req.ExtString("expressionType", false); return })
-	set(func() (e error) { h.subVersion, e = req.ExtInt64("subVersion", false); return })
-	if err == nil && h.queueOffset < 0 {
-		err = &remoting.HeaderError{Field: "queueOffset", Reason: fmt.Sprintf("%d is negative", h.queueOffset)}
-	}
-	return h, err
-}
 
 // isSQL reports whether an expression type names a SQL92 filter ("" and "TAG" are tags).
 func isSQL(exprType string) bool { return exprType == "SQL92" }
@@ -96,7 +51,7 @@ func (b *Broker) subscriptionFilter(expr, exprType string) (store.Filter, *remot
 }
 
 // compiledFilter is the filter of a subscription already checked by subscriptionFilter.
-func (b *Broker) compiledFilter(sd SubscriptionData) store.Filter {
+func (b *Broker) compiledFilter(sd wire.SubscriptionData) store.Filter {
 	f, resp := b.subscriptionFilter(sd.SubString, sd.ExpressionType)
 	if resp != nil {
 		return filter.NewTagFilter("") // unreachable: heartbeats drop refused subscriptions
@@ -106,15 +61,15 @@ func (b *Broker) compiledFilter(sd SubscriptionData) store.Filter {
 
 // pullFilter returns the filter for a pull, from the request (SUBSCRIPTION bit) or from
 // the group's heartbeat, or an error response (PROTOCOL §3.4 checks 7 and 8).
-func (b *Broker) pullFilter(h *pullHeader) (store.Filter, *remoting.RemotingCommand) {
-	if h.sysFlag&pullFlagSubscription != 0 {
-		return b.subscriptionFilter(h.subscription, h.exprTyp)
+func (b *Broker) pullFilter(h *wire.PullHeader) (store.Filter, *remoting.RemotingCommand) {
+	if h.SysFlag&wire.PullFlagSubscription != 0 {
+		return b.subscriptionFilter(h.Subscription, h.ExpressionType)
 	}
-	sub := b.clients.subscription(h.group, h.topic)
+	sub := b.clients.subscription(h.ConsumerGroup, h.Topic)
 	if sub == nil {
-		return nil, errResponse(remoting.SubscriptionNotExist, "the consumer's subscription not exist, group: %s, topic: %s", h.group, h.topic)
+		return nil, errResponse(remoting.SubscriptionNotExist, "the consumer's subscription not exist, group: %s, topic: %s", h.ConsumerGroup, h.Topic)
 	}
-	if sub.data.SubVersion < h.subVersion {
+	if sub.data.SubVersion < h.SubVersion {
 		return nil, errResponse(remoting.SubscriptionNotLatest, "the consumer's subscription not latest")
 	}
 	return sub.filter, nil
@@ -122,55 +77,55 @@ func (b *Broker) pullFilter(h *pullHeader) (store.Filter, *remoting.RemotingComm
 
 // handlePull serves PULL_MESSAGE (RocketMQ request code 11) with long polling.
 func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	h, err := parsePullHeader(req)
+	h, err := wire.ParsePullHeader(req)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
 	if b.cfg.BrokerPermission&permRead == 0 {
 		return errResponse(remoting.NoPermission, "the broker[%s] pulling message is forbidden", b.cfg.BrokerName)
 	}
-	if resp := groupError("consumerGroup", h.group); resp != nil {
+	if resp := groupError("consumerGroup", h.ConsumerGroup); resp != nil {
 		return resp
 	}
-	g := b.groups.find(h.group)
+	g := b.groups.find(h.ConsumerGroup)
 	if g == nil {
-		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", h.group)
+		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", h.ConsumerGroup)
 	}
 	if !g.ConsumeEnable {
-		return errResponse(remoting.NoPermission, "subscription group no permission, %s", h.group)
+		return errResponse(remoting.NoPermission, "subscription group no permission, %s", h.ConsumerGroup)
 	}
-	switch h.topic {
+	switch h.Topic {
 	case message.ScheduleTopic, message.TransHalfTopic, message.TransOpHalfTopic:
-		return errResponse(remoting.NoPermission, "the topic[%s] is an internal system topic and cannot be consumed", h.topic)
+		return errResponse(remoting.NoPermission, "the topic[%s] is an internal system topic and cannot be consumed", h.Topic)
 	}
-	tc := b.topics.get(h.topic)
+	tc := b.topics.get(h.Topic)
 	if tc == nil {
-		return errResponse(remoting.TopicNotExist, "topic[%s] not exist, apply first please!", h.topic)
+		return errResponse(remoting.TopicNotExist, "topic[%s] not exist, apply first please!", h.Topic)
 	}
 	if tc.Perm&permRead == 0 {
-		return errResponse(remoting.NoPermission, "the topic[%s] pulling message is forbidden", h.topic)
+		return errResponse(remoting.NoPermission, "the topic[%s] pulling message is forbidden", h.Topic)
 	}
-	if h.queueID < 0 || int(h.queueID) >= tc.ReadQueueNums {
-		return errResponse(remoting.SystemError, "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d]", h.queueID, h.topic, tc.ReadQueueNums)
+	if h.QueueID < 0 || int(h.QueueID) >= tc.ReadQueueNums {
+		return errResponse(remoting.SystemError, "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d]", h.QueueID, h.Topic, tc.ReadQueueNums)
 	}
-	f, resp := b.pullFilter(h)
+	f, resp := b.pullFilter(&h)
 	if resp != nil {
 		return resp
 	}
-	if h.sysFlag&pullFlagCommitOffset != 0 && h.commitOffset >= 0 {
-		b.offsets.commit(h.group, h.topic, h.queueID, h.commitOffset)
+	if h.SysFlag&wire.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 {
+		b.offsets.commit(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	}
-	maxNums := int(h.maxMsgNums)
+	maxNums := int(h.MaxMsgNums)
 	if maxNums <= 0 || maxNums > maxPullMessages {
 		maxNums = maxPullMessages
 	}
 
 	var hold time.Duration
-	if h.sysFlag&pullFlagSuspend != 0 && b.held.enter() {
+	if h.SysFlag&wire.PullFlagSuspend != 0 && b.held.enter() {
 		defer b.held.leave()
 		hold = time.Duration(b.cfg.ShortPollingTimeMills) * time.Millisecond
 		if boolOr(b.cfg.LongPollingEnable, true) {
-			hold = min(time.Duration(h.suspendTimeoutMillis)*time.Millisecond, maxSuspend)
+			hold = min(time.Duration(h.SuspendTimeoutMillis)*time.Millisecond, maxSuspend)
 		}
 	}
 	deadline := time.Now().Add(hold)
@@ -180,15 +135,15 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 		var arrived <-chan struct{}
 		forget := func() {}
 		if hold > 0 {
-			arrived, forget = b.arrivals.watch(h.topic, h.queueID, f) // woken only by a message f matches
+			arrived, forget = b.arrivals.watch(h.Topic, h.QueueID, f) // woken only by a message f matches
 		}
-		res, err := b.store.GetMessage(h.topic, h.queueID, h.queueOffset, maxNums, maxPullBytes, f)
+		res, err := b.store.GetMessage(h.Topic, h.QueueID, h.QueueOffset, maxNums, maxPullBytes, f)
 		if err != nil {
 			forget()
 			return errResponse(remoting.SystemError, "get message: %v", err)
 		}
 		wait := time.Until(deadline)
-		resp := pullResponse(h.queueOffset, res)
+		resp := pullResponse(h.QueueOffset, res)
 		// Hold every "nothing yet" answer (PULL_NOT_FOUND: at the end of the queue, or an
 		// empty queue read from 0), as Java does; answering at once would make an idle
 		// client re-pull in a tight loop.
@@ -237,10 +192,7 @@ func pullResponse(offset int64, res store.GetResult) *remoting.RemotingCommand {
 		code = remoting.PullNotFound
 	}
 	r := remoting.NewResponse(code, res.Status.String())
-	r.SetExt("nextBeginOffset", strconv.FormatInt(res.NextBeginOffset, 10))
-	r.SetExt("minOffset", strconv.FormatInt(res.MinOffset, 10))
-	r.SetExt("maxOffset", strconv.FormatInt(res.MaxOffset, 10))
-	r.SetExt("suggestWhichBrokerId", "0")
+	wire.PullResponseHeader{NextBeginOffset: res.NextBeginOffset, MinOffset: res.MinOffset, MaxOffset: res.MaxOffset}.SetExt(r)
 	if code == remoting.Success {
 		r.Body = res.Body
 	}

@@ -2,9 +2,8 @@ package broker
 
 import (
 	"context"
-	"strconv"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -30,27 +29,11 @@ import (
 // client was told. Errors: 1 for a bad header, 17 for an unknown topic, 26 for an
 // unknown group that may not be auto-created.
 func (b *Broker) handleResetOffset(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	topic, err := req.ExtString("topic", true)
+	h, err := wire.ParseResetOffsetHeader(req)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	group, err := req.ExtString("group", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	ts, err := req.ExtInt64("timestamp", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	force := true
-	if v, ok := req.ExtFields["isForce"]; ok && v != "" {
-		if force, err = req.ExtBool("isForce"); err != nil {
-			return errResponse(remoting.SystemError, "%v", err)
-		}
-	}
-	if ts < -1 {
-		return errResponse(remoting.SystemError, "timestamp %d: want unix ms or -1 for the end of the queues", ts)
-	}
+	topic, group, ts, force := h.Topic, h.Group, h.Timestamp, h.IsForce
 	tc := b.topics.get(topic)
 	if tc == nil {
 		return errResponse(remoting.TopicNotExist, "topic[%s] not exist", topic)
@@ -75,12 +58,10 @@ func (b *Broker) handleResetOffset(ctx context.Context, _ *remoting.Conn, req *r
 	if err := b.offsets.persist(); err != nil {
 		b.log.Error("persist consumer offsets after reset", "err", err)
 	}
-	body := adminproto.EncodeResetOffsetBody(table)
+	body := wire.EncodeResetOffsetBody(table)
 	conns := b.clients.groupConns(group)
 	for _, c := range conns {
-		push := remoting.NewRequest(remoting.ResetConsumerClientOffset, map[string]string{
-			"topic": topic, "group": group, "timestamp": strconv.FormatInt(ts, 10), "isForce": strconv.FormatBool(force),
-		}, body)
+		push := remoting.NewRequest(remoting.ResetConsumerClientOffset, h.Ext(), body)
 		if err := c.InvokeOneway(ctx, push); err != nil {
 			b.log.Warn("reset offset: telling a consumer failed", "group", group, "remote", c.RemoteAddr(), "err", err)
 		}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -97,14 +97,14 @@ func TestResetOffsetPushesToClients(t *testing.T) {
 	if resp.ResponseCode() != remoting.Success || resp.Remark != "" {
 		t.Fatalf("reset: %d %s", resp.Code, resp.Remark)
 	}
-	table, err := adminproto.DecodeResetOffsetBody(resp.Body)
+	table, err := wire.DecodeResetOffsetBody(resp.Body)
 	want := map[message.MessageQueue]int64{{Topic: "T", BrokerName: b.Name(), QueueID: 0}: 0, {Topic: "T", BrokerName: b.Name(), QueueID: 1}: 0}
 	if err != nil || len(table) != 2 || table[message.MessageQueue{Topic: "T", BrokerName: b.Name(), QueueID: 0}] != 0 {
 		t.Fatalf("response table %v %v", table, err)
 	}
 	select {
 	case req := <-pushed:
-		got, err := adminproto.DecodeResetOffsetBody(req.Body)
+		got, err := wire.DecodeResetOffsetBody(req.Body)
 		if err != nil || req.ExtFields["topic"] != "T" || req.ExtFields["group"] != "rg" || req.ExtFields["timestamp"] != "0" || len(got) != len(want) {
 			t.Fatalf("pushed %+v body %s: %v", req.ExtFields, req.Body, err)
 		}
@@ -157,7 +157,7 @@ func TestAdminReadQueueAndGroupSubscriptions(t *testing.T) {
 		t.Fatalf("pull of a write-only topic: %d", r.Code)
 	}
 	read := func(ext map[string]string) *remoting.RemotingCommand {
-		return invoke(t, c, b.Addr(), remoting.NewRequest(adminproto.ReadQueue, ext, nil))
+		return invoke(t, c, b.Addr(), remoting.NewRequest(wire.ReadQueue, ext, nil))
 	}
 	r := read(map[string]string{"topic": "W", "queueId": "0", "offset": "0", "maxMsgNums": "5"})
 	msgs, err := message.DecodeRecords(r.Body, message.DecodeOptions{})
@@ -179,8 +179,8 @@ func TestAdminReadQueueAndGroupSubscriptions(t *testing.T) {
 	}
 
 	heartbeat(t, c, b.Addr(), "cid-a", "sg")
-	r = invoke(t, c, b.Addr(), remoting.NewRequest(adminproto.GroupSubscriptions, map[string]string{"consumerGroup": "sg"}, nil))
-	var body adminproto.GroupSubscriptionsBody
+	r = invoke(t, c, b.Addr(), remoting.NewRequest(wire.GroupSubscriptions, map[string]string{"consumerGroup": "sg"}, nil))
+	var body wire.GroupSubscriptionsBody
 	if err := json.Unmarshal(r.Body, &body); err != nil || r.ResponseCode() != remoting.Success {
 		t.Fatalf("group subscriptions: %d %v", r.Code, err)
 	}
@@ -188,7 +188,7 @@ func TestAdminReadQueueAndGroupSubscriptions(t *testing.T) {
 		body.Clients[0].Subscriptions[0].Topic != "T" || body.Clients[0].MessageModel != "CLUSTERING" {
 		t.Fatalf("body %+v", body)
 	}
-	if r := invoke(t, c, b.Addr(), remoting.NewRequest(adminproto.GroupSubscriptions, nil, nil)); r.ResponseCode() != remoting.SystemError {
+	if r := invoke(t, c, b.Addr(), remoting.NewRequest(wire.GroupSubscriptions, nil, nil)); r.ResponseCode() != remoting.SystemError {
 		t.Fatalf("no group: %d", r.Code)
 	}
 }

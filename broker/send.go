@@ -7,83 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
-
-// sendHeader is the custom header of SEND_MESSAGE (10, long key names) and
-// SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (310 / 320, one-letter keys), PROTOCOL §3.3.
-type sendHeader struct {
-	producerGroup         string
-	topic                 string
-	defaultTopic          string
-	defaultTopicQueueNums int32
-	queueID               int32
-	sysFlag               int32
-	bornTimestamp         int64
-	flag                  int32
-	properties            string
-	reconsumeTimes        int32
-	maxReconsumeTimes     int32 // -1 when absent
-	batch                 bool
-}
-
-// sendHeaderKeys lists the V1 key and the V2 key of each field, in sendHeader order.
-var sendHeaderKeys = [...][2]string{
-	{"producerGroup", "a"}, {"topic", "b"}, {"defaultTopic", "c"}, {"defaultTopicQueueNums", "d"},
-	{"queueId", "e"}, {"sysFlag", "f"}, {"bornTimestamp", "g"}, {"flag", "h"}, {"properties", "i"},
-	{"reconsumeTimes", "j"}, {"unitMode", "k"}, {"maxReconsumeTimes", "l"}, {"batch", "m"},
-}
-
-func parseSendHeader(req *remoting.RemotingCommand, v2 bool) (*sendHeader, error) {
-	k := func(i int) string {
-		if v2 {
-			return sendHeaderKeys[i][1]
-		}
-		return sendHeaderKeys[i][0]
-	}
-	h := &sendHeader{maxReconsumeTimes: -1}
-	var err error
-	str := func(i int, required bool) string {
-		if err != nil {
-			return ""
-		}
-		var s string
-		s, err = req.ExtString(k(i), required)
-		return s
-	}
-	i32 := func(i int, required bool) int32 {
-		if err != nil {
-			return 0
-		}
-		var n int32
-		n, err = req.ExtInt32(k(i), required)
-		return n
-	}
-	h.producerGroup = str(0, true)
-	h.topic = str(1, true)
-	h.defaultTopic = str(2, true)
-	h.defaultTopicQueueNums = i32(3, true)
-	h.queueID = i32(4, true)
-	h.sysFlag = i32(5, true)
-	if err == nil {
-		h.bornTimestamp, err = req.ExtInt64(k(6), true)
-	}
-	h.flag = i32(7, true)
-	h.properties = str(8, false)
-	h.reconsumeTimes = i32(9, false)
-	if err == nil {
-		if _, ok := req.ExtFields[k(11)]; ok {
-			h.maxReconsumeTimes = i32(11, false)
-		}
-	}
-	if err == nil {
-		h.batch, err = req.ExtBool(k(12))
-	}
-	return h, err
-}
 
 // errResponse builds an error response with a formatted remark.
 func errResponse(code remoting.ResponseCode, format string, args ...any) *remoting.RemotingCommand {
@@ -101,67 +29,67 @@ func (b *Broker) sendResponse(code remoting.ResponseCode, remark string) *remoti
 // TopicConfigManager.createTopicInSendMessageMethod does: from the default topic's config
 // (TBW102) when it has the inherit perm, with min(requested, template) queues; retry
 // topics get 1 queue. It returns an error response when the topic cannot be used.
-func (b *Broker) topicForSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.RemotingCommand) {
-	tc, created, err := b.topics.getOrCreate(h.topic, func() *namesrv.TopicConfig {
-		if message.IsRetryTopic(h.topic) {
-			return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+func (b *Broker) topicForSend(h *wire.SendHeader) (*wire.TopicConfig, *remoting.RemotingCommand) {
+	tc, created, err := b.topics.getOrCreate(h.Topic, func() *wire.TopicConfig {
+		if message.IsRetryTopic(h.Topic) {
+			return &wire.TopicConfig{TopicName: h.Topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 		}
-		if message.IsDLQTopic(h.topic) { // as ensureDLQ: one queue, never readable by consumers
-			return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
+		if message.IsDLQTopic(h.Topic) { // as ensureDLQ: one queue, never readable by consumers
+			return &wire.TopicConfig{TopicName: h.Topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
 		}
 		if !boolOr(b.cfg.AutoCreateTopicEnable, true) {
 			return nil
 		}
-		tmpl := b.topics.topics[h.defaultTopic] // getOrCreate holds b.topics.mu: get() would deadlock
+		tmpl := b.topics.topics[h.DefaultTopic] // getOrCreate holds b.topics.mu: get() would deadlock
 		if tmpl == nil || tmpl.Perm&permInherit == 0 {
 			return nil
 		}
-		n := int(h.defaultTopicQueueNums)
+		n := int(h.DefaultTopicQueueNums)
 		if n <= 0 || n > tmpl.WriteQueueNums {
 			n = tmpl.WriteQueueNums
 		}
-		return &namesrv.TopicConfig{TopicName: h.topic, ReadQueueNums: n, WriteQueueNums: n,
+		return &wire.TopicConfig{TopicName: h.Topic, ReadQueueNums: n, WriteQueueNums: n,
 			Perm: tmpl.Perm &^ permInherit, TopicFilterType: "SINGLE_TAG"}
 	})
 	if err != nil {
-		b.log.Error("persist topic config", "topic", h.topic, "err", err)
+		b.log.Error("persist topic config", "topic", h.Topic, "err", err)
 	}
 	if tc == nil {
-		return nil, b.sendResponse(remoting.TopicNotExist, fmt.Sprintf("topic[%s] not exist, apply first please!", h.topic))
+		return nil, b.sendResponse(remoting.TopicNotExist, fmt.Sprintf("topic[%s] not exist, apply first please!", h.Topic))
 	}
 	if created {
-		b.log.Info("topic auto-created", "topic", h.topic, "queues", tc.WriteQueueNums)
+		b.log.Info("topic auto-created", "topic", h.Topic, "queues", tc.WriteQueueNums)
 	}
 	return tc, nil
 }
 
 // checkSend runs the checks shared by single and batch sends (Java
 // AbstractSendMessageProcessor.msgCheck) and resolves the queue id.
-func (b *Broker) checkSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.RemotingCommand) {
+func (b *Broker) checkSend(h *wire.SendHeader) (*wire.TopicConfig, *remoting.RemotingCommand) {
 	if b.cfg.BrokerPermission&permWrite == 0 {
 		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("the broker[%s] sending message is forbidden", b.cfg.BrokerName))
 	}
 	if resp := b.refuseWrite(); resp != nil { // diskpressure.go: disk full, diskPressurePolicy=refuseWrites
 		return nil, resp
 	}
-	if err := message.ValidateTopic(h.topic); err != nil {
+	if err := message.ValidateTopic(h.Topic); err != nil {
 		return nil, b.sendResponse(remoting.SystemError, err.Error())
 	}
-	if message.IsSendForbiddenTopic(h.topic) {
-		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("Sending message to topic[%s] is forbidden.", h.topic))
+	if message.IsSendForbiddenTopic(h.Topic) {
+		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("Sending message to topic[%s] is forbidden.", h.Topic))
 	}
 	tc, resp := b.topicForSend(h)
 	if resp != nil {
 		return nil, resp
 	}
 	if tc.Perm&permWrite == 0 {
-		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("the topic[%s] sending message is forbidden", h.topic))
+		return nil, b.sendResponse(remoting.NoPermission, fmt.Sprintf("the topic[%s] sending message is forbidden", h.Topic))
 	}
-	if h.queueID < 0 {
-		h.queueID = randomQueue(tc.WriteQueueNums)
+	if h.QueueID < 0 {
+		h.QueueID = randomQueue(tc.WriteQueueNums)
 	}
-	if n := max(tc.ReadQueueNums, tc.WriteQueueNums); int(h.queueID) >= n {
-		return nil, b.sendResponse(remoting.SystemError, fmt.Sprintf("request queueId[%d] is illegal, topic %s has %d queues", h.queueID, h.topic, n))
+	if n := max(tc.ReadQueueNums, tc.WriteQueueNums); int(h.QueueID) >= n {
+		return nil, b.sendResponse(remoting.SystemError, fmt.Sprintf("request queueId[%d] is illegal, topic %s has %d queues", h.QueueID, h.Topic, n))
 	}
 	return tc, nil
 }
@@ -169,42 +97,42 @@ func (b *Broker) checkSend(h *sendHeader) (*namesrv.TopicConfig, *remoting.Remot
 // handleSend serves SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310).
 func (b *Broker) handleSend(v2 bool) remoting.Handler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-		h, err := parseSendHeader(req, v2)
+		h, err := wire.ParseSendHeader(req, v2)
 		if err != nil {
 			return b.sendResponse(remoting.SystemError, err.Error())
 		}
-		if _, resp := b.checkSend(h); resp != nil {
+		if _, resp := b.checkSend(&h); resp != nil {
 			return resp
 		}
 		if len(req.Body) > b.cfg.MaxMessageSize {
 			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message body size %d bytes exceeds maxMessageSize %d bytes", len(req.Body), b.cfg.MaxMessageSize))
 		}
-		if len(h.properties) > message.MaxPropertiesLength {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message properties length %d bytes exceeds %d bytes", len(h.properties), message.MaxPropertiesLength))
+		if len(h.Properties) > message.MaxPropertiesLength {
+			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message properties length %d bytes exceeds %d bytes", len(h.Properties), message.MaxPropertiesLength))
 		}
-		props := message.UnmarshalProperties(h.properties)
+		props := message.UnmarshalProperties(h.Properties)
 		if props == nil {
 			props = map[string]string{}
 		}
 		delete(props, message.PropertyWaitStoreMsgOK)
 		props[message.PropertyCluster] = b.cfg.BrokerClusterName
 		m := &message.MessageExt{
-			Message:        message.Message{Topic: h.topic, Flag: h.flag, Body: req.Body, Properties: props},
-			QueueID:        h.queueID,
-			SysFlag:        h.sysFlag,
-			BornTimestamp:  h.bornTimestamp,
+			Message:        message.Message{Topic: h.Topic, Flag: h.Flag, Body: req.Body, Properties: props},
+			QueueID:        h.QueueID,
+			SysFlag:        h.SysFlag,
+			BornTimestamp:  h.BornTimestamp,
 			BornHost:       hostOf(conn.RemoteAddr()),
 			StoreHost:      b.storeHost,
-			ReconsumeTimes: h.reconsumeTimes,
+			ReconsumeTimes: h.ReconsumeTimes,
 		}
 		if props[message.PropertyTransactionPrepared] == "true" {
 			if resp := b.prepareHalf(m); resp != nil {
 				return resp
 			}
-			return b.put(ctx, m, message.TagHashCode(m.Tag()), h.queueID)
+			return b.put(ctx, m, message.TagHashCode(m.Tag()), h.QueueID)
 		}
-		if message.IsRetryTopic(h.topic) {
-			b.routeRetry(m, h.maxReconsumeTimes)
+		if message.IsRetryTopic(h.Topic) {
+			b.routeRetry(m, h.MaxReconsumeTimes)
 		}
 		queueID := m.QueueID // the producer's queue, also for a delayed message parked in SCHEDULE_TOPIC_XXXX
 		tagsCode, resp := b.applyDelay(m)
@@ -238,8 +166,8 @@ func (b *Broker) routeRetry(m *message.MessageExt, maxReconsume int32) {
 // never read it (admin tools read it through the store).
 func (b *Broker) ensureDLQ(group string) string {
 	topic := message.DLQTopic(group)
-	_, _, err := b.topics.getOrCreate(topic, func() *namesrv.TopicConfig {
-		return &namesrv.TopicConfig{TopicName: topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
+	_, _, err := b.topics.getOrCreate(topic, func() *wire.TopicConfig {
+		return &wire.TopicConfig{TopicName: topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permWrite, TopicFilterType: "SINGLE_TAG"}
 	})
 	if err != nil {
 		b.log.Error("persist topic config", "topic", topic, "err", err)
@@ -297,14 +225,14 @@ func (b *Broker) putResponse(res store.PutResult, queueID int32) *remoting.Remot
 // handleSendBatch serves SEND_BATCH_MESSAGE (320): the body holds several messages of one
 // topic (PROTOCOL §4.5); they are stored in one append with consecutive queue offsets.
 func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	h, err := parseSendHeader(req, true)
+	h, err := wire.ParseSendHeader(req, true)
 	if err != nil {
 		return b.sendResponse(remoting.SystemError, err.Error())
 	}
-	if _, resp := b.checkSend(h); resp != nil {
+	if _, resp := b.checkSend(&h); resp != nil {
 		return resp
 	}
-	if message.IsRetryTopic(h.topic) || message.IsDLQTopic(h.topic) {
+	if message.IsRetryTopic(h.Topic) || message.IsDLQTopic(h.Topic) {
 		return b.sendResponse(remoting.MessageIllegal, "batch messages cannot be sent to retry or DLQ topics")
 	}
 	if len(req.Body) > b.cfg.MaxMessageSize {
@@ -317,7 +245,7 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 	if len(items) == 0 {
 		return b.sendResponse(remoting.MessageIllegal, "empty batch")
 	}
-	outer := message.UnmarshalProperties(h.properties)
+	outer := message.UnmarshalProperties(h.Properties)
 	msgs := make([]*message.MessageExt, len(items))
 	codes := make([]int64, len(items))
 	for i, it := range items {
@@ -340,13 +268,13 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
 		}
 		msgs[i] = &message.MessageExt{
-			Message:        message.Message{Topic: h.topic, Flag: it.Flag, Body: it.Body, Properties: props},
-			QueueID:        h.queueID,
-			SysFlag:        h.sysFlag,
-			BornTimestamp:  h.bornTimestamp,
+			Message:        message.Message{Topic: h.Topic, Flag: it.Flag, Body: it.Body, Properties: props},
+			QueueID:        h.QueueID,
+			SysFlag:        h.SysFlag,
+			BornTimestamp:  h.BornTimestamp,
 			BornHost:       hostOf(conn.RemoteAddr()),
 			StoreHost:      b.storeHost,
-			ReconsumeTimes: h.reconsumeTimes,
+			ReconsumeTimes: h.ReconsumeTimes,
 		}
 		codes[i] = message.TagHashCode(props[message.PropertyTags])
 	}
@@ -354,5 +282,5 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 	if err != nil {
 		return b.putError(err)
 	}
-	return b.putResponse(res, h.queueID)
+	return b.putResponse(res, h.QueueID)
 }

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -20,24 +20,11 @@ import (
 // reconsume count has reached maxReconsumeTimes (header; -1 or absent = the group's
 // retryMaxTimes, 16) or delayLevel is negative, the copy goes to %DLQ%<group> at once.
 func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	offset, err := req.ExtInt64("offset", true)
+	h, err := wire.ParseSendBackHeader(req)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	group, err := req.ExtString("group", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	delayLevel, err := req.ExtInt32("delayLevel", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	maxReconsume := int32(-1)
-	if _, ok := req.ExtFields["maxReconsumeTimes"]; ok {
-		if maxReconsume, err = req.ExtInt32("maxReconsumeTimes", false); err != nil {
-			return errResponse(remoting.SystemError, "%v", err)
-		}
-	}
+	offset, group, delayLevel, maxReconsume := h.Offset, h.Group, h.DelayLevel, h.MaxReconsumeTimes
 	if resp := groupError("group", group); resp != nil {
 		return resp
 	}
@@ -52,8 +39,8 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 		return resp
 	}
 	retryTopic := message.RetryTopic(group)
-	tc, _, err := b.topics.getOrCreate(retryTopic, func() *namesrv.TopicConfig {
-		return &namesrv.TopicConfig{TopicName: retryTopic, ReadQueueNums: g.RetryQueueNums, WriteQueueNums: g.RetryQueueNums,
+	tc, _, err := b.topics.getOrCreate(retryTopic, func() *wire.TopicConfig {
+		return &wire.TopicConfig{TopicName: retryTopic, ReadQueueNums: g.RetryQueueNums, WriteQueueNums: g.RetryQueueNums,
 			Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	})
 	if err != nil {

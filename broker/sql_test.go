@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -13,15 +14,15 @@ import (
 func pullSQL(t *testing.T, c *remoting.Client, addr, topic, expr string) *remoting.RemotingCommand {
 	t.Helper()
 	ext := map[string]string{"consumerGroup": "g", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-		"sysFlag": strconv.Itoa(pullFlagSubscription), "commitOffset": "0", "suspendTimeoutMillis": "0",
+		"sysFlag": strconv.Itoa(wire.PullFlagSubscription), "commitOffset": "0", "suspendTimeoutMillis": "0",
 		"subscription": expr, "subVersion": "0", "expressionType": "SQL92"}
 	return invoke(t, c, addr, remoting.NewRequest(remoting.PullMessage, ext, nil))
 }
 
 func heartbeatSQL(t *testing.T, c *remoting.Client, addr, expr string) *remoting.RemotingCommand {
 	t.Helper()
-	hb := HeartbeatData{ClientID: "sql-client", ConsumerDataSet: []ConsumerData{{GroupName: "g", ConsumeType: "CONSUME_PASSIVELY",
-		MessageModel: "CLUSTERING", SubscriptionDataSet: []SubscriptionData{
+	hb := wire.HeartbeatData{ClientID: "sql-client", ConsumerDataSet: []wire.ConsumerData{{GroupName: "g", ConsumeType: "CONSUME_PASSIVELY",
+		MessageModel: "CLUSTERING", SubscriptionDataSet: []wire.SubscriptionData{
 			{Topic: "S", SubString: expr, SubVersion: 1, ExpressionType: "SQL92"},
 			{Topic: "Other", SubString: "*", SubVersion: 1, ExpressionType: "TAG"}}}}}
 	body, _ := json.Marshal(hb)

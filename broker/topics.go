@@ -7,15 +7,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 )
 
 // Perm bits (Java PermName).
 const (
-	permInherit = namesrv.PermInherit
-	permWrite   = namesrv.PermWrite
-	permRead    = namesrv.PermRead
+	permInherit = wire.PermInherit
+	permWrite   = wire.PermWrite
+	permRead    = wire.PermRead
 )
 
 // topicTable holds the broker's topic configs and persists them to
@@ -26,17 +26,17 @@ type topicTable struct {
 	onChange func()
 
 	mu      sync.RWMutex
-	topics  map[string]*namesrv.TopicConfig
-	version namesrv.DataVersion
+	topics  map[string]*wire.TopicConfig
+	version wire.DataVersion
 }
 
 type topicsFile struct {
-	TopicConfigTable map[string]*namesrv.TopicConfig `json:"topicConfigTable"`
-	DataVersion      namesrv.DataVersion             `json:"dataVersion"`
+	TopicConfigTable map[string]*wire.TopicConfig `json:"topicConfigTable"`
+	DataVersion      wire.DataVersion             `json:"dataVersion"`
 }
 
 func newTopicTable(root string, cfg *Config) (*topicTable, error) {
-	t := &topicTable{path: filepath.Join(root, "config", "topics.json"), topics: map[string]*namesrv.TopicConfig{}}
+	t := &topicTable{path: filepath.Join(root, "config", "topics.json"), topics: map[string]*wire.TopicConfig{}}
 	var f topicsFile
 	if err := readJSONFile(t.path, &f); err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func newTopicTable(root string, cfg *Config) (*topicTable, error) {
 	t.version = f.DataVersion
 	// System topics, as Java's TopicConfigManager creates them at start.
 	if boolOr(cfg.AutoCreateTopicEnable, true) {
-		t.topics[message.AutoCreateTopicKey] = &namesrv.TopicConfig{TopicName: message.AutoCreateTopicKey,
+		t.topics[message.AutoCreateTopicKey] = &wire.TopicConfig{TopicName: message.AutoCreateTopicKey,
 			ReadQueueNums: cfg.DefaultTopicQueueNums, WriteQueueNums: cfg.DefaultTopicQueueNums,
 			Perm: permInherit | permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	} else {
@@ -66,12 +66,12 @@ func (t *topicTable) putSystem(name string, queues int) {
 	if _, ok := t.topics[name]; ok {
 		return
 	}
-	t.topics[name] = &namesrv.TopicConfig{TopicName: name, ReadQueueNums: queues, WriteQueueNums: queues,
+	t.topics[name] = &wire.TopicConfig{TopicName: name, ReadQueueNums: queues, WriteQueueNums: queues,
 		Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 }
 
 // get returns a copy of the topic's config, or nil.
-func (t *topicTable) get(name string) *namesrv.TopicConfig {
+func (t *topicTable) get(name string) *wire.TopicConfig {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if tc, ok := t.topics[name]; ok {
@@ -82,7 +82,7 @@ func (t *topicTable) get(name string) *namesrv.TopicConfig {
 }
 
 // put creates or replaces a topic config and persists the table.
-func (t *topicTable) put(tc namesrv.TopicConfig) error {
+func (t *topicTable) put(tc wire.TopicConfig) error {
 	t.mu.Lock()
 	c := tc
 	t.topics[tc.TopicName] = &c
@@ -96,7 +96,7 @@ func (t *topicTable) put(tc namesrv.TopicConfig) error {
 
 // getOrCreate returns the topic's config, creating it from create() when missing. The
 // bool reports whether it was created.
-func (t *topicTable) getOrCreate(name string, create func() *namesrv.TopicConfig) (*namesrv.TopicConfig, bool, error) {
+func (t *topicTable) getOrCreate(name string, create func() *wire.TopicConfig) (*wire.TopicConfig, bool, error) {
 	if tc := t.get(name); tc != nil {
 		return tc, false, nil
 	}
@@ -142,10 +142,10 @@ func (t *topicTable) persistLocked() error {
 }
 
 // snapshot returns copies of all configs and the data version, for registration.
-func (t *topicTable) snapshot() (map[string]*namesrv.TopicConfig, namesrv.DataVersion) {
+func (t *topicTable) snapshot() (map[string]*wire.TopicConfig, wire.DataVersion) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	out := make(map[string]*namesrv.TopicConfig, len(t.topics))
+	out := make(map[string]*wire.TopicConfig, len(t.topics))
 	for k, v := range t.topics {
 		c := *v
 		out[k] = &c

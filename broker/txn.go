@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -133,23 +133,11 @@ func (b *Broker) prepareHalf(m *message.MessageExt) *remoting.RemotingCommand {
 
 // handleEndTransaction serves END_TRANSACTION (RocketMQ request code 37, PROTOCOL §3.9).
 func (b *Broker) handleEndTransaction(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	group, err := req.ExtString("producerGroup", true)
+	h, err := wire.ParseEndTransactionHeader(req)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	queueOffset, err := req.ExtInt64("tranStateTableOffset", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	phyOffset, err := req.ExtInt64("commitLogOffset", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	decision, err := req.ExtInt32("commitOrRollback", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	fromCheck, _ := req.ExtBool("fromTransactionCheck")
+	group, queueOffset, phyOffset, decision, fromCheck := h.ProducerGroup, h.TranStateTableOffset, h.CommitLogOffset, h.CommitOrRollback, h.FromTransactionCheck
 	if decision != txnCommit && decision != txnRollback {
 		return nil // unknown: the half message stays pending; Java sends no response either
 	}
@@ -329,13 +317,10 @@ func (t *txnService) sendCheck(ctx context.Context, half *message.MessageExt) bo
 		return false
 	}
 	id := half.UniqKey()
-	req := remoting.NewRequest(remoting.CheckTransactionState, map[string]string{
-		"tranStateTableOffset": strconv.FormatInt(half.QueueOffset, 10),
-		"commitLogOffset":      strconv.FormatInt(half.CommitLogOffset, 10),
-		"msgId":                id,
-		"transactionId":        id,
-		"offsetMsgId":          half.OffsetMsgID,
-	}, body)
+	req := remoting.NewRequest(remoting.CheckTransactionState, wire.CheckTransactionStateHeader{
+		TranStateTableOffset: half.QueueOffset, CommitLogOffset: half.CommitLogOffset,
+		MsgID: id, TransactionID: id, OffsetMsgID: half.OffsetMsgID,
+	}.Ext(), body)
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := conn.InvokeOneway(cctx, req); err != nil {
@@ -372,7 +357,7 @@ func (t *txnService) discard(ctx context.Context, half *message.MessageExt) {
 
 // putSystem1 creates a one-queue readable system topic if missing.
 func (t *topicTable) putSystem1(name string) {
-	_, _, _ = t.getOrCreate(name, func() *namesrv.TopicConfig {
-		return &namesrv.TopicConfig{TopicName: name, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	_, _, _ = t.getOrCreate(name, func() *wire.TopicConfig {
+		return &wire.TopicConfig{TopicName: name, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -148,7 +149,7 @@ func newCheckingProducer(t *testing.T, addr string, decide func(uniq string, n i
 		_ = c.InvokeOneway(ctx, from, end)
 		return nil
 	})
-	hb, _ := json.Marshal(HeartbeatData{ClientID: "tx-producer", ProducerDataSet: []ProducerData{{GroupName: "tx-group"}}})
+	hb, _ := json.Marshal(wire.HeartbeatData{ClientID: "tx-producer", ProducerDataSet: []wire.ProducerData{{GroupName: "tx-group"}}})
 	if r := invoke(t, c, addr, remoting.NewRequest(remoting.HeartBeat, nil, hb)); r.ResponseCode() != remoting.Success {
 		t.Fatal(r.Remark)
 	}

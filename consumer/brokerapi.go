@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -33,13 +33,6 @@ func (e *BrokerError) Error() string {
 
 // Unwrap returns Err.
 func (e *BrokerError) Unwrap() error { return e.Err }
-
-// PULL_MESSAGE sysFlag bits (Java PullSysFlag; PROTOCOL §3.4).
-const (
-	pullFlagCommitOffset = 1 << 0 // the broker stores commitOffset for the group
-	pullFlagSuspend      = 1 << 1 // long polling allowed
-	pullFlagSubscription = 1 << 2 // use the request's subscription, not the heartbeat's
-)
 
 // pullRPCExtra is added to the long-polling suspend time to get the pull RPC timeout
 // (20 s suspend → 30 s timeout, PROTOCOL §3.4).
@@ -69,15 +62,10 @@ func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting
 	return resp, nil
 }
 
-func mqExt(mq message.MessageQueue) map[string]string {
-	return map[string]string{"topic": mq.Topic, "queueId": strconv.Itoa(mq.QueueID)}
-}
-
 // queryOffset asks the broker for the group's stored offset of mq
 // (QUERY_CONSUMER_OFFSET, request code 14; PROTOCOL §3.5): -1 when none (code 22).
 func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	ext := mqExt(mq)
-	ext["consumerGroup"] = b.group
+	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext, nil)
 	if err != nil {
 		return 0, err
@@ -105,16 +93,15 @@ func (b *brokerAPI) offsetCall(ctx context.Context, code remoting.RequestCode, m
 }
 
 func (b *brokerAPI) maxOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	return b.offsetCall(ctx, remoting.GetMaxOffset, mq, mqExt(mq))
+	return b.offsetCall(ctx, remoting.GetMaxOffset, mq, wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false))
 }
 
 func (b *brokerAPI) minOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
-	return b.offsetCall(ctx, remoting.GetMinOffset, mq, mqExt(mq))
+	return b.offsetCall(ctx, remoting.GetMinOffset, mq, wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false))
 }
 
 func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t time.Time) (int64, error) {
-	ext := mqExt(mq)
-	ext["timestamp"] = strconv.FormatInt(t.UnixMilli(), 10)
+	ext := wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), Timestamp: t.UnixMilli()}.Ext(true)
 	return b.offsetCall(ctx, remoting.SearchOffsetByTimestamp, mq, ext)
 }
 
@@ -122,9 +109,7 @@ func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t
 // request code 15). It waits for the answer, unlike the official Go client's one-way
 // send, so that callers know the offset is stored.
 func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, offset int64) error {
-	ext := mqExt(mq)
-	ext["consumerGroup"] = b.group
-	ext["commitOffset"] = strconv.FormatInt(offset, 10)
+	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: offset}.Ext(true)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
 	if err != nil {
 		return err
@@ -143,7 +128,7 @@ type pullArgs struct {
 	sysFlag        int
 	commitOffset   int64
 	suspend        time.Duration // long-polling hold; 0 = answer at once
-	subscription   string        // with pullFlagSubscription
+	subscription   string        // with wire.PullFlagSubscription
 	expressionType string
 }
 
@@ -163,19 +148,18 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	if !ok {
 		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("no master address known for broker %q", a.mq.BrokerName)}
 	}
-	ext := map[string]string{
-		"consumerGroup":        b.group,
-		"topic":                a.mq.Topic,
-		"queueId":              strconv.Itoa(a.mq.QueueID),
-		"queueOffset":          strconv.FormatInt(a.offset, 10),
-		"maxMsgNums":           strconv.Itoa(a.maxNums),
-		"sysFlag":              strconv.Itoa(a.sysFlag),
-		"commitOffset":         strconv.FormatInt(a.commitOffset, 10),
-		"suspendTimeoutMillis": strconv.FormatInt(a.suspend.Milliseconds(), 10),
-		"subscription":         a.subscription,
-		"subVersion":           "0",
-		"expressionType":       a.expressionType,
-	}
+	ext := wire.PullHeader{
+		ConsumerGroup:        b.group,
+		Topic:                a.mq.Topic,
+		QueueID:              int32(a.mq.QueueID),
+		QueueOffset:          a.offset,
+		MaxMsgNums:           int32(a.maxNums),
+		SysFlag:              int32(a.sysFlag),
+		CommitOffset:         a.commitOffset,
+		SuspendTimeoutMillis: a.suspend.Milliseconds(),
+		Subscription:         a.subscription,
+		ExpressionType:       a.expressionType,
+	}.Ext()
 	timeout := client.DefaultBrokerTimeout
 	if a.suspend > 0 {
 		timeout = a.suspend + pullRPCExtra
@@ -192,11 +176,11 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	default:
 		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Code: r.code, Remark: resp.Remark}
 	}
-	if r.nextBegin, err = resp.ExtInt64("nextBeginOffset", true); err != nil {
+	rh, err := wire.ParsePullResponseHeader(resp)
+	if err != nil {
 		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: err}
 	}
-	r.minOffset, _ = resp.ExtInt64("minOffset", false)
-	r.maxOffset, _ = resp.ExtInt64("maxOffset", false)
+	r.nextBegin, r.minOffset, r.maxOffset = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if r.code == remoting.Success {
 		if r.msgs, err = message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true}); err != nil {
 			return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err)}
@@ -208,17 +192,10 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	return r, nil
 }
 
-// lockBody is the body of LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (PROTOCOL §3.11).
-type lockBody struct {
-	ConsumerGroup string                 `json:"consumerGroup"`
-	ClientID      string                 `json:"clientId"`
-	MQSet         []message.MessageQueue `json:"mqSet"`
-}
-
 // lock asks brokerName to lock mqs for this client (LOCK_BATCH_MQ, request code 41) and
 // returns the queues this client holds now.
 func (b *brokerAPI) lock(ctx context.Context, brokerName string, mqs []message.MessageQueue) (map[message.MessageQueue]bool, error) {
-	body, _ := json.Marshal(lockBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
+	body, _ := json.Marshal(wire.LockBatchBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
 	resp, err := b.invoke(ctx, brokerName, remoting.LockBatchMQ, nil, body)
 	if err != nil {
 		return nil, err
@@ -226,16 +203,11 @@ func (b *brokerAPI) lock(ctx context.Context, brokerName string, mqs []message.M
 	if resp.ResponseCode() != remoting.Success {
 		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
 	}
-	held := map[message.MessageQueue]bool{}
-	if len(resp.Body) == 0 {
-		return held, nil
+	ok, err := wire.ParseLockBatchResult(resp.Body)
+	if err != nil {
+		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Err: err}
 	}
-	var ok struct {
-		LockOKMQSet []message.MessageQueue `json:"lockOKMQSet"`
-	}
-	if err := json.Unmarshal(resp.Body, &ok); err != nil {
-		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Err: fmt.Errorf("bad body: %w", err)}
-	}
+	held := make(map[message.MessageQueue]bool, len(ok.LockOKMQSet))
 	for _, mq := range ok.LockOKMQSet {
 		held[mq] = true
 	}
@@ -244,7 +216,7 @@ func (b *brokerAPI) lock(ctx context.Context, brokerName string, mqs []message.M
 
 // unlock releases mqs on brokerName (UNLOCK_BATCH_MQ, request code 42).
 func (b *brokerAPI) unlock(ctx context.Context, brokerName string, mqs []message.MessageQueue) error {
-	body, _ := json.Marshal(lockBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
+	body, _ := json.Marshal(wire.LockBatchBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
 	resp, err := b.invoke(ctx, brokerName, remoting.UnlockBatchMQ, nil, body)
 	if err != nil {
 		return err

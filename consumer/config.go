@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -29,9 +30,9 @@ const (
 func (m MessageModel) String() string {
 	switch m {
 	case Clustering:
-		return client.MessageModelClustering
+		return wire.MessageModelClustering
 	case Broadcasting:
-		return client.MessageModelBroadcasting
+		return wire.MessageModelBroadcasting
 	}
 	return fmt.Sprintf("MessageModel(%d)", int(m))
 }
@@ -56,11 +57,11 @@ const (
 func (w ConsumeFromWhere) String() string {
 	switch w {
 	case ConsumeFromLastOffset:
-		return client.ConsumeFromLastOffset
+		return wire.ConsumeFromLastOffset
 	case ConsumeFromFirstOffset:
-		return client.ConsumeFromFirstOffset
+		return wire.ConsumeFromFirstOffset
 	case ConsumeFromTimestamp:
-		return client.ConsumeFromTimestamp
+		return wire.ConsumeFromTimestamp
 	}
 	return fmt.Sprintf("ConsumeFromWhere(%d)", int(w))
 }

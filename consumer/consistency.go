@@ -6,29 +6,29 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/adminproto"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
 // checkConsistency compares this consumer's subscriptions with those of the other
 // clients of its group, as every known broker reports them from their heartbeats
-// (Sluice request code 7002, adminproto.GroupSubscriptions), and logs a warning naming
+// (Sluice request code 7002, wire.GroupSubscriptions), and logs a warning naming
 // each client that subscribes differently — topics or tags — whenever the set of
 // differences changes. Members that disagree lose messages: a broker filters a topic's
 // pulls with one subscription per group. Brokers without the request (Apache RocketMQ)
 // are skipped.
 func (c *PushConsumer) checkConsistency(ctx context.Context) {
-	me := adminproto.ClientSubscriptions{ClientID: c.cl.ClientID()}
+	me := wire.ClientSubscriptions{ClientID: c.cl.ClientID()}
 	for _, sd := range c.subscriptionData() {
-		me.Subscriptions = append(me.Subscriptions, adminproto.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType, Tags: sd.TagsSet})
+		me.Subscriptions = append(me.Subscriptions, wire.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType, Tags: sd.TagsSet})
 	}
-	others := map[string]adminproto.ClientSubscriptions{}
+	others := map[string]wire.ClientSubscriptions{}
 	for _, name := range c.cl.BrokerNames() {
-		resp, err := c.broker.invoke(ctx, name, adminproto.GroupSubscriptions, map[string]string{"consumerGroup": c.cfg.Group}, nil)
+		resp, err := c.broker.invoke(ctx, name, wire.GroupSubscriptions, map[string]string{"consumerGroup": c.cfg.Group}, nil)
 		if err != nil || resp.ResponseCode() != remoting.Success {
 			continue // unreachable, or not a Sluice broker (3 REQUEST_CODE_NOT_SUPPORTED)
 		}
-		var body adminproto.GroupSubscriptionsBody
+		var body wire.GroupSubscriptionsBody
 		if err := json.Unmarshal(resp.Body, &body); err != nil {
 			c.log.Debug("consumer: bad group subscriptions body", "broker", name, "err", err)
 			continue
@@ -43,9 +43,9 @@ func (c *PushConsumer) checkConsistency(ctx context.Context) {
 		}
 	}
 	var lines []string
-	var diffs [][]adminproto.Difference
+	var diffs [][]wire.Difference
 	for _, o := range sortedClients(others) {
-		if d := adminproto.Diff(me, o); len(d) > 0 {
+		if d := wire.Diff(me, o); len(d) > 0 {
 			diffs = append(diffs, d)
 			for _, x := range d {
 				lines = append(lines, x.String())
@@ -70,8 +70,8 @@ func (c *PushConsumer) checkConsistency(ctx context.Context) {
 	}
 }
 
-func sortedClients(m map[string]adminproto.ClientSubscriptions) []adminproto.ClientSubscriptions {
-	out := make([]adminproto.ClientSubscriptions, 0, len(m))
+func sortedClients(m map[string]wire.ClientSubscriptions) []wire.ClientSubscriptions {
+	out := make([]wire.ClientSubscriptions, 0, len(m))
 	for _, cs := range m {
 		out = append(out, cs)
 	}

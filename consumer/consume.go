@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -166,15 +167,8 @@ func (c *PushConsumer) sendBack(m *message.MessageExt, delayLevel int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultBrokerTimeout)
 	defer cancel()
 	maxRe := c.cfg.maxReconsume()
-	ext := map[string]string{
-		"offset":            strconv.FormatInt(m.CommitLogOffset, 10),
-		"group":             c.cfg.Group,
-		"delayLevel":        strconv.Itoa(delayLevel),
-		"originMsgId":       m.MsgID,
-		"originTopic":       m.Topic,
-		"unitMode":          "false",
-		"maxReconsumeTimes": strconv.Itoa(maxRe),
-	}
+	ext := wire.SendBackHeader{Offset: m.CommitLogOffset, Group: c.cfg.Group, DelayLevel: int32(delayLevel),
+		OriginMsgID: m.MsgID, OriginTopic: m.Topic, MaxReconsumeTimes: int32(maxRe)}.Ext()
 	addr, ok := c.cl.BrokerAddr(m.BrokerName)
 	if !ok && m.StoreHost.IsValid() {
 		addr, ok = m.StoreHost.String(), true
@@ -214,7 +208,7 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 	if err != nil {
 		return err
 	}
-	qs, err := client.PublishQueues(c.retryTopic, rd)
+	qs, err := wire.PublishQueues(c.retryTopic, rd)
 	if err != nil {
 		return err
 	}
@@ -240,12 +234,12 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 	props[message.PropertyDelayTimeLevel] = strconv.Itoa(3 + int(m.ReconsumeTimes))
 	props[message.PropertyReconsumeTime] = strconv.Itoa(int(m.ReconsumeTimes) + 1)
 	props[message.PropertyMaxReconsumeTimes] = strconv.Itoa(c.cfg.maxReconsume())
-	h := client.SendHeader{
+	h := wire.SendHeader{
 		ProducerGroup:         client.InnerProducerGroup,
 		Topic:                 c.retryTopic,
 		DefaultTopic:          message.AutoCreateTopicKey,
 		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
-		QueueID:               mq.QueueID,
+		QueueID:               int32(mq.QueueID),
 		BornTimestamp:         time.Now().UnixMilli(),
 		Flag:                  m.Flag,
 		Properties:            message.MarshalProperties(props),

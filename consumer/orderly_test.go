@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -375,14 +376,14 @@ func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 	}
 	defer rc.Close()
 	tryLock := func() int {
-		body, _ := json.Marshal(lockBody{ConsumerGroup: "og-lock", ClientID: "intruder", MQSet: mqs})
+		body, _ := json.Marshal(wire.LockBatchBody{ConsumerGroup: "og-lock", ClientID: "intruder", MQSet: mqs})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		resp, err := rc.InvokeSync(ctx, e.broker.Addr(), remoting.NewRequest(remoting.LockBatchMQ, nil, body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var held struct{ LockOKMQSet []message.MessageQueue }
+		var held wire.LockBatchResult
 		_ = json.Unmarshal(resp.Body, &held)
 		return len(held.LockOKMQSet)
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -30,12 +31,12 @@ func (c *PushConsumer) pullLoop(ctx context.Context, pq *processQueue) {
 			}
 			continue
 		}
-		a := pullArgs{mq: mq, offset: next, maxNums: c.cfg.PullBatchSize, sysFlag: pullFlagSuspend,
+		a := pullArgs{mq: mq, offset: next, maxNums: c.cfg.PullBatchSize, sysFlag: wire.PullFlagSuspend,
 			suspend: c.cfg.suspendTimeout, expressionType: "TAG"} // no SUBSCRIPTION bit: the heartbeat's subscription applies
 		if c.cfg.MessageModel == Clustering {
 			// The broker stores the committed offset with the pull (PROTOCOL §7.5).
 			if commit := pq.commitOffset(); commit > 0 {
-				a.sysFlag |= pullFlagCommitOffset
+				a.sysFlag |= wire.PullFlagCommitOffset
 				a.commitOffset = commit
 			}
 		}

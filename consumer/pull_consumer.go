@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -190,7 +191,7 @@ func (c *PullConsumer) MessageQueues(ctx context.Context, topic string) ([]messa
 	if err != nil {
 		return nil, err
 	}
-	return client.SubscribeQueues(topic, rd), nil
+	return wire.SubscribeQueues(topic, rd), nil
 }
 
 // ensureBroker makes sure the address of mq's broker is known (fetching mq.Topic's
@@ -255,10 +256,10 @@ func (c *PullConsumer) Pull(ctx context.Context, req PullRequest) (*PullResult, 
 	if err := c.ensureBroker(ctx, req.Queue); err != nil {
 		return nil, err
 	}
-	a := pullArgs{mq: req.Queue, offset: req.Offset, maxNums: req.MaxNums, sysFlag: pullFlagSubscription,
+	a := pullArgs{mq: req.Queue, offset: req.Offset, maxNums: req.MaxNums, sysFlag: wire.PullFlagSubscription,
 		subscription: expr, expressionType: exprType}
 	if req.LongPoll > 0 {
-		a.sysFlag |= pullFlagSuspend
+		a.sysFlag |= wire.PullFlagSuspend
 		a.suspend = req.LongPoll
 	}
 	r, err := c.broker.pull(ctx, a)

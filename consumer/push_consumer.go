@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
@@ -53,7 +54,7 @@ const (
 type subscription struct {
 	topic   string
 	tags    map[string]bool // nil = all tags ("*")
-	data    client.SubscriptionData
+	data    wire.SubscriptionData
 	handler middleware.ConsumeFunc // Config.Middlewares around the user's handler; nil for the retry topic
 }
 
@@ -154,7 +155,7 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 	if cfg.MessageModel == Clustering {
 		// The retry topic is subscribed automatically in clustering mode (PROTOCOL §3.6).
 		c.retryTopic = message.RetryTopic(cfg.Group)
-		c.subs[c.retryTopic] = &subscription{topic: c.retryTopic, data: client.NewTagSubscription(c.retryTopic, message.SubscribeAll, time.Now().UnixNano())}
+		c.subs[c.retryTopic] = &subscription{topic: c.retryTopic, data: wire.NewTagSubscription(c.retryTopic, message.SubscribeAll, time.Now().UnixNano())}
 	}
 	return c, nil
 }
@@ -198,7 +199,7 @@ func (c *PushConsumer) Subscribe(topic, tagExpr string, handler middleware.Consu
 	}
 	s := &subscription{
 		topic:   topic,
-		data:    client.NewTagSubscription(topic, tagExpr, time.Now().UnixNano()),
+		data:    wire.NewTagSubscription(topic, tagExpr, time.Now().UnixNano()),
 		handler: middleware.ChainConsume(handler, c.cfg.Middlewares...),
 	}
 	if tags != nil {
@@ -213,19 +214,19 @@ func (c *PushConsumer) Subscribe(topic, tagExpr string, handler middleware.Consu
 
 // heartbeatData builds the HEART_BEAT body (PROTOCOL §3.6): one consumer data with all
 // subscriptions, sorted by topic, the retry topic included in clustering mode.
-func (c *PushConsumer) heartbeatData() client.HeartbeatData {
-	return client.HeartbeatData{ConsumerDataSet: []client.ConsumerData{{
+func (c *PushConsumer) heartbeatData() wire.HeartbeatData {
+	return wire.HeartbeatData{ConsumerDataSet: []wire.ConsumerData{{
 		GroupName:           c.cfg.Group,
-		ConsumeType:         client.ConsumeTypePassively,
+		ConsumeType:         wire.ConsumeTypePassively,
 		MessageModel:        c.cfg.MessageModel.String(),
 		ConsumeFromWhere:    c.cfg.ConsumeFromWhere.String(),
 		SubscriptionDataSet: c.subscriptionData(),
 	}}}
 }
 
-func (c *PushConsumer) subscriptionData() []client.SubscriptionData {
+func (c *PushConsumer) subscriptionData() []wire.SubscriptionData {
 	c.mu.Lock()
-	subs := make([]client.SubscriptionData, 0, len(c.subs))
+	subs := make([]wire.SubscriptionData, 0, len(c.subs))
 	for _, s := range c.subs {
 		subs = append(subs, s.data)
 	}

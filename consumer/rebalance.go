@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -64,7 +64,7 @@ func (c *PushConsumer) rebalance(ctx context.Context) (retrySoon bool) {
 			c.log.Debug("consumer: rebalance: no route", "topic", topic, "err", err)
 			continue
 		}
-		all := client.SubscribeQueues(topic, rd)
+		all := wire.SubscribeQueues(topic, rd)
 		mine := all
 		if c.cfg.MessageModel == Clustering {
 			cids, err := c.consumerIDs(ctx, rd)
@@ -86,7 +86,7 @@ func (c *PushConsumer) rebalance(ctx context.Context) (retrySoon bool) {
 
 // consumerIDs asks one broker of the route (the first by name with a master) for the
 // client ids of the group.
-func (c *PushConsumer) consumerIDs(ctx context.Context, rd *client.TopicRouteData) ([]string, error) {
+func (c *PushConsumer) consumerIDs(ctx context.Context, rd *wire.TopicRouteData) ([]string, error) {
 	names := make([]string, 0, len(rd.BrokerDatas))
 	for _, b := range rd.BrokerDatas {
 		names = append(names, b.BrokerName)
@@ -106,9 +106,7 @@ func (c *PushConsumer) consumerIDs(ctx context.Context, rd *client.TopicRouteDat
 			lastErr = &BrokerError{Request: remoting.GetConsumerListByGroup, Broker: name, Code: resp.ResponseCode(), Remark: resp.Remark}
 			continue
 		}
-		var body struct {
-			ConsumerIDList []string `json:"consumerIdList"`
-		}
+		var body wire.ConsumerIDList
 		if err := json.Unmarshal(resp.Body, &body); err != nil {
 			lastErr = &BrokerError{Request: remoting.GetConsumerListByGroup, Broker: name, Err: fmt.Errorf("bad body: %w", err)}
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
@@ -28,9 +29,9 @@ import (
 // subscriptionData and PULL_MESSAGE field expressionType, PROTOCOL §3.4, §3.6).
 const (
 	// ExpressionTag is a tag expression: "*" for all, or "TagA || TagB".
-	ExpressionTag = client.ExpressionTypeTag
+	ExpressionTag = wire.ExpressionTypeTag
 	// ExpressionSQL92 is a SQL92 expression over message properties.
-	ExpressionSQL92 = client.ExpressionTypeSQL92
+	ExpressionSQL92 = wire.ExpressionTypeSQL92
 )
 
 // SQLSyntaxError is a malformed SQL92 expression, found before any network traffic: Pos
@@ -62,14 +63,14 @@ func compileSQL(field, expr string) error {
 
 // newSQLSubscription is the HEART_BEAT subscription data of a SQL92 subscription:
 // SubString is the expression, no tags or codes.
-func newSQLSubscription(topic, expr string, subVersion int64) client.SubscriptionData {
-	return client.SubscriptionData{
+func newSQLSubscription(topic, expr string, subVersion int64) wire.SubscriptionData {
+	return wire.SubscriptionData{
 		Topic:          topic,
 		SubString:      expr,
 		TagsSet:        []string{},
 		CodeSet:        []string{},
 		SubVersion:     subVersion,
-		ExpressionType: client.ExpressionTypeSQL92,
+		ExpressionType: wire.ExpressionTypeSQL92,
 	}
 }
 
@@ -124,7 +125,7 @@ func (c *PushConsumer) hasSQL() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.subs {
-		if s.data.ExpressionType == client.ExpressionTypeSQL92 {
+		if s.data.ExpressionType == wire.ExpressionTypeSQL92 {
 			return true
 		}
 	}
@@ -158,10 +159,10 @@ func (c *PushConsumer) refusedAtStart(hbErr error) error {
 // returns ExpressionTag or ExpressionSQL92.
 func pullExpressionType(req PullRequest) (string, error) {
 	switch strings.ToUpper(strings.TrimSpace(req.ExpressionType)) {
-	case "", client.ExpressionTypeTag:
-		return client.ExpressionTypeTag, nil
-	case client.ExpressionTypeSQL92:
-		return client.ExpressionTypeSQL92, compileSQL("PullRequest.Expression", req.Expression)
+	case "", wire.ExpressionTypeTag:
+		return wire.ExpressionTypeTag, nil
+	case wire.ExpressionTypeSQL92:
+		return wire.ExpressionTypeSQL92, compileSQL("PullRequest.Expression", req.Expression)
 	}
 	return "", fmt.Errorf("consumer: PullRequest.ExpressionType %q: must be %q (default) or %q", req.ExpressionType, ExpressionTag, ExpressionSQL92)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -69,7 +70,7 @@ func (p *Producer) prepareBatch(msgs []*message.Message) (*prepared, error) {
 	}
 	return &prepared{
 		code: remoting.SendBatchMessage,
-		header: client.SendHeader{
+		header: wire.SendHeader{
 			ProducerGroup:         p.cfg.Group,
 			Topic:                 msgs[0].Topic,
 			DefaultTopic:          message.AutoCreateTopicKey,

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -52,7 +53,7 @@ func TestBrokerAutoCreatesTopic(t *testing.T) {
 	for {
 		rd, err := cl.FetchRoute(context.Background(), "FreshTopic")
 		if err == nil {
-			qs, _ := client.PublishQueues("FreshTopic", rd)
+			qs, _ := wire.PublishQueues("FreshTopic", rd)
 			if len(qs) != 4 {
 				t.Fatalf("auto-created topic has %d write queues, want 4", len(qs))
 			}

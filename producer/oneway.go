@@ -68,7 +68,7 @@ func (p *Producer) rawOneway(ctx context.Context, msg *message.Message, sel Mess
 	}
 	se.BrokerAddr = addr
 	h := pr.header
-	h.QueueID = mq.QueueID
+	h.QueueID = int32(mq.QueueID)
 	h.BrokerName = mq.BrokerName
 	actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
 	defer cancel()

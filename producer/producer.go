@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
@@ -64,7 +65,7 @@ type Producer struct {
 
 // topicQueues caches the publish queues computed from one route value.
 type topicQueues struct {
-	route  *client.TopicRouteData
+	route  *wire.TopicRouteData
 	queues []message.MessageQueue
 }
 
@@ -88,8 +89,8 @@ func New(cfg Config) (*Producer, error) {
 		Logger:               cfg.Logger,
 		RouteRefreshInterval: cfg.routeRefreshInterval,
 		HeartbeatInterval:    cfg.heartbeatInterval,
-		Heartbeat: func() client.HeartbeatData {
-			return client.HeartbeatData{ProducerDataSet: []client.ProducerData{{GroupName: cfg.Group}}}
+		Heartbeat: func() wire.HeartbeatData {
+			return wire.HeartbeatData{ProducerDataSet: []wire.ProducerData{{GroupName: cfg.Group}}}
 		},
 	})
 	if err != nil {
@@ -233,7 +234,7 @@ func (p *Producer) enter() error {
 // prepared is a request ready for attempts: header without queue, body, client ids.
 type prepared struct {
 	code   remoting.RequestCode
-	header client.SendHeader
+	header wire.SendHeader
 	body   []byte
 	msgID  string           // UNIQ_KEY(s), comma-joined for a batch
 	selMsg *message.Message // what the selector sees (a batch: its first message)
@@ -272,7 +273,7 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 	}
 	return &prepared{
 		code: remoting.SendMessageV2,
-		header: client.SendHeader{
+		header: wire.SendHeader{
 			ProducerGroup:         p.cfg.Group,
 			Topic:                 msg.Topic,
 			DefaultTopic:          message.AutoCreateTopicKey,
@@ -399,7 +400,7 @@ func (p *Producer) request(pr *prepared, mq message.MessageQueue) (string, *remo
 		return "", nil, se
 	}
 	h := pr.header
-	h.QueueID = mq.QueueID
+	h.QueueID = int32(mq.QueueID)
 	h.BrokerName = mq.BrokerName
 	h.Batch = pr.code == remoting.SendBatchMessage
 	return addr, remoting.NewRequest(pr.code, h.Ext(), pr.body), nil
@@ -479,7 +480,7 @@ func (p *Producer) publishQueues(ctx context.Context, topic string) ([]message.M
 	if c, ok := p.queues.Load(topic); ok && c.(*topicQueues).route == rd {
 		return c.(*topicQueues).queues, nil
 	}
-	qs, err := client.PublishQueues(topic, rd)
+	qs, err := wire.PublishQueues(topic, rd)
 	if err != nil {
 		return nil, err
 	}

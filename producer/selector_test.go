@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -191,15 +191,15 @@ func TestHashSelector(t *testing.T) {
 	}
 	// Queue lists come sorted by broker name then queue id from any route order, so two
 	// producers that got the brokers in different orders agree.
-	rd1 := &client.TopicRouteData{
-		QueueDatas: []client.QueueData{{BrokerName: "broker-b", WriteQueueNums: 4, ReadQueueNums: 4, Perm: 6}, {BrokerName: "broker-a", WriteQueueNums: 4, ReadQueueNums: 4, Perm: 6}},
-		BrokerDatas: []client.BrokerData{{BrokerName: "broker-b", BrokerAddrs: map[int64]string{0: "127.0.0.1:2"}},
+	rd1 := &wire.TopicRouteData{
+		QueueDatas: []wire.QueueData{{BrokerName: "broker-b", WriteQueueNums: 4, ReadQueueNums: 4, Perm: 6}, {BrokerName: "broker-a", WriteQueueNums: 4, ReadQueueNums: 4, Perm: 6}},
+		BrokerDatas: []wire.BrokerData{{BrokerName: "broker-b", BrokerAddrs: map[int64]string{0: "127.0.0.1:2"}},
 			{BrokerName: "broker-a", BrokerAddrs: map[int64]string{0: "127.0.0.1:1"}}},
 	}
 	rd2 := rd1.Clone()
 	rd2.QueueDatas[0], rd2.QueueDatas[1] = rd2.QueueDatas[1], rd2.QueueDatas[0]
-	q1, _ := client.PublishQueues("T", rd1)
-	q2, _ := client.PublishQueues("T", rd2)
+	q1, _ := wire.PublishQueues("T", rd1)
+	q2, _ := wire.PublishQueues("T", rd2)
 	if fmt.Sprint(q1) != fmt.Sprint(qs) || fmt.Sprint(q2) != fmt.Sprint(qs) {
 		t.Fatalf("queue lists not sorted alike:\n%v\n%v\n%v", q1, q2, qs)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -387,15 +388,10 @@ func (tp *TransactionProducer) endTransaction(ctx context.Context, res *message.
 // EndTransactionRequestHeader, PROTOCOL §3.9).
 func endTransactionRequest(group string, tranStateTableOffset, commitLogOffset int64, s LocalTransactionState,
 	fromCheck bool, msgID, txID, remark string) *remoting.RemotingCommand {
-	req := remoting.NewRequest(remoting.EndTransaction, map[string]string{
-		"producerGroup":        group,
-		"tranStateTableOffset": strconv.FormatInt(tranStateTableOffset, 10),
-		"commitLogOffset":      strconv.FormatInt(commitLogOffset, 10),
-		"commitOrRollback":     strconv.Itoa(int(s.endTransactionCode())),
-		"fromTransactionCheck": strconv.FormatBool(fromCheck),
-		"msgId":                msgID,
-		"transactionId":        txID,
-	}, nil)
+	req := remoting.NewRequest(remoting.EndTransaction, wire.EndTransactionHeader{
+		ProducerGroup: group, TranStateTableOffset: tranStateTableOffset, CommitLogOffset: commitLogOffset,
+		CommitOrRollback: s.endTransactionCode(), FromTransactionCheck: fromCheck, MsgID: msgID, TransactionID: txID,
+	}.Ext(), nil)
 	req.Remark = remark
 	return req
 }
@@ -453,29 +449,26 @@ func (tp *TransactionProducer) onCheck(_ context.Context, addr string, req *remo
 
 // parseCheck reads the header and the one message record of a check.
 func parseCheck(addr string, req *remoting.RemotingCommand) (*txnCheck, error) {
-	c := &txnCheck{addr: addr}
-	var err error
-	if c.tranStateTableOffset, err = req.ExtInt64("tranStateTableOffset", true); err != nil {
+	h, err := wire.ParseCheckTransactionStateHeader(req)
+	if err != nil {
 		return nil, err
 	}
-	if c.commitLogOffset, err = req.ExtInt64("commitLogOffset", true); err != nil {
-		return nil, err
-	}
+	c := &txnCheck{addr: addr, tranStateTableOffset: h.TranStateTableOffset, commitLogOffset: h.CommitLogOffset}
 	if c.msg, _, err = message.DecodeRecord(req.Body, message.DecodeOptions{Decompress: true}); err != nil {
 		return nil, fmt.Errorf("check body: %w", err)
 	}
 	c.msg.MsgID = c.msg.UniqKey()
 	if c.msg.MsgID == "" {
-		c.msg.MsgID = req.ExtFields["msgId"]
+		c.msg.MsgID = h.MsgID
 	}
-	if id := req.ExtFields["offsetMsgId"]; id != "" {
+	if id := h.OffsetMsgID; id != "" {
 		c.msg.OffsetMsgID = id
 	}
 	// Transaction id: property __transactionId__, else the header's, else UNIQ_KEY
 	// (the official Go client's order; PROTOCOL §3.9).
 	c.transactionID = c.msg.Property(message.PropertyTransactionID)
 	if c.transactionID == "" {
-		c.transactionID = req.ExtFields["transactionId"]
+		c.transactionID = h.TransactionID
 	}
 	if c.transactionID == "" {
 		c.transactionID = c.msg.UniqKey()

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 )
 
 // officialClientLeakOptions lists goroutines the official client starts at package
@@ -66,11 +67,11 @@ func TestOfficialGoClientReadsRoutes(t *testing.T) {
 	// broker-c has only a slave for T: producers must not use it.
 	register(t, c, ns.Addr(), "broker-c", "127.0.0.1:10931", 0, topics(1, topic("T", 3, 6)))
 	register(t, c, ns.Addr(), "broker-c", "127.0.0.1:10932", 1, topics(1))
-	if err := namesrv.UnregisterBroker(ctx(t), c, ns.Addr(), namesrv.UnregisterBrokerRequest{
+	if err := wire.UnregisterBroker(ctx(t), c, ns.Addr(), wire.UnregisterBrokerRequest{
 		ClusterName: "DefaultCluster", BrokerName: "broker-c", BrokerAddr: "127.0.0.1:10931"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := namesrv.PutKVConfig(ctx(t), c, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "O", "broker-b:2;broker-a:1"); err != nil {
+	if err := wire.PutKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "O", "broker-b:2;broker-a:1"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -1,4 +1,4 @@
-// Package namesrv is Sluice's name server and its client helpers.
+// Package namesrv is Sluice's name server.
 //
 // The name server speaks the RocketMQ 4.x remoting protocol (PROTOCOL.md §3.1, §3.2):
 // brokers register their topic tables with REGISTER_BROKER (request code 103) and
@@ -8,11 +8,10 @@
 // topicSynFlag (Java ≤ 4.5, read by the Go client) and every BrokerData carries
 // brokerAddrs, which the Go client parses by hand.
 //
-// The exported wire types ([TopicConfig], [DataVersion], [RegisterBrokerBody],
-// [TopicRouteData], [QueueData], [BrokerData], [ClusterInfo], [TopicList]) use Java's
-// JSON field names; [ParseTopicRouteData] also accepts the unquoted numeric keys a
-// Java name server writes for old clients. The client helpers ([RegisterBroker],
-// [GetRouteInfo], …) run over a [remoting.Client].
+// The bodies it reads and writes (TopicConfig, DataVersion, RegisterBrokerBody,
+// TopicRouteData, QueueData, BrokerData, ClusterInfo, TopicList, KVTable) and the
+// requests brokers and admin tools send it (RegisterBroker, GetRouteInfo, PutKVConfig,
+// …) live in the module's internal wire package, shared with the clients.
 //
 // Differences from the Java 4.9.8 name server: unknown request codes get
 // REQUEST_CODE_NOT_SUPPORTED (Java's name server stays silent); orderTopicConf is

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -62,10 +63,10 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func topics(version int64, tcs ...*namesrv.TopicConfig) namesrv.TopicConfigSerializeWrapper {
-	w := namesrv.TopicConfigSerializeWrapper{
-		TopicConfigTable: map[string]*namesrv.TopicConfig{},
-		DataVersion:      namesrv.DataVersion{Timestamp: 1700000000000, Counter: version},
+func topics(version int64, tcs ...*wire.TopicConfig) wire.TopicConfigSerializeWrapper {
+	w := wire.TopicConfigSerializeWrapper{
+		TopicConfigTable: map[string]*wire.TopicConfig{},
+		DataVersion:      wire.DataVersion{Timestamp: 1700000000000, Counter: version},
 	}
 	for _, tc := range tcs {
 		w.TopicConfigTable[tc.TopicName] = tc
@@ -73,13 +74,13 @@ func topics(version int64, tcs ...*namesrv.TopicConfig) namesrv.TopicConfigSeria
 	return w
 }
 
-func topic(name string, queues, perm int) *namesrv.TopicConfig {
-	return &namesrv.TopicConfig{TopicName: name, ReadQueueNums: queues, WriteQueueNums: queues, Perm: perm, TopicFilterType: "SINGLE_TAG"}
+func topic(name string, queues, perm int) *wire.TopicConfig {
+	return &wire.TopicConfig{TopicName: name, ReadQueueNums: queues, WriteQueueNums: queues, Perm: perm, TopicFilterType: "SINGLE_TAG"}
 }
 
-func register(t *testing.T, c *remoting.Client, ns string, name, addr string, id int64, w namesrv.TopicConfigSerializeWrapper) *namesrv.RegisterBrokerResult {
+func register(t *testing.T, c *remoting.Client, ns string, name, addr string, id int64, w wire.TopicConfigSerializeWrapper) *wire.RegisterBrokerResult {
 	t.Helper()
-	res, err := namesrv.RegisterBroker(ctx(t), c, ns, namesrv.RegisterBrokerRequest{
+	res, err := wire.RegisterBroker(ctx(t), c, ns, wire.RegisterBrokerRequest{
 		ClusterName: "DefaultCluster", BrokerName: name, BrokerAddr: addr, BrokerID: id,
 		HAServerAddr: "127.0.0.1:1" + strconv.Itoa(int(id)) + "912", Topics: w,
 	})
@@ -92,8 +93,8 @@ func register(t *testing.T, c *remoting.Client, ns string, name, addr string, id
 // routeBrokers returns the broker names of the topic's route, or nil if it has none.
 func routeBrokers(t *testing.T, c *remoting.Client, ns, topic string) []string {
 	t.Helper()
-	r, err := namesrv.GetRouteInfo(ctx(t), c, ns, topic)
-	if errors.Is(err, namesrv.ErrTopicNotExist) {
+	r, err := wire.GetRouteInfo(ctx(t), c, ns, topic)
+	if errors.Is(err, wire.ErrTopicNotExist) {
 		return nil
 	}
 	if err != nil {
@@ -112,18 +113,18 @@ func TestRegisterTwoBrokersRoute(t *testing.T) {
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("T", 4, 6), topic("TBW102", 8, 7)))
 	register(t, c, ns.Addr(), "broker-b", "127.0.0.1:10921", 0, topics(1, topic("T", 2, 6)))
 
-	r, err := namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
+	r, err := wire.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantQ := []*namesrv.QueueData{
+	wantQ := []wire.QueueData{
 		{BrokerName: "broker-a", ReadQueueNums: 4, WriteQueueNums: 4, Perm: 6},
 		{BrokerName: "broker-b", ReadQueueNums: 2, WriteQueueNums: 2, Perm: 6},
 	}
 	if !reflect.DeepEqual(r.QueueDatas, wantQ) {
 		t.Errorf("queueDatas = %+v, want %+v", r.QueueDatas, wantQ)
 	}
-	wantB := []*namesrv.BrokerData{
+	wantB := []wire.BrokerData{
 		{Cluster: "DefaultCluster", BrokerName: "broker-a", BrokerAddrs: map[int64]string{0: "127.0.0.1:10911"}},
 		{Cluster: "DefaultCluster", BrokerName: "broker-b", BrokerAddrs: map[int64]string{0: "127.0.0.1:10921"}},
 	}
@@ -149,14 +150,14 @@ func TestRegisterTwoBrokersRoute(t *testing.T) {
 		t.Errorf("route body is not valid JSON: %s", body)
 	}
 
-	list, err := namesrv.GetAllTopicList(ctx(t), c, ns.Addr())
+	list, err := wire.GetAllTopicList(ctx(t), c, ns.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(list, []string{"T", "TBW102"}) {
 		t.Errorf("topic list = %v", list)
 	}
-	ci, err := namesrv.GetBrokerClusterInfo(ctx(t), c, ns.Addr())
+	ci, err := wire.GetBrokerClusterInfo(ctx(t), c, ns.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestSlaveRegistration(t *testing.T) {
 	if res.MasterAddr != "127.0.0.1:10911" || res.HAServerAddr != "127.0.0.1:10912" {
 		t.Errorf("slave result = %+v, want master 127.0.0.1:10911 ha 127.0.0.1:10912", res)
 	}
-	r, err := namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
+	r, err := wire.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +199,11 @@ func TestSlaveRegistration(t *testing.T) {
 		t.Errorf("master result = %+v", res)
 	}
 	// Master unregisters: the slave keeps the broker name, and its queue data, alive.
-	err = namesrv.UnregisterBroker(ctx(t), c, ns.Addr(), namesrv.UnregisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:10911", BrokerID: 0})
+	err = wire.UnregisterBroker(ctx(t), c, ns.Addr(), wire.UnregisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:10911", BrokerID: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
+	r, err = wire.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestDataVersionAndIncrementalRegistration(t *testing.T) {
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("T", 4, 6), topic("U", 4, 6)))
 	// Same version: the table is not re-read (Java semantics).
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("T", 8, 6)))
-	r, err := namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
+	r, err := wire.GetRouteInfo(ctx(t), c, ns.Addr(), "T")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,24 +228,24 @@ func TestDataVersionAndIncrementalRegistration(t *testing.T) {
 	// New version with only one topic (what a Java broker sends after creating a
 	// topic): T is updated, U stays.
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(2, topic("T", 8, 6)))
-	if r, err = namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "T"); err != nil || r.QueueDatas[0].WriteQueueNums != 8 {
+	if r, err = wire.GetRouteInfo(ctx(t), c, ns.Addr(), "T"); err != nil || r.QueueDatas[0].WriteQueueNums != 8 {
 		t.Errorf("new data version: route %+v err %v, want 8 queues", r, err)
 	}
 	if got := routeBrokers(t, c, ns.Addr(), "U"); !reflect.DeepEqual(got, []string{"broker-a"}) {
 		t.Errorf("U route = %v after incremental registration", got)
 	}
 
-	id := namesrv.UnregisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:10911"}
-	changed, stored, err := namesrv.QueryDataVersion(ctx(t), c, ns.Addr(), id, namesrv.DataVersion{Timestamp: 1700000000000, Counter: 2})
+	id := wire.UnregisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:10911"}
+	changed, stored, err := wire.QueryDataVersion(ctx(t), c, ns.Addr(), id, wire.DataVersion{Timestamp: 1700000000000, Counter: 2})
 	if err != nil || changed || stored == nil || stored.Counter != 2 {
 		t.Errorf("QueryDataVersion(same) = %v %+v %v", changed, stored, err)
 	}
-	changed, _, err = namesrv.QueryDataVersion(ctx(t), c, ns.Addr(), id, namesrv.DataVersion{Timestamp: 1700000000000, Counter: 3})
+	changed, _, err = wire.QueryDataVersion(ctx(t), c, ns.Addr(), id, wire.DataVersion{Timestamp: 1700000000000, Counter: 3})
 	if err != nil || !changed {
 		t.Errorf("QueryDataVersion(newer) = %v %v", changed, err)
 	}
 	id.BrokerAddr = "127.0.0.1:1"
-	changed, stored, err = namesrv.QueryDataVersion(ctx(t), c, ns.Addr(), id, namesrv.DataVersion{})
+	changed, stored, err = wire.QueryDataVersion(ctx(t), c, ns.Addr(), id, wire.DataVersion{})
 	if err != nil || !changed || stored != nil {
 		t.Errorf("QueryDataVersion(unknown broker) = %v %+v %v", changed, stored, err)
 	}
@@ -253,8 +254,8 @@ func TestDataVersionAndIncrementalRegistration(t *testing.T) {
 func TestUnknownTopic(t *testing.T) {
 	ns := startNS(t, namesrv.Config{})
 	c := newClient(t)
-	_, err := namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "nope")
-	if !errors.Is(err, namesrv.ErrTopicNotExist) {
+	_, err := wire.GetRouteInfo(ctx(t), c, ns.Addr(), "nope")
+	if !errors.Is(err, wire.ErrTopicNotExist) {
 		t.Fatalf("err = %v, want ErrTopicNotExist", err)
 	}
 	resp, err := c.InvokeSync(ctx(t), ns.Addr(), remoting.NewRequest(remoting.GetRouteInfoByTopic, map[string]string{"topic": "nope"}, nil))
@@ -352,7 +353,7 @@ func TestExpiryRemovesSilentBroker(t *testing.T) {
 	if got := routeBrokers(t, c, ns.Addr(), "A"); got != nil {
 		t.Errorf("topic of the expired broker still routed: %v", got)
 	}
-	ci, err := namesrv.GetBrokerClusterInfo(ctx(t), c, ns.Addr())
+	ci, err := wire.GetBrokerClusterInfo(ctx(t), c, ns.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,17 +393,17 @@ func TestUnregisterAndDeleteTopic(t *testing.T) {
 	c := newClient(t)
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("T", 4, 6), topic("D", 4, 6)))
 	register(t, c, ns.Addr(), "broker-b", "127.0.0.1:10921", 0, topics(1, topic("T", 4, 6)))
-	if err := namesrv.DeleteTopic(ctx(t), c, ns.Addr(), "D", ""); err != nil {
+	if err := wire.DeleteTopic(ctx(t), c, ns.Addr(), "D", ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := routeBrokers(t, c, ns.Addr(), "D"); got != nil {
 		t.Errorf("deleted topic still routed: %v", got)
 	}
-	if list, err := namesrv.GetAllTopicList(ctx(t), c, ns.Addr()); err != nil || !reflect.DeepEqual(list, []string{"T"}) {
+	if list, err := wire.GetAllTopicList(ctx(t), c, ns.Addr()); err != nil || !reflect.DeepEqual(list, []string{"T"}) {
 		t.Errorf("topic list = %v %v", list, err)
 	}
 	for _, b := range []struct{ name, addr string }{{"broker-a", "127.0.0.1:10911"}, {"broker-b", "127.0.0.1:10921"}} {
-		err := namesrv.UnregisterBroker(ctx(t), c, ns.Addr(), namesrv.UnregisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: b.name, BrokerAddr: b.addr})
+		err := wire.UnregisterBroker(ctx(t), c, ns.Addr(), wire.UnregisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: b.name, BrokerAddr: b.addr})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -410,7 +411,7 @@ func TestUnregisterAndDeleteTopic(t *testing.T) {
 	if got := routeBrokers(t, c, ns.Addr(), "T"); got != nil {
 		t.Errorf("route after both unregistered = %v", got)
 	}
-	ci, err := namesrv.GetBrokerClusterInfo(ctx(t), c, ns.Addr())
+	ci, err := wire.GetBrokerClusterInfo(ctx(t), c, ns.Addr())
 	if err != nil || len(ci.BrokerAddrTable) != 0 || len(ci.ClusterAddrTable) != 0 {
 		t.Errorf("cluster info = %+v %v", ci, err)
 	}
@@ -422,10 +423,10 @@ func TestKVConfigAndOrderTopicConf(t *testing.T) {
 	c := newClient(t)
 	register(t, c, ns.Addr(), "broker-a", "127.0.0.1:10911", 0, topics(1, topic("O", 4, 6)))
 	const conf = "broker-a:4"
-	if err := namesrv.PutKVConfig(ctx(t), c, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "O", conf); err != nil {
+	if err := wire.PutKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "O", conf); err != nil {
 		t.Fatal(err)
 	}
-	r, err := namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "O")
+	r, err := wire.GetRouteInfo(ctx(t), c, ns.Addr(), "O")
 	if err != nil || r.OrderTopicConf != conf {
 		t.Fatalf("route = %+v %v, want orderTopicConf %q", r, err, conf)
 	}
@@ -434,98 +435,37 @@ func TestKVConfigAndOrderTopicConf(t *testing.T) {
 	if res.OrderTopicConfig["O"] != conf {
 		t.Errorf("register result = %+v", res)
 	}
-	if v, err := namesrv.GetKVConfig(ctx(t), c, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "O"); err != nil || v != conf {
+	if v, err := wire.GetKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "O"); err != nil || v != conf {
 		t.Errorf("GetKVConfig = %q %v", v, err)
 	}
 	// An order config that is not brokerName:n is refused.
-	err = namesrv.PutKVConfig(ctx(t), c, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "P", "broker-a")
+	err = wire.PutKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "P", "broker-a")
 	var re *remoting.ResponseError
 	if !errors.As(err, &re) || re.Code != remoting.SystemError {
 		t.Errorf("bad order conf: err = %v", err)
 	}
-	if err := namesrv.PutKVConfig(ctx(t), c, ns.Addr(), "other", "k", "v"); err != nil {
+	if err := wire.PutKVConfig(ctx(t), c, ns.Addr(), "other", "k", "v"); err != nil {
 		t.Fatal(err)
 	}
 
 	// Persisted: a new name server on the same file has the values.
 	ns2 := startNS(t, namesrv.Config{KVConfigPath: path})
-	if v, err := namesrv.GetKVConfig(ctx(t), c, ns2.Addr(), "other", "k"); err != nil || v != "v" {
+	if v, err := wire.GetKVConfig(ctx(t), c, ns2.Addr(), "other", "k"); err != nil || v != "v" {
 		t.Errorf("after restart GetKVConfig = %q %v", v, err)
 	}
 
-	if err := namesrv.DeleteKVConfig(ctx(t), c, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "O"); err != nil {
+	if err := wire.DeleteKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "O"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := namesrv.GetKVConfig(ctx(t), c, ns.Addr(), namesrv.NamespaceOrderTopicConfig, "O"); !errors.Is(err, namesrv.ErrKVNotFound) {
+	if _, err := wire.GetKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "O"); !errors.Is(err, wire.ErrKVNotFound) {
 		t.Errorf("after delete err = %v, want ErrKVNotFound", err)
 	}
-	if r, err := namesrv.GetRouteInfo(ctx(t), c, ns.Addr(), "O"); err != nil || r.OrderTopicConf != "" {
+	if r, err := wire.GetRouteInfo(ctx(t), c, ns.Addr(), "O"); err != nil || r.OrderTopicConf != "" {
 		t.Errorf("after delete route = %+v %v", r, err)
 	}
 	resp, err := c.InvokeSync(ctx(t), ns.Addr(), remoting.NewRequest(remoting.PutKVConfig, map[string]string{"namespace": "x", "key": "k"}, nil))
 	if err != nil || resp.ResponseCode() != remoting.SystemError || !strings.Contains(resp.Remark, "value") {
 		t.Errorf("put without value: %v %v", resp, err)
-	}
-}
-
-func TestParseTopicRouteData(t *testing.T) {
-	// fastjson dialect of a Java name server answering an old client (PROTOCOL.md §3.1).
-	fast := `{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"},` +
-		`{"brokerAddrs":{ 0 : "10.0.0.3:10911" },"brokerName":"b,1:x","cluster":"C"}],"filterServerTable":{},` +
-		`"orderTopicConf":"broker-a:4;broker-b:4",` +
-		`"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":1,"writeQueueNums":4}]}`
-	r, err := namesrv.ParseTopicRouteData([]byte(fast))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := map[int64]string{0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}; !reflect.DeepEqual(r.BrokerDatas[0].BrokerAddrs, want) {
-		t.Errorf("brokerAddrs = %v", r.BrokerDatas[0].BrokerAddrs)
-	}
-	if r.BrokerDatas[1].BrokerName != "b,1:x" || r.BrokerDatas[1].MasterAddr() != "10.0.0.3:10911" {
-		t.Errorf("second broker = %+v", r.BrokerDatas[1])
-	}
-	if q := r.QueueDatas[0]; q.TopicSysFlag != 1 || q.WriteQueueNums != 4 || q.Perm != 6 {
-		t.Errorf("queue data = %+v (topicSynFlag must be read)", q)
-	}
-	if r.OrderTopicConf != "broker-a:4;broker-b:4" {
-		t.Errorf("orderTopicConf = %q", r.OrderTopicConf)
-	}
-	// Round trip through our strict encoding.
-	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), `"brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"}`) {
-		t.Errorf("strict encoding = %s", b)
-	}
-	r2, err := namesrv.ParseTopicRouteData(b)
-	if err != nil || !reflect.DeepEqual(r, r2) {
-		t.Errorf("round trip = %+v %v", r2, err)
-	}
-	// Missing arrays become empty; broken input is a typed error.
-	r3, err := namesrv.ParseTopicRouteData([]byte(`{}`))
-	if err != nil || r3.QueueDatas == nil || r3.BrokerDatas == nil {
-		t.Errorf("empty object: %+v %v", r3, err)
-	}
-	for _, bad := range []string{``, `  `, `{`, `{"queueDatas":[}`, `{"brokerDatas":[{"brokerAddrs":{x:"a"}}]}`, `{"queueDatas":[null]}`, `{"a":"unterminated}`} {
-		if _, err := namesrv.ParseTopicRouteData([]byte(bad)); !errors.Is(err, namesrv.ErrBadRouteData) {
-			t.Errorf("ParseTopicRouteData(%q) err = %v, want ErrBadRouteData", bad, err)
-		}
-	}
-}
-
-func TestOrderTopicConfFormat(t *testing.T) {
-	e, err := namesrv.ParseOrderTopicConf("broker-a:4;broker-b:2")
-	if err != nil || len(e) != 2 || e[1] != (namesrv.OrderTopicEntry{BrokerName: "broker-b", QueueNums: 2}) {
-		t.Fatalf("parse = %+v %v", e, err)
-	}
-	if s := namesrv.FormatOrderTopicConf(e); s != "broker-a:4;broker-b:2" {
-		t.Errorf("format = %q", s)
-	}
-	for _, bad := range []string{"a", "a:", ":3", "a:0", "a:x", "a:1;"} {
-		if _, err := namesrv.ParseOrderTopicConf(bad); err == nil {
-			t.Errorf("ParseOrderTopicConf(%q) accepted", bad)
-		}
 	}
 }
 
@@ -558,13 +498,13 @@ func TestConfigValidate(t *testing.T) {
 
 func TestRegisterBrokerClientValidation(t *testing.T) {
 	c := newClient(t)
-	for _, req := range []namesrv.RegisterBrokerRequest{
+	for _, req := range []wire.RegisterBrokerRequest{
 		{BrokerName: "a", BrokerAddr: "127.0.0.1:1"},
 		{ClusterName: "c", BrokerAddr: "127.0.0.1:1"},
 		{ClusterName: "c", BrokerName: "a"},
 		{ClusterName: "c", BrokerName: "a", BrokerAddr: "127.0.0.1:1", BrokerID: -1},
 	} {
-		if _, err := namesrv.RegisterBroker(ctx(t), c, "127.0.0.1:1", req); err == nil {
+		if _, err := wire.RegisterBroker(ctx(t), c, "127.0.0.1:1", req); err == nil {
 			t.Errorf("RegisterBroker(%+v) accepted", req)
 		}
 	}

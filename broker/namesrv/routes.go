@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/wire"
 )
 
 // routeTable is the name server's state, modelled on Java RouteInfoManager. All fields
@@ -12,9 +14,9 @@ import (
 type routeTable struct {
 	mu sync.RWMutex
 	// topicQueues: topic → broker name → queue data (from master registrations).
-	topicQueues map[string]map[string]*QueueData
-	// brokers: broker name → BrokerData (cluster, broker id → addr).
-	brokers map[string]*BrokerData
+	topicQueues map[string]map[string]*wire.QueueData
+	// brokers: broker name → wire.BrokerData (cluster, broker id → addr).
+	brokers map[string]*wire.BrokerData
 	// clusters: cluster name → set of broker names.
 	clusters map[string]map[string]struct{}
 	// live: broker addr → liveness record.
@@ -28,7 +30,7 @@ type routeTable struct {
 // liveBroker is one entry of the live-broker table (Java BrokerLiveInfo).
 type liveBroker struct {
 	lastUpdate   time.Time
-	dataVersion  DataVersion
+	dataVersion  wire.DataVersion
 	connID       uint64 // remoting.Conn.ID of the connection it last registered on
 	haServerAddr string
 	// identity, needed to remove the broker when it expires or its connection closes
@@ -39,8 +41,8 @@ type liveBroker struct {
 
 func newRouteTable() *routeTable {
 	return &routeTable{
-		topicQueues:   make(map[string]map[string]*QueueData),
-		brokers:       make(map[string]*BrokerData),
+		topicQueues:   make(map[string]map[string]*wire.QueueData),
+		brokers:       make(map[string]*wire.BrokerData),
 		clusters:      make(map[string]map[string]struct{}),
 		live:          make(map[string]*liveBroker),
 		filterServers: make(map[string][]string),
@@ -52,7 +54,7 @@ func newRouteTable() *routeTable {
 type registration struct {
 	clusterName, brokerName, brokerAddr, haServerAddr string
 	brokerID                                          int64
-	body                                              RegisterBrokerBody
+	body                                              wire.RegisterBrokerBody
 	connID                                            uint64
 }
 
@@ -78,7 +80,7 @@ func (t *routeTable) register(r registration, now time.Time) registerResult {
 	bd := t.brokers[r.brokerName]
 	first := bd == nil
 	if bd == nil {
-		bd = &BrokerData{Cluster: r.clusterName, BrokerName: r.brokerName, BrokerAddrs: make(map[int64]string)}
+		bd = &wire.BrokerData{Cluster: r.clusterName, BrokerName: r.brokerName, BrokerAddrs: make(map[int64]string)}
 		t.brokers[r.brokerName] = bd
 	}
 	// One ip:port has one id: a slave promoted to master (or the reverse) drops its old id.
@@ -93,7 +95,7 @@ func (t *routeTable) register(r registration, now time.Time) registerResult {
 	bd.BrokerAddrs[r.brokerID] = r.brokerAddr
 
 	version := r.body.TopicConfigSerializeWrapper.DataVersion
-	if r.brokerID == MasterID {
+	if r.brokerID == wire.MasterID {
 		prev := t.live[r.brokerAddr]
 		if first || prev == nil || prev.dataVersion != version {
 			for name, tc := range r.body.TopicConfigSerializeWrapper.TopicConfigTable {
@@ -106,10 +108,10 @@ func (t *routeTable) register(r registration, now time.Time) registerResult {
 				}
 				qm := t.topicQueues[topic]
 				if qm == nil {
-					qm = make(map[string]*QueueData)
+					qm = make(map[string]*wire.QueueData)
 					t.topicQueues[topic] = qm
 				}
-				qm[r.brokerName] = &QueueData{
+				qm[r.brokerName] = &wire.QueueData{
 					BrokerName:     r.brokerName,
 					ReadQueueNums:  tc.ReadQueueNums,
 					WriteQueueNums: tc.WriteQueueNums,
@@ -131,15 +133,15 @@ func (t *routeTable) register(r registration, now time.Time) registerResult {
 	}
 
 	res := registerResult{firstRegistration: first}
-	if r.brokerID != MasterID {
-		if master := bd.BrokerAddrs[MasterID]; master != "" {
+	if r.brokerID != wire.MasterID {
+		if master := bd.BrokerAddrs[wire.MasterID]; master != "" {
 			if ml := t.live[master]; ml != nil {
 				res.haServerAddr = ml.haServerAddr
 				res.masterAddr = master
 			}
 		}
 	}
-	if kv := t.kv[NamespaceOrderTopicConfig]; len(kv) > 0 {
+	if kv := t.kv[wire.NamespaceOrderTopicConfig]; len(kv) > 0 {
 		res.orderTopicConf = make(map[string]string, len(kv))
 		for k, v := range kv {
 			res.orderTopicConf[k] = v
@@ -151,7 +153,7 @@ func (t *routeTable) register(r registration, now time.Time) registerResult {
 // queryDataVersion implements QUERY_DATA_VERSION (322): it reports whether version
 // differs from the stored one and, when it does not, refreshes the broker's
 // last-update time. stored is nil when the broker is not live.
-func (t *routeTable) queryDataVersion(brokerAddr string, version DataVersion, now time.Time) (changed bool, stored *DataVersion) {
+func (t *routeTable) queryDataVersion(brokerAddr string, version wire.DataVersion, now time.Time) (changed bool, stored *wire.DataVersion) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lb := t.live[brokerAddr]
@@ -235,26 +237,25 @@ func (t *routeTable) removeWhere(match func(addr string, lb *liveBroker) bool) [
 
 // route builds the route of topic (Java pickupTopicRouteData); ok is false unless the
 // topic has queue data and at least one of its broker names has broker data.
-func (t *routeTable) route(topic string) (*TopicRouteData, bool) {
+func (t *routeTable) route(topic string) (*wire.TopicRouteData, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	qm := t.topicQueues[topic]
 	if len(qm) == 0 {
 		return nil, false
 	}
-	r := &TopicRouteData{
-		QueueDatas:        make([]*QueueData, 0, len(qm)),
-		BrokerDatas:       make([]*BrokerData, 0, len(qm)),
+	r := &wire.TopicRouteData{
+		QueueDatas:        make([]wire.QueueData, 0, len(qm)),
+		BrokerDatas:       make([]wire.BrokerData, 0, len(qm)),
 		FilterServerTable: map[string][]string{},
 	}
 	for _, name := range sortedKeys(qm) {
-		q := *qm[name]
-		r.QueueDatas = append(r.QueueDatas, &q)
+		r.QueueDatas = append(r.QueueDatas, *qm[name])
 		bd := t.brokers[name]
 		if bd == nil {
 			continue
 		}
-		c := bd.clone()
+		c := bd.Clone()
 		r.BrokerDatas = append(r.BrokerDatas, c)
 		for _, addr := range c.BrokerAddrs {
 			if fs := t.filterServers[addr]; len(fs) > 0 {
@@ -265,20 +266,21 @@ func (t *routeTable) route(topic string) (*TopicRouteData, bool) {
 	if len(r.BrokerDatas) == 0 {
 		return nil, false
 	}
-	r.OrderTopicConf = t.kv[NamespaceOrderTopicConfig][topic]
+	r.OrderTopicConf = t.kv[wire.NamespaceOrderTopicConfig][topic]
 	return r, true
 }
 
 // clusterInfo returns a deep copy of the broker and cluster tables.
-func (t *routeTable) clusterInfo() *ClusterInfo {
+func (t *routeTable) clusterInfo() *wire.ClusterInfo {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	ci := &ClusterInfo{
-		BrokerAddrTable:  make(map[string]*BrokerData, len(t.brokers)),
+	ci := &wire.ClusterInfo{
+		BrokerAddrTable:  make(map[string]*wire.BrokerData, len(t.brokers)),
 		ClusterAddrTable: make(map[string][]string, len(t.clusters)),
 	}
 	for name, bd := range t.brokers {
-		ci.BrokerAddrTable[name] = bd.clone()
+		c := bd.Clone()
+		ci.BrokerAddrTable[name] = &c
 	}
 	for c, names := range t.clusters {
 		ci.ClusterAddrTable[c] = sortedKeys(names)

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -313,7 +314,7 @@ func (n *NameServer) handleRegister(_ context.Context, conn *remoting.Conn, req 
 	if compressed {
 		return errorResponse(remoting.SystemError, "namesrv: compressed RegisterBrokerBody is not supported; register with compressed=false")
 	}
-	var body RegisterBrokerBody
+	var body wire.RegisterBrokerBody
 	if len(req.Body) > 0 {
 		if err := json.Unmarshal(req.Body, &body); err != nil {
 			return errorResponse(remoting.SystemError, "namesrv: RegisterBrokerBody is not valid JSON: %v", err)
@@ -339,7 +340,7 @@ func (n *NameServer) handleRegister(_ context.Context, conn *remoting.Conn, req 
 		resp.SetExt("masterAddr", res.masterAddr)
 	}
 	if len(res.orderTopicConf) > 0 {
-		b, err := json.Marshal(KVTable{Table: res.orderTopicConf})
+		b, err := json.Marshal(wire.KVTable{Table: res.orderTopicConf})
 		if err == nil {
 			resp.Body = b
 		}
@@ -379,7 +380,7 @@ func (n *NameServer) handleClusterInfo(_ context.Context, _ *remoting.Conn, _ *r
 
 // handleTopicList serves GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206).
 func (n *NameServer) handleTopicList(_ context.Context, _ *remoting.Conn, _ *remoting.RemotingCommand) *remoting.RemotingCommand {
-	return jsonResponse(TopicList{TopicList: n.routes.topics()})
+	return jsonResponse(wire.TopicList{TopicList: n.routes.topics()})
 }
 
 // handleDeleteTopic serves DELETE_TOPIC_IN_NAMESRV (216): ext topic (required),
@@ -397,15 +398,15 @@ func (n *NameServer) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req 
 }
 
 // handleQueryDataVersion serves QUERY_DATA_VERSION (322): ext brokerAddr (required),
-// body = the broker's DataVersion JSON. Response ext changed=true|false and, when the
-// broker is live, body = the DataVersion the name server holds. An unchanged version
+// body = the broker's wire.DataVersion JSON. Response ext changed=true|false and, when the
+// broker is live, body = the wire.DataVersion the name server holds. An unchanged version
 // counts as a registration for expiry.
 func (n *NameServer) handleQueryDataVersion(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	addr, err := req.ExtString("brokerAddr", true)
 	if err != nil {
 		return headerErr(err)
 	}
-	var v DataVersion
+	var v wire.DataVersion
 	if len(req.Body) > 0 {
 		if err := json.Unmarshal(req.Body, &v); err != nil {
 			return errorResponse(remoting.SystemError, "namesrv: DataVersion body is not valid JSON: %v", err)
@@ -438,12 +439,28 @@ func (n *NameServer) handlePutKV(_ context.Context, _ *remoting.Conn, req *remot
 	if err != nil {
 		return headerErr(err)
 	}
-	if ns == NamespaceOrderTopicConfig {
-		if _, err := ParseOrderTopicConf(value); err != nil || value == "" {
+	if ns == wire.NamespaceOrderTopicConfig {
+		if !validOrderTopicConf(value) {
 			return errorResponse(remoting.SystemError, "namesrv: value %q for namespace %s: want brokerName:queueNums[;...]", value, ns)
 		}
 	}
 	return n.changeKV(func() bool { n.routes.putKV(ns, key, value); return true })
+}
+
+// validOrderTopicConf reports whether value is an orderTopicConf a name server stores:
+// non-empty, in the canonical form [wire.FormatOrderTopicConf] writes (no empty item),
+// every count ≥ 1. Readers ([wire.ParseOrderTopicConf]) are more lenient, as Java's.
+func validOrderTopicConf(value string) bool {
+	entries, err := wire.ParseOrderTopicConf(value)
+	if err != nil || len(entries) == 0 || wire.FormatOrderTopicConf(entries) != value {
+		return false
+	}
+	for _, e := range entries {
+		if e.QueueNums < 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // handleGetKV serves GET_KV_CONFIG (101): response ext value, or QUERY_NOT_FOUND (22).

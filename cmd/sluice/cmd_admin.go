@@ -148,7 +148,7 @@ func newTopicRouteCmd() *cobra.Command {
 			topic, _ := cmd.Flags().GetString("topic")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.TopicRoute(ctx, topic)
-				if errors.Is(err, namesrv.ErrTopicNotExist) {
+				if errors.Is(err, admin.ErrTopicNotExist) {
 					return fmt.Errorf("topic %q has no route", topic)
 				}
 				if err != nil {

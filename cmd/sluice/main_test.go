@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -160,12 +160,12 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := namesrv.ParseTopicRouteData([]byte(out))
+	r, err := wire.ParseTopicRouteData("OrderT", []byte(out))
 	if err != nil {
 		t.Fatalf("route output is not a route: %v\n%s", err, out)
 	}
 	if len(r.QueueDatas) != 1 || r.QueueDatas[0].WriteQueueNums != 4 || r.QueueDatas[0].BrokerName != "broker-x" ||
-		r.OrderTopicConf != "broker-x:4" || r.BrokerData("broker-x").MasterAddr() != m[2] {
+		r.OrderTopicConf != "broker-x:4" || brokerMaster(r, "broker-x") != m[2] {
 		t.Errorf("route = %s", out)
 	}
 
@@ -173,7 +173,7 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ci namesrv.ClusterInfo
+	var ci wire.ClusterInfo
 	if err := json.Unmarshal([]byte(out), &ci); err != nil || !contains(ci.ClusterAddrTable["TestCluster"], "broker-x") {
 		t.Errorf("cluster output %q (%v)", out, err)
 	}
@@ -295,4 +295,10 @@ func TestSignalStopsNamesrv(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "sluice: required flag") {
 		t.Errorf("bad args: err %v, stderr %q", err, stderr.String())
 	}
+}
+
+// brokerMaster returns the master address of brokerName in r, or "".
+func brokerMaster(r *wire.TopicRouteData, brokerName string) string {
+	b, _ := r.Broker(brokerName)
+	return b.MasterAddr()
 }

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -34,8 +35,9 @@ const (
 )
 
 // ErrTopicNotExist is returned (wrapped) by route lookups when the name server has no
-// route for the topic (response code 17 TOPIC_NOT_EXIST to GET_ROUTEINFO_BY_TOPIC).
-var ErrTopicNotExist = errors.New("client: topic route not found on name server")
+// route for the topic (response code 17 TOPIC_NOT_EXIST to GET_ROUTEINFO_BY_TOPIC). It
+// is [wire.ErrTopicNotExist], so errors.Is matches whichever package a caller names.
+var ErrTopicNotExist = wire.ErrTopicNotExist
 
 // ErrClosed is returned by calls on a closed Client.
 var ErrClosed = errors.New("client: closed")
@@ -66,7 +68,7 @@ type Config struct {
 	BrokerTimeout time.Duration
 	// Heartbeat builds the HEART_BEAT body; ClientID is filled in by the Client. Nil: no
 	// heartbeats are sent.
-	Heartbeat func() HeartbeatData
+	Heartbeat func() wire.HeartbeatData
 	// Logger receives route, heartbeat and connection events. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -151,9 +153,9 @@ type Client struct {
 	nsNext atomic.Uint32 // round-robin start among name servers
 
 	mu          sync.Mutex
-	routes      map[string]*TopicRouteData // topic → last good route
-	brokers     map[string]BrokerData      // broker name → addresses, from all cached routes
-	heartbeated map[string]bool            // broker addresses that got a heartbeat since they appeared
+	routes      map[string]*wire.TopicRouteData // topic → last good route
+	brokers     map[string]wire.BrokerData      // broker name → addresses, from all cached routes
+	heartbeated map[string]bool                 // broker addresses that got a heartbeat since they appeared
 	started     bool
 	closed      bool
 
@@ -186,8 +188,8 @@ func New(cfg Config) (*Client, error) {
 		log:         cfg.Logger,
 		rc:          rc,
 		id:          cfg.ClientIP + "@" + cfg.InstanceName,
-		routes:      make(map[string]*TopicRouteData),
-		brokers:     make(map[string]BrokerData),
+		routes:      make(map[string]*wire.TopicRouteData),
+		brokers:     make(map[string]wire.BrokerData),
 		heartbeated: make(map[string]bool),
 		hbKick:      make(chan struct{}, 1),
 		ctx:         ctx,
@@ -315,7 +317,7 @@ func (c *Client) RegisterHandler(code remoting.RequestCode, h remoting.RequestHa
 
 // Route returns the cached route of topic, fetching it from the name servers when it is
 // not cached (see FetchRoute). The returned value must not be modified.
-func (c *Client) Route(ctx context.Context, topic string) (*TopicRouteData, error) {
+func (c *Client) Route(ctx context.Context, topic string) (*wire.TopicRouteData, error) {
 	c.mu.Lock()
 	rd := c.routes[topic]
 	c.mu.Unlock()
@@ -326,7 +328,7 @@ func (c *Client) Route(ctx context.Context, topic string) (*TopicRouteData, erro
 }
 
 // CachedRoute returns the cached route of topic, nil if none.
-func (c *Client) CachedRoute(topic string) *TopicRouteData {
+func (c *Client) CachedRoute(topic string) *wire.TopicRouteData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.routes[topic]
@@ -336,9 +338,10 @@ func (c *Client) CachedRoute(topic string) *TopicRouteData {
 // RocketMQ request code 105; PROTOCOL §3.1), trying each name server once, round-robin,
 // NamesrvTimeout each. On success the route is cached (and refreshed from then on) and
 // the broker address table updated. Errors: ErrTopicNotExist (wrapped) when a name server
-// answered 17 TOPIC_NOT_EXIST; a *RouteError for an unusable body; ErrNoNameServer
+// answered 17 TOPIC_NOT_EXIST; a *wire.RouteError (wrapping wire.ErrBadRouteData) for an
+// unusable body; ErrNoNameServer
 // (wrapped, with the last transport error) when none answered; ErrClosed after Close.
-func (c *Client) FetchRoute(ctx context.Context, topic string) (*TopicRouteData, error) {
+func (c *Client) FetchRoute(ctx context.Context, topic string) (*wire.TopicRouteData, error) {
 	n := len(c.cfg.NamesrvAddrs)
 	start := int(c.nsNext.Add(1))
 	var lastErr error
@@ -350,31 +353,21 @@ func (c *Client) FetchRoute(ctx context.Context, topic string) (*TopicRouteData,
 			return nil, ErrClosed
 		}
 		addr := c.cfg.NamesrvAddrs[(start+i)%n]
-		req := remoting.NewRequest(remoting.GetRouteInfoByTopic, map[string]string{
-			"topic": topic,
-			// Ask Java 4.9.x name servers for strict JSON; older ones ignore the field.
-			"acceptStandardJsonOnly": "true",
-		}, nil)
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.NamesrvTimeout)
-		resp, err := c.rc.InvokeSync(cctx, addr, req)
+		rd, err := wire.GetRouteInfo(cctx, c.rc, addr, topic)
 		cancel()
-		if err != nil {
-			lastErr = err
-			c.log.Debug("client: route request failed", "namesrv", addr, "topic", topic, "err", err)
-			continue
-		}
-		switch resp.ResponseCode() {
-		case remoting.Success:
-			rd, err := ParseTopicRouteData(topic, resp.Body)
-			if err != nil {
-				return nil, err
-			}
+		var respErr *remoting.ResponseError
+		switch {
+		case err == nil:
 			c.SetRoute(topic, rd)
 			return rd, nil
-		case remoting.TopicNotExist:
-			return nil, fmt.Errorf("%w: topic %q: %s", ErrTopicNotExist, topic, resp.Remark)
+		case errors.Is(err, ErrTopicNotExist), errors.Is(err, wire.ErrBadRouteData):
+			return nil, err
+		case errors.As(err, &respErr):
+			lastErr = err // another code: try the next name server
 		default:
-			lastErr = resp.ResponseErr()
+			lastErr = err
+			c.log.Debug("client: route request failed", "namesrv", addr, "topic", topic, "err", err)
 		}
 	}
 	return nil, fmt.Errorf("%w for topic %q: %w", ErrNoNameServer, topic, lastErr)
@@ -383,7 +376,7 @@ func (c *Client) FetchRoute(ctx context.Context, topic string) (*TopicRouteData,
 // SetRoute caches rd as the route of topic (used by producers for the TBW102 fallback of
 // topics that do not exist yet) and rebuilds the broker address table. The periodic
 // refresh keeps it until the name server returns a real route.
-func (c *Client) SetRoute(topic string, rd *TopicRouteData) {
+func (c *Client) SetRoute(topic string, rd *wire.TopicRouteData) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.routes[topic] = rd
@@ -402,12 +395,12 @@ func (c *Client) ForgetRoute(topic string) {
 // brokers no route mentions any more (Go's cleanOfflineBroker) and forgetting their
 // heartbeat state.
 func (c *Client) rebuildBrokersLocked() {
-	brokers := make(map[string]BrokerData)
+	brokers := make(map[string]wire.BrokerData)
 	for _, rd := range c.routes {
 		for _, b := range rd.BrokerDatas {
 			cur, ok := brokers[b.BrokerName]
 			if !ok {
-				cur = BrokerData{Cluster: b.Cluster, BrokerName: b.BrokerName, BrokerAddrs: make(map[int64]string)}
+				cur = wire.BrokerData{Cluster: b.Cluster, BrokerName: b.BrokerName, BrokerAddrs: make(map[int64]string)}
 			}
 			for id, a := range b.BrokerAddrs {
 				cur.BrokerAddrs[id] = a
@@ -467,7 +460,8 @@ func (c *Client) BrokerAddr(brokerName string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return b.MasterAddr()
+	a := b.MasterAddr()
+	return a, a != ""
 }
 
 // BrokerNames returns the names of all known brokers, sorted.
@@ -490,7 +484,7 @@ func (c *Client) brokerTargets(withSlaves bool) []string {
 	var out []string
 	for _, b := range c.brokers {
 		for id, a := range b.BrokerAddrs {
-			if a != "" && (id == MasterID || withSlaves) {
+			if a != "" && (id == wire.MasterID || withSlaves) {
 				out = append(out, a)
 			}
 		}
@@ -521,10 +515,10 @@ func (c *Client) sendHeartbeat(ctx context.Context, onlyNew bool) error {
 	hb := c.cfg.Heartbeat()
 	hb.ClientID = c.id
 	if hb.ProducerDataSet == nil {
-		hb.ProducerDataSet = []ProducerData{}
+		hb.ProducerDataSet = []wire.ProducerData{}
 	}
 	if hb.ConsumerDataSet == nil {
-		hb.ConsumerDataSet = []ConsumerData{}
+		hb.ConsumerDataSet = []wire.ConsumerData{}
 	}
 	if len(hb.ProducerDataSet) == 0 && len(hb.ConsumerDataSet) == 0 {
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -71,8 +72,8 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 		NamesrvAddrs: []string{deadAddr(t), ns.Addr()},
 		InstanceName: "inst1",
 		ClientIP:     "10.1.2.3",
-		Heartbeat: func() HeartbeatData {
-			return HeartbeatData{ProducerDataSet: []ProducerData{{GroupName: "pg"}}}
+		Heartbeat: func() wire.HeartbeatData {
+			return wire.HeartbeatData{ProducerDataSet: []wire.ProducerData{{GroupName: "pg"}}}
 		},
 	})
 	if err != nil {
@@ -120,7 +121,7 @@ func TestFetchRouteHeartbeatUnregister(t *testing.T) {
 	if len(hbs) != 2 {
 		t.Fatalf("%d heartbeats", len(hbs))
 	}
-	var hb HeartbeatData
+	var hb wire.HeartbeatData
 	if err := json.Unmarshal(hbs[0].Body, &hb); err != nil {
 		t.Fatal(err)
 	}

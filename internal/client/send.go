@@ -1,8 +1,6 @@
 package client
 
 import (
-	"strconv"
-
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -14,50 +12,6 @@ const DefaultTopicQueueNums = 4
 // InnerProducerGroup is the producer group of messages a consumer re-sends to its retry
 // topic itself when CONSUMER_SEND_MSG_BACK fails (Java MixAll.CLIENT_INNER_PRODUCER_GROUP).
 const InnerProducerGroup = "CLIENT_INNER_PRODUCER"
-
-// SendHeader is the request header of SEND_MESSAGE_V2 (RocketMQ request code 310; Java
-// SendMessageRequestHeaderV2, PROTOCOL §3.3). Ext encodes it with the V2 one-letter keys.
-type SendHeader struct {
-	ProducerGroup         string // a: producer group
-	Topic                 string // b: topic
-	DefaultTopic          string // c: topic new topics inherit from (TBW102)
-	DefaultTopicQueueNums int    // d: queue count of an auto-created topic (4)
-	QueueID               int    // e: queue id
-	SysFlag               int32  // f: message sysFlag (bit0 compressed, 0x4 half message)
-	BornTimestamp         int64  // g: unix ms
-	Flag                  int32  // h: user flag
-	Properties            string // i: encoded properties (message.MarshalProperties)
-	ReconsumeTimes        int32  // j: reconsume count (retry-as-normal sends: count+1)
-	UnitMode              bool   // k: always false in Sluice
-	MaxReconsumeTimes     int32  // l: retry limit for %RETRY% topics (0 = broker default)
-	Batch                 bool   // m: true only for SEND_BATCH_MESSAGE (320)
-	BrokerName            string // n: target broker name (4.9.8 field; older brokers ignore it)
-}
-
-// Ext returns the header as ext fields with the V2 keys a..n, every value a string.
-func (h SendHeader) Ext() map[string]string {
-	ext := map[string]string{
-		"a": h.ProducerGroup,
-		"b": h.Topic,
-		"c": h.DefaultTopic,
-		"d": strconv.Itoa(h.DefaultTopicQueueNums),
-		"e": strconv.Itoa(h.QueueID),
-		"f": strconv.FormatInt(int64(h.SysFlag), 10),
-		"g": strconv.FormatInt(h.BornTimestamp, 10),
-		"h": strconv.FormatInt(int64(h.Flag), 10),
-		"j": strconv.FormatInt(int64(h.ReconsumeTimes), 10),
-		"k": strconv.FormatBool(h.UnitMode),
-		"l": strconv.FormatInt(int64(h.MaxReconsumeTimes), 10),
-		"m": strconv.FormatBool(h.Batch),
-	}
-	if h.Properties != "" {
-		ext["i"] = h.Properties
-	}
-	if h.BrokerName != "" {
-		ext["n"] = h.BrokerName
-	}
-	return ext
-}
 
 // SendStored reports whether a send response code means the broker stored the message:
 // 0 SUCCESS, 10 FLUSH_DISK_TIMEOUT, 11 SLAVE_NOT_AVAILABLE, 12 FLUSH_SLAVE_TIMEOUT.

@@ -1,4 +1,4 @@
-package adminproto
+package wire
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package namesrv
+package wire
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 
 // ErrTopicNotExist is returned (wrapped, with the topic) by [GetRouteInfo] when the
 // name server answers TOPIC_NOT_EXIST (17): it has no route for the topic.
-var ErrTopicNotExist = errors.New("namesrv: no route for topic")
+var ErrTopicNotExist = errors.New("wire: no route for topic")
 
 // ErrKVNotFound is returned (wrapped) by [GetKVConfig] when the name server answers
 // QUERY_NOT_FOUND (22).
-var ErrKVNotFound = errors.New("namesrv: kv config not found")
+var ErrKVNotFound = errors.New("wire: kv config not found")
 
 // RegisterBrokerRequest is what a broker sends with REGISTER_BROKER (RocketMQ request
 // code 103, PROTOCOL.md §3.2).
@@ -49,13 +49,13 @@ type RegisterBrokerResult struct {
 func RegisterBroker(ctx context.Context, c *remoting.Client, addr string, req RegisterBrokerRequest) (*RegisterBrokerResult, error) {
 	switch {
 	case req.ClusterName == "":
-		return nil, errors.New("namesrv: RegisterBrokerRequest.ClusterName is empty")
+		return nil, errors.New("wire: RegisterBrokerRequest.ClusterName is empty")
 	case req.BrokerName == "":
-		return nil, errors.New("namesrv: RegisterBrokerRequest.BrokerName is empty")
+		return nil, errors.New("wire: RegisterBrokerRequest.BrokerName is empty")
 	case req.BrokerAddr == "":
-		return nil, errors.New("namesrv: RegisterBrokerRequest.BrokerAddr is empty")
+		return nil, errors.New("wire: RegisterBrokerRequest.BrokerAddr is empty")
 	case req.BrokerID < 0:
-		return nil, fmt.Errorf("namesrv: RegisterBrokerRequest.BrokerID %d: must be >= 0", req.BrokerID)
+		return nil, fmt.Errorf("wire: RegisterBrokerRequest.BrokerID %d: must be >= 0", req.BrokerID)
 	}
 	body := RegisterBrokerBody{TopicConfigSerializeWrapper: req.Topics, FilterServerList: req.FilterServerList}
 	if body.TopicConfigSerializeWrapper.TopicConfigTable == nil {
@@ -66,7 +66,7 @@ func RegisterBroker(ctx context.Context, c *remoting.Client, addr string, req Re
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, fmt.Errorf("namesrv: encode RegisterBrokerBody: %w", err)
+		return nil, fmt.Errorf("wire: encode RegisterBrokerBody: %w", err)
 	}
 	cmd := remoting.NewRequest(remoting.RegisterBroker, map[string]string{
 		"brokerName":   req.BrokerName,
@@ -85,7 +85,7 @@ func RegisterBroker(ctx context.Context, c *remoting.Client, addr string, req Re
 	if len(resp.Body) > 0 {
 		var kv KVTable
 		if err := json.Unmarshal(resp.Body, &kv); err != nil {
-			return nil, fmt.Errorf("namesrv: decode REGISTER_BROKER response body: %w", err)
+			return nil, fmt.Errorf("wire: decode REGISTER_BROKER response body: %w", err)
 		}
 		if len(kv.Table) > 0 {
 			res.OrderTopicConfig = kv.Table
@@ -119,7 +119,7 @@ func UnregisterBroker(ctx context.Context, c *remoting.Client, addr string, req 
 // (GET_ROUTEINFO_BY_TOPIC, 105). It sends acceptStandardJsonOnly=true (so a Java 4.9
 // name server answers strict JSON) and parses either dialect ([ParseTopicRouteData]).
 // Errors: [ErrTopicNotExist] (wrapped) for code 17, transport errors from c, other
-// codes as *remoting.ResponseError, an empty or unparsable body ([ErrBadRouteData]).
+// codes as *remoting.ResponseError, an empty or unusable body ([*RouteError], wrapping [ErrBadRouteData]).
 func GetRouteInfo(ctx context.Context, c *remoting.Client, addr, topic string) (*TopicRouteData, error) {
 	cmd := remoting.NewRequest(remoting.GetRouteInfoByTopic, map[string]string{
 		"topic":                  topic,
@@ -131,7 +131,7 @@ func GetRouteInfo(ctx context.Context, c *remoting.Client, addr, topic string) (
 	}
 	switch resp.ResponseCode() {
 	case remoting.Success:
-		return ParseTopicRouteData(resp.Body)
+		return ParseTopicRouteData(topic, resp.Body)
 	case remoting.TopicNotExist:
 		return nil, fmt.Errorf("%w %q (name server %s: %s)", ErrTopicNotExist, topic, addr, resp.Remark)
 	default:
@@ -148,7 +148,7 @@ func GetAllTopicList(ctx context.Context, c *remoting.Client, addr string) ([]st
 	}
 	var tl TopicList
 	if err := json.Unmarshal(resp.Body, &tl); err != nil {
-		return nil, fmt.Errorf("namesrv: decode TopicList: %w", err)
+		return nil, fmt.Errorf("wire: decode TopicList: %w", err)
 	}
 	if tl.TopicList == nil {
 		tl.TopicList = []string{}
@@ -164,21 +164,7 @@ func GetBrokerClusterInfo(ctx context.Context, c *remoting.Client, addr string) 
 	if err != nil {
 		return nil, err
 	}
-	strict, err := quoteNumericKeys(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("namesrv: decode ClusterInfo: %w", err)
-	}
-	ci := new(ClusterInfo)
-	if err := json.Unmarshal(strict, ci); err != nil {
-		return nil, fmt.Errorf("namesrv: decode ClusterInfo: %w", err)
-	}
-	if ci.BrokerAddrTable == nil {
-		ci.BrokerAddrTable = map[string]*BrokerData{}
-	}
-	if ci.ClusterAddrTable == nil {
-		ci.ClusterAddrTable = map[string][]string{}
-	}
-	return ci, nil
+	return ParseClusterInfo(resp.Body)
 }
 
 // DeleteTopic removes the topic's route from the name server at addr
@@ -254,7 +240,7 @@ func QueryDataVersion(ctx context.Context, c *remoting.Client, addr string, req 
 	if len(resp.Body) > 0 {
 		stored = new(DataVersion)
 		if err := json.Unmarshal(resp.Body, stored); err != nil {
-			return false, nil, fmt.Errorf("namesrv: decode DataVersion: %w", err)
+			return false, nil, fmt.Errorf("wire: decode DataVersion: %w", err)
 		}
 	}
 	return changed, stored, nil

@@ -1,9 +1,10 @@
-package client
+package wire
 
 import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sluicemq/sluice/message"
@@ -34,7 +35,7 @@ func TestParseTopicRouteDataFastjson(t *testing.T) {
 	if rd.QueueDatas[0].TopicSysFlag != 3 {
 		t.Fatalf("topicSynFlag not read: %+v", rd.QueueDatas[0])
 	}
-	if _, ok := rd.BrokerDatas[2].MasterAddr(); ok {
+	if rd.BrokerDatas[2].MasterAddr() != "" {
 		t.Fatal("broker-c has no master (id 0) but MasterAddr said yes")
 	}
 }
@@ -46,8 +47,8 @@ func TestParseTopicRouteDataStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, ok := rd.BrokerDatas[0].MasterAddr(); !ok || a != "127.0.0.1:10911" {
-		t.Fatalf("master %q %v", a, ok)
+	if a := rd.BrokerDatas[0].MasterAddr(); a != "127.0.0.1:10911" {
+		t.Fatalf("master %q", a)
 	}
 	if rd.QueueDatas[0].TopicSysFlag != 1 {
 		t.Fatalf("topicSysFlag %+v", rd.QueueDatas[0])
@@ -76,12 +77,16 @@ func TestParseTopicRouteDataErrors(t *testing.T) {
 
 func TestQuoteNumericKeys(t *testing.T) {
 	cases := map[string]string{
-		`{0:"a",1:"b"}`:               `{"0":"a","1":"b"}`,
-		`{ 0 : "a", -1:"b"}`:          `{ "0" : "a", "-1":"b"}`,
-		`{"k":[1,2,{3:4}]}`:           `{"k":[1,2,{"3":4}]}`,
-		`{"s":"{0:\"x\",1:y}","n":5}`: `{"s":"{0:\"x\",1:y}","n":5}`, // inside strings: untouched
-		`{"0":"a"}`:                   `{"0":"a"}`,
-		`[1, 2, 3]`:                   `[1, 2, 3]`,
+		`{0:"a",1:"b"}`:                `{"0":"a","1":"b"}`,
+		`{ 0 : "a", -1:"b"}`:           `{ "0" : "a", "-1":"b"}`,
+		`{"k":[1,2,{3:4}]}`:            `{"k":[1,2,{"3":4}]}`,
+		`{"s":"{0:\"x\",1:y}","n":5}`:  `{"s":"{0:\"x\",1:y}","n":5}`, // inside strings: untouched
+		`{"0":"a"}`:                    `{"0":"a"}`,
+		`[1, 2, 3]`:                    `[1, 2, 3]`,
+		`{0:"a",12:"b"}`:               `{"0":"a","12":"b"}`,
+		`{ -3 : "x" }`:                 `{ "-3" : "x" }`,
+		`{"k":[1,2,{5:6}],"s":"{0:1"}`: `{"k":[1,2,{"5":6}],"s":"{0:1"}`,
+		`{"e":"\"",7:8}`:               `{"e":"\"","7":8}`,
 	}
 	for in, want := range cases {
 		if got := string(QuoteNumericKeys([]byte(in))); got != want {
@@ -161,40 +166,69 @@ func TestCapQueueNums(t *testing.T) {
 	}
 }
 
-func TestHeartbeatJSONShape(t *testing.T) {
-	hb := HeartbeatData{
-		ClientID:        "10.0.0.5@12345",
-		ProducerDataSet: []ProducerData{},
-		ConsumerDataSet: []ConsumerData{{
-			GroupName:        "cg",
-			ConsumeType:      ConsumeTypePassively,
-			MessageModel:     MessageModelClustering,
-			ConsumeFromWhere: ConsumeFromLastOffset,
-			SubscriptionDataSet: []SubscriptionData{
-				NewTagSubscription("T", "TagB || TagA||TagA", 1700000000123456789),
-				NewTagSubscription("%RETRY%cg", "*", 1700000000000000000),
-			},
-		}},
-	}
-	got, err := json.Marshal(hb)
+func TestParseTopicRouteData(t *testing.T) {
+	// fastjson dialect of a Java name server answering an old client (PROTOCOL.md §3.1).
+	fast := `{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"},` +
+		`{"brokerAddrs":{ 0 : "10.0.0.3:10911" },"brokerName":"b,1:x","cluster":"C"}],"filterServerTable":{},` +
+		`"orderTopicConf":"broker-a:4;broker-b:4",` +
+		`"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":1,"writeQueueNums":4}]}`
+	r, err := ParseTopicRouteData("T", []byte(fast))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TagA = 2598919, TagB = 2598920 (Java "TagA".hashCode()).
-	want := `{"clientID":"10.0.0.5@12345","producerDataSet":[],"consumerDataSet":[{"groupName":"cg","consumeType":"CONSUME_PASSIVELY",` +
-		`"messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","unitMode":false,"subscriptionDataSet":[` +
-		`{"classFilterMode":false,"topic":"T","subString":"TagB || TagA||TagA","tagsSet":["TagA","TagB"],"codeSet":["2598919","2598920"],"subVersion":1700000000123456789,"expressionType":"TAG"},` +
-		`{"classFilterMode":false,"topic":"%RETRY%cg","subString":"*","tagsSet":[],"codeSet":[],"subVersion":1700000000000000000,"expressionType":"TAG"}]}]}`
-	if string(got) != want {
-		t.Fatalf("heartbeat JSON\n got %s\nwant %s", got, want)
+	if want := map[int64]string{0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}; !reflect.DeepEqual(r.BrokerDatas[0].BrokerAddrs, want) {
+		t.Errorf("brokerAddrs = %v", r.BrokerDatas[0].BrokerAddrs)
 	}
-	// Empty expression is "*"; negative Java hash codes stay int32.
-	sd := NewTagSubscription("T", "", 1)
-	if sd.SubString != "*" || len(sd.TagsSet) != 0 {
-		t.Fatalf("empty expr: %+v", sd)
+	if r.BrokerDatas[1].BrokerName != "b,1:x" || r.BrokerDatas[1].MasterAddr() != "10.0.0.3:10911" {
+		t.Errorf("second broker = %+v", r.BrokerDatas[1])
 	}
-	sd = NewTagSubscription("T", "ZZZZZZZZZZ", 1)
-	if len(sd.CodeSet) != 1 || sd.CodeSet[0] != "-1095886784" { // Java "ZZZZZZZZZZ".hashCode()
-		t.Fatalf("code for long tag %v", sd.CodeSet)
+	if q := r.QueueDatas[0]; q.TopicSysFlag != 1 || q.WriteQueueNums != 4 || q.Perm != 6 {
+		t.Errorf("queue data = %+v (topicSynFlag must be read)", q)
+	}
+	if r.OrderTopicConf != "broker-a:4;broker-b:4" {
+		t.Errorf("orderTopicConf = %q", r.OrderTopicConf)
+	}
+	// Round trip through our strict encoding.
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"}`) {
+		t.Errorf("strict encoding = %s", b)
+	}
+	r2, err := ParseTopicRouteData("T", b)
+	if err != nil || !reflect.DeepEqual(r, r2) {
+		t.Errorf("round trip = %+v %v", r2, err)
+	}
+	// Missing brokerDatas and filterServerTable become empty; a missing queueDatas and
+	// broken input are typed errors.
+	r3, err := ParseTopicRouteData("T", []byte(`{"queueDatas":[]}`))
+	if err != nil || r3.QueueDatas == nil || r3.BrokerDatas == nil || r3.FilterServerTable == nil {
+		t.Errorf("empty route: %+v %v", r3, err)
+	}
+	for _, bad := range []string{``, `  `, `{`, `{}`, `{"queueDatas":[}`, `{"brokerDatas":[{"brokerAddrs":{x:"a"}}]}`, `{"queueDatas":[null]}`, `{"a":"unterminated}`} {
+		if _, err := ParseTopicRouteData("T", []byte(bad)); !errors.Is(err, ErrBadRouteData) {
+			t.Errorf("ParseTopicRouteData(%q) err = %v, want ErrBadRouteData", bad, err)
+		}
+	}
+}
+
+func TestOrderTopicConfFormat(t *testing.T) {
+	e, err := ParseOrderTopicConf("broker-a:4;broker-b:2")
+	if err != nil || len(e) != 2 || e[1] != (OrderTopicEntry{BrokerName: "broker-b", QueueNums: 2}) {
+		t.Fatalf("parse = %+v %v", e, err)
+	}
+	if s := FormatOrderTopicConf(e); s != "broker-a:4;broker-b:2" {
+		t.Errorf("format = %q", s)
+	}
+	for _, bad := range []string{"a", "a:", ":3", "a:x", "a:-1", "a:65537", "a:1;b"} {
+		if _, err := ParseOrderTopicConf(bad); !errors.Is(err, ErrBadOrderTopicConf) {
+			t.Errorf("ParseOrderTopicConf(%q) = %v, want ErrBadOrderTopicConf", bad, err)
+		}
+	}
+	// Read as the Java client reads it: a trailing ";" and a count of 0 are fine (the
+	// name server refuses to store them, see namesrv's validOrderTopicConf).
+	if e, err := ParseOrderTopicConf("a:1;b:0;"); err != nil || len(e) != 2 || e[1].QueueNums != 0 {
+		t.Errorf("lenient parse = %+v %v", e, err)
 	}
 }

@@ -1,14 +1,15 @@
-// Package adminproto holds the wire pieces that Sluice's broker, admin client and
-// consumer share beyond plain RocketMQ 4.x: the Sluice-specific request codes (7001,
-// 7002), the ResetOffsetBody of RESET_CONSUMER_CLIENT_OFFSET (RocketMQ request code 220)
-// and INVOKE_BROKER_TO_RESET_OFFSET (222), and the subscription-consistency comparison
-// of a consumer group.
+// Sluice-specific request codes and admin bodies that Sluice's broker, admin client and
+// consumer share beyond plain RocketMQ 4.x: the codes 7001 and 7002, the ResetOffsetBody
+// of RESET_CONSUMER_CLIENT_OFFSET (RocketMQ request code 220) and
+// INVOKE_BROKER_TO_RESET_OFFSET (222), and the subscription-consistency comparison of a
+// consumer group.
 //
 // Sluice-specific codes are chosen far from the codes Apache RocketMQ 4.x and 5.x use
 // (4.x stops below 400; 5.x uses 1001-1013 for the controller, 2001-2004 and 3001-3012);
 // a RocketMQ broker answers them REQUEST_CODE_NOT_SUPPORTED (3), which callers treat as
 // "feature not available".
-package adminproto
+
+package wire
 
 import (
 	"bytes"
@@ -73,7 +74,7 @@ func EncodeResetOffsetBody(table map[message.MessageQueue]int64) []byte {
 }
 
 // ErrBadResetOffsetBody is wrapped by DecodeResetOffsetBody for a body it cannot read.
-var ErrBadResetOffsetBody = errors.New("adminproto: bad ResetOffsetBody")
+var ErrBadResetOffsetBody = errors.New("wire: bad ResetOffsetBody")
 
 // DecodeResetOffsetBody reads a ResetOffsetBody in either layout a broker sends
 // (PROTOCOL §3.13): the gson form {"offsetTable":[[{mq},123],...]} (valid JSON; what
