@@ -17,6 +17,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/xxl-job/xxl-job-executor-go v1.2.0
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/term v0.46.0
 	modernc.org/sqlite v1.62.0
 )

@@ -10,6 +10,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,14 @@ type Config struct {
 	// Logger receives connection events of the underlying remoting client.
 	// Default: slog.Default().
 	Logger *slog.Logger
+	// Credentials, when AccessKey and SecretKey are both set, sign every request with
+	// RocketMQ plain ACL 1.0 (HMAC-SHA1 over the sorted ext-field values and the body),
+	// for brokers and name servers with aclEnable. Default: none (unsigned).
+	Credentials remoting.Credentials
+	// TLS, when set, connects to name servers and brokers over TLS with this
+	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
+	// TCP).
+	TLS *tls.Config
 }
 
 func (c *Config) setDefaults() {
@@ -122,7 +131,7 @@ func New(cfg Config) (*Admin, error) {
 		return nil, err
 	}
 	cfg.NamesrvAddrs = append([]string(nil), cfg.NamesrvAddrs...)
-	c, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger})
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger, Credentials: cfg.Credentials, TLS: cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}

@@ -133,7 +133,7 @@ func checkGroupTopic(group, topic string) error {
 	if group == "" {
 		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
 	}
-	if err := message.ValidateTopic(message.RetryTopic(group)); err != nil {
+	if err := message.ValidateGroupTopics(group); err != nil {
 		return &ConfigError{Field: "group", Reason: err.Error()}
 	}
 	if err := message.ValidateTopic(topic); err != nil {

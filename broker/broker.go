@@ -39,6 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/filter"
@@ -72,7 +73,9 @@ type Broker struct {
 	txn      *txnService
 	held     *heldPulls
 	sqlCache *filter.SQLCache
-	pressure diskPressure // diskpressure.go: the disk-pressure policy's state and Stats counters
+	pressure diskPressure   // diskpressure.go: the disk-pressure policy's state and Stats counters
+	acl      *acl.Validator // nil unless aclEnable
+	counters counters       // stats.go: refusals and registrations, exported through Stats
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -101,15 +104,26 @@ func New(cfg Config) (*Broker, error) {
 		b.log.Warn("broker.conf key accepted but has no effect in Sluice", "key", k)
 	}
 	var err error
+	if cfg.AclEnable {
+		if b.acl, err = acl.Load(cfg.AclFile, b.log); err != nil {
+			return nil, &ConfigError{Key: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
+		}
+	}
 	if b.topics, err = newTopicTable(cfg.StorePathRootDir, &b.cfg); err != nil {
 		return nil, err
 	}
 	b.topics.onChange = b.requestRegister
+	if b.topics.dropped > 0 {
+		b.log.Warn("topics with invalid names dropped from topics.json", "count", b.topics.dropped)
+	}
 	if b.offsets, err = newOffsetTable(cfg.StorePathRootDir); err != nil {
 		return nil, err
 	}
 	if b.groups, err = newGroupTable(cfg.StorePathRootDir, boolOr(cfg.AutoCreateSubscriptionGroup, true)); err != nil {
 		return nil, err
+	}
+	if b.groups.dropped > 0 {
+		b.log.Warn("groups with invalid names dropped from subscriptionGroup.json", "count", b.groups.dropped)
 	}
 	if b.sched, err = newScheduler(b); err != nil {
 		return nil, err
@@ -162,9 +176,21 @@ func (b *Broker) Start() (err error) {
 	}
 	b.store.OnDispatchEvent(b.arrivals.arrived)
 
+	serverTLS, clientTLS, err := b.cfg.tlsConfigs()
+	if err != nil {
+		return err
+	}
 	if b.cfg.NamesrvAddr == "" {
-		b.embedded, err = namesrv.New(namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger,
-			KVConfigPath: filepath.Join(b.cfg.StorePathRootDir, "config", "namesrv_kv.json")})
+		nsCfg := namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger,
+			KVConfigPath: filepath.Join(b.cfg.StorePathRootDir, "config", "namesrv_kv.json"), TLS: serverTLS}
+		switch {
+		case b.acl != nil && b.cfg.AccessKey != "":
+			nsCfg.ACL = b.acl // the broker signs its registrations with accessKey/secretKey
+		case b.acl != nil:
+			b.log.Warn("aclEnable without accessKey/secretKey: the embedded name server's write operations stay open; " +
+				"set accessKey/secretKey to an admin account of the ACL file to guard them")
+		}
+		b.embedded, err = namesrv.New(nsCfg)
 		if err != nil {
 			return err
 		}
@@ -179,12 +205,17 @@ func (b *Broker) Start() (err error) {
 			}
 		}
 	}
-	if b.client, err = remoting.NewClient(remoting.ClientConfig{Logger: b.log}); err != nil {
+	if b.client, err = remoting.NewClient(remoting.ClientConfig{Logger: b.log,
+		Credentials: remoting.Credentials{AccessKey: b.cfg.AccessKey, SecretKey: b.cfg.SecretKey}, TLS: clientTLS}); err != nil {
 		return err
 	}
 
 	b.server, err = remoting.NewServer(remoting.ServerConfig{Addr: b.cfg.ListenAddr, Logger: b.log,
-		MaxFrameSize: max(remoting.DefaultMaxFrameSize, b.cfg.MaxMessageSize+1<<20)})
+		MaxFrameSize: max(remoting.DefaultMaxFrameSize, b.cfg.MaxMessageSize+1<<20), Before: b.beforeRequest,
+		MaxConns: b.cfg.MaxConnections, MaxConnsPerHost: b.cfg.MaxConnectionsPerAddress,
+		MaxInFlightPerConn: b.cfg.MaxInFlightPerConnection, MaxInFlightBytesPerConn: b.cfg.MaxInFlightBytesPerConnection,
+		MaxQueuedBytesPerConn: b.cfg.MaxQueuedBytesPerConnection,
+		FrameReadTimeout:      time.Duration(b.cfg.FrameReadTimeoutMillis) * time.Millisecond, TLS: serverTLS})
 	if err != nil {
 		return err
 	}
@@ -215,6 +246,12 @@ func (b *Broker) Start() (err error) {
 	b.sched.start()
 	b.spawn(b.txn.checkLoop)
 	b.spawn(b.retentionLoop)
+	b.topics.writer.log, b.groups.writer.log = b.log, b.log
+	b.spawn(func() { b.topics.writer.run(b.ctx) })
+	b.spawn(func() { b.groups.writer.run(b.ctx) })
+	if b.acl != nil {
+		b.spawn(func() { b.acl.Watch(b.ctx, time.Second) })
+	}
 	b.log.Info("broker started", "addr", b.addr, "namesrv", strings.Join(b.namesrvAddrs, ";"),
 		"store", b.cfg.StorePathRootDir, "flushDiskType", b.cfg.FlushDiskType)
 	return nil
@@ -305,6 +342,12 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	if err := b.offsets.persist(); err != nil {
 		errs = append(errs, fmt.Errorf("persist offsets: %w", err))
 	}
+	if err := b.topics.writer.flush(); err != nil {
+		errs = append(errs, fmt.Errorf("persist topics: %w", err))
+	}
+	if err := b.groups.writer.flush(); err != nil {
+		errs = append(errs, fmt.Errorf("persist groups: %w", err))
+	}
 	if b.store != nil {
 		if err := b.sched.persist(); err != nil {
 			errs = append(errs, fmt.Errorf("persist delay offsets: %w", err))
@@ -344,18 +387,49 @@ func (b *Broker) requestRegister() {
 	}
 }
 
-// registerAll registers the whole topic table with every name server.
+// registerCompressAbove is the JSON registration body size above which the broker
+// sends the compressed form instead (when compressedRegister is not set).
+const registerCompressAbove = 1 << 20
+
+// registerAll registers the whole topic table with every name server. The body is
+// compressed (RocketMQ's compressed form) when compressedRegister=true, or when unset and
+// the JSON body is over 1 MiB. A registration that fails, or cannot fit a frame, is
+// logged at error with the body size and topic count and counted in Stats.RegisterFailed.
 func (b *Broker) registerAll(ctx context.Context) {
 	topics, version := b.topics.snapshot()
+	req := wire.RegisterBrokerRequest{
+		ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr,
+		BrokerID: b.cfg.BrokerID, HAServerAddr: b.addr,
+		Topics:   wire.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version},
+		Compress: boolOr(b.cfg.CompressedRegister, false),
+	}
+	body, err := wire.EncodeRegisterBody(req)
+	if err == nil && b.cfg.CompressedRegister == nil && len(body) > registerCompressAbove {
+		req.Compress = true
+		body, err = wire.EncodeRegisterBody(req)
+	}
+	b.counters.LastRegisterTopics.Store(int64(len(topics)))
+	b.counters.LastRegisterBodyBytes.Store(int64(len(body)))
+	if err != nil {
+		b.counters.RegisterFailed.Add(int64(len(b.namesrvAddrs)))
+		b.log.Error("cannot encode the registration: the broker is not registered", "topics", len(topics), "err", err)
+		return
+	}
+	// The frame also carries the header (about 300 bytes).
+	if limit := remoting.DefaultMaxFrameSize - 4096; len(body) > limit {
+		b.counters.RegisterFailed.Add(int64(len(b.namesrvAddrs)))
+		b.log.Error("registration body too large for a frame: the name servers will drop this broker and clients lose its routes",
+			"bytes", len(body), "limit", limit, "topics", len(topics), "compressed", req.Compress)
+		return
+	}
 	for _, ns := range b.namesrvAddrs {
-		_, err := wire.RegisterBroker(ctx, b.client, ns, wire.RegisterBrokerRequest{
-			ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr,
-			BrokerID: b.cfg.BrokerID, HAServerAddr: b.addr,
-			Topics: wire.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version},
-		})
-		if err != nil {
-			b.log.Warn("register with name server failed", "namesrv", ns, "err", err)
+		if _, err := wire.RegisterBrokerEncoded(ctx, b.client, ns, req, body); err != nil {
+			b.counters.RegisterFailed.Add(1)
+			b.log.Error("register with name server failed", "namesrv", ns, "bytes", len(body), "topics", len(topics),
+				"compressed", req.Compress, "err", err)
+			continue
 		}
+		b.counters.RegisterOK.Add(1)
 	}
 }
 

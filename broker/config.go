@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -144,6 +146,67 @@ type Config struct {
 	// EnablePropertyFilter allows SQL92 subscriptions. Default false.
 	EnablePropertyFilter bool `conf:"enablePropertyFilter"`
 
+	// MaxConnections bounds the broker's open client connections; more are closed at
+	// accept (logged). Sluice key. Default 10000; -1: unlimited.
+	MaxConnections int `conf:"maxConnections"`
+	// MaxConnectionsPerAddress bounds the open connections from one remote IP. Sluice
+	// key. Default 1000; -1: unlimited.
+	MaxConnectionsPerAddress int `conf:"maxConnectionsPerAddress"`
+	// MaxInFlightPerConnection bounds the requests of one connection handled at once,
+	// held pulls included; more are answered SYSTEM_BUSY (2). Sluice key. Default 1024.
+	MaxInFlightPerConnection int `conf:"maxInFlightPerConnection"`
+	// MaxInFlightBytesPerConnection bounds the request body bytes of one connection held
+	// at once (held pulls included); more are answered SYSTEM_BUSY (2). Sluice key.
+	// Default 134217728 (128 MiB); -1: unlimited.
+	MaxInFlightBytesPerConnection int64 `conf:"maxInFlightBytesPerConnection"`
+	// MaxQueuedBytesPerConnection bounds the bytes of answers waiting to be written to
+	// one connection; a client that stops reading is disconnected after 10 s. Sluice key.
+	// Default 67108864 (64 MiB); -1: only the frame count (1024) bounds them.
+	MaxQueuedBytesPerConnection int64 `conf:"maxQueuedBytesPerConnection"`
+	// MaxRequestBodySize bounds the body of requests other than sends (heartbeats,
+	// lock bodies, admin calls), in bytes; PULL_MESSAGE, which has no body in RocketMQ,
+	// may carry at most 4096. Larger are refused with SYSTEM_ERROR (1) naming the limit.
+	// Sends are bounded by maxMessageSize. Sluice key. Default 4194304 (4 MiB).
+	MaxRequestBodySize int `conf:"maxRequestBodySize"`
+	// FrameReadTimeoutMillis bounds, in ms, reading the rest of a frame once its first
+	// byte arrived; a connection stalled mid-frame is closed. Sluice key. Default 30000.
+	FrameReadTimeoutMillis int64 `conf:"frameReadTimeoutMillis"`
+
+	// TLSEnable serves TLS on the broker port and on the embedded name server, and makes
+	// the broker talk TLS to the name servers. Sluice key. Default false.
+	TLSEnable bool `conf:"tlsEnable"`
+	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and private key served
+	// with TLSEnable. Sluice keys; required with tlsEnable.
+	TLSCertFile string `conf:"tlsCertFile"`
+	TLSKeyFile  string `conf:"tlsKeyFile"`
+	// TLSCAFile is a PEM bundle the broker checks the name servers' certificates
+	// against. Sluice key. Default: none, and then the name servers' certificates are not
+	// verified (as the official Go client's WithTls does); set it in production.
+	TLSCAFile string `conf:"tlsCAFile"`
+
+	// CompressedRegister sends REGISTER_BROKER bodies in RocketMQ's compressed form
+	// (zlib; topicSysFlag and order are not carried). Unset: compressed only when the
+	// JSON body would be over 1 MiB, so a large topic table still fits a frame; "false":
+	// never. Default unset.
+	CompressedRegister *bool `conf:"compressedRegister"`
+
+	// AclEnable turns on RocketMQ plain ACL 1.0: every request must come from a
+	// white-listed address or carry a valid signature of an account of AclFile, with the
+	// permissions it needs (see package broker/acl). Refusals are SYSTEM_ERROR (1), as in
+	// RocketMQ. The embedded name server (no namesrvAddr) then also requires an admin
+	// signature for its write operations. Default false.
+	AclEnable bool `conf:"aclEnable"`
+	// AclFile is the plain_acl.yml the broker reads when AclEnable is set; it is re-read
+	// when it changes (checked every second). Sluice key; default
+	// $ROCKETMQ_HOME/conf/plain_acl.yml (RocketMQ's location), required when
+	// ROCKETMQ_HOME is unset.
+	AclFile string `conf:"aclFile"`
+	// AccessKey and SecretKey, when both set, sign the broker's own requests to the name
+	// servers (registration, unregistration), for name servers that require it. Sluice
+	// keys; default none.
+	AccessKey string `conf:"accessKey"`
+	SecretKey string `conf:"secretKey"`
+
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
 
@@ -162,7 +225,6 @@ var IgnoredConfKeys = ignoredConfKeys
 // not have. Set to false they are accepted; set to true they are a *ConfigError, so a
 // file that relies on them fails loudly instead of running without them.
 var UnsupportedConfKeys = map[string]string{
-	"aclEnable":                       "ACL is not supported",
 	"enableDLegerCommitLog":           "DLedger (Raft) commitlog replication is not supported",
 	"fetchNamesrvAddrByAddressServer": "name-server discovery through an address server is not supported",
 	"rejectTransactionMessage":        "rejecting transactional messages is not supported",
@@ -281,6 +343,14 @@ func (c *Config) setDefaults() {
 	if c.FileReservedTime == 0 {
 		c.FileReservedTime = 72
 	}
+	if c.MaxRequestBodySize == 0 {
+		c.MaxRequestBodySize = 4 << 20
+	}
+	if c.AclEnable && c.AclFile == "" {
+		if home := os.Getenv("ROCKETMQ_HOME"); home != "" {
+			c.AclFile = filepath.Join(home, "conf", "plain_acl.yml")
+		}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -326,6 +396,15 @@ func (c *Config) validate() error {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return &ConfigError{Key: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q has no valid port", a)}
 		}
+	}
+	if c.AclEnable && c.AclFile == "" {
+		return &ConfigError{Key: "aclFile", Reason: "required with aclEnable=true (or set ROCKETMQ_HOME to use $ROCKETMQ_HOME/conf/plain_acl.yml)"}
+	}
+	if c.TLSEnable && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
+		return &ConfigError{Key: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}
+	}
+	if (c.AccessKey == "") != (c.SecretKey == "") {
+		return &ConfigError{Key: "secretKey", Reason: "accessKey and secretKey are set together or not at all"}
 	}
 	if c.BrokerID != 0 {
 		return &ConfigError{Key: "brokerId", Value: strconv.FormatInt(c.BrokerID, 10), Reason: "only masters (0) are supported"}
@@ -521,4 +600,30 @@ func setField(v reflect.Value, s string) error {
 		return fmt.Errorf("unsupported field kind %s", v.Kind())
 	}
 	return nil
+}
+
+// tlsConfigs returns the server and client TLS configurations of TLSEnable (nil, nil
+// without it). Errors: *ConfigError for unreadable or invalid files.
+func (c *Config) tlsConfigs() (server, client *tls.Config, err error) {
+	if !c.TLSEnable {
+		return nil, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, nil, &ConfigError{Key: "tlsCertFile", Value: c.TLSCertFile, Reason: err.Error()}
+	}
+	server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	client = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}
+	if c.TLSCAFile != "" {
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			return nil, nil, &ConfigError{Key: "tlsCAFile", Value: c.TLSCAFile, Reason: err.Error()}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, nil, &ConfigError{Key: "tlsCAFile", Value: c.TLSCAFile, Reason: "no PEM certificate in the file"}
+		}
+		client = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	}
+	return server, client, nil
 }

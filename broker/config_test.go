@@ -8,6 +8,7 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
+	t.Setenv("ROCKETMQ_HOME", "") // aclEnable without aclFile must be refused
 	conf := `# a broker.conf as Apache RocketMQ ships it
 brokerClusterName = DefaultCluster
 brokerName = broker-a
@@ -57,8 +58,9 @@ maxIndexNum=20000000
 		t.Fatalf("java-style file: %v %+v", err, c2)
 	}
 	for in, key := range map[string]string{
-		"aclEnable=true":             "aclEnable",
-		"enableDLegerCommitLog=true": "enableDLegerCommitLog",
+		"storePathRootDir=/a\naclEnable=true":                  "aclFile",
+		"storePathRootDir=/a\naccessKey=abcdefg":               "secretKey",
+		"enableDLegerCommitLog=true":                           "enableDLegerCommitLog",
 		"storePathRootDir=/a\nstorePathCommitLog=/b/commitlog": "storePathCommitLog",
 		"storePathRootDir=/a\nnamesrvAddr=garbage":             "namesrvAddr",
 		"storePathRootDir=/a\nnamesrvAddr=127.0.0.1:9876;x:y":  "namesrvAddr",

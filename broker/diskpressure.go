@@ -43,6 +43,24 @@ type Stats struct {
 	WritesRefused int64
 	// RefusingWrites reports whether sends are being refused right now for that reason.
 	RefusingWrites bool
+
+	// RegisterOK counts successful REGISTER_BROKER calls (one per name server).
+	RegisterOK int64
+	// RegisterFailed counts failed REGISTER_BROKER calls; each is also logged at error
+	// with the body size and topic count.
+	RegisterFailed int64
+	// LastRegisterBodyBytes is the size in bytes of the last registration body (after
+	// compression when it was compressed).
+	LastRegisterBodyBytes int64
+	// LastRegisterTopics is the number of topics in the last registration.
+	LastRegisterTopics int64
+	// RefusedNames counts requests refused because a topic, group or client id broke the
+	// naming rules.
+	RefusedNames int64
+	// RefusedACL counts requests refused by the ACL.
+	RefusedACL int64
+	// RefusedLimits counts requests refused for a body over its request code's limit.
+	RefusedLimits int64
 }
 
 // Stats returns the broker's counters. Safe to call at any time.
@@ -51,6 +69,14 @@ func (b *Broker) Stats() Stats {
 		UnconsumedDeleted: b.pressure.unconsumedDeleted.Load(),
 		WritesRefused:     b.pressure.writesRefused.Load(),
 		RefusingWrites:    b.pressure.refusing.Load(),
+
+		RegisterOK:            b.counters.RegisterOK.Load(),
+		RegisterFailed:        b.counters.RegisterFailed.Load(),
+		LastRegisterBodyBytes: b.counters.LastRegisterBodyBytes.Load(),
+		LastRegisterTopics:    b.counters.LastRegisterTopics.Load(),
+		RefusedNames:          b.counters.RefusedNames.Load(),
+		RefusedACL:            b.counters.RefusedACL.Load(),
+		RefusedLimits:         b.counters.RefusedLimits.Load(),
 	}
 }
 

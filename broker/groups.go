@@ -39,6 +39,8 @@ type groupTable struct {
 	mu      sync.RWMutex
 	groups  map[string]*SubscriptionGroupConfig
 	version wire.DataVersion
+	dropped int // groups of the file with invalid names, left out at load
+	writer  *configWriter
 }
 
 type groupsFile struct {
@@ -54,9 +56,14 @@ func newGroupTable(root string, autoCreate bool) (*groupTable, error) {
 		return nil, err
 	}
 	for k, v := range f.SubscriptionGroupTable {
+		if v == nil || message.ValidateGroupTopics(k) != nil {
+			g.dropped++ // an invalid name left by an older version
+			continue
+		}
 		g.groups[k] = v
 	}
 	g.version = f.DataVersion
+	g.writer = newConfigWriter("subscriptionGroup.json", g.path, func() any { return g.snapshot() })
 	return g, nil
 }
 
@@ -83,7 +90,7 @@ func (g *groupTable) find(name string) *SubscriptionGroupConfig {
 	g.groups[name] = c
 	g.version.Counter++
 	g.version.Timestamp = time.Now().UnixMilli()
-	_ = writeJSONFile(g.path, groupsFile{SubscriptionGroupTable: g.groups, DataVersion: g.version})
+	g.writer.markDirty()
 	cp := *c
 	return &cp
 }

@@ -94,6 +94,36 @@ func (b *Broker) checkSend(h *wire.SendHeader) (*wire.TopicConfig, *remoting.Rem
 	return tc, nil
 }
 
+// sendSysFlagBits are the sysFlag bits a producer may set: compressed, multi-tags,
+// TRANSACTION_PREPARED, the compression type and the IPv6 host bits (which the store
+// recomputes from the addresses).
+const sendSysFlagBits = message.SysFlagCompressed | message.SysFlagMultiTags | message.SysFlagTransactionPrepared |
+	message.SysFlagTransactionCommit | message.SysFlagBornHostV6 | message.SysFlagStoreHostV6 | message.SysFlagCompressionMask
+
+// checkSendSysFlag returns why a producer's sysFlag cannot be stored as sent ("" when it
+// can), so that no message is answered SEND_OK and then never reaches a consume queue:
+// unknown bits (RocketMQ 5 INNER_BATCH 0x80, NEED_UNWRAP 0x40, ...), COMMIT or ROLLBACK
+// (only END_TRANSACTION decides a transaction), TRANSACTION_PREPARED without the TRAN_MSG
+// property (it would be stored as a half message nobody checks), and compression types other than zlib (LZ4 0x100, ZSTD
+// 0x200), which Sluice consumers cannot decompress.
+func checkSendSysFlag(sysFlag int32, tranMsg bool) string {
+	if extra := sysFlag &^ sendSysFlagBits; extra != 0 {
+		return fmt.Sprintf("sysFlag %#x has bits %#x a producer may not set", sysFlag, extra)
+	}
+	switch message.TransactionType(sysFlag) {
+	case message.SysFlagTransactionCommit, message.SysFlagTransactionRollback:
+		return fmt.Sprintf("sysFlag %#x marks a transaction committed or rolled back: only END_TRANSACTION decides a transaction", sysFlag)
+	case message.SysFlagTransactionPrepared:
+		if !tranMsg {
+			return fmt.Sprintf("sysFlag %#x has TRANSACTION_PREPARED (0x4) but property TRAN_MSG is not true", sysFlag)
+		}
+	}
+	if ct := sysFlag & message.SysFlagCompressionMask; ct != 0 && ct != 0x300 {
+		return fmt.Sprintf("sysFlag %#x names compression type %#x; only zlib (0 or 0x300) is supported", sysFlag, ct)
+	}
+	return ""
+}
+
 // handleSend serves SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310).
 func (b *Broker) handleSend(v2 bool) remoting.Handler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
@@ -107,12 +137,18 @@ func (b *Broker) handleSend(v2 bool) remoting.Handler {
 		if len(req.Body) > b.cfg.MaxMessageSize {
 			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message body size %d bytes exceeds maxMessageSize %d bytes", len(req.Body), b.cfg.MaxMessageSize))
 		}
+		if len(req.Body) == 0 {
+			return b.sendResponse(remoting.MessageIllegal, "the message body is empty")
+		}
 		if len(h.Properties) > message.MaxPropertiesLength {
 			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message properties length %d bytes exceeds %d bytes", len(h.Properties), message.MaxPropertiesLength))
 		}
 		props := message.UnmarshalProperties(h.Properties)
 		if props == nil {
 			props = map[string]string{}
+		}
+		if why := checkSendSysFlag(h.SysFlag, props[message.PropertyTransactionPrepared] == "true"); why != "" {
+			return b.sendResponse(remoting.MessageIllegal, why)
 		}
 		delete(props, message.PropertyWaitStoreMsgOK)
 		props[message.PropertyCluster] = b.cfg.BrokerClusterName
@@ -205,6 +241,8 @@ func (b *Broker) putError(err error) *remoting.RemotingCommand {
 		return b.sendResponse(remoting.MessageIllegal, err.Error())
 	case errors.Is(err, store.ErrClosed):
 		return b.sendResponse(remoting.ServiceNotAvailable, "the message store is closed")
+	case errors.Is(err, store.ErrDiskFull):
+		return b.sendResponse(remoting.ServiceNotAvailable, "service not available now: the broker's disk is full ("+err.Error()+")")
 	}
 	b.log.Error("put message", "err", err)
 	return b.sendResponse(remoting.SystemError, "put message failed: "+err.Error())
@@ -245,6 +283,9 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 	if len(items) == 0 {
 		return b.sendResponse(remoting.MessageIllegal, "empty batch")
 	}
+	if why := checkSendSysFlag(h.SysFlag, false); why != "" {
+		return b.sendResponse(remoting.MessageIllegal, why)
+	}
 	outer := message.UnmarshalProperties(h.Properties)
 	msgs := make([]*message.MessageExt, len(items))
 	codes := make([]int64, len(items))
@@ -266,6 +307,9 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 		}
 		if len(message.MarshalProperties(props)) > message.MaxPropertiesLength {
 			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
+		}
+		if len(it.Body) == 0 {
+			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d: the message body is empty", i))
 		}
 		msgs[i] = &message.MessageExt{
 			Message:        message.Message{Topic: h.Topic, Flag: it.Flag, Body: it.Body, Properties: props},

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"fmt"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -28,6 +27,8 @@ type topicTable struct {
 	mu      sync.RWMutex
 	topics  map[string]*wire.TopicConfig
 	version wire.DataVersion
+	dropped int // topics of the file with invalid names, left out at load
+	writer  *configWriter
 }
 
 type topicsFile struct {
@@ -42,9 +43,16 @@ func newTopicTable(root string, cfg *Config) (*topicTable, error) {
 		return nil, err
 	}
 	for name, tc := range f.TopicConfigTable {
+		// Names that break the rules (left by an older version that did not check them)
+		// are dropped: they could never be registered or used.
+		if tc == nil || message.ValidateTopic(name) != nil {
+			t.dropped++
+			continue
+		}
 		t.topics[name] = tc
 	}
 	t.version = f.DataVersion
+	t.writer = newConfigWriter("topics.json", t.path, t.fileSnapshot)
 	// System topics, as Java's TopicConfigManager creates them at start.
 	if boolOr(cfg.AutoCreateTopicEnable, true) {
 		t.topics[message.AutoCreateTopicKey] = &wire.TopicConfig{TopicName: message.AutoCreateTopicKey,
@@ -132,13 +140,25 @@ func (t *topicTable) remove(name string) error {
 	return err
 }
 
+// persistLocked bumps the data version and schedules a write of the table (see
+// configWriter); it does not wait for the disk.
 func (t *topicTable) persistLocked() error {
 	t.version.Counter++
 	t.version.Timestamp = time.Now().UnixMilli()
-	if err := writeJSONFile(t.path, topicsFile{TopicConfigTable: t.topics, DataVersion: t.version}); err != nil {
-		return fmt.Errorf("persist topics: %w", err)
-	}
+	t.writer.markDirty()
 	return nil
+}
+
+// fileSnapshot returns the file form of the table (configs are replaced, never changed
+// in place, so a shallow copy is consistent).
+func (t *topicTable) fileSnapshot() any {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	f := topicsFile{TopicConfigTable: make(map[string]*wire.TopicConfig, len(t.topics)), DataVersion: t.version}
+	for k, v := range t.topics {
+		f.TopicConfigTable[k] = v
+	}
+	return f
 }
 
 // snapshot returns copies of all configs and the data version, for registration.

@@ -43,6 +43,8 @@ const pullRPCExtra = 10 * time.Second
 type brokerAPI struct {
 	cl    *client.Client
 	group string
+	// maxBody is DecodeOptions.MaxDecompressedSize for pulled messages (0: default).
+	maxBody int
 }
 
 // invoke sends a request to the master of brokerName, bounded by ctx and
@@ -182,7 +184,7 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	}
 	r.nextBegin, r.minOffset, r.maxOffset = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if r.code == remoting.Success {
-		if r.msgs, err = message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true}); err != nil {
+		if r.msgs, err = message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true, MaxDecompressedSize: b.maxBody}); err != nil {
 			return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err)}
 		}
 		for _, m := range r.msgs {

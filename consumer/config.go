@@ -1,8 +1,10 @@
 package consumer
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/remoting"
 	"log/slog"
 	"time"
 
@@ -181,6 +183,20 @@ type Config struct {
 	Middlewares []middleware.ConsumeMiddleware
 	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Credentials, when AccessKey and SecretKey are both set, sign every request with
+	// RocketMQ plain ACL 1.0 (HMAC-SHA1 over the sorted ext-field values and the body),
+	// for brokers and name servers with aclEnable. Default: none (unsigned).
+	Credentials remoting.Credentials
+	// TLS, when set, connects to name servers and brokers over TLS with this
+	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
+	// TCP).
+	TLS *tls.Config
+	// MaxDecompressedSize bounds one message body after decompression, in bytes. A body
+	// flagged compressed that is larger, or not valid zlib, is never handed to a handler
+	// (nor inflated past the limit): the push consumer moves it to %DLQ%<group> with an
+	// error log; the pull consumer returns it with a nil Body and MessageExt.DecodeErr.
+	// Default: message.DefaultMaxDecompressedSize (16 MiB).
+	MaxDecompressedSize int
 
 	// Test hooks, unexported: zero means the production default.
 	routeRefreshInterval time.Duration // 30s
@@ -262,8 +278,8 @@ func (c Config) Validate() error {
 	if c.Group == "" {
 		return errors.New("consumer: Config.Group is empty: a consumer group is required")
 	}
-	if err := message.ValidateTopic(message.RetryTopic(c.Group)); err != nil {
-		return fmt.Errorf("consumer: Config.Group %q (its retry topic %%RETRY%%<group> must be a valid topic): %w", c.Group, err)
+	if err := message.ValidateGroupTopics(c.Group); err != nil {
+		return fmt.Errorf("consumer: Config.Group %.64q: %w", c.Group, err)
 	}
 	switch {
 	case c.MessageModel != Clustering && c.MessageModel != Broadcasting:

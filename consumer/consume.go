@@ -84,6 +84,9 @@ func (c *PushConsumer) consume(req *consumeRequest) {
 	}
 	req.pq.running.Add(1)
 	defer req.pq.running.Add(-1)
+	if req = c.deadLetterUndecodable(req); req == nil {
+		return
+	}
 	res, err := c.run(req.topic, req.msgs)
 	if err == nil && res == message.ConsumeSuccess {
 		req.pq.remove(req.msgs)
@@ -122,8 +125,51 @@ func (c *PushConsumer) consume(req *consumeRequest) {
 	}
 }
 
-// run sets CONSUME_START_TIME and calls the handler of topic's subscription.
+// deadLetterUndecodable moves the messages of req whose body could not be decompressed
+// (MessageExt.DecodeErr) straight to %DLQ%<group>, logging why, and returns req with the
+// others (nil when none is left). One whose move fails is retried locally later; a
+// broadcasting consumer, which has no DLQ, logs and skips it.
+func (c *PushConsumer) deadLetterUndecodable(req *consumeRequest) *consumeRequest {
+	var good, bad, failed []*message.MessageExt
+	for _, m := range req.msgs {
+		if m.DecodeErr == nil {
+			good = append(good, m)
+			continue
+		}
+		c.log.Error("consumer: message body cannot be decompressed; not delivered", "topic", req.topic, "queue", req.pq.mq.String(),
+			"offset", m.QueueOffset, "msgId", m.MsgID, "err", m.DecodeErr)
+		if c.cfg.MessageModel == Broadcasting {
+			bad = append(bad, m)
+			continue
+		}
+		if err := c.sendBack(m, -1); err != nil {
+			c.log.Warn("consumer: moving an undecodable message to the DLQ failed; retrying it", "msgId", m.MsgID, "err", err)
+			failed = append(failed, m)
+			continue
+		}
+		bad = append(bad, m)
+	}
+	if len(bad) == 0 && len(failed) == 0 {
+		return req
+	}
+	req.pq.remove(bad)
+	if len(failed) > 0 {
+		c.retryLater(&consumeRequest{pq: req.pq, msgs: failed, topic: req.topic})
+	}
+	if len(good) == 0 {
+		return nil
+	}
+	return &consumeRequest{pq: req.pq, msgs: good, topic: req.topic}
+}
+
+// run sets CONSUME_START_TIME and calls the handler of topic's subscription. A message
+// whose body could not be decompressed fails the batch without running the handler.
 func (c *PushConsumer) run(topic string, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+	for _, m := range msgs {
+		if m.DecodeErr != nil {
+			return message.ReconsumeLater, fmt.Errorf("message %s at offset %d: %w", m.MsgID, m.QueueOffset, m.DecodeErr)
+		}
+	}
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for _, m := range msgs {
 		m.SetProperty(message.PropertyConsumeStartTimestamp, now)

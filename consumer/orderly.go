@@ -84,14 +84,16 @@ func (c *PushConsumer) orderlyFailed(pq *processQueue, msgs []*message.MessageEx
 	maxRe := c.cfg.maxReconsume()
 	var retry, dead []*message.MessageExt
 	for _, m := range msgs {
-		if maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe && c.cfg.MessageModel == Broadcasting {
+		// A body that cannot be decompressed never will be: no local retries.
+		exhausted := (maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe) || m.DecodeErr != nil
+		if exhausted && c.cfg.MessageModel == Broadcasting {
 			// Broadcasting groups have no DLQ: give the message up.
 			c.log.Warn("consumer: orderly message failed after its local retries; broadcasting consumers have no DLQ, skipping it",
 				"queue", pq.mq.String(), "offset", m.QueueOffset, "msgId", m.MsgID, "reconsumeTimes", m.ReconsumeTimes)
 			dead = append(dead, m)
 			continue
 		}
-		if maxRe >= 0 && int(m.ReconsumeTimes) >= maxRe {
+		if exhausted {
 			if err := c.sendBack(m, -1); err != nil {
 				c.log.Warn("consumer: moving a message to the DLQ failed; retrying it", "queue", pq.mq.String(),
 					"offset", m.QueueOffset, "msgId", m.MsgID, "err", err)

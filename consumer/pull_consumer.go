@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,20 @@ type PullConfig struct {
 	InstanceName string
 	// Logger receives route and connection events. Default: slog.Default().
 	Logger *slog.Logger
+	// Credentials, when AccessKey and SecretKey are both set, sign every request with
+	// RocketMQ plain ACL 1.0 (HMAC-SHA1 over the sorted ext-field values and the body),
+	// for brokers and name servers with aclEnable. Default: none (unsigned).
+	Credentials remoting.Credentials
+	// TLS, when set, connects to name servers and brokers over TLS with this
+	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
+	// TCP).
+	TLS *tls.Config
+	// MaxDecompressedSize bounds one message body after decompression, in bytes. A body
+	// flagged compressed that is larger, or not valid zlib, is never handed to a handler
+	// (nor inflated past the limit): the push consumer moves it to %DLQ%<group> with an
+	// error log; the pull consumer returns it with a nil Body and MessageExt.DecodeErr.
+	// Default: message.DefaultMaxDecompressedSize (16 MiB).
+	MaxDecompressedSize int
 }
 
 // Validate reports the first invalid field as an error naming it.
@@ -34,7 +49,7 @@ func (c PullConfig) Validate() error {
 	if c.Group == "" {
 		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
 	}
-	if err := message.ValidateTopic(message.RetryTopic(c.Group)); err != nil {
+	if err := message.ValidateGroupTopics(c.Group); err != nil {
 		return fmt.Errorf("consumer: PullConfig.Group %q: %w", c.Group, err)
 	}
 	if len(c.NamesrvAddrs) == 0 {
@@ -140,11 +155,12 @@ func NewPullConsumer(cfg PullConfig) (*PullConsumer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cl, err := client.New(client.Config{NamesrvAddrs: cfg.NamesrvAddrs, InstanceName: cfg.InstanceName, Logger: cfg.Logger})
+	cl, err := client.New(client.Config{NamesrvAddrs: cfg.NamesrvAddrs, InstanceName: cfg.InstanceName, Logger: cfg.Logger,
+		Credentials: cfg.Credentials, TLS: cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	c := &PullConsumer{cfg: cfg, cl: cl, broker: &brokerAPI{cl: cl, group: cfg.Group}}
+	c := &PullConsumer{cfg: cfg, cl: cl, broker: &brokerAPI{cl: cl, group: cfg.Group, maxBody: cfg.MaxDecompressedSize}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }

@@ -143,6 +143,8 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 		NamesrvAddrs:         cfg.NamesrvAddrs,
 		InstanceName:         cfg.InstanceName,
 		Logger:               cfg.Logger,
+		Credentials:          cfg.Credentials,
+		TLS:                  cfg.TLS,
 		RouteRefreshInterval: cfg.routeRefreshInterval,
 		HeartbeatInterval:    cfg.HeartbeatInterval,
 		Heartbeat:            c.heartbeatData,
@@ -151,7 +153,7 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c.cl = cl
-	c.broker = &brokerAPI{cl: cl, group: cfg.Group}
+	c.broker = &brokerAPI{cl: cl, group: cfg.Group, maxBody: cfg.MaxDecompressedSize}
 	if cfg.MessageModel == Clustering {
 		// The retry topic is subscribed automatically in clustering mode (PROTOCOL §3.6).
 		c.retryTopic = message.RetryTopic(cfg.Group)

@@ -74,6 +74,11 @@ type MessageExt struct {
 	PreparedTransactionOffset int64
 	// BrokerName is the name of the broker the message was read from (not encoded).
 	BrokerName string
+	// DecodeErr is set when decoding with DecodeOptions.Decompress could not decompress
+	// a body flagged compressed (not valid zlib, or larger than
+	// DecodeOptions.MaxDecompressedSize): it wraps [ErrUndecodableBody] and Body is nil,
+	// never the raw compressed bytes. Consumers do not hand such a message to handlers.
+	DecodeErr error
 }
 
 // Errors returned by DecodeRecord.
@@ -86,7 +91,14 @@ var (
 	ErrBlank = errors.New("message: blank end-of-segment record")
 	// ErrBodyCRC: the body does not match its stored CRC.
 	ErrBodyCRC = errors.New("message: body crc mismatch")
+	// ErrUndecodableBody is wrapped by MessageExt.DecodeErr: a body flagged compressed
+	// did not decompress, or would decompress past the limit.
+	ErrUndecodableBody = errors.New("message: compressed body cannot be decompressed")
 )
+
+// DefaultMaxDecompressedSize is the default limit on one decompressed message body, in
+// bytes: 16 MiB (four times the default maxMessageSize, which limits the compressed body).
+const DefaultMaxDecompressedSize = 16 << 20
 
 func hostLen(sysFlag, v6bit int32) int {
 	if sysFlag&v6bit != 0 {
@@ -189,8 +201,13 @@ type DecodeOptions struct {
 	// CheckCRC verifies BODYCRC; a mismatch returns ErrBodyCRC. Default false.
 	CheckCRC bool
 	// Decompress inflates a zlib body when SysFlagCompressed is set (what a consumer wants);
-	// the broker keeps bodies as stored. A body that does not inflate is kept raw.
+	// the broker keeps bodies as stored. A body that does not inflate, or would inflate
+	// past MaxDecompressedSize, gets a nil Body and MessageExt.DecodeErr; the inflation
+	// stops at the limit (a zlib bomb costs at most the limit in memory).
 	Decompress bool
+	// MaxDecompressedSize bounds one decompressed body in bytes. Default (0):
+	// DefaultMaxDecompressedSize.
+	MaxDecompressedSize int
 	// SkipBody leaves Body nil (cheaper for index and recovery scans).
 	SkipBody bool
 }
@@ -297,7 +314,14 @@ func DecodeRecord(b []byte, opts DecodeOptions) (*MessageExt, int, error) {
 	if !opts.SkipBody {
 		m.Body = append([]byte(nil), body...)
 		if opts.Decompress && m.SysFlag&SysFlagCompressed != 0 {
-			if out, err := inflate(m.Body); err == nil {
+			limit := opts.MaxDecompressedSize
+			if limit <= 0 {
+				limit = DefaultMaxDecompressedSize
+			}
+			out, err := inflateLimit(m.Body, limit)
+			if err != nil {
+				m.Body, m.DecodeErr = nil, err
+			} else {
 				m.Body = out
 			}
 		}
@@ -325,28 +349,33 @@ func DecodeRecords(b []byte, opts DecodeOptions) ([]*MessageExt, error) {
 	return out, nil
 }
 
-// maxInflate bounds a decompressed body (64 MiB) so a hostile body cannot exhaust memory.
+// maxInflate bounds a decompressed body for Inflate (64 MiB).
 const maxInflate = 64 << 20
 
-func inflate(b []byte) ([]byte, error) {
+// inflateLimit decompresses a zlib body, reading at most limit+1 bytes of output. Errors
+// wrap ErrUndecodableBody and say whether the data was not zlib or too large.
+func inflateLimit(b []byte, limit int) ([]byte, error) {
 	zr, err := zlib.NewReader(bytes.NewReader(b))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: not zlib data (%d bytes): %v", ErrUndecodableBody, len(b), err)
 	}
 	defer zr.Close()
-	out, err := io.ReadAll(io.LimitReader(zr, maxInflate+1))
+	// Grow as the data comes (a small body stays small), never past limit+1.
+	var buf bytes.Buffer
+	buf.Grow(min(limit+1, max(4*len(b), 512)))
+	n, err := buf.ReadFrom(io.LimitReader(zr, int64(limit)+1))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: corrupt zlib data (%d bytes): %v", ErrUndecodableBody, len(b), err)
 	}
-	if len(out) > maxInflate {
-		return nil, errors.New("message: decompressed body over 64 MiB")
+	if n > int64(limit) {
+		return nil, fmt.Errorf("%w: decompresses to more than %d bytes (limit), from %d compressed bytes", ErrUndecodableBody, limit, len(b))
 	}
-	return out, nil
+	return buf.Bytes(), nil
 }
 
 // Inflate decompresses a zlib body (RFC 1950), as stored with SysFlagCompressed.
-// Output is bounded to 64 MiB.
-func Inflate(b []byte) ([]byte, error) { return inflate(b) }
+// Output is bounded to 64 MiB; errors wrap [ErrUndecodableBody].
+func Inflate(b []byte) ([]byte, error) { return inflateLimit(b, maxInflate) }
 
 // Deflate compresses body with zlib at level (1..9; RocketMQ clients use 5).
 func Deflate(body []byte, level int) ([]byte, error) {

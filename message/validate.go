@@ -58,17 +58,24 @@ func IsSendForbiddenTopic(topic string) bool { return sendForbiddenTopics[topic]
 
 // ValidateTopic checks a topic name: non-empty, at most 127 bytes, only the characters
 // % | - _ a-z A-Z 0-9 (Java TopicValidator). It returns a *ValidationError with Field "topic".
-func ValidateTopic(topic string) error {
-	if topic == "" {
-		return &ValidationError{Field: "topic", Reason: "empty"}
+func ValidateTopic(topic string) error { return ValidateName("topic", topic, MaxTopicLength) }
+
+// ValidateName checks a topic-like name with RocketMQ's rules: non-empty, at most limit
+// bytes, only % | - _ a-z A-Z 0-9. field names the field in the *ValidationError
+// ("topic", "consumerGroup", ...); the error never quotes more than 64 bytes of name.
+// The broker calls it with the ext-field name for every topic and group (limit
+// MaxGroupLength) a request names.
+func ValidateName(field, name string, limit int) error {
+	if name == "" {
+		return &ValidationError{Field: field, Reason: "empty"}
 	}
-	if len(topic) > MaxTopicLength {
-		return &ValidationError{Field: "topic", Reason: "too long", Limit: MaxTopicLength, Value: len(topic)}
+	if len(name) > limit {
+		return &ValidationError{Field: field, Reason: "too long", Limit: limit, Value: len(name)}
 	}
-	for i := 0; i < len(topic); i++ {
-		c := topic[i]
+	for i := 0; i < len(name); i++ {
+		c := name[i]
 		if !(c == '%' || c == '|' || c == '-' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return &ValidationError{Field: "topic", Reason: fmt.Sprintf("character %q at position %d; allowed: %%|-_ letters digits", c, i)}
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("character %q at position %d; allowed: %%|-_ letters digits", c, i)}
 		}
 	}
 	return nil

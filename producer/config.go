@@ -1,8 +1,10 @@
 package producer
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/remoting"
 	"log/slog"
 	"time"
 
@@ -143,6 +145,14 @@ type Config struct {
 	Middlewares []middleware.SendMiddleware
 	// Logger receives the producer's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Credentials, when AccessKey and SecretKey are both set, sign every request with
+	// RocketMQ plain ACL 1.0 (HMAC-SHA1 over the sorted ext-field values and the body),
+	// for brokers and name servers with aclEnable. Default: none (unsigned).
+	Credentials remoting.Credentials
+	// TLS, when set, connects to name servers and brokers over TLS with this
+	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
+	// TCP).
+	TLS *tls.Config
 
 	// Test hooks (zero = production default).
 	routeRefreshInterval time.Duration                            // 30s
@@ -214,7 +224,7 @@ func (c Config) Validate() error {
 		return errors.New("producer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}
 	if c.Group != "" {
-		if err := message.ValidateTopic(c.Group); err != nil {
+		if err := message.ValidateGroupTopics(c.Group); err != nil {
 			return fmt.Errorf("producer: Config.Group %q: %w", c.Group, err)
 		}
 	}

@@ -87,6 +87,8 @@ func New(cfg Config) (*Producer, error) {
 		NamesrvAddrs:         cfg.NamesrvAddrs,
 		InstanceName:         cfg.InstanceName,
 		Logger:               cfg.Logger,
+		Credentials:          cfg.Credentials,
+		TLS:                  cfg.TLS,
 		RouteRefreshInterval: cfg.routeRefreshInterval,
 		HeartbeatInterval:    cfg.heartbeatInterval,
 		Heartbeat: func() wire.HeartbeatData {

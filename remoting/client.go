@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,14 @@ type ClientConfig struct {
 	// must not block. RocketMQ clients use it to heartbeat a broker that restarted, which
 	// has forgotten their subscriptions and producer groups.
 	OnConnect func(addr string)
+	// TLS, when set, makes every connection TLS (crypto/tls) with this configuration; the
+	// server name is the host of the address unless set. Default: nil (plain TCP). The
+	// official Go client's WithTls(true) corresponds to {InsecureSkipVerify: true}.
+	TLS *tls.Config
+	// Credentials, when Enabled, sign every request this client sends (InvokeSync,
+	// InvokeAsync, InvokeOneway) with RocketMQ plain ACL 1.0 (see [Credentials.Sign]).
+	// Default: none (requests are not signed).
+	Credentials Credentials
 }
 
 func (c *ClientConfig) setDefaults() {
@@ -241,7 +250,14 @@ func (e *clientEntry) closedConn() bool {
 
 func (c *Client) dial(addr string, e *clientEntry) {
 	d := net.Dialer{Timeout: c.cfg.DialTimeout}
-	nc, err := d.DialContext(c.ctx, "tcp", addr)
+	var nc net.Conn
+	var err error
+	if c.cfg.TLS != nil {
+		td := tls.Dialer{NetDialer: &d, Config: c.cfg.TLS}
+		nc, err = td.DialContext(c.ctx, "tcp", addr) // includes the handshake, bounded by DialTimeout
+	} else {
+		nc, err = d.DialContext(c.ctx, "tcp", addr)
+	}
 	var conn *Conn
 	if err == nil {
 		conn = newConn(nc, addr, c.opts)
@@ -287,6 +303,7 @@ func (c *Client) InvokeSync(ctx context.Context, addr string, req *RemotingComma
 	if err != nil {
 		return nil, err
 	}
+	c.cfg.Credentials.Sign(req)
 	return conn.Invoke(ctx, req)
 }
 
@@ -303,6 +320,7 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 	if err != nil {
 		return err
 	}
+	c.cfg.Credentials.Sign(req)
 	return conn.invokeAsync(ctx, req, cb)
 }
 
@@ -314,6 +332,7 @@ func (c *Client) InvokeOneway(ctx context.Context, addr string, req *RemotingCom
 	if err != nil {
 		return err
 	}
+	c.cfg.Credentials.Sign(req)
 	return conn.InvokeOneway(ctx, req)
 }
 

@@ -49,6 +49,16 @@ type connOptions struct {
 	idleTimeout  time.Duration // 0: no idle close
 	queueLen     int
 	maxInFlight  int // 0: unlimited
+	// maxInFlightBytes bounds the body bytes of the requests being handled on one
+	// connection (0: unlimited); one request is always let through.
+	maxInFlightBytes int64
+	// maxQueuedBytes bounds the bytes of encoded frames waiting to be written on one
+	// connection (0: only the frame count, queueLen, bounds them); a sender waits for
+	// room up to writeTimeout, then the connection is closed as not reading.
+	maxQueuedBytes int64
+	// frameTimeout bounds reading the rest of a frame once its first byte arrived
+	// (0: idleTimeout, or none).
+	frameTimeout time.Duration
 	log          *slog.Logger
 	// spawn runs f in a goroutine owned by the Client/Server; false if the owner is stopping.
 	spawn func(f func()) bool
@@ -76,6 +86,9 @@ type Conn struct {
 	flushed   chan struct{} // closed by the writer when it wrote the flush marker
 
 	inFlight  atomic.Int32  // requests being handled
+	inBytes   atomic.Int64  // body bytes of the requests being handled
+	outBytes  atomic.Int64  // bytes of frames queued or being written
+	room      chan struct{} // (cap 1) signalled when the writer wrote a batch
 	slotFree  chan struct{} // (cap 1) signalled when a handler finishes
 	lastWrite atomic.Int64  // unix nanoseconds of the last completed socket write
 
@@ -99,6 +112,7 @@ func newConn(nc net.Conn, remote string, opts *connOptions) *Conn {
 		out:      make(chan []byte, opts.queueLen),
 		flushed:  make(chan struct{}),
 		slotFree: make(chan struct{}, 1),
+		room:     make(chan struct{}, 1),
 		pending:  make(map[int32]*pendingCall),
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
@@ -233,6 +247,60 @@ func (c *Conn) closeWith(cause error) {
 // send puts an encoded frame on the outgoing queue. If the queue stays full for longer
 // than writeTimeout the peer is not reading: the connection is closed.
 func (c *Conn) send(ctx context.Context, frame []byte) error {
+	n := int64(len(frame))
+	if c.opts.maxQueuedBytes > 0 {
+		if err := c.waitRoom(ctx, n); err != nil {
+			return err
+		}
+	}
+	c.outBytes.Add(n)
+	if err := c.enqueue(ctx, frame); err != nil {
+		c.outBytes.Add(-n)
+		c.signalRoom()
+		return err
+	}
+	return nil
+}
+
+// signalRoom wakes one sender waiting for queue room.
+func (c *Conn) signalRoom() {
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
+}
+
+// waitRoom waits until n more bytes fit under maxQueuedBytes (a frame is always let
+// through when nothing is queued), at most writeTimeout; then the peer is taken as not
+// reading and the connection is closed.
+func (c *Conn) waitRoom(ctx context.Context, n int64) error {
+	fits := func() bool { cur := c.outBytes.Load(); return cur == 0 || cur+n <= c.opts.maxQueuedBytes }
+	if fits() {
+		return nil
+	}
+	t := time.NewTimer(c.opts.writeTimeout)
+	defer t.Stop()
+	for !fits() {
+		select {
+		case <-c.room:
+		case <-c.ctx.Done():
+			return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
+		case <-ctx.Done():
+			return fmt.Errorf("%w: outgoing queue to %s full: %w", ErrTimeout, c.remote, ctx.Err())
+		case <-t.C:
+			err := fmt.Errorf("outgoing queue holds %d bytes (limit %d) for %v, peer is not reading", c.outBytes.Load(), c.opts.maxQueuedBytes, c.opts.writeTimeout)
+			c.opts.log.Warn("remoting: closing connection", "remote", c.remote, "conn", c.id, "err", err)
+			c.closeWith(err)
+			return &ConnError{Addr: c.remote, Op: "write", Err: err}
+		}
+	}
+	c.signalRoom() // let another waiter look too
+	return nil
+}
+
+// enqueue puts an encoded frame on the outgoing queue, waiting up to writeTimeout for a
+// free slot.
+func (c *Conn) enqueue(ctx context.Context, frame []byte) error {
 	if len(frame) > c.opts.maxFrameSize {
 		return &FrameError{Field: "length", Reason: fmt.Sprintf("outgoing frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
 	}
@@ -301,6 +369,10 @@ func (c *Conn) writeLoop() {
 				_, err = bufs.WriteTo(c.nc)
 			}
 			clear(batch) // drop references to written frames
+			if err == nil && size > 0 {
+				c.outBytes.Add(-int64(size))
+				c.signalRoom()
+			}
 			if err != nil {
 				c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
 				c.closeWith(fmt.Errorf("write: %w", err))
@@ -322,17 +394,30 @@ func (c *Conn) busy() bool {
 }
 
 // awaitFrame blocks until at least one byte of the next frame is readable. With an idle
-// timeout it closes connections that carried no traffic for that long.
+// timeout it closes connections that carried no traffic for that long. Once the first
+// byte is there, the rest of the frame must arrive within the frame timeout (a
+// half-sent frame does not hold the connection open for ever).
 func (c *Conn) awaitFrame(br *bufio.Reader) error {
+	frameTimeout := c.opts.frameTimeout
+	if frameTimeout <= 0 || (c.opts.idleTimeout > 0 && c.opts.idleTimeout < frameTimeout) {
+		frameTimeout = c.opts.idleTimeout
+	}
 	if c.opts.idleTimeout <= 0 {
+		if frameTimeout <= 0 {
+			return nil
+		}
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if _, err := br.Peek(1); err != nil {
+			return err
+		}
+		_ = c.nc.SetReadDeadline(time.Now().Add(frameTimeout))
 		return nil
 	}
 	for {
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.opts.idleTimeout))
 		_, err := br.Peek(1)
 		if err == nil {
-			// The rest of the frame gets a full idle period from its first byte.
-			_ = c.nc.SetReadDeadline(time.Now().Add(c.opts.idleTimeout))
+			_ = c.nc.SetReadDeadline(time.Now().Add(frameTimeout))
 			return nil
 		}
 		var ne net.Error
@@ -353,6 +438,9 @@ func (c *Conn) readLoop() {
 		var frame []byte
 		if err == nil {
 			frame, err = ReadFrame(br, c.opts.maxFrameSize)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("frame not complete in time after its first byte: %w", err)
+			}
 		}
 		if err != nil {
 			c.logReadErr(err)
@@ -395,19 +483,31 @@ func (c *Conn) logReadErr(err error) {
 }
 
 // dispatch runs an incoming request in its own goroutine, or answers SYSTEM_BUSY when
-// maxInFlight requests are already being handled on this connection.
+// maxInFlight requests, or maxInFlightBytes of request bodies, are already being handled
+// on this connection (held pulls count until they are answered).
 func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
-	if c.opts.maxInFlight > 0 && int(c.inFlight.Load()) >= c.opts.maxInFlight {
-		c.opts.log.Debug("remoting: too many requests in flight", "remote", c.remote, "conn", c.id, "limit", c.opts.maxInFlight)
+	size := int64(len(req.Body))
+	// full returns why the connection cannot take req now ("" if it can).
+	full := func() string {
+		n := c.inFlight.Load()
+		if c.opts.maxInFlight > 0 && int(n) >= c.opts.maxInFlight {
+			return fmt.Sprintf("%d requests in flight on this connection (limit %d)", n, c.opts.maxInFlight)
+		}
+		if b := c.inBytes.Load(); c.opts.maxInFlightBytes > 0 && n > 0 && b+size > c.opts.maxInFlightBytes {
+			return fmt.Sprintf("%d body bytes in flight on this connection, %d more arriving (limit %d bytes)", b, size, c.opts.maxInFlightBytes)
+		}
+		return ""
+	}
+	if why := full(); why != "" {
+		c.opts.log.Debug("remoting: connection busy", "remote", c.remote, "conn", c.id, "reason", why)
 		if !req.IsOneway() {
-			resp := NewResponse(SystemBusy, fmt.Sprintf("[OVERLOAD]system busy, %d requests in flight on this connection (limit %d)", c.inFlight.Load(), c.opts.maxInFlight))
-			c.reply(req, resp, st)
+			c.reply(req, NewResponse(SystemBusy, "[OVERLOAD]system busy, "+why), st)
 			return
 		}
 		// A one-way request cannot be told "busy": stop reading this connection until a
 		// handler finishes, so TCP flow control slows the sender instead of the request
 		// being dropped.
-		for int(c.inFlight.Load()) >= c.opts.maxInFlight {
+		for full() != "" {
 			select {
 			case <-c.slotFree:
 			case <-c.ctx.Done():
@@ -416,16 +516,19 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		}
 	}
 	c.inFlight.Add(1)
+	c.inBytes.Add(size)
 	if !c.opts.spawn(func() {
-		defer c.releaseSlot()
+		defer c.releaseSlot(size)
 		c.handle(req, st)
 	}) {
-		c.releaseSlot()
+		c.releaseSlot(size)
 	}
 }
 
-// releaseSlot ends one in-flight request and wakes a reader waiting for a slot.
-func (c *Conn) releaseSlot() {
+// releaseSlot ends one in-flight request of size body bytes and wakes a reader waiting
+// for a slot.
+func (c *Conn) releaseSlot(size int64) {
+	c.inBytes.Add(-size)
 	c.inFlight.Add(-1)
 	select {
 	case c.slotFree <- struct{}{}:

@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,8 +34,36 @@ type ServerConfig struct {
 	// in flight for this long (Java serverChannelMaxIdleTimeSeconds). Default: 120s;
 	// negative disables it.
 	IdleTimeout time.Duration
+	// MaxInFlightBytesPerConn bounds the body bytes of the requests of one connection
+	// being handled at once (held pulls included, until answered); beyond it requests
+	// are answered SYSTEM_BUSY (2) (one request is always let through). Default: 128 MiB
+	// (the producer SDK's default async in-flight bytes); negative: unlimited.
+	MaxInFlightBytesPerConn int64
+	// MaxQueuedBytesPerConn bounds the bytes of answers and requests waiting to be
+	// written to one connection; beyond it senders wait up to WriteTimeout, then the
+	// connection is closed as not reading. Default: 64 MiB; negative: only
+	// WriteQueueSize (frames) bounds the queue.
+	MaxQueuedBytesPerConn int64
+	// FrameReadTimeout bounds reading the rest of a frame once its first byte arrived; a
+	// connection that stalls mid-frame is closed. Default: 30s, or IdleTimeout when that
+	// is shorter; negative: IdleTimeout.
+	FrameReadTimeout time.Duration
+	// MaxConns bounds the open connections; a connection beyond it is closed at once
+	// (logged at warn, at most once a second). Default: 10000; negative: unlimited.
+	MaxConns int
+	// MaxConnsPerHost bounds the open connections from one remote IP address. Default:
+	// 1000; negative: unlimited.
+	MaxConnsPerHost int
+	// TLS, when set, serves TLS (crypto/tls) with this configuration (it needs a
+	// certificate); the handshake is bounded by IdleTimeout. Default: nil (plain TCP).
+	TLS *tls.Config
 	// Logger receives connection events. Default: slog.Default().
 	Logger *slog.Logger
+	// Before, when set, runs before the handler of every request, on the request's
+	// goroutine. A non-nil answer is sent instead of running the handler (one-way
+	// requests get no answer either way). The broker and the name server use it for
+	// name validation and access control. Default: none.
+	Before Handler
 }
 
 func (c *ServerConfig) setDefaults() {
@@ -56,6 +85,21 @@ func (c *ServerConfig) setDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 120 * time.Second
 	}
+	if c.MaxInFlightBytesPerConn == 0 {
+		c.MaxInFlightBytesPerConn = 128 << 20
+	}
+	if c.MaxQueuedBytesPerConn == 0 {
+		c.MaxQueuedBytesPerConn = 64 << 20
+	}
+	if c.FrameReadTimeout == 0 {
+		c.FrameReadTimeout = 30 * time.Second
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 10000
+	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = 1000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -72,6 +116,8 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("remoting: ServerConfig.WriteTimeout %v must not be negative", c.WriteTimeout)
 	case c.WriteQueueSize < 0:
 		return fmt.Errorf("remoting: ServerConfig.WriteQueueSize %d must not be negative", c.WriteQueueSize)
+	case c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil:
+		return errors.New("remoting: ServerConfig.TLS has no certificate")
 	}
 	return nil
 }
@@ -108,9 +154,13 @@ type Server struct {
 	stopped chan struct{} // closed when wg reached zero after Shutdown began
 	quit    chan struct{} // closed when Shutdown begins
 
-	mu       sync.Mutex // guards stopping, conns, closeConns
+	mu       sync.Mutex // guards stopping, conns, perHost, closeConns
 	stopping bool
 	conns    map[uint64]*Conn
+	perHost  map[string]int // open connections by remote IP
+
+	refused     atomic.Int64 // connections refused by MaxConns / MaxConnsPerHost
+	lastRefusal atomic.Int64 // unix ns of the last refusal logged
 	// closeConns are the connections Shutdown is flushing and closing.
 	closeConns []*Conn
 
@@ -133,6 +183,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		stopped:  make(chan struct{}),
 		quit:     make(chan struct{}),
 		conns:    make(map[uint64]*Conn),
+		perHost:  make(map[string]int),
 		handlers: make(map[RequestCode]Handler),
 	}
 	idle := cfg.IdleTimeout
@@ -140,15 +191,18 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		idle = 0
 	}
 	s.opts = &connOptions{
-		maxFrameSize: cfg.MaxFrameSize,
-		writeTimeout: cfg.WriteTimeout,
-		idleTimeout:  idle,
-		queueLen:     cfg.WriteQueueSize,
-		maxInFlight:  cfg.MaxInFlightPerConn,
-		log:          cfg.Logger,
-		spawn:        s.spawn,
-		serve:        s.serve,
-		onClose:      s.onConnClose,
+		maxInFlightBytes: max(cfg.MaxInFlightBytesPerConn, 0),
+		maxQueuedBytes:   max(cfg.MaxQueuedBytesPerConn, 0),
+		frameTimeout:     max(cfg.FrameReadTimeout, 0),
+		maxFrameSize:     cfg.MaxFrameSize,
+		writeTimeout:     cfg.WriteTimeout,
+		idleTimeout:      idle,
+		queueLen:         cfg.WriteQueueSize,
+		maxInFlight:      cfg.MaxInFlightPerConn,
+		log:              cfg.Logger,
+		spawn:            s.spawn,
+		serve:            s.serve,
+		onClose:          s.onConnClose,
 	}
 	return s, nil
 }
@@ -187,6 +241,11 @@ func (s *Server) OnConnClose(f func(c *Conn)) {
 }
 
 func (s *Server) serve(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+	if s.cfg.Before != nil {
+		if resp := s.cfg.Before(ctx, conn, req); resp != nil {
+			return resp
+		}
+	}
 	s.hmu.RLock()
 	h := s.handlers[RequestCode(req.Code)]
 	if h == nil {
@@ -215,7 +274,13 @@ func (s *Server) spawn(f func()) bool {
 
 func (s *Server) onConnClose(c *Conn) {
 	s.mu.Lock()
-	delete(s.conns, c.ID())
+	if _, ok := s.conns[c.ID()]; ok {
+		delete(s.conns, c.ID())
+		h := hostOf(c.RemoteAddr())
+		if s.perHost[h]--; s.perHost[h] <= 0 {
+			delete(s.perHost, h)
+		}
+	}
 	s.mu.Unlock()
 	s.log.Debug("remoting: connection closed", "remote", c.RemoteAddr(), "conn", c.ID(), "cause", c.Err())
 	s.hmu.RLock()
@@ -243,6 +308,9 @@ func (s *Server) Start() error {
 		s.state.CompareAndSwap(1, 0) // allow another Start
 		return fmt.Errorf("remoting: listen %s: %w", s.cfg.Addr, err)
 	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	s.ln = ln
 	s.wg.Add(1)
 	go func() {
@@ -261,6 +329,18 @@ func (s *Server) Addr() string {
 		return ""
 	}
 	return s.ln.Addr().String()
+}
+
+// RefusedConns returns how many connections were closed at accept because of MaxConns
+// or MaxConnsPerHost.
+func (s *Server) RefusedConns() int64 { return s.refused.Load() }
+
+// hostOf returns the IP part of "ip:port".
+func hostOf(remote string) string {
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		return h
+	}
+	return remote
 }
 
 // Conns returns the number of open connections.
@@ -302,14 +382,34 @@ func (s *Server) serveConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	conn := newConn(nc, nc.RemoteAddr().String(), s.opts)
+	remote := nc.RemoteAddr().String()
+	host := hostOf(remote)
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
 	}
+	var why string
+	switch {
+	case s.cfg.MaxConns > 0 && len(s.conns) >= s.cfg.MaxConns:
+		why = fmt.Sprintf("%d connections open (limit %d)", len(s.conns), s.cfg.MaxConns)
+	case s.cfg.MaxConnsPerHost > 0 && s.perHost[host] >= s.cfg.MaxConnsPerHost:
+		why = fmt.Sprintf("%d connections open from %s (limit %d)", s.perHost[host], host, s.cfg.MaxConnsPerHost)
+	}
+	if why != "" {
+		s.mu.Unlock()
+		_ = nc.Close()
+		n := s.refused.Add(1)
+		now := time.Now().UnixNano()
+		if last := s.lastRefusal.Load(); now-last > int64(time.Second) && s.lastRefusal.CompareAndSwap(last, now) {
+			s.log.Warn("remoting: connection refused", "remote", remote, "reason", why, "refused_total", n)
+		}
+		return
+	}
+	conn := newConn(nc, remote, s.opts)
 	s.conns[conn.ID()] = conn
+	s.perHost[host]++
 	s.mu.Unlock()
 	if conn.start() {
 		s.log.Debug("remoting: accepted connection", "remote", conn.RemoteAddr(), "conn", conn.ID())

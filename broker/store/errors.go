@@ -12,6 +12,10 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	// ErrMessageTooLarge matches every *MessageTooLargeError with errors.Is.
 	ErrMessageTooLarge = errors.New("store: message too large")
+	// ErrDiskFull is returned by PutMessage and PutMessages while the file system of the
+	// store is full (a write failed with ENOSPC, or the store opened on a full disk);
+	// reads keep working, and writes resume once free space is back.
+	ErrDiskFull = errors.New("store: disk full")
 )
 
 // MessageTooLargeError rejects a put whose body exceeds Config.MaxMessageSize (What

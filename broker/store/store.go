@@ -3,12 +3,15 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicemq/sluice/message"
@@ -18,6 +21,8 @@ import (
 // goroutine, a checkpoint goroutine. Create it with Open and release it with Close. All
 // methods are safe for concurrent use.
 type Store struct {
+	diskFull atomic.Bool // a write hit ENOSPC; cleared when free space is back (see put)
+
 	cfg     Config
 	log     *slog.Logger
 	lock    *os.File // flock on <Dir>/lock
@@ -92,8 +97,14 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.flusher = newFlusher(s.cl, clFlushed)
-	// Make the recovered state durable and record it before taking traffic.
-	if err := s.checkpoint(); err != nil {
+	// Make the recovered state durable and record it before taking traffic. On a full
+	// disk the previous checkpoint stays (still a valid lower bound: recovery re-checks
+	// everything after it) and the store opens anyway: reads are served, writes fail
+	// with ENOSPC until space is freed.
+	if err := s.checkpoint(); errors.Is(err, syscall.ENOSPC) {
+		s.diskFull.Store(true)
+		s.log.Error("store: disk full at start: serving reads, writes will fail until space is freed", "dir", cfg.Dir, "err", err)
+	} else if err != nil {
 		s.cl.close()
 		for _, cq := range s.queueList() {
 			cq.close()
@@ -280,8 +291,39 @@ func (s *Store) putBuf(b *[]byte) {
 	}
 }
 
-// put is the write path shared by PutMessage and PutMessages (see the package doc).
+// put refuses writes with ErrDiskFull while the disk is full (checking the free space
+// again on each call: at least twice MaxMessageSize plus 1 MiB must be free), then runs
+// the write path; a write failing with ENOSPC marks the disk full.
 func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+	if s.diskFull.Load() {
+		free, err := freeBytes(s.cfg.Dir)
+		if err != nil || free < uint64(2*s.cfg.MaxMessageSize+1<<20) {
+			return PutResult{}, fmt.Errorf("%w: %d bytes free in %s", ErrDiskFull, free, s.cfg.Dir)
+		}
+		s.diskFull.Store(false)
+		s.log.Info("store: free space is back, accepting writes", "free_bytes", free)
+	}
+	res, err := s.write(ctx, msgs, tagsCodes)
+	if errors.Is(err, syscall.ENOSPC) {
+		if s.diskFull.CompareAndSwap(false, true) {
+			s.log.Error("store: disk full: refusing writes until space is freed", "dir", s.cfg.Dir, "err", err)
+		}
+		err = fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	return res, err
+}
+
+// freeBytes returns the bytes available to this process on dir's file system.
+func freeBytes(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// write is the write path shared by PutMessage and PutMessages (see the package doc).
+func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
 	if err := ctx.Err(); err != nil {
 		return PutResult{}, err
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 func newAdminCmd() *cobra.Command {
@@ -29,6 +32,11 @@ func newAdminCmd() *cobra.Command {
 	pf := cmd.PersistentFlags()
 	pf.String("namesrv", def, "name server address(es) ip:port;ip:port; the default comes from $NAMESRV_ADDR if set")
 	pf.Duration("timeout", admin.DefaultTimeout, "timeout of each request")
+	pf.Bool("tls", false, "talk TLS to the name servers and brokers (certificates verified against the system roots or --tls-ca)")
+	pf.String("tls-ca", "", "PEM bundle to verify the servers' certificates with (implies --tls)")
+	pf.Bool("tls-insecure", false, "with --tls, do not verify the servers' certificates (as the official Go client's WithTls)")
+	pf.String("access-key", os.Getenv("SLUICE_ACCESS_KEY"), "ACL access key (RocketMQ plain ACL); requests are signed when it and the secret key are set; default $SLUICE_ACCESS_KEY")
+	pf.String("secret-key", "", "ACL secret key; default $SLUICE_SECRET_KEY (prefer the variable: flags show in process lists)")
 	topic := &cobra.Command{
 		Use:   "topic",
 		Short: "Create, list, inspect and delete topics",
@@ -46,12 +54,51 @@ func newAdminCmd() *cobra.Command {
 func withAdmin(cmd *cobra.Command, f func(ctx context.Context, a *admin.Admin) error) error {
 	addrs, _ := cmd.Flags().GetString("namesrv")
 	timeout, _ := cmd.Flags().GetDuration("timeout")
-	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(addrs), Timeout: timeout, Logger: discardLogger()})
+	ak, _ := cmd.Flags().GetString("access-key")
+	sk, _ := cmd.Flags().GetString("secret-key")
+	if sk == "" {
+		sk = os.Getenv("SLUICE_SECRET_KEY")
+	}
+	if (ak == "") != (sk == "") {
+		return fmt.Errorf("--access-key and --secret-key (or $SLUICE_ACCESS_KEY and $SLUICE_SECRET_KEY) go together")
+	}
+	tlsCfg, err := adminTLS(cmd)
+	if err != nil {
+		return err
+	}
+	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(addrs), Timeout: timeout, Logger: discardLogger(),
+		Credentials: remoting.Credentials{AccessKey: ak, SecretKey: sk}, TLS: tlsCfg})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	return f(cmd.Context(), a)
+}
+
+// adminTLS builds the client TLS config of --tls, --tls-ca and --tls-insecure (nil: plain
+// TCP).
+func adminTLS(cmd *cobra.Command) (*tls.Config, error) {
+	on, _ := cmd.Flags().GetBool("tls")
+	ca, _ := cmd.Flags().GetString("tls-ca")
+	insecure, _ := cmd.Flags().GetBool("tls-insecure")
+	if !on && ca == "" {
+		if insecure {
+			return nil, errors.New("--tls-insecure needs --tls")
+		}
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in the file", ca)
+		}
+	}
+	return cfg, nil
 }
 
 func printJSON(cmd *cobra.Command, v any) error {

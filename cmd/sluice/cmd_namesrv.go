@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/namesrv"
 )
 
@@ -20,6 +23,9 @@ func newNamesrvCmd() *cobra.Command {
 	f.String("listen", namesrv.DefaultListenAddr, "listen address ip:port (port 0 = a free port)")
 	f.Duration("broker-expiry", namesrv.DefaultBrokerExpiry, "drop a broker that has not registered for this long")
 	f.String("kv-config", "", "JSON file persisting the KV config (order topic configs); empty = memory only")
+	f.String("tls-cert", "", "PEM certificate to serve TLS with (with --tls-key); empty = plain TCP")
+	f.String("tls-key", "", "PEM private key of --tls-cert")
+	f.String("acl-file", "", "RocketMQ plain_acl.yml: registration, unregistration, topic deletion and KV writes then need an admin account's signature (reloaded on change); empty = open")
 	addShutdownFlag(cmd)
 	return cmd
 }
@@ -37,7 +43,26 @@ func runNamesrv(cmd *cobra.Command, _ []string) error {
 	if grace <= 0 {
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", grace)
 	}
-	ns, err := namesrv.New(namesrv.Config{ListenAddr: listen, BrokerExpiry: expiry, KVConfigPath: kv, Logger: log})
+	cfg := namesrv.Config{ListenAddr: listen, BrokerExpiry: expiry, KVConfigPath: kv, Logger: log}
+	cert, _ := f.GetString("tls-cert")
+	key, _ := f.GetString("tls-key")
+	if (cert == "") != (key == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
+	}
+	if path, _ := f.GetString("acl-file"); path != "" {
+		if cfg.ACL, err = acl.Load(path, log); err != nil {
+			return fmt.Errorf("--acl-file: %w", err)
+		}
+		go cfg.ACL.Watch(cmd.Context(), time.Second) // ends with the command's context
+	}
+	ns, err := namesrv.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,6 +72,14 @@ type Config struct {
 	Heartbeat func() wire.HeartbeatData
 	// Logger receives route, heartbeat and connection events. Default: slog.Default().
 	Logger *slog.Logger
+	// Credentials, when AccessKey and SecretKey are both set, sign every request with
+	// RocketMQ plain ACL 1.0 (HMAC-SHA1 over the sorted ext-field values and the body),
+	// for brokers and name servers with aclEnable. Default: none (unsigned).
+	Credentials remoting.Credentials
+	// TLS, when set, connects to name servers and brokers over TLS with this
+	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
+	// TCP).
+	TLS *tls.Config
 }
 
 func (c *Config) setDefaults() {
@@ -178,7 +187,8 @@ func New(cfg Config) (*Client, error) {
 	// A new connection to a broker (first contact, or after it restarted and forgot us)
 	// gets a heartbeat at once: without it a restarted broker refuses our pulls
 	// (SUBSCRIPTION_NOT_EXIST) and sends no transaction checks until the next period.
-	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger, OnConnect: c.connected})
+	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger, OnConnect: c.connected, Credentials: cfg.Credentials,
+		TLS: cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

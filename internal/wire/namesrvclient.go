@@ -31,6 +31,9 @@ type RegisterBrokerRequest struct {
 	// name server re-reads it only when the DataVersion changed.
 	Topics           TopicConfigSerializeWrapper
 	FilterServerList []string // usually empty
+	// Compress sends the body in RocketMQ's compressed form (header compressed=true,
+	// see [EncodeCompressedRegisterBody]); it drops topicSysFlag and order.
+	Compress bool
 }
 
 // RegisterBrokerResult is the name server's answer to REGISTER_BROKER.
@@ -43,10 +46,21 @@ type RegisterBrokerResult struct {
 }
 
 // RegisterBroker sends REGISTER_BROKER (103) to the name server at addr with a JSON
-// RegisterBrokerBody and its bodyCrc32 (crc32(body) & 0x7FFFFFFF), compressed=false.
-// Errors: a missing required field (before sending), a transport error from c, a
-// non-success response as *remoting.ResponseError, or an undecodable response body.
+// RegisterBrokerBody (or the compressed form when req.Compress) and its bodyCrc32
+// (crc32(body) & 0x7FFFFFFF). Errors: a missing required field (before sending), a
+// transport error from c, a non-success response as *remoting.ResponseError, or an
+// undecodable response body.
 func RegisterBroker(ctx context.Context, c *remoting.Client, addr string, req RegisterBrokerRequest) (*RegisterBrokerResult, error) {
+	b, err := EncodeRegisterBody(req)
+	if err != nil {
+		return nil, err
+	}
+	return RegisterBrokerEncoded(ctx, c, addr, req, b)
+}
+
+// EncodeRegisterBody encodes the body of req as RegisterBroker sends it: JSON, or the
+// compressed form when req.Compress. Errors: a missing required field.
+func EncodeRegisterBody(req RegisterBrokerRequest) ([]byte, error) {
 	switch {
 	case req.ClusterName == "":
 		return nil, errors.New("wire: RegisterBrokerRequest.ClusterName is empty")
@@ -64,17 +78,26 @@ func RegisterBroker(ctx context.Context, c *remoting.Client, addr string, req Re
 	if body.FilterServerList == nil {
 		body.FilterServerList = []string{}
 	}
+	if req.Compress {
+		return EncodeCompressedRegisterBody(&body)
+	}
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("wire: encode RegisterBrokerBody: %w", err)
 	}
+	return b, nil
+}
+
+// RegisterBrokerEncoded sends REGISTER_BROKER with a body encoded by
+// [EncodeRegisterBody] for the same req (so a caller can measure or reuse it).
+func RegisterBrokerEncoded(ctx context.Context, c *remoting.Client, addr string, req RegisterBrokerRequest, b []byte) (*RegisterBrokerResult, error) {
 	cmd := remoting.NewRequest(remoting.RegisterBroker, map[string]string{
 		"brokerName":   req.BrokerName,
 		"brokerAddr":   req.BrokerAddr,
 		"clusterName":  req.ClusterName,
 		"haServerAddr": req.HAServerAddr,
 		"brokerId":     strconv.FormatInt(req.BrokerID, 10),
-		"compressed":   "false",
+		"compressed":   strconv.FormatBool(req.Compress),
 		"bodyCrc32":    strconv.FormatUint(uint64(crc32.ChecksumIEEE(b)&0x7FFFFFFF), 10),
 	}, b)
 	resp, err := invoke(ctx, c, addr, cmd)

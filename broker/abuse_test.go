@@ -1,0 +1,458 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/wire"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// Abuse and fault suite (issue: a broker strangers cannot break or steer). Each test
+// names the finding it covers.
+
+// TestHeartbeatHugeGroupNamesRefused: sixteen heartbeats each naming a 1 MiB consumer
+// group used to be accepted, the broker saved a retry topic and a group for each and its
+// registration outgrew the 16 MiB frame. Now each is refused naming the field and the
+// limit, nothing is saved and the broker keeps registering.
+func TestHeartbeatHugeGroupNamesRefused(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	topicsBefore := len(b.topics.names())
+	for i := range 16 {
+		group := strings.Repeat(string(rune('a'+i)), 1<<20)
+		hb, _ := json.Marshal(wire.HeartbeatData{ClientID: "attacker", ConsumerDataSet: []wire.ConsumerData{{GroupName: group,
+			MessageModel: "CLUSTERING", SubscriptionDataSet: []wire.SubscriptionData{{Topic: "T", SubString: "*"}}}}})
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, hb))
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "consumerDataSet.groupName") ||
+			!strings.Contains(r.Remark, "limit 120") {
+			t.Fatalf("heartbeat %d: code %d remark %.200q", i, r.Code, r.Remark)
+		}
+	}
+	// A long producer group, client id or subscription topic is refused too.
+	for name, hb := range map[string]wire.HeartbeatData{
+		"producerDataSet.groupName":  {ClientID: "x", ProducerDataSet: []wire.ProducerData{{GroupName: strings.Repeat("p", 121)}}},
+		"clientID":                   {ClientID: strings.Repeat("c", MaxClientIDLength+1)},
+		"subscriptionDataSet.topic":  {ClientID: "x", ConsumerDataSet: []wire.ConsumerData{{GroupName: "g", SubscriptionDataSet: []wire.SubscriptionData{{Topic: "bad topic"}}}}},
+		"consumerDataSet.groupName:": {ClientID: "x", ConsumerDataSet: []wire.ConsumerData{{GroupName: "g/../x"}}},
+	} {
+		body, _ := json.Marshal(hb)
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body))
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, strings.TrimSuffix(name, ":")) {
+			t.Errorf("%s: code %d remark %.200q", name, r.Code, r.Remark)
+		}
+	}
+	if n := len(b.topics.names()); n != topicsBefore {
+		t.Fatalf("topics grew from %d to %d", topicsBefore, n)
+	}
+	if len(b.groups.snapshot().SubscriptionGroupTable) != 0 {
+		t.Fatalf("groups saved: %d", len(b.groups.snapshot().SubscriptionGroupTable))
+	}
+	failed := b.Stats().RegisterFailed
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	b.registerAll(ctx)
+	cancel()
+	if b.Stats().RegisterFailed != failed || b.Stats().RegisterOK == 0 {
+		t.Fatalf("registration failed: ok %d failed %d", b.Stats().RegisterOK, b.Stats().RegisterFailed)
+	}
+}
+
+// TestNamesRefusedOnEveryPath: every request code that names a topic or group refuses a
+// name outside RocketMQ's rules, naming the field.
+func TestNamesRefusedOnEveryPath(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	long := strings.Repeat("x", 128)
+	lockBody, _ := json.Marshal(wire.LockBatchBody{ConsumerGroup: "g", ClientID: "c", MQSet: []message.MessageQueue{{Topic: "a b", BrokerName: "b"}}})
+	cases := []struct {
+		code  remoting.RequestCode
+		ext   map[string]string
+		body  []byte
+		field string
+	}{
+		{remoting.SendMessage, map[string]string{"producerGroup": "pg", "topic": long}, []byte("x"), "topic"},
+		{remoting.SendMessage, map[string]string{"producerGroup": "p g", "topic": "T"}, []byte("x"), "producerGroup"},
+		{remoting.SendMessageV2, map[string]string{"a": "pg", "b": "T\x00"}, []byte("x"), "b"},
+		{remoting.SendBatchMessage, map[string]string{"a": strings.Repeat("g", 121), "b": "T"}, []byte("x"), "a"},
+		{remoting.PullMessage, map[string]string{"consumerGroup": "g", "topic": long}, nil, "topic"},
+		{remoting.QueryConsumerOffset, map[string]string{"consumerGroup": "g*", "topic": "T"}, nil, "consumerGroup"},
+		{remoting.UpdateConsumerOffset, map[string]string{"consumerGroup": "g", "topic": "T ", "queueId": "0", "commitOffset": "999999"}, nil, "topic"},
+		{remoting.ConsumerSendMsgBack, map[string]string{"group": strings.Repeat("g", 121), "offset": "0", "delayLevel": "0"}, nil, "group"},
+		{remoting.UnregisterClient, map[string]string{"clientID": "c", "consumerGroup": "g:1"}, nil, "consumerGroup"},
+		{remoting.GetConsumerListByGroup, map[string]string{"consumerGroup": "g.g"}, nil, "consumerGroup"},
+		{remoting.UpdateAndCreateTopic, map[string]string{"topic": "t/t", "readQueueNums": "1", "writeQueueNums": "1"}, nil, "topic"},
+		{remoting.DeleteTopicInBroker, map[string]string{"topic": long}, nil, "topic"},
+		{remoting.InvokeBrokerToResetOffset, map[string]string{"topic": "T", "group": "é"}, nil, "group"},
+		{remoting.GetMaxOffset, map[string]string{"topic": "T?", "queueId": "0"}, nil, "topic"},
+		{remoting.QueryMessage, map[string]string{"topic": "T?", "key": "k"}, nil, "topic"},
+		{remoting.EndTransaction, map[string]string{"producerGroup": long}, nil, "producerGroup"},
+		{remoting.LockBatchMQ, nil, lockBody, "mqSet.topic"},
+	}
+	for _, tc := range cases {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(tc.code, tc.ext, tc.body))
+		if r.ResponseCode() != remoting.SystemError || !strings.HasPrefix(r.Remark, "invalid "+tc.field+":") {
+			t.Errorf("code %d: want SYSTEM_ERROR naming %q, got %d %q", tc.code, tc.field, r.Code, r.Remark)
+		}
+	}
+	if n := b.Stats().RefusedNames; n != int64(len(cases)) {
+		t.Errorf("RefusedNames = %d, want %d", n, len(cases))
+	}
+}
+
+// TestRegisterManyLongTopics: 50,000 topics of 120-character names made a JSON
+// registration over the 16 MiB frame limit; it now goes compressed and every route is
+// known to the name server.
+func TestRegisterManyLongTopics(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	const n = 50000
+	name := func(i int) string { s := fmt.Sprintf("T%06d", i); return s + strings.Repeat("x", 120-len(s)) }
+	b.topics.mu.Lock()
+	for i := range n {
+		b.topics.topics[name(i)] = &wire.TopicConfig{TopicName: name(i), ReadQueueNums: 4, WriteQueueNums: 4,
+			Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	}
+	b.topics.version.Counter++
+	b.topics.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	failed := b.Stats().RegisterFailed
+	b.registerAll(ctx)
+	st := b.Stats()
+	if st.RegisterFailed != failed || st.LastRegisterTopics < n {
+		t.Fatalf("registration failed: %d failures, %d topics", st.RegisterFailed, st.LastRegisterTopics)
+	}
+	if sz := st.LastRegisterBodyBytes; sz >= remoting.DefaultMaxFrameSize/4 {
+		t.Fatalf("compressed body %d bytes", sz)
+	}
+	t.Logf("%d topics registered in %d compressed bytes", st.LastRegisterTopics, st.LastRegisterBodyBytes)
+	c := newClient(t)
+	for _, i := range []int{0, n / 2, n - 1} {
+		rd, err := wire.GetRouteInfo(ctx, c, b.NamesrvAddr(), name(i))
+		if err != nil || len(rd.QueueDatas) != 1 || rd.QueueDatas[0].ReadQueueNums != 4 {
+			t.Fatalf("route of topic %d: %+v %v", i, rd, err)
+		}
+	}
+}
+
+// TestInvalidNamesInConfigFilesDropped: a broker whose config files hold names from an
+// older version (e.g. 1 MiB groups) starts, drops them and registers.
+func TestInvalidNamesInConfigFilesDropped(t *testing.T) {
+	dir := t.TempDir()
+	huge := strings.Repeat("g", 1<<20)
+	topics := map[string]any{"topicConfigTable": map[string]any{
+		"%RETRY%" + huge: map[string]any{"topicName": "%RETRY%" + huge, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6},
+		"Good":           map[string]any{"topicName": "Good", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6},
+	}}
+	groups := map[string]any{"subscriptionGroupTable": map[string]any{huge: map[string]any{"groupName": huge}}}
+	for file, v := range map[string]any{"topics.json": topics, "subscriptionGroup.json": groups} {
+		data, _ := json.Marshal(v)
+		if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config", file), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := startBroker(t, dir, nil)
+	if b.topics.get("Good") == nil || len(b.groups.snapshot().SubscriptionGroupTable) != 0 || b.topics.dropped != 1 || b.groups.dropped != 1 {
+		t.Fatalf("topics %v, groups %d", b.topics.names(), len(b.groups.snapshot().SubscriptionGroupTable))
+	}
+	if b.Stats().RegisterOK == 0 || b.Stats().RegisterFailed != 0 {
+		t.Fatalf("registration: ok %d failed %d", b.Stats().RegisterOK, b.Stats().RegisterFailed)
+	}
+}
+
+// TestJunkBodiesRefused: one connection holding long-poll pulls with 15 MiB junk bodies
+// took the broker from 90 MB to 1.3 GB. A pull body is refused at once (a pull has no
+// body), and other requests are bounded by maxRequestBodySize.
+func TestJunkBodiesRefused(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.MaxRequestBodySize = 1 << 20 })
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Junk", 1)
+	junk := make([]byte, 15<<20)
+	ext := map[string]string{"consumerGroup": "g", "topic": "Junk", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+		"sysFlag": "2", "commitOffset": "0", "suspendTimeoutMillis": "20000", "subscription": "*", "subVersion": "0"}
+	for range 4 {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.PullMessage, ext, junk))
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "limit 4096 bytes") {
+			t.Fatalf("junk pull: %d %q", r.Code, r.Remark)
+		}
+	}
+	r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, make([]byte, 2<<20)))
+	if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "limit 1048576 bytes") {
+		t.Fatalf("junk heartbeat: %d %q", r.Code, r.Remark)
+	}
+	if b.Stats().RefusedLimits != 5 {
+		t.Fatalf("RefusedLimits = %d", b.Stats().RefusedLimits)
+	}
+}
+
+// writeACL writes a plain_acl.yml with an admin, a producer-only and a consumer account.
+func writeACL(t *testing.T, dir, extra string) string {
+	t.Helper()
+	path := filepath.Join(dir, "plain_acl.yml")
+	data := `accounts:
+  - accessKey: adminKey
+    secretKey: adminSecret
+    admin: true
+  - accessKey: producerKey
+    secretKey: producerSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Orders=PUB]
+  - accessKey: consumerKey
+    secretKey: consumerSecret
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+` + extra
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func signedClient(t *testing.T, ak, sk string) *remoting.Client {
+	t.Helper()
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger(), Credentials: remoting.Credentials{AccessKey: ak, SecretKey: sk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestACLBroker: without credentials a stranger deleted a topic, moved offsets and
+// unregistered the broker. With aclEnable every request needs a valid signature and
+// the permissions its topics and groups need; admin codes need an admin account.
+func TestACLBroker(t *testing.T) {
+	dir := t.TempDir()
+	path := writeACL(t, dir, "")
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
+		c.AclEnable, c.AclFile = true, path
+		c.AccessKey, c.SecretKey = "adminKey", "adminSecret"
+	})
+	admin := signedClient(t, "adminKey", "adminSecret")
+	prod := signedClient(t, "producerKey", "producerSecret")
+	cons := signedClient(t, "consumerKey", "consumerSecret")
+	wrong := signedClient(t, "producerKey", "not-the-secret")
+	stranger := newClient(t)
+
+	createTopic(t, admin, b.Addr(), "Orders", 1)
+	refused := func(what string, r *remoting.RemotingCommand, why string) {
+		t.Helper()
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, why) {
+			t.Errorf("%s: want SYSTEM_ERROR %q, got %d %q", what, why, r.Code, r.Remark)
+		}
+	}
+	create := remoting.NewRequest(remoting.UpdateAndCreateTopic, map[string]string{"topic": "Other", "readQueueNums": "1", "writeQueueNums": "1"}, nil)
+	refused("create topic by a producer", invoke(t, prod, b.Addr(), create), "need admin permission")
+	del := func() *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.DeleteTopicInBroker, map[string]string{"topic": "Orders"}, nil)
+	}
+	refused("delete topic by a stranger", invoke(t, stranger, b.Addr(), del()), "no accessKey")
+	refused("delete topic by a consumer", invoke(t, cons, b.Addr(), del()), "need admin permission")
+
+	if r := sendV1(t, prod, b.Addr(), "Orders", 0, []byte("a"), nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("signed send: %d %s", r.Code, r.Remark)
+	}
+	refused("send with a wrong secret", sendV1(t, wrong, b.Addr(), "Orders", 0, []byte("a"), nil), "check signature failed")
+	refused("unsigned send", sendV1(t, stranger, b.Addr(), "Orders", 0, []byte("a"), nil), "no accessKey")
+	refused("send by a consumer account", sendV1(t, cons, b.Addr(), "Orders", 0, []byte("a"), nil), "no PUB permission on topic Orders")
+	refused("pull by a producer account", pull(t, prod, b.Addr(), "g", "Orders", 0, 0, "*", 0), "permission on group g")
+	if r := pull(t, cons, b.Addr(), "g", "Orders", 0, 0, "*", 0); r.ResponseCode() != remoting.Success {
+		t.Fatalf("signed pull: %d %s", r.Code, r.Remark)
+	}
+	offset := func() *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.UpdateConsumerOffset, map[string]string{"consumerGroup": "g", "topic": "Orders",
+			"queueId": "0", "commitOffset": "999999"}, nil)
+	}
+	refused("stranger moves offsets", invoke(t, stranger, b.Addr(), offset()), "no accessKey")
+	if off, ok := b.offsets.query("g", "Orders", 0); ok && off == 999999 {
+		t.Fatal("a refused offset update was applied")
+	}
+	hb, _ := json.Marshal(wire.HeartbeatData{ClientID: "x", ConsumerDataSet: []wire.ConsumerData{{GroupName: "g", MessageModel: "CLUSTERING",
+		SubscriptionDataSet: []wire.SubscriptionData{{Topic: "Orders", SubString: "*"}}}}})
+	refused("stranger heartbeat", invoke(t, stranger, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, hb)), "no accessKey")
+	if r := invoke(t, cons, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, hb)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("signed heartbeat: %d %s", r.Code, r.Remark)
+	}
+	if r := invoke(t, admin, b.Addr(), del()); r.ResponseCode() != remoting.Success {
+		t.Fatalf("admin delete: %d %s", r.Code, r.Remark)
+	}
+	if b.Stats().RefusedACL < 9 {
+		t.Errorf("RefusedACL = %d", b.Stats().RefusedACL)
+	}
+
+	// The embedded name server refuses a stranger's unregistration and fake broker,
+	// while the broker's own signed registrations go through.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := wire.UnregisterBroker(ctx, stranger, b.NamesrvAddr(), wire.UnregisterBrokerRequest{
+		ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: b.Addr()})
+	if err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Fatalf("stranger unregister: %v", err)
+	}
+	_, err = wire.RegisterBroker(ctx, stranger, b.NamesrvAddr(), wire.RegisterBrokerRequest{
+		ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:1", BrokerID: 0,
+		Topics: wire.TopicConfigSerializeWrapper{TopicConfigTable: map[string]*wire.TopicConfig{
+			"Orders": {TopicName: "Orders", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}}}})
+	if err == nil {
+		t.Fatal("a stranger registered a fake broker")
+	}
+	_, err = wire.RegisterBroker(ctx, prod, b.NamesrvAddr(), wire.RegisterBrokerRequest{
+		ClusterName: "DefaultCluster", BrokerName: "broker-b", BrokerAddr: "127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "need admin permission") {
+		t.Fatalf("non-admin register: %v", err)
+	}
+	failed := b.Stats().RegisterFailed
+	b.registerAll(ctx)
+	if b.Stats().RegisterFailed != failed {
+		t.Fatal("the broker's signed registration was refused")
+	}
+	rd, err := wire.GetRouteInfo(ctx, stranger, b.NamesrvAddr(), message.RetryTopic("g"))
+	if err != nil || len(rd.BrokerDatas) != 1 || rd.BrokerDatas[0].BrokerAddrs[0] != b.Addr() {
+		t.Fatalf("route after attacks: %+v %v", rd, err)
+	}
+}
+
+// TestACLWhiteListAndReload: a globally white-listed address passes unsigned; a changed
+// file takes effect without a restart.
+func TestACLWhiteListAndReload(t *testing.T) {
+	dir := t.TempDir()
+	path := writeACL(t, dir, "")
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+	stranger := newClient(t)
+	q := func() *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)
+	}
+	if r := invoke(t, stranger, b.Addr(), q()); r.ResponseCode() != remoting.SystemError {
+		t.Fatalf("unsigned read: %d %s", r.Code, r.Remark)
+	}
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append([]byte("globalWhiteRemoteAddresses: ['127.0.0.1', '::1']\n"), data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the white list to be reloaded", func() bool {
+		return invoke(t, stranger, b.Addr(), q()).ResponseCode() == remoting.Success
+	})
+}
+
+// FuzzRequestNames feeds heartbeat and lock bodies to the name check: it must never
+// panic, and whatever it accepts holds only valid names.
+func FuzzRequestNames(f *testing.F) {
+	hb, _ := json.Marshal(wire.HeartbeatData{ClientID: "c", ProducerDataSet: []wire.ProducerData{{GroupName: "pg"}},
+		ConsumerDataSet: []wire.ConsumerData{{GroupName: "g", SubscriptionDataSet: []wire.SubscriptionData{{Topic: "%RETRY%g"}, {Topic: "T"}}}}})
+	f.Add(int16(remoting.HeartBeat), hb)
+	f.Add(int16(remoting.LockBatchMQ), []byte(`{"consumerGroup":"g","clientId":"c","mqSet":[{"topic":"T","brokerName":"b","queueId":0}]}`))
+	f.Fuzz(func(t *testing.T, code int16, body []byte) {
+		if code != int16(remoting.HeartBeat) {
+			code = int16(remoting.LockBatchMQ)
+		}
+		refs, err := requestNames(remoting.NewRequest(remoting.RequestCode(code), nil, body))
+		if err != nil {
+			return
+		}
+		for _, r := range refs {
+			if len(r.name) > message.MaxTopicLength || (r.group && len(r.name) > message.MaxGroupLength) {
+				t.Fatalf("accepted %s of %d bytes", r.field, len(r.name))
+			}
+		}
+	})
+}
+
+// TestOddSendsRefused: an empty body was accepted, and a message with every flag bit set
+// got SEND_OK but never reached a queue. Both are refused with MESSAGE_ILLEGAL (13)
+// saying why; a zlib body with the compression-type bits of zlib is stored and readable.
+func TestOddSendsRefused(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Odd", 1)
+	send := func(sysFlag string, body []byte, props map[string]string) *remoting.RemotingCommand {
+		ext := map[string]string{"a": "pg", "b": "Odd", "c": "TBW102", "d": "4", "e": "0", "f": sysFlag, "g": "0", "h": "-1",
+			"i": message.MarshalProperties(props), "j": "0", "k": "false", "m": "false"}
+		return invoke(t, c, b.Addr(), remoting.NewRequest(remoting.SendMessageV2, ext, body))
+	}
+	for name, tc := range map[string]struct {
+		sysFlag string
+		body    []byte
+		why     string
+	}{
+		"empty body":        {"0", nil, "body is empty"},
+		"every bit":         {"-1", []byte("x"), "may not set"},
+		"0xFFF":             {"4095", []byte("x"), "may not set"},
+		"commit bits":       {"8", []byte("x"), "only END_TRANSACTION"},
+		"rollback bits":     {"12", []byte("x"), "only END_TRANSACTION"},
+		"prepared, no prop": {"4", []byte("x"), "TRAN_MSG is not true"},
+		"lz4":               {"257", []byte("x"), "only zlib"},
+	} {
+		r := send(tc.sysFlag, tc.body, nil)
+		if r.ResponseCode() != remoting.MessageIllegal || !strings.Contains(r.Remark, tc.why) {
+			t.Errorf("%s: %d %q", name, r.Code, r.Remark)
+		}
+	}
+	z, _ := message.Deflate([]byte("zipped"), 5)
+	if r := send(strconv.Itoa(0x301), z, nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("zlib with type bits: %d %s", r.Code, r.Remark)
+	}
+	r := pull(t, c, b.Addr(), "g", "Odd", 0, 0, "*", 0)
+	msgs, err := message.DecodeRecords(r.Body, message.DecodeOptions{Decompress: true})
+	if err != nil || len(msgs) != 1 || string(msgs[0].Body) != "zipped" {
+		t.Fatalf("stored: %v %v", msgs, err)
+	}
+	if max := b.store.MaxOffset("Odd", 0); max != 1 {
+		t.Fatalf("queue holds %d messages, want 1", max)
+	}
+}
+
+// TestHalfSentConnectionsBounded: 20,600 idle half-sent connections exhausted the
+// broker's file descriptors. Connections beyond maxConnectionsPerAddress are closed at
+// once, half-sent frames are closed after frameReadTimeoutMillis, and the broker then
+// serves a client again.
+func TestHalfSentConnectionsBounded(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		c.MaxConnectionsPerAddress = 10
+		c.FrameReadTimeoutMillis = 300
+	})
+	var conns []net.Conn
+	defer func() {
+		for _, nc := range conns {
+			_ = nc.Close()
+		}
+	}()
+	for range 30 {
+		nc, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, nc)
+		_, _ = nc.Write([]byte{0, 0, 0, 200, 0}) // 5 of 204 bytes, then silence
+	}
+	closed := func() int {
+		n := 0
+		for _, nc := range conns {
+			_ = nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := nc.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "every half-sent connection closed", func() bool { return closed() == len(conns) })
+	if refused := b.server.RefusedConns(); refused < 20 {
+		t.Fatalf("%d connections refused at accept, want at least 20", refused)
+	}
+	c := newClient(t)
+	if r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("a client after the attack: %d %s", r.Code, r.Remark)
+	}
+}

@@ -1,0 +1,255 @@
+package acl
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// RetryPrefix marks a resource as a consumer group: groups are checked through their
+// retry topic %RETRY%<group>, as in RocketMQ.
+const RetryPrefix = "%RETRY%"
+
+// Resource is one topic or group a request touches and the permission it needs. A group
+// is named by its retry topic (see [Group]).
+type Resource struct {
+	Name string
+	Perm Perm
+}
+
+// Topic returns the resource for topic needing perm.
+func Topic(topic string, perm Perm) Resource { return Resource{Name: topic, Perm: perm} }
+
+// Group returns the resource for consumer group needing perm (named %RETRY%<group>).
+func Group(group string, perm Perm) Resource { return Resource{Name: RetryPrefix + group, Perm: perm} }
+
+// ErrDenied is wrapped by every refusal of [Validator.Check]; the broker answers it with
+// SYSTEM_ERROR (1) and the error text as remark, as RocketMQ does with AclException.
+var ErrDenied = errors.New("acl")
+
+// account is a compiled Account.
+type account struct {
+	Account
+	white     *addrPattern
+	topicPerm Perm
+	groupPerm Perm
+	owned     map[string]Perm // topic or %RETRY%group -> perm; nil when none given
+}
+
+// compiled is an immutable, checked ACL file.
+type compiled struct {
+	global   []*addrPattern
+	accounts map[string]*account
+}
+
+func compile(f *File) (*compiled, error) {
+	c := &compiled{accounts: map[string]*account{}}
+	for _, s := range f.GlobalWhiteRemoteAddresses {
+		p, err := parseAddrPattern(s)
+		if err != nil {
+			return nil, err
+		}
+		c.global = append(c.global, p)
+	}
+	for _, a := range f.Accounts {
+		ac := &account{Account: a, topicPerm: ParsePerm(a.DefaultTopicPerm), groupPerm: ParsePerm(a.DefaultGroupPerm)}
+		if a.WhiteRemoteAddress != "" {
+			p, err := parseAddrPattern(a.WhiteRemoteAddress)
+			if err != nil {
+				return nil, err
+			}
+			ac.white = p
+		}
+		add := func(name string, p Perm) {
+			if ac.owned == nil {
+				ac.owned = map[string]Perm{}
+			}
+			ac.owned[name] = p
+		}
+		for _, e := range a.TopicPerms {
+			n, p, err := splitPerm(e)
+			if err != nil {
+				return nil, err
+			}
+			add(n, p)
+		}
+		for _, e := range a.GroupPerms {
+			n, p, err := splitPerm(e)
+			if err != nil {
+				return nil, err
+			}
+			add(RetryPrefix+n, p)
+		}
+		c.accounts[a.AccessKey] = ac
+	}
+	return c, nil
+}
+
+// Validator checks requests against an ACL file. It is safe for concurrent use; Reload
+// and Watch swap the rules atomically.
+type Validator struct {
+	path string
+	log  *slog.Logger
+	cur  atomic.Pointer[compiled]
+	sum  atomic.Pointer[[32]byte] // hash of the loaded file's bytes
+}
+
+// New returns a Validator with the rules of f (already parsed).
+func New(f *File) (*Validator, error) {
+	c, err := compile(f)
+	if err != nil {
+		return nil, err
+	}
+	v := &Validator{log: slog.Default()}
+	v.cur.Store(c)
+	return v, nil
+}
+
+// Load reads and parses the ACL file at path (see [Parse]) and returns a Validator whose
+// Reload and Watch re-read that file. log receives reload events (nil: slog.Default()).
+func Load(path string, log *slog.Logger) (*Validator, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	v := &Validator{path: path, log: log}
+	if _, err := v.Reload(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Reload re-reads the file given to Load. It reports whether the rules changed; on any
+// error the previous rules stay in force.
+func (v *Validator) Reload() (bool, error) {
+	if v.path == "" {
+		return false, errors.New("acl: validator was not loaded from a file")
+	}
+	st, err := os.Stat(v.path)
+	if err != nil {
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	if st.Size() > MaxFileSize {
+		return false, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrFileTooLarge, v.path, st.Size(), MaxFileSize)
+	}
+	data, err := os.ReadFile(v.path)
+	if err != nil {
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	if old := v.sum.Load(); old != nil && *old == sum {
+		return false, nil
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", v.path, err)
+	}
+	c, err := compile(f)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", v.path, err)
+	}
+	v.cur.Store(c)
+	v.sum.Store(&sum)
+	return true, nil
+}
+
+// Watch re-reads the file every interval (default 1 s when <= 0) until ctx ends, as
+// RocketMQ's file watch does; changes are logged at info, a broken file at error (the
+// previous rules stay in force).
+func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var lastErr string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := v.Reload()
+		switch {
+		case err != nil:
+			if err.Error() != lastErr {
+				v.log.Error("acl file not reloaded; previous rules stay in force", "file", v.path, "err", err)
+			}
+			lastErr = err.Error()
+		case changed:
+			lastErr = ""
+			v.log.Info("acl file reloaded", "file", v.path)
+		}
+	}
+}
+
+// Host returns the address part of a remote "ip:port" (as RocketMQ matches white lists
+// without the port).
+func Host(remote string) string {
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		return h
+	}
+	return remote
+}
+
+// Check decides whether the request cmd from remote ("ip:port") may run (RocketMQ 4.9.8
+// PlainPermissionManager.validate): a globally white-listed address passes; otherwise
+// the AccessKey must be known; the account's white address passes; otherwise the
+// signature must verify ([remoting.VerifySignature]); then an admin-only request needs
+// an admin account, and each resource needs its permission (the account's entry for it,
+// else its default topic or group permission; an admin account without entries passes).
+// Refusals wrap [ErrDenied] and say why without revealing secrets.
+func (v *Validator) Check(remote string, cmd *remoting.RemotingCommand, admin bool, res []Resource) error {
+	c := v.cur.Load()
+	host := Host(remote)
+	for _, p := range c.global {
+		if p.match(host) {
+			return nil
+		}
+	}
+	ak := cmd.ExtFields[remoting.ExtAccessKey]
+	if ak == "" {
+		return fmt.Errorf("%w: no accessKey is configured (request code %d from %s)", ErrDenied, cmd.Code, host)
+	}
+	a := c.accounts[ak]
+	if a == nil {
+		return fmt.Errorf("%w: no acl config for %.64s", ErrDenied, ak)
+	}
+	if a.white.match(host) {
+		return nil
+	}
+	if !remoting.VerifySignature(a.SecretKey, cmd) {
+		return fmt.Errorf("%w: check signature failed for accessKey=%s", ErrDenied, ak)
+	}
+	if admin && !a.Admin {
+		return fmt.Errorf("%w: need admin permission for request code=%d, but accessKey=%s is not", ErrDenied, cmd.Code, ak)
+	}
+	if a.owned == nil && a.Admin {
+		return nil
+	}
+	for _, r := range res {
+		owned, ok := a.owned[r.Name]
+		if !ok {
+			owned = a.topicPerm
+			if strings.HasPrefix(r.Name, RetryPrefix) {
+				owned = a.groupPerm
+			}
+		}
+		if !owned.Allows(r.Perm) {
+			kind, name := "topic", r.Name
+			if g, isGroup := strings.CutPrefix(r.Name, RetryPrefix); isGroup {
+				kind, name = "group", g
+			}
+			return fmt.Errorf("%w: accessKey=%s has no %s permission on %s %s (has %s)", ErrDenied, ak, r.Perm, kind, name, owned)
+		}
+	}
+	return nil
+}

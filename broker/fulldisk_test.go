@@ -1,0 +1,94 @@
+package broker
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a fresh directory, or skips the test when
+// that is not possible (not root, no mount(8), a container without the capability).
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs (a full disk is simulated by filling it)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fillDisk writes a file until the file system is full.
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for range 1 << 16 { // at most 4 GiB
+		if _, err := f.Write(buf); err != nil {
+			return
+		}
+	}
+	t.Fatal("the file system did not fill up")
+}
+
+// TestStartOnFullDisk: a broker started on a full disk used to refuse to start. It now
+// starts, serves the messages it has, and refuses sends with a clear error.
+func TestStartOnFullDisk(t *testing.T) {
+	dir := mountTmpfs(t, "48m")
+	store := filepath.Join(dir, "store")
+	mod := func(c *Config) { c.MappedFileSizeCommitLog = 8 << 20 }
+	b := startBroker(t, store, mod)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Full", 1)
+	for range 3 {
+		if r := sendV1(t, c, b.Addr(), "Full", 0, []byte("before"), nil); r.ResponseCode() != remoting.Success {
+			t.Fatalf("send: %d %s", r.Code, r.Remark)
+		}
+	}
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fillDisk(t, dir)
+	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: store, Logger: quietLogger()}
+	mod(&cfg)
+	b2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Start(); err != nil {
+		t.Fatalf("start on a full disk: %v", err)
+	}
+	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
+	r := pull(t, c, b2.Addr(), "g", "Full", 0, 0, "*", 0)
+	msgs, err := message.DecodeRecords(r.Body, message.DecodeOptions{})
+	if r.ResponseCode() != remoting.Success || err != nil || len(msgs) != 3 {
+		t.Fatalf("read on a full disk: %d %q %d %v", r.Code, r.Remark, len(msgs), err)
+	}
+	r = sendV1(t, c, b2.Addr(), "Full", 0, []byte("after"), nil)
+	if r.ResponseCode() == remoting.Success {
+		t.Fatal("a send was accepted on a full disk")
+	}
+	if r.ResponseCode() != remoting.ServiceNotAvailable || !strings.Contains(r.Remark, "disk is full") {
+		t.Fatalf("send on a full disk: code %d %q", r.Code, r.Remark)
+	}
+	// Free space comes back: writes resume without a restart.
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	if r := sendV1(t, c, b2.Addr(), "Full", 0, []byte("after"), nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("send after space was freed: %d %q", r.Code, r.Remark)
+	}
+}

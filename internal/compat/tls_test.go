@@ -1,0 +1,145 @@
+package compat_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rocketmq "github.com/apache/rocketmq-client-go/v2"
+	rmqconsumer "github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	rmqproducer "github.com/apache/rocketmq-client-go/v2/producer"
+
+	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/producer"
+)
+
+// TestTLS: a broker with tlsEnable (and its embedded name server) serves Sluice's
+// producer, push consumer and admin with a verified certificate, and the official Go
+// client with WithTls(true) (which does not verify certificates).
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	certFile, keyFile, clientTLS := testkit.SelfSignedTLS(t)
+	dir := t.TempDir()
+	log := testLogger(t)
+	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
+		StorePathRootDir: filepath.Join(dir, "store"), Logger: log,
+		TLSEnable: true, TLSCertFile: certFile, TLSKeyFile: keyFile, TLSCAFile: certFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+	})
+	ns := b.NamesrvAddr()
+	const topic = "CompatTLS"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Plain TCP is not served.
+	plain, err := admin.New(admin.Config{NamesrvAddrs: []string{ns}, Logger: log, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.ClusterInfo(ctx); err == nil {
+		t.Fatal("a plain-TCP admin call to a TLS name server succeeded")
+	}
+	_ = plain.Close()
+	a, err := admin.New(admin.Config{NamesrvAddrs: []string{ns}, Logger: log, TLS: clientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateTopic(ctx, admin.TopicSpec{Topic: topic, Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WaitTopicRoute(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+
+	sp, err := producer.New(producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_tls_sluice", Logger: log,
+		InstanceName: clientInstance(t, "sluice-producer"), TLS: clientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sp.Shutdown(c)
+	})
+	for i := range 5 {
+		if res, err := sp.SendSync(ctx, message.NewMessage(topic, []byte{'s', byte('0' + i)})); err != nil || res.Status != message.SendOK {
+			t.Fatalf("sluice send over TLS: %v %v", res, err)
+		}
+	}
+	op, err := rocketmq.NewProducer(rmqproducer.WithNameServer(primitive.NamesrvAddr{ns}),
+		rmqproducer.WithGroupName("compat_tls_official"), rmqproducer.WithInstanceName(clientInstance(t, "official-producer")),
+		rmqproducer.WithRetry(1), rmqproducer.WithSendMsgTimeout(5*time.Second), rmqproducer.WithTls(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Shutdown() })
+	for i := range 5 {
+		res, err := op.SendSync(ctx, primitive.NewMessage(topic, []byte{'o', byte('0' + i)}))
+		if err != nil || res.Status != primitive.SendOK {
+			t.Fatalf("official send over TLS: %v %v", res, err)
+		}
+	}
+
+	var ours, theirs atomic.Int32
+	sc, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{ns}, Group: "compat_tls_sluice_c",
+		InstanceName: clientInstance(t, "sluice-consumer"), ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log, TLS: clientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		ours.Add(int32(len(msgs)))
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sc.Shutdown(c)
+	})
+	oc, err := rocketmq.NewPushConsumer(rmqconsumer.WithNameServer(primitive.NamesrvAddr{ns}),
+		rmqconsumer.WithGroupName("compat_tls_official_c"), rmqconsumer.WithInstance(clientInstance(t, "official-consumer")),
+		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset), rmqconsumer.WithTls(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oc.Subscribe(topic, rmqconsumer.MessageSelector{Type: rmqconsumer.TAG, Expression: "*"},
+		func(_ context.Context, msgs ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
+			theirs.Add(int32(len(msgs)))
+			return rmqconsumer.ConsumeSuccess, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if err := oc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = oc.Shutdown() })
+	waitFor(t, 45*time.Second, func() bool { return ours.Load() >= 10 && theirs.Load() >= 10 },
+		func() string { return "both consumers to receive 10 messages over TLS" })
+}
