@@ -127,23 +127,37 @@ func Load(path string, log *slog.Logger) (*Validator, error) {
 	return v, nil
 }
 
-// Reload re-reads the file given to Load. It reports whether the rules changed; on any
-// error the previous rules stay in force.
+// Reload re-reads the file given to Load and applies it at once. It reports whether the
+// rules changed; on any error the previous rules stay in force.
 func (v *Validator) Reload() (bool, error) {
+	data, err := v.read()
+	if err != nil {
+		return false, err
+	}
+	return v.apply(data)
+}
+
+// read returns the content of the file given to Load, refusing one over MaxFileSize.
+func (v *Validator) read() ([]byte, error) {
 	if v.path == "" {
-		return false, errors.New("acl: validator was not loaded from a file")
+		return nil, errors.New("acl: validator was not loaded from a file")
 	}
 	st, err := os.Stat(v.path)
 	if err != nil {
-		return false, fmt.Errorf("acl: %w", err)
+		return nil, fmt.Errorf("acl: %w", err)
 	}
 	if st.Size() > MaxFileSize {
-		return false, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrFileTooLarge, v.path, st.Size(), MaxFileSize)
+		return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrFileTooLarge, v.path, st.Size(), MaxFileSize)
 	}
 	data, err := os.ReadFile(v.path)
 	if err != nil {
-		return false, fmt.Errorf("acl: %w", err)
+		return nil, fmt.Errorf("acl: %w", err)
 	}
+	return data, nil
+}
+
+// apply parses data and swaps the rules in when they differ from those in force.
+func (v *Validator) apply(data []byte) (bool, error) {
 	sum := sha256.Sum256(data)
 	if old := v.sum.Load(); old != nil && *old == sum {
 		return false, nil
@@ -162,8 +176,10 @@ func (v *Validator) Reload() (bool, error) {
 }
 
 // Watch re-reads the file every interval (default 1 s when <= 0) until ctx ends, as
-// RocketMQ's file watch does; changes are logged at info, a broken file at error (the
-// previous rules stay in force).
+// RocketMQ's file watch does. A changed content is applied once it has stayed the same
+// for one interval, so a file caught half-written (an editor truncating, then writing)
+// is not applied; changes are logged at info, a broken file at error (the previous rules
+// stay in force).
 func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = time.Second
@@ -171,13 +187,23 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastErr string
+	var seen [32]byte // content seen at the previous tick
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		changed, err := v.Reload()
+		data, err := v.read()
+		var changed bool
+		if err == nil {
+			sum := sha256.Sum256(data)
+			if sum != seen {
+				seen = sum // changed since the last tick: wait until it holds still
+				continue
+			}
+			changed, err = v.apply(data)
+		}
 		switch {
 		case err != nil:
 			if err.Error() != lastErr {
