@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -223,7 +224,7 @@ func writeACL(t *testing.T, dir, extra string) string {
 
 func signedClient(t *testing.T, ak, sk string) *remoting.Client {
 	t.Helper()
-	c, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger(), Credentials: remoting.Credentials{AccessKey: ak, SecretKey: sk}})
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet(), Credentials: remoting.Credentials{AccessKey: ak, SecretKey: sk}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,9 +343,9 @@ func TestACLWhiteListAndReload(t *testing.T) {
 	if err := os.WriteFile(path, append([]byte("globalWhiteRemoteAddresses: ['127.0.0.1', '::1']\n"), data...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the white list to be reloaded", func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return invoke(t, stranger, b.Addr(), q()).ResponseCode() == remoting.Success
-	})
+	}, "the white list to be reloaded")
 }
 
 // FuzzRequestNames feeds heartbeat and lock bodies to the name check: it must never
@@ -447,7 +448,7 @@ func TestHalfSentConnectionsBounded(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 10*time.Second, "every half-sent connection closed", func() bool { return closed() == len(conns) })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return closed() == len(conns) }, "every half-sent connection closed")
 	if refused := b.server.RefusedConns(); refused < 20 {
 		t.Fatalf("%d connections refused at accept, want at least 20", refused)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -21,7 +22,7 @@ import (
 func BenchmarkCreateTopics(b *testing.B) {
 	dir := b.TempDir()
 	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: dir,
-		MappedFileSizeCommitLog: 64 << 20, Logger: quietLogger()}
+		MappedFileSizeCommitLog: 64 << 20, Logger: testkit.Quiet()}
 	br, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -30,7 +31,7 @@ func BenchmarkCreateTopics(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer br.Shutdown(context.Background())
-	c, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger()})
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
 	if err != nil {
 		b.Fatal(err)
 	}

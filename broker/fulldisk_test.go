@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -62,7 +63,7 @@ func TestStartOnFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	fillDisk(t, dir)
-	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: store, Logger: quietLogger()}
+	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: store, Logger: testkit.Quiet()}
 	mod(&cfg)
 	b2, err := New(cfg)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -51,8 +52,8 @@ func TestUndecodableBodiesGoToDLQ(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "two dead letters", func() bool { return len(e.dlq("bombs")) >= 2 })
-	waitFor(t, 10*time.Second, "the good message", func() bool { return rec.count() >= 1 })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return len(e.dlq("bombs")) >= 2 }, "two dead letters")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return rec.count() >= 1 }, "the good message")
 	if got := rec.bodies(); len(got) != 1 || got[0] != "fine(rt=0)" {
 		t.Fatalf("handler saw %v", got)
 	}

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // TestConnectionLimits: connections beyond MaxConnsPerHost from one address are closed
@@ -18,14 +20,14 @@ func TestConnectionLimits(t *testing.T) {
 		nc := rawDial(t, s.Addr())
 		kept = append(kept, nc)
 	}
-	waitFor(t, 3*time.Second, "three connections", func() bool { return s.Conns() == 3 })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return s.Conns() == 3 }, "three connections")
 	extra := rawDial(t, s.Addr())
 	expectClosed(t, extra)
 	if s.RefusedConns() != 1 || s.Conns() != 3 {
 		t.Fatalf("refused %d, open %d", s.RefusedConns(), s.Conns())
 	}
 	_ = kept[0].Close()
-	waitFor(t, 3*time.Second, "room again", func() bool { return s.Conns() == 2 })
+	testkit.WaitFor(t, 3*time.Second, func() bool { return s.Conns() == 2 }, "room again")
 	c := newClient(t, ClientConfig{})
 	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatalf("a connection within the limit: %v", err)
@@ -58,7 +60,7 @@ func TestInFlightBytesLimit(t *testing.T) {
 		}
 	}
 	busy := 0
-	waitFor(t, 5*time.Second, "seven busy answers", func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		for {
 			select {
 			case r := <-results:
@@ -70,8 +72,8 @@ func TestInFlightBytesLimit(t *testing.T) {
 				return busy == 7
 			}
 		}
-	})
-	waitFor(t, 5*time.Second, "three held requests", func() bool { return held.Load() == 3 })
+	}, "seven busy answers")
+	testkit.WaitFor(t, 5*time.Second, func() bool { return held.Load() == 3 }, "three held requests")
 	close(release)
 	for range 3 {
 		if r := <-results; r == nil || r.ResponseCode() != PullNotFound {
@@ -116,5 +118,5 @@ func TestQueuedBytesLimit(t *testing.T) {
 		}
 	}
 	// Never read: the server's queue fills and its write timeout closes the connection.
-	waitFor(t, 10*time.Second, "the server to drop a peer that does not read", func() bool { return s.Conns() == 0 })
+	testkit.WaitFor(t, 10*time.Second, func() bool { return s.Conns() == 0 }, "the server to drop a peer that does not read")
 }

@@ -116,8 +116,7 @@ func TestTLS(t *testing.T) {
 		defer cancel()
 		_ = sc.Shutdown(c)
 	})
-	waitFor(t, 45*time.Second, func() bool { return ours.Load() >= 10 },
-		func() string { return "the Sluice consumer to receive 10 messages over TLS" })
+	testkit.WaitFor(t, 45*time.Second, func() bool { return ours.Load() >= 10 }, "the Sluice consumer to receive 10 messages over TLS")
 }
 
 // TestOfficialTLSChild is TestTLS's official-client part, run in a child process: the
@@ -164,6 +163,5 @@ func TestOfficialTLSChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer oc.Shutdown()
-	waitFor(t, 40*time.Second, func() bool { return theirs.Load() >= 10 },
-		func() string { return "the official consumer to receive 10 messages over TLS" })
+	testkit.WaitFor(t, 40*time.Second, func() bool { return theirs.Load() >= 10 }, "the official consumer to receive 10 messages over TLS")
 }
