@@ -7,8 +7,10 @@
 //     parsed by [ParseTopicRouteData] in the strict and in the fastjson dialect, and the
 //     queue lists producers and consumers derive from them ([PublishQueues],
 //     [SubscribeQueues]);
-//   - name-server bodies: [TopicConfig], [DataVersion], [RegisterBrokerBody],
-//     [ClusterInfo], [TopicList], [KVTable], and the name-server requests a broker or an
+//   - name-server bodies: [TopicConfig], [DataVersion], [RegisterBrokerBody] (JSON, or
+//     RocketMQ's compressed form: [EncodeCompressedRegisterBody],
+//     [DecodeCompressedRegisterBody]), [ClusterInfo], [TopicList], [KVTable], and the
+//     name-server requests a broker or an
 //     admin tool sends ([RegisterBroker], [GetRouteInfo], [PutKVConfig], …);
 //   - the heartbeat body [HeartbeatData] (HEART_BEAT, 34);
 //   - request and response headers, each with an Ext (or SetExt) encoder and a Parse
