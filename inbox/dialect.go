@@ -64,8 +64,9 @@ const (
 	// MaxGroupLen is the longest consumer group, in bytes (the column is 255 bytes wide;
 	// RocketMQ limits group names to 255 characters).
 	MaxGroupLen = 255
-	// MaxKeyLen is the longest message key stored as is, in bytes; a longer key is stored as
-	// "sha256:" followed by the 64 lowercase hex digits of its SHA-256 (see [RowKey]).
+	// MaxKeyLen is the longest message key stored as is, in bytes; a longer key (or one
+	// with a NUL byte or invalid UTF-8) is stored as "sha256:" followed by the 64 lowercase
+	// hex digits of its SHA-256 (see [RowKey]).
 	MaxKeyLen = 255
 )
 
