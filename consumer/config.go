@@ -262,8 +262,8 @@ func (c Config) Validate() error {
 	if c.Group == "" {
 		return errors.New("consumer: Config.Group is empty: a consumer group is required")
 	}
-	if err := message.ValidateTopic(message.RetryTopic(c.Group)); err != nil {
-		return fmt.Errorf("consumer: Config.Group %q (its retry topic %%RETRY%%<group> must be a valid topic): %w", c.Group, err)
+	if err := message.ValidateGroupTopics(c.Group); err != nil {
+		return fmt.Errorf("consumer: Config.Group %q: %w", c.Group, err)
 	}
 	switch {
 	case c.MessageModel != Clustering && c.MessageModel != Broadcasting:

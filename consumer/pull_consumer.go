@@ -20,7 +20,8 @@ type PullConfig struct {
 	// NamesrvAddrs are the name servers, each "host:port". Required.
 	NamesrvAddrs []string
 	// Group is the consumer group whose offsets CommitOffset and CommittedOffset use.
-	// Required; topic character rules.
+	// Required; at most message.MaxGroupLength (120) bytes of topic characters
+	// (message.ValidateGroupTopics).
 	Group string
 	// InstanceName distinguishes clients in one process in the client id. Default:
 	// unique per PullConsumer.
@@ -34,7 +35,7 @@ func (c PullConfig) Validate() error {
 	if c.Group == "" {
 		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
 	}
-	if err := message.ValidateTopic(message.RetryTopic(c.Group)); err != nil {
+	if err := message.ValidateGroupTopics(c.Group); err != nil {
 		return fmt.Errorf("consumer: PullConfig.Group %q: %w", c.Group, err)
 	}
 	if len(c.NamesrvAddrs) == 0 {
