@@ -46,6 +46,35 @@ func TestOverlongGroupRefused(t *testing.T) {
 	heartbeat(t, c, b.Addr(), "c1", strings.Repeat("g", message.MaxGroupLength)) // fails the test if refused
 }
 
+// One client instance heartbeats every consumer group of its process (the official
+// clients share one per process): a refused group is left out, the answer names it, and
+// the client's other groups are still registered and can consume.
+func TestOverlongGroupDoesNotBlockOtherGroupsOfTheClient(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "T", 1)
+	long := strings.Repeat("g", message.MaxGroupLength+1)
+	cd := func(g string) wire.ConsumerData {
+		return wire.ConsumerData{GroupName: g, ConsumeType: "CONSUME_PASSIVELY", MessageModel: "CLUSTERING",
+			SubscriptionDataSet: []wire.SubscriptionData{{Topic: "T", SubString: "*", SubVersion: 1}}}
+	}
+	hb := wire.HeartbeatData{ClientID: "c-mixed", ConsumerDataSet: []wire.ConsumerData{cd(long), cd("good_group")}}
+	body, _ := json.Marshal(hb)
+	r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body))
+	if r.ResponseCode() == remoting.Success || !strings.Contains(r.Remark, "limit "+strconv.Itoa(message.MaxGroupLength)) {
+		t.Fatalf("heartbeat with a %d-byte group: %d %q, want a refusal naming the limit", len(long), r.Code, r.Remark)
+	}
+	if ids := consumerList(t, c, b.Addr(), "good_group"); len(ids) != 1 || ids[0] != "c-mixed" {
+		t.Fatalf("consumers of good_group after the mixed heartbeat: %v, want [c-mixed]", ids)
+	}
+	if b.topics.get(message.RetryTopic("good_group")) == nil {
+		t.Fatal("the mixed heartbeat did not create the retry topic of good_group")
+	}
+	if ids := consumerList(t, c, b.Addr(), long); len(ids) != 0 || b.groups.find(long) != nil {
+		t.Fatalf("the refused group was registered: %v", ids)
+	}
+}
+
 // parkRaw stores a delayed message for realTopic directly in SCHEDULE_TOPIC_XXXX, as a
 // send-back of an older version (that let an overlong group through) would have left it.
 func parkRaw(t *testing.T, b *Broker, realTopic, body string, level int) {

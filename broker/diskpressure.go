@@ -2,7 +2,9 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,18 +105,21 @@ func (b *Broker) refuseWrite() *remoting.RemotingCommand {
 	return b.sendResponse(remoting.ServiceNotAvailable, reason)
 }
 
-// setRefusing switches the refusal on or off, logging each change once.
-func (b *Broker) setRefusing(on bool, usage int, kept int64) {
+// setRefusing switches the refusal on or off, logging each change once. held are the
+// unconsumed messages the oldest files hold, per group and queue: the answer and the log
+// name the groups, so the operator knows whose consumption (or offset reset) frees space.
+func (b *Broker) setRefusing(on bool, usage int, held []unconsumedLoss) {
 	if on {
-		reason := fmt.Sprintf("the broker's disk is full (%d%% used) and the oldest data holds %d unconsumed messages: "+
+		kept, holders := sumLoss(held), describeHolders(held)
+		reason := fmt.Sprintf("the broker's disk is full (%d%% used) and the oldest data holds %d unconsumed messages (%s): "+
 			"new messages are refused rather than deleting them (diskPressurePolicy=%s); consume or free disk space",
-			usage, kept, DiskPressureRefuseWrites)
+			usage, kept, holders, DiskPressureRefuseWrites)
 		b.pressure.mu.Lock()
 		b.pressure.reason = reason
 		b.pressure.mu.Unlock()
 		if !b.pressure.refusing.Swap(true) {
 			b.log.Error("disk full: refusing new messages to keep unconsumed ones", "usedPercent", usage, "unconsumedKept", kept,
-				"diskPressurePolicy", DiskPressureRefuseWrites)
+				"heldBy", holders, "diskPressurePolicy", DiskPressureRefuseWrites)
 		}
 		return
 	}
@@ -181,6 +186,25 @@ func (b *Broker) unconsumedBelow(minPhy int64) ([]unconsumedLoss, error) {
 	return out, nil
 }
 
+// maxHoldersNamed is how many group queues a refusal names before "and N more".
+const maxHoldersNamed = 3
+
+// describeHolders names the group queues in ls, the largest counts first: "group g topic
+// P queue 0: 31, ..." (at most maxHoldersNamed, then "and N more").
+func describeHolders(ls []unconsumedLoss) string {
+	ls = slices.Clone(ls)
+	sort.SliceStable(ls, func(i, j int) bool { return ls[i].count > ls[j].count })
+	parts := make([]string, 0, maxHoldersNamed+1)
+	for i, l := range ls {
+		if i == maxHoldersNamed {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ls)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("group %s topic %s queue %d: %d", l.group, l.topic, l.queueID, l.count))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func sumLoss(ls []unconsumedLoss) int64 {
 	var n int64
 	for _, l := range ls {
@@ -229,11 +253,11 @@ func (b *Broker) cleanOnce(now time.Time, usage int) int {
 	case usage >= b.cfg.DiskMaxUsedSpaceRatio:
 	case hours[now.Hour()]:
 	default:
-		b.setRefusing(false, usage, 0)
+		b.setRefusing(false, usage, nil)
 		return 0
 	}
 	if !forced {
-		b.setRefusing(false, usage, 0)
+		b.setRefusing(false, usage, nil)
 	}
 	ends, err := b.store.ExpiredSegments(cutoff, store.DefaultDeleteFilesBatch)
 	if err != nil {
@@ -242,7 +266,7 @@ func (b *Broker) cleanOnce(now time.Time, usage int) int {
 	}
 	if len(ends) == 0 {
 		if forced && b.cfg.DiskPressurePolicy == DiskPressureRefuseWrites {
-			b.setRefusing(false, usage, 0) // nothing deletable at all: only the segment being written
+			b.setRefusing(false, usage, nil) // nothing deletable at all: only the segment being written
 		}
 		return 0
 	}
@@ -260,7 +284,7 @@ func (b *Broker) cleanOnce(now time.Time, usage int) int {
 			b.log.Error("plan retention", "err", err)
 			return 0
 		}
-		keep := sumLoss(losses)
+		held := losses
 		for k > len(expired) && len(losses) > 0 {
 			k--
 			if k == 0 {
@@ -275,9 +299,9 @@ func (b *Broker) cleanOnce(now time.Time, usage int) int {
 		if k < len(ends) {
 			b.log.Warn("disk almost full: keeping commitlog files that hold unconsumed messages", "usedPercent", usage,
 				"filesKept", len(ends)-k, "diskPressurePolicy", DiskPressureRefuseWrites)
-			b.setRefusing(true, usage, keep)
+			b.setRefusing(true, usage, held)
 		} else {
-			b.setRefusing(false, usage, 0)
+			b.setRefusing(false, usage, nil)
 		}
 		return b.deleteFiles(cutoff, k, losses, usage, false)
 	}

@@ -112,3 +112,24 @@ func TestDiskPressureRefuseWritesKeepsUnconsumed(t *testing.T) {
 		t.Fatalf("send after the pressure: %d %q", r.Code, r.Remark)
 	}
 }
+
+// The refusal names the group queues whose unconsumed messages keep the files (group g,
+// not h, which consumed everything), in the send answer and in the log, so an operator
+// knows whose consumption or offset reset frees the disk.
+func TestDiskPressureRefusalNamesTheGroups(t *testing.T) {
+	b, c, logs := diskPressureBroker(t, DiskPressureRefuseWrites, 0)
+	b.cleanOnce(time.Now(), 99)
+	r := sendV1(t, c, b.Addr(), "P", 0, []byte("x"), nil)
+	if r.ResponseCode() != remoting.ServiceNotAvailable || !strings.Contains(r.Remark, "group g topic P queue 0: ") ||
+		strings.Contains(r.Remark, "group h") {
+		t.Fatalf("send while refusing: %d %q, want the remark to name group g (topic P queue 0) and not h", r.Code, r.Remark)
+	}
+	lines := logs.Find("disk full: refusing new messages")
+	if len(lines) != 1 || !strings.Contains(lines[0].Attrs["heldBy"], "group g topic P queue 0: ") {
+		t.Fatalf("refusal logged as %v, want heldBy naming group g", lines)
+	}
+	many := []unconsumedLoss{{"a", "T", 0, 1}, {"b", "T", 1, 9}, {"c", "T", 2, 5}, {"d", "T", 3, 7}, {"e", "T", 4, 2}}
+	if got, want := describeHolders(many), "group b topic T queue 1: 9, group d topic T queue 3: 7, group c topic T queue 2: 5, and 2 more"; got != want {
+		t.Fatalf("describeHolders = %q, want %q", got, want)
+	}
+}

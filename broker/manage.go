@@ -50,17 +50,29 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
+	// A group the broker refuses (a name its %RETRY% topic cannot have, a group that does
+	// not exist) is left out and the answer names it; the client's other groups are still
+	// registered. (One client instance heartbeats every consumer group of its process: one
+	// bad group name must not stop the others from consuming.)
+	var refused *remoting.RemotingCommand
+	groups := hb.ConsumerDataSet[:0]
+	for _, cd := range hb.ConsumerDataSet {
+		resp := groupError("groupName", cd.GroupName)
+		if resp == nil && b.groups.find(cd.GroupName) == nil {
+			resp = errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
+		}
+		if resp != nil {
+			b.log.Warn("consumer group refused in heartbeat", "group", cd.GroupName, "client", hb.ClientID, "reason", resp.Remark)
+			if refused == nil {
+				refused = resp
+			}
+			continue
+		}
+		groups = append(groups, cd)
+	}
+	hb.ConsumerDataSet = groups
 	createdRetry := false
 	for _, cd := range hb.ConsumerDataSet {
-		if cd.GroupName == "" {
-			return errResponse(remoting.SystemError, "heartbeat consumer data without groupName")
-		}
-		if resp := groupError("groupName", cd.GroupName); resp != nil {
-			return resp
-		}
-		if b.groups.find(cd.GroupName) == nil {
-			return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
-		}
 		if cd.MessageModel != wire.MessageModelBroadcasting {
 			retry := message.RetryTopic(cd.GroupName)
 			_, created, err := b.topics.getOrCreate(retry, func() *wire.TopicConfig {
@@ -82,7 +94,6 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 	// Subscriptions the broker refuses (SQL92 while enablePropertyFilter is off, a
 	// malformed expression) are left out; the rest of the heartbeat is registered, and the
 	// answer names what was refused.
-	var refused *remoting.RemotingCommand
 	for i := range hb.ConsumerDataSet {
 		cd := &hb.ConsumerDataSet[i]
 		kept := cd.SubscriptionDataSet[:0]

@@ -60,6 +60,26 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// A group one byte over message.MaxGroupLength is refused by both consumers with an error
+// naming the group's own length and limit (121 and 120 bytes), not the derived retry
+// topic's (128 and 127), which the user never typed.
+func TestGroupLengthErrorNamesGroupLimit(t *testing.T) {
+	ns := []string{"127.0.0.1:9876"}
+	long := strings.Repeat("g", message.MaxGroupLength+1)
+	_, pushErr := NewPushConsumer(Config{NamesrvAddrs: ns, Group: long})
+	_, pullErr := NewPullConsumer(PullConfig{NamesrvAddrs: ns, Group: long})
+	for name, err := range map[string]error{"push": pushErr, "pull": pullErr} {
+		var ve *message.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "group" || ve.Limit != message.MaxGroupLength || ve.Value != len(long) ||
+			!strings.Contains(err.Error(), "Group") {
+			t.Errorf("%s consumer with a %d-byte group: %v, want a *message.ValidationError for the group, limit %d", name, len(long), err, message.MaxGroupLength)
+		}
+	}
+	if _, err := NewPullConsumer(PullConfig{NamesrvAddrs: ns, Group: long[1:]}); err != nil {
+		t.Fatalf("pull consumer with a %d-byte group: %v", len(long)-1, err)
+	}
+}
+
 func TestSubscribeAndHeartbeatShape(t *testing.T) {
 	c, err := NewPushConsumer(Config{NamesrvAddrs: []string{deadAddr(t)}, Group: "cg", Logger: quiet, ConsumeFromWhere: ConsumeFromFirstOffset})
 	if err != nil {

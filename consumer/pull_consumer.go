@@ -21,7 +21,8 @@ type PullConfig struct {
 	// NamesrvAddrs are the name servers, each "host:port". Required.
 	NamesrvAddrs []string
 	// Group is the consumer group whose offsets CommitOffset and CommittedOffset use.
-	// Required; topic character rules.
+	// Required; at most message.MaxGroupLength (120) bytes of topic characters
+	// (message.ValidateGroupTopics).
 	Group string
 	// InstanceName distinguishes clients in one process in the client id. Default:
 	// unique per PullConsumer.

@@ -64,10 +64,15 @@ const (
 	// MaxGroupLen is the longest consumer group, in bytes (the column is 255 bytes wide;
 	// RocketMQ limits group names to 255 characters).
 	MaxGroupLen = 255
-	// MaxKeyLen is the longest message key stored as is, in bytes; a longer key is stored as
-	// "sha256:" followed by the 64 lowercase hex digits of its SHA-256 (see [RowKey]).
+	// MaxKeyLen is the longest message key stored as is, in bytes; a longer key (or one
+	// with a NUL byte or invalid UTF-8) is stored as "sha256:" followed by the 64 lowercase
+	// hex digits of its SHA-256 (see [RowKey]).
 	MaxKeyLen = 255
 )
+
+// sqliteURIPath escapes what an SQLite URI filename would otherwise read as an escape
+// (%), the query (?) or the fragment (#).
+var sqliteURIPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
@@ -176,9 +181,10 @@ func createTable(ctx context.Context, db *sql.DB, d Dialect, table string) error
 // suits the inbox: transactions take the write lock when they begin (_txlock=immediate)
 // and wait up to 10 s for it (busy_timeout), WAL journal, foreign keys on. Without these,
 // two consumer goroutines that both begin a transaction and then write fail with
-// SQLITE_BUSY instead of taking turns.
+// SQLITE_BUSY instead of taking turns. The characters of path that an SQLite URI gives a
+// meaning ('%', '?', '#') are escaped, so the file opened is exactly path.
 func SQLiteDSN(path string) string {
-	return "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
+	return "file:" + sqliteURIPath.Replace(path) + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
 }
 
 // insertSQL returns the statement that inserts one inbox row and affects 0 rows when the

@@ -47,7 +47,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
@@ -91,7 +93,8 @@ type Config struct {
 	// characters of [A-Za-z0-9_], not starting with a digit.
 	Table string
 	// KeyFunc returns a message's key. Default middleware.StableKey (first KEYS entry, else
-	// UNIQ_KEY). A key longer than MaxKeyLen bytes is stored hashed (see RowKey).
+	// UNIQ_KEY). A key longer than MaxKeyLen bytes, or with a NUL byte or invalid UTF-8, is
+	// stored hashed (see RowKey).
 	KeyFunc func(*message.MessageExt) string
 	// TxOptions are passed to BeginTx. Default nil: the database's default isolation (READ
 	// COMMITTED in PostgreSQL, REPEATABLE READ in MySQL/InnoDB, SERIALIZABLE in SQLite);
@@ -162,9 +165,11 @@ func (ib *Inbox) CreateTable(ctx context.Context) error {
 func (ib *Inbox) Table() string { return ib.cfg.Table }
 
 // RowKey returns the message_key column value for key: key itself when it is at most
-// MaxKeyLen bytes, else "sha256:" + 64 lowercase hex digits of SHA-256(key).
+// MaxKeyLen bytes of valid UTF-8 without a NUL byte, else "sha256:" + 64 lowercase hex
+// digits of SHA-256(key). (PostgreSQL's text types refuse NUL and invalid UTF-8, and the
+// row key must be the same in every dialect.)
 func RowKey(key string) string {
-	if len(key) <= MaxKeyLen {
+	if len(key) <= MaxKeyLen && utf8.ValidString(key) && strings.IndexByte(key, 0) < 0 {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))

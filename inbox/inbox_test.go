@@ -361,3 +361,51 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("ParseDialect(oracle)")
 	}
 }
+
+// Keys PostgreSQL's text type cannot hold (a NUL byte, invalid UTF-8) are stored hashed, so
+// such a message runs once on every dialect instead of failing its insert on every
+// delivery until it reaches the DLQ.
+func TestInboxKeysPostgresCannotStore(t *testing.T) {
+	sqltest.Each(t, func(t *testing.T, tg *sqltest.Target) {
+		ib := newInbox(t, tg, "g")
+		var mu sync.Mutex
+		calls := map[string]int{}
+		f := ib.Consume(func(ctx context.Context, tx *sql.Tx, msgs []*message.MessageExt) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				calls[middleware.StableKey(m)]++
+			}
+			return nil
+		})
+		keys := []string{"nul\x00key", "bad\xffutf8"}
+		for _, k := range keys {
+			for i := 0; i < 2; i++ {
+				if res, err := f(context.Background(), []*message.MessageExt{testkit.NewExt("T", "x", k, "1")}); res != message.ConsumeSuccess || err != nil {
+					t.Fatalf("key %q delivery %d: %v %v", k, i+1, res, err)
+				}
+			}
+			if calls[k] != 1 {
+				t.Fatalf("key %q: handler ran %d times, want 1", k, calls[k])
+			}
+			if ok, _, err := ib.Processed(context.Background(), k); !ok || err != nil {
+				t.Fatalf("Processed(%q): %v %v", k, ok, err)
+			}
+			if rk := inbox.RowKey(k); !strings.HasPrefix(rk, "sha256:") || len(rk) != 71 {
+				t.Fatalf("RowKey(%q) = %q, want hashed", k, rk)
+			}
+		}
+		// In one batch too (the multi-row INSERT of PostgreSQL and SQLite).
+		batch := []*message.MessageExt{testkit.NewExt("T", "x", "b\x00one", "1"), testkit.NewExt("T", "x", "b\xfetwo", "2"), testkit.NewExt("T", "x", "plain", "3")}
+		for i := 0; i < 2; i++ {
+			if res, err := f(context.Background(), batch); res != message.ConsumeSuccess || err != nil {
+				t.Fatalf("batch delivery %d: %v %v", i+1, res, err)
+			}
+		}
+		for _, m := range batch {
+			if k := middleware.StableKey(m); calls[k] != 1 {
+				t.Fatalf("batch key %q: handler ran %d times, want 1", k, calls[k])
+			}
+		}
+	})
+}

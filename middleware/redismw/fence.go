@@ -79,7 +79,7 @@ var ErrStaleToken = errors.New("fenced write refused: a later holder already wro
 // only if token is larger than the token stored with the current value — one Lua
 // compare-and-set, so a holder whose Dedup lock expired cannot overwrite the write of the
 // holder that took over. It returns nil when written, [ErrStaleToken] when refused, or the
-// Redis error. ttl > 0 sets the hash's expiry (ms precision); 0 keeps it. token must be
+// Redis error. ttl > 0 sets the hash's expiry (ms precision, at least 1 ms); 0 keeps it. token must be
 // positive (use [FencingToken]).
 func FencedSet(ctx context.Context, c redis.Scripter, key, value string, token int64, ttl time.Duration) error {
 	if token <= 0 {
@@ -88,7 +88,11 @@ func FencedSet(ctx context.Context, c redis.Scripter, key, value string, token i
 	if ttl < 0 {
 		return fmt.Errorf("redismw: FencedSet ttl %v: must not be negative", ttl)
 	}
-	n, err := fencedSetScript.Run(ctx, c, []string{key}, value, token, ttl.Milliseconds()).Int64()
+	ms := ttl.Milliseconds()
+	if ttl > 0 && ms == 0 {
+		ms = 1 // a positive TTL under 1 ms still expires ("0" would mean none)
+	}
+	n, err := fencedSetScript.Run(ctx, c, []string{key}, value, token, ms).Int64()
 	if err != nil {
 		return err
 	}

@@ -149,3 +149,18 @@ func TestFencingRecipeSQL(t *testing.T) {
 		}
 	})
 }
+
+// A positive TTL under a millisecond still expires the value (rounded up to 1 ms) instead
+// of becoming "no expiry" through ttl.Milliseconds() == 0.
+func TestFencedSetSubMillisecondTTL(t *testing.T) {
+	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
+		ctx := context.Background()
+		key := tg.NS + ":fenced-sub-ms"
+		if err := FencedSet(ctx, tg.Client, key, "v", 1, 500*time.Microsecond); err != nil {
+			t.Fatal(err)
+		}
+		if d := tg.Client.PTTL(ctx, key).Val(); d == -1 {
+			t.Fatalf("FencedSet with a 500µs TTL left the key without expiry (PTTL %v)", d)
+		}
+	})
+}
