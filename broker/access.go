@@ -41,6 +41,11 @@ type nameRef struct {
 	name  string
 	group bool // a producer or consumer group (else a topic)
 	perm  acl.Perm
+	// perGroup marks a heartbeat's consumer group names: one client heartbeats every
+	// consumer group of its process, so the heartbeat handler refuses an invalid group
+	// alone (and names it in its answer) while registering the others; the name is not
+	// validated here (the ACL check still applies to it).
+	perGroup bool
 }
 
 // requestNames lists the topics and groups req names, per request code (the ext-field
@@ -111,6 +116,9 @@ func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {
 		}
 		for _, cd := range hb.ConsumerDataSet {
 			add("consumerDataSet.groupName", cd.GroupName, true, acl.Sub)
+			if cd.GroupName != "" {
+				refs[len(refs)-1].perGroup = true
+			}
 			for _, sd := range cd.SubscriptionDataSet {
 				if g, ok := cutRetry(sd.Topic); ok {
 					add("subscriptionDataSet.topic", sd.Topic, false, 0)
@@ -131,6 +139,9 @@ func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {
 		}
 	}
 	for _, r := range refs {
+		if r.perGroup {
+			continue
+		}
 		limit := message.MaxTopicLength
 		if r.group {
 			limit = message.MaxGroupLength

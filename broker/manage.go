@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -57,12 +58,14 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 	var refused *remoting.RemotingCommand
 	groups := hb.ConsumerDataSet[:0]
 	for _, cd := range hb.ConsumerDataSet {
-		resp := groupError("groupName", cd.GroupName)
+		resp := groupError("consumerDataSet.groupName", cd.GroupName)
 		if resp == nil && b.groups.find(cd.GroupName) == nil {
 			resp = errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", cd.GroupName)
 		}
 		if resp != nil {
-			b.log.Warn("consumer group refused in heartbeat", "group", cd.GroupName, "client", hb.ClientID, "reason", resp.Remark)
+			// A name can be up to the body limit long: log its first 128 bytes only.
+			b.log.Warn("consumer group refused in heartbeat", "group", fmt.Sprintf("%.128q", cd.GroupName), "groupBytes", len(cd.GroupName),
+				"client", hb.ClientID, "reason", fmt.Sprintf("%.300s", resp.Remark))
 			if refused == nil {
 				refused = resp
 			}
