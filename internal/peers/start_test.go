@@ -46,9 +46,9 @@ func TestApacheRocketMQStartsAndServesJavaClient(t *testing.T) {
 	cons.Close()
 }
 
-// kafkaRoundTrip produces three records to a new topic through kafka-go and reads them
-// back from partition 0.
-func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string) {
+// kafkaRoundTrip produces three records to topic (created by the first write) through
+// kafka-go and reads them back from partition 0, where they start at offset from.
+func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string, from int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -68,13 +68,16 @@ func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string) {
 	}
 	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: k.Brokers, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer func() { _ = rd.Close() }()
+	if err := rd.SetOffset(from); err != nil {
+		t.Fatal(err)
+	}
 	for i, want := range []string{"one", "two", "three"} {
 		m, err := rd.ReadMessage(ctx)
 		if err != nil {
 			t.Fatalf("fetch %d: %v", i, err)
 		}
-		if string(m.Value) != want || m.Offset != int64(i) {
-			t.Fatalf("record %d: offset %d value %q, want offset %d %q", i, m.Offset, m.Value, i, want)
+		if string(m.Value) != want || m.Offset != from+int64(i) {
+			t.Fatalf("record %d: offset %d value %q, want offset %d %q", i, m.Offset, m.Value, from+int64(i), want)
 		}
 	}
 }
@@ -82,7 +85,7 @@ func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string) {
 // Apache Kafka starts in KRaft mode (one combined node) and serves kafka-go.
 func TestApacheKafkaOneNode(t *testing.T) {
 	k := peers.StartKafka(t, 1)
-	kafkaRoundTrip(t, k, "peer-smoke-1")
+	kafkaRoundTrip(t, k, "peer-smoke-1", 0)
 }
 
 // Three combined nodes form a quorum; a node killed and restarted rejoins, and the
@@ -92,12 +95,13 @@ func TestApacheKafkaThreeNodes(t *testing.T) {
 		t.Skip("three Kafka JVMs: skipped with -short")
 	}
 	k := peers.StartKafka(t, 3)
-	kafkaRoundTrip(t, k, "peer-smoke-3a")
+	kafkaRoundTrip(t, k, "peer-smoke-3", 0)
 	if err := k.StopNode(2); err != nil {
 		t.Fatal(err)
 	}
-	kafkaRoundTrip(t, k, "peer-smoke-3b")
+	kafkaRoundTrip(t, k, "peer-smoke-3", 3)
 	if err := k.StartNode(context.Background(), 2, 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	kafkaRoundTrip(t, k, "peer-smoke-3", 6)
 }
