@@ -3,7 +3,6 @@ package peers
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -135,6 +134,3 @@ func waitUntil(ctx context.Context, what string, ready func(ctx context.Context)
 		}
 	}
 }
-
-// errStopped is returned when a peer is used after Stop.
-var errStopped = errors.New("peers: stopped")

@@ -62,12 +62,11 @@ type RocketMQ struct {
 	// "DefaultCluster" unless BrokerConf says otherwise).
 	BrokerName, Cluster string
 
-	dir       string
-	namesrv   *proc
-	broker    *proc
-	stopOnce  sync.Once
-	stopErr   error
-	brokerArg []string
+	dir      string
+	namesrv  *proc
+	broker   *proc
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // logbackConf is the logging setup both JVMs load from <home>/conf (RocketMQ 4.9
@@ -166,34 +165,44 @@ func LaunchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error)
 	if r.namesrv, err = startProc("rocketmq name server", nsArgs, dir, nil, opt.Log); err != nil {
 		return nil, err
 	}
-	r.brokerArg = append(append([]string{}, jvm...), "org.apache.rocketmq.broker.BrokerStartup", "-c", filepath.Join(dir, "broker.conf"))
-	if r.broker, err = startProc("rocketmq broker", r.brokerArg, dir, nil, opt.Log); err != nil {
+	brArgs := append(append([]string{}, jvm...), "org.apache.rocketmq.broker.BrokerStartup", "-c", filepath.Join(dir, "broker.conf"))
+	if r.broker, err = startProc("rocketmq broker", brArgs, dir, nil, opt.Log); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, opt.StartTimeout)
 	defer cancel()
-	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Timeout: 2 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = adm.Close() }()
-	err = waitUntil(ctx, "rocketmq broker registration", func(ctx context.Context) error {
-		ci, err := adm.ClusterInfo(ctx)
-		if err != nil {
-			return err
-		}
-		bd := ci.BrokerAddrTable[r.BrokerName]
-		if bd == nil || bd.BrokerAddrs[0] != r.BrokerAddr {
-			return errors.New("broker not registered yet")
-		}
-		return nil
-	}, r.namesrv, r.broker)
-	if err != nil {
+	if err := waitRegistered(ctx, r.NamesrvAddr, r.BrokerName, r.BrokerAddr, r.namesrv, r.broker); err != nil {
 		return nil, err
 	}
 	ok = true
 	return r, nil
+}
+
+// WaitRegistered polls the name server at namesrvAddr (GET_BROKER_CLUSTER_INFO through
+// package admin, every 100 ms) until brokerName's master is registered at brokerAddr
+// (any address when brokerAddr is ""), or ctx ends.
+func WaitRegistered(ctx context.Context, namesrvAddr, brokerName, brokerAddr string) error {
+	return waitRegistered(ctx, namesrvAddr, brokerName, brokerAddr)
+}
+
+func waitRegistered(ctx context.Context, namesrvAddr, brokerName, brokerAddr string, procs ...*proc) error {
+	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{namesrvAddr}, Timeout: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = adm.Close() }()
+	return waitUntil(ctx, "broker registration", func(ctx context.Context) error {
+		ci, err := adm.ClusterInfo(ctx)
+		if err != nil {
+			return err
+		}
+		bd := ci.BrokerAddrTable[brokerName]
+		if bd == nil || bd.BrokerAddrs[0] == "" || (brokerAddr != "" && bd.BrokerAddrs[0] != brokerAddr) {
+			return fmt.Errorf("broker %s not registered yet", brokerName)
+		}
+		return nil
+	}, procs...)
 }
 
 // writeProps writes a Java properties file, keys sorted.
@@ -212,6 +221,9 @@ func writeProps(path string, m map[string]string) error {
 
 // Dir is the temporary directory holding the configuration, logs and store.
 func (r *RocketMQ) Dir() string { return r.dir }
+
+// BrokerPid is the broker JVM's process id (for CPU accounting).
+func (r *RocketMQ) BrokerPid() int { return r.broker.cmd.Process.Pid }
 
 // Output returns the last output of the name server and the broker, for diagnostics.
 func (r *RocketMQ) Output() string {

@@ -160,7 +160,9 @@ func TestSluiceSDKAgainstApacheRocketMQ(t *testing.T) {
 			}
 		}
 		return len(seen) == len(want) && len(retries) == 3
-	}, func() string { return fmt.Sprintf("deliveries %v, want bodies %v and retry-me 3 times", log.list(), want) })
+	}, func() string {
+		return fmt.Sprintf("deliveries %v, want bodies %v and retry-me 3 times", log.list(), want)
+	})
 	got := map[string]bool{}
 	for _, d := range log.list() {
 		got[d.body] = true
@@ -184,7 +186,10 @@ func TestSluiceSDKAgainstApacheRocketMQ(t *testing.T) {
 			}
 		}
 		return true
-	}, func() string { offs, err := tg.adm.ConsumerOffsets(ctx, group, topic); return fmt.Sprintf("offsets %+v %v", offs, err) })
+	}, func() string {
+		offs, err := tg.adm.ConsumerOffsets(ctx, group, topic)
+		return fmt.Sprintf("offsets %+v %v", offs, err)
+	})
 	ms, err := tg.adm.FindMessages(ctx, topic, "sk2", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	if err != nil || len(ms) != 1 || string(ms[0].Body) != "sync-2" {
 		t.Fatalf("FindMessages sk2: %v %v", ms, err)
@@ -305,4 +310,3 @@ func (l *txnListener) count(body string) int {
 	defer l.mu.Unlock()
 	return l.checked[body]
 }
-
