@@ -118,9 +118,9 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 // expression), which fails the client's start as in Apache RocketMQ.
 func (b *Broker) handleCheckClientConfig(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	var body struct {
-		ClientID         string           `json:"clientId"`
-		Group            string           `json:"group"`
-		SubscriptionData SubscriptionData `json:"subscriptionData"`
+		ClientID         string                `json:"clientId"`
+		Group            string                `json:"group"`
+		SubscriptionData wire.SubscriptionData `json:"subscriptionData"`
 	}
 	if err := json.Unmarshal(req.Body, &body); err != nil {
 		return errResponse(remoting.SystemError, "check client config body is not CheckClientRequestBody JSON: %v", err)

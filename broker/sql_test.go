@@ -92,7 +92,7 @@ func TestSQL92Subscriptions(t *testing.T) {
 func TestCheckClientConfig(t *testing.T) {
 	check := func(b *Broker, c *remoting.Client, typ, expr string) *remoting.RemotingCommand {
 		body, _ := json.Marshal(map[string]any{"clientId": "java-client", "group": "g",
-			"subscriptionData": SubscriptionData{Topic: "S", SubString: expr, ExpressionType: typ}})
+			"subscriptionData": wire.SubscriptionData{Topic: "S", SubString: expr, ExpressionType: typ}})
 		return invoke(t, c, b.Addr(), remoting.NewRequest(remoting.CheckClientConfig, nil, body))
 	}
 	on := startBroker(t, t.TempDir(), func(c *Config) { c.EnablePropertyFilter = true })

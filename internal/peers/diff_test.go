@@ -371,19 +371,27 @@ var scenarios = []scenario{
 		}
 		pull := func(tp, sub, typ string) map[string]string {
 			return map[string]string{"consumerGroup": "diff-bad", "topic": tp, "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
-				"sysFlag": "2", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": sub, "subVersion": "0", "expressionType": typ}
+				"sysFlag": "4" /* FLAG_SUBSCRIPTION: the expression comes with the pull */, "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": sub, "subVersion": "0", "expressionType": typ}
+		}
+		// one message in the topic, so a pull that is served answers FOUND (0)
+		if code := call(tg.broker, remoting.SendMessage, send(topic), []byte("x")); code != "0" {
+			t.Fatalf("%s: send to %s: %s", tg.name, topic, code)
 		}
 		return obs{
-			"route of unknown topic":     call(tg.namesrv, remoting.GetRouteInfoByTopic, map[string]string{"topic": "NoSuchTopic_x"}, nil),
-			"send, topic of 128 chars":   call(tg.broker, remoting.SendMessage, send(strings.Repeat("t", 128)), []byte("x")),
-			"send, illegal characters":   call(tg.broker, remoting.SendMessage, send("bad topic!"), []byte("x")),
-			"send to SCHEDULE_TOPIC":     call(tg.broker, remoting.SendMessage, send("SCHEDULE_TOPIC_XXXX"), []byte("x")),
-			"send, queueId out of range": call(tg.broker, remoting.SendMessage, func() map[string]string { m := send(topic); m["queueId"] = "99"; return m }(), []byte("x")),
-			"pull, bad SQL92":            call(tg.broker, remoting.PullMessage, pull(topic, "a >", "SQL92"), nil),
-			"pull, unknown topic":        call(tg.broker, remoting.PullMessage, pull("NoSuchTopic_y", "*", "TAG"), nil),
+			"route of unknown topic":          call(tg.namesrv, remoting.GetRouteInfoByTopic, map[string]string{"topic": "NoSuchTopic_x"}, nil),
+			"send, topic of 128 chars":        call(tg.broker, remoting.SendMessage, send(strings.Repeat("t", 128)), []byte("x")),
+			"send, illegal characters":        call(tg.broker, remoting.SendMessage, send("bad topic!"), []byte("x")),
+			"send to SCHEDULE_TOPIC":          call(tg.broker, remoting.SendMessage, send("SCHEDULE_TOPIC_XXXX"), []byte("x")),
+			"send, queueId out of range":      call(tg.broker, remoting.SendMessage, func() map[string]string { m := send(topic); m["queueId"] = "99"; return m }(), []byte("x")),
+			"check client config, good SQL92": call(tg.broker, remoting.CheckClientConfig, nil, checkBody(topic, "a > 1")),
+			"check client config, bad SQL92":  call(tg.broker, remoting.CheckClientConfig, nil, checkBody(topic, "a >")),
+			"pull, unknown topic":             call(tg.broker, remoting.PullMessage, pull("NoSuchTopic_y", "*", "TAG"), nil),
 		}
 	}},
-	{name: "offsets after an admin reset", diff: "Apache RocketMQ 4.9 answers INVOKE_BROKER_TO_RESET_OFFSET with CONSUMER_NOT_ONLINE (206) and leaves the offsets when no consumer of the group is online (its mqadmin then falls back to UPDATE_CONSUMER_OFFSET); Sluice resets them all the same", run: func(t *testing.T, tg target) obs {
+	// Apache RocketMQ answers the reset of a group with no consumer online with
+	// CONSUMER_NOT_ONLINE (206) and leaves the offsets; Sluice's admin then writes them
+	// itself (as Apache's mqadmin does), so the client observes the same on both.
+	{name: "offsets after an admin reset of an offline group", run: func(t *testing.T, tg target) obs {
 		d := peers.JavaDriver(t)
 		topic := topicFor(t, "DiffReset")
 		group := "diff-reset-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
@@ -404,7 +412,10 @@ var scenarios = []scenario{
 			before, err = tg.adm.ConsumerOffsets(ctx, group, topic)
 			return err == nil && len(before) == 1 && before[0].Committed == 5
 		}, func() string { return fmt.Sprintf("committed offset 5, have %+v", before) })
-		_, resetErr := tg.adm.ResetOffsetByTime(ctx, group, topic, time.UnixMilli(1), true)
+		res, resetErr := tg.adm.ResetOffsetByTime(ctx, group, topic, time.UnixMilli(1), true)
+		if resetErr != nil || len(res.Offline) != 1 || len(res.Offsets) != 1 {
+			t.Fatalf("%s: reset of an offline group: %+v %v", tg.name, res, resetErr)
+		}
 		after, err := tg.adm.ConsumerOffsets(ctx, group, topic)
 		if err != nil {
 			t.Fatalf("%s: offsets after reset: %v", tg.name, err)
@@ -419,8 +430,66 @@ var scenarios = []scenario{
 	}},
 }
 
+// checkBody is a CHECK_CLIENT_CONFIG body (Java CheckClientRequestBody) for a SQL92
+// subscription to topic.
+func checkBody(topic, expr string) []byte {
+	b, _ := json.Marshal(map[string]any{"clientId": "127.0.0.1@diff", "group": "diff-bad",
+		"subscriptionData": map[string]any{"topic": topic, "subString": expr, "expressionType": "SQL92", "classFilterMode": false,
+			"tagsSet": []string{}, "codeSet": []int{}, "subVersion": time.Now().UnixMilli()}})
+	return b
+}
+
+// rawCall sends one remoting request and returns its response code (or the transport
+// error).
+func rawCall(t *testing.T, addr string, code remoting.RequestCode, ext map[string]string, body []byte) string {
+	t.Helper()
+	cl, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cl.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cl.InvokeSync(ctx, addr, remoting.NewRequest(code, ext, body))
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return strconv.Itoa(int(resp.Code))
+}
+
+// The pull with a malformed SQL92 expression: Apache RocketMQ 4.9 logs the parse error
+// and serves the pull unfiltered (PullMessageProcessor keeps a null filter, which
+// matches everything); Sluice refuses it with SUBSCRIPTION_PARSE_FAILED (23), as a
+// heartbeat or CHECK_CLIENT_CONFIG with the same expression is refused on both.
+var badSQLPull = scenario{name: "pull with a malformed SQL92 expression",
+	diff: "Apache RocketMQ 4.9 serves a pull whose SQL92 expression does not parse, unfiltered; Sluice answers SUBSCRIPTION_PARSE_FAILED (23)",
+	run: func(t *testing.T, tg target) obs {
+		topic := topicFor(t, "DiffBadSQL")
+		createTopic(t, tg, topic, 1)
+		ext := map[string]string{"producerGroup": "diff-bad", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+			"queueId": "0", "sysFlag": "0", "bornTimestamp": strconv.FormatInt(time.Now().UnixMilli(), 10), "flag": "0",
+			"properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+		if code := rawCall(t, tg.broker, remoting.SendMessage, ext, []byte("x")); code != "0" {
+			t.Fatalf("%s: send: %s", tg.name, code)
+		}
+		pull := map[string]string{"consumerGroup": "diff-bad", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
+			"sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "a >", "subVersion": "0", "expressionType": "SQL92"}
+		// Apache stores asynchronously into the consume queue: PULL_NOT_FOUND (19) until the
+		// message is dispatched there.
+		code := rawCall(t, tg.broker, remoting.PullMessage, pull, nil)
+		for deadline := time.Now().Add(10 * time.Second); code == "19" && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			code = rawCall(t, tg.broker, remoting.PullMessage, pull, nil)
+		}
+		want := map[string]string{"apache": "0", "sluice": "23"}[tg.name]
+		if code != want {
+			t.Fatalf("%s: pull with a malformed SQL92 expression answered %s, want %s", tg.name, code, want)
+		}
+		return obs{"code": code}
+	}}
+
 func TestDifferentialScenarios(t *testing.T) {
-	for _, sc := range scenarios {
+	for _, sc := range append(scenarios, badSQLPull) {
 		t.Run(sc.name, func(t *testing.T) {
 			tgs := targets(t)
 			got := map[string]obs{}
