@@ -225,6 +225,8 @@ func (k *Kafka) running() []*proc {
 func (k *Kafka) WaitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	tr := &kafkago.Transport{} // its own connection pools, closed on return (the default transport's live forever)
+	defer tr.CloseIdleConnections()
 	return waitUntil(ctx, "kafka metadata", func(ctx context.Context) error {
 		want := map[string]bool{}
 		k.mu.Lock()
@@ -237,7 +239,7 @@ func (k *Kafka) WaitReady(ctx context.Context, timeout time.Duration) error {
 		var last error = errors.New("no running node")
 		for addr := range want {
 			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-			md, err := (&kafkago.Client{Addr: kafkago.TCP(addr)}).Metadata(rctx, &kafkago.MetadataRequest{})
+			md, err := (&kafkago.Client{Addr: kafkago.TCP(addr), Transport: tr}).Metadata(rctx, &kafkago.MetadataRequest{})
 			rcancel()
 			if err != nil {
 				last = err

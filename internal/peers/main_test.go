@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/peers"
 )
@@ -41,6 +43,12 @@ func TestMain(m *testing.M) {
 	if shared.r != nil {
 		if err := shared.r.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop apache rocketmq:", err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
 			code = 1
 		}
 	}

@@ -52,8 +52,10 @@ func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string, from int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
 	w := &kafkago.Writer{Addr: kafkago.TCP(k.Brokers...), Topic: topic, AllowAutoTopicCreation: true,
-		RequiredAcks: kafkago.RequireAll, BatchTimeout: 10 * time.Millisecond}
+		RequiredAcks: kafkago.RequireAll, BatchTimeout: 10 * time.Millisecond, Transport: tr}
 	defer func() { _ = w.Close() }()
 	msgs := []kafkago.Message{{Value: []byte("one")}, {Value: []byte("two")}, {Value: []byte("three")}}
 	var err error
