@@ -62,10 +62,20 @@ rootLogger.appenderRef.out.ref = OUT
 // controller+broker nodes (a static controller quorum) on free 127.0.0.1 ports over a new
 // temporary directory, and waits until the metadata lists every node. Replication
 // defaults follow the node count (offsets and transaction topics replicated
-// min(3, nodes) times, min.insync.replicas 1). Errors: ErrUnavailable (wrapped) without
+// min(3, nodes) times, min.insync.replicas 1). A start that fails because a port was
+// taken meanwhile is tried again on new ports (three tries). Errors: ErrUnavailable (wrapped) without
 // Java or the jars; Nodes not 1..3; a node that exits or a start past StartTimeout (with
 // the processes' last output).
 func LaunchKafka(ctx context.Context, opt KafkaOptions) (*Kafka, error) {
+	for attempt := 1; ; attempt++ {
+		k, err := launchKafka(ctx, opt)
+		if !lostPort(err) || attempt == startAttempts || ctx.Err() != nil {
+			return k, err
+		}
+	}
+}
+
+func launchKafka(ctx context.Context, opt KafkaOptions) (*Kafka, error) {
 	if opt.Nodes == 0 {
 		opt.Nodes = 1
 	}

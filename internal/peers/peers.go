@@ -17,11 +17,13 @@ package peers
 import (
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // ErrUnavailable is wrapped by the error of a Start function when Java or a peer's jars
@@ -99,9 +101,19 @@ func Available(part string) error {
 	return err
 }
 
+// Peer ports are picked at random in [portLow, portHigh), below Linux's default range of
+// ephemeral ports (32768-60999): a JVM binds its ports seconds after they were chosen,
+// and a port from the ephemeral range may be taken meanwhile as the local port of some
+// outgoing connection. A peer that still loses a port is started again on new ones
+// (startAttempts).
+const (
+	portLow       = 20000
+	portHigh      = 32000
+	startAttempts = 3
+)
+
 // freePorts returns n distinct free TCP ports on 127.0.0.1 (held open together while
-// chosen, then released; another process could take one before the peer binds it, which
-// the Start functions report as a start failure).
+// chosen, then released).
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
@@ -110,15 +122,27 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for try := 0; len(ports) < n; try++ {
+		addr := "127.0.0.1:0"
+		if try < 500 {
+			addr = "127.0.0.1:" + strconv.Itoa(portLow+mrand.IntN(portHigh-portLow))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if try < 500 {
+				continue
+			}
 			return nil, fmt.Errorf("peers: free port: %w", err)
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// lostPort reports whether a start failed because a process could not bind its port.
+func lostPort(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Address already in use")
 }
 
 // freeTriple returns a port p such that p-2, p and p+1 are free on 127.0.0.1: the

@@ -83,9 +83,19 @@ const logbackConf = `<configuration>
 // in their own process groups, on free 127.0.0.1 ports (both listen on loopback only,
 // through the driver jar's java agent), over a new temporary directory, and waits until
 // the broker is registered with the name server (a GET_BROKER_CLUSTER_INFO query through
-// package admin). Errors: ErrUnavailable (wrapped) without Java or the jars; a process
+// package admin). A start that fails because a port was taken meanwhile is tried again
+// on new ports (three tries). Errors: ErrUnavailable (wrapped) without Java or the jars; a process
 // that exits or a start that exceeds StartTimeout (with the processes' last output).
 func LaunchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := launchRocketMQ(ctx, opt)
+		if !lostPort(err) || attempt == startAttempts || ctx.Err() != nil {
+			return r, err
+		}
+	}
+}
+
+func launchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error) {
 	java, err := javaPath()
 	if err != nil {
 		return nil, err
