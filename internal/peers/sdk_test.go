@@ -4,6 +4,7 @@ package peers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -309,4 +311,46 @@ func (l *txnListener) count(body string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.checked[body]
+}
+
+// Sluice's push consumer against Apache RocketMQ's DLQ: a message answered ReconsumeLater
+// beyond MaxReconsumeTimes is moved by Apache to %DLQ%<group>, where the admin finds it
+// by key (QUERY_MESSAGE). Listing the DLQ (admin.ListDLQ) uses Sluice's own admin
+// request READ_QUEUE (7001), which Apache answers REQUEST_CODE_NOT_SUPPORTED (3).
+func TestSluiceDLQAgainstApacheRocketMQ(t *testing.T) {
+	r := apacheRocketMQ(t)
+	tg := target{name: "apache", namesrv: r.NamesrvAddr, broker: r.BrokerAddr, adm: newAdmin(t, r.NamesrvAddr)}
+	topic := topicFor(t, "SdkDLQ")
+	group := fmt.Sprintf("sdk-dlq-%d", time.Now().UnixNano()%1e6)
+	createTopic(t, tg, topic, 1)
+	p := goProducer(t, r.NamesrvAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte("doomed")).SetKeys("doomed")); err != nil {
+		t.Fatal(err)
+	}
+	log := &dlog{}
+	goConsumer(t, r.NamesrvAddr, group, topic, "*", false, func(m *message.MessageExt) message.ConsumeResult {
+		log.add(m)
+		return message.ReconsumeLater
+	})
+	var found []*message.MessageExt
+	waitFor(t, 60*time.Second, func() bool {
+		var err error
+		found, err = tg.adm.FindMessages(ctx, "%DLQ%"+group, "doomed", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		return err == nil && len(found) == 1
+	}, func() string { return fmt.Sprintf("the dead letter in %%DLQ%%%s; deliveries %v", group, log.list()) })
+	var seq []int32
+	for _, d := range log.list() {
+		seq = append(seq, d.reconsume)
+	}
+	// MaxReconsumeTimes 3 (goConsumer): deliveries with reconsume times 0..3, then the DLQ
+	if fmt.Sprint(seq) != "[0 1 2 3]" || string(found[0].Body) != "doomed" || found[0].Property("RETRY_TOPIC") != topic {
+		t.Fatalf("deliveries %v, dead letter %+v", seq, found[0])
+	}
+	_, err := tg.adm.ListDLQ(ctx, group, admin.DLQListOptions{})
+	var be *admin.BrokerError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "code 3") {
+		t.Fatalf("ListDLQ against Apache RocketMQ: %v, want a BrokerError with code 3 (REQUEST_CODE_NOT_SUPPORTED)", err)
+	}
 }
