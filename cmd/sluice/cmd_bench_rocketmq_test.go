@@ -30,7 +30,7 @@ func runLong(t *testing.T, args ...string) (string, error) {
 // (started from the peers' jars) and a Sluice broker process, and prints the ratios.
 func TestBenchTargetRocketMQ(t *testing.T) {
 	if err := peers.Available("rocketmq"); err != nil {
-		t.Skipf("%s (%v)", peers.SkipMessage, err)
+		t.Skipf("%v", err)
 	}
 	out, err := runLong(t, "bench", "produce", "--target", "rocketmq", "--messages", "2000", "--inflight", "4", "--rocketmq-heap", "256m")
 	if err != nil {

@@ -64,7 +64,7 @@ func apacheRocketMQ(t *testing.T) *peers.RocketMQ {
 	})
 	if shared.err != nil {
 		if err := peers.Available("rocketmq"); err != nil {
-			t.Skipf("apache rocketmq: %s (%v)", peers.SkipMessage, err)
+			t.Skipf("apache rocketmq: %v", err)
 		}
 		t.Fatalf("apache rocketmq: %v", shared.err)
 	}

@@ -28,9 +28,10 @@ import (
 
 // ErrUnavailable is wrapped by the error of a Start function when Java or a peer's jars
 // are missing; run `bash .ci/peers` to fetch them.
-var ErrUnavailable = errors.New("peers: needs Java and the peer jars: run bash .ci/peers")
+var ErrUnavailable = errors.New("peers: " + SkipMessage)
 
-// SkipMessage is what the test helpers skip with when a peer is unavailable.
+// SkipMessage says what a skipped peer test needs; the test helpers skip with
+// ErrUnavailable's message, which holds it.
 const SkipMessage = "needs Java and the peer jars: run bash .ci/peers"
 
 // Versions of the peers, as pinned in internal/peers/maven and internal/peers/javadriver.

@@ -20,7 +20,7 @@ import (
 func skipOrFatal(t testing.TB, what string, err error) {
 	t.Helper()
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("%s: %s (%v)", what, SkipMessage, err)
+		t.Skipf("%s: %v", what, err)
 	}
 	t.Fatalf("%s: %v", what, err)
 }
