@@ -147,7 +147,10 @@ type ResetResult struct {
 	// Offsets are the group's new offsets, per queue.
 	Offsets map[message.MessageQueue]int64
 	// Offline lists the brokers (by name) that had no consumer of the group online to
-	// tell; their offsets were reset all the same.
+	// tell; their offsets were reset all the same: by a Sluice broker itself, and for an
+	// Apache RocketMQ broker (which answers CONSUMER_NOT_ONLINE, 206, and leaves them) by
+	// this admin writing each queue's offset with UPDATE_CONSUMER_OFFSET (15), as Apache
+	// RocketMQ's mqadmin falls back to doing.
 	Offline []string
 }
 
@@ -185,6 +188,14 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 			errs = append(errs, err) // a *BrokerError
 			continue
 		}
+		if resp.ResponseCode() == remoting.ConsumerNotOnline {
+			if err := a.resetOffline(ctx, bd.BrokerName, addr, r, group, topic, ts, force, res.Offsets); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			res.Offline = append(res.Offline, bd.BrokerName)
+			continue
+		}
 		if err := resp.ResponseErr(); err != nil {
 			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
 			continue
@@ -205,6 +216,56 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 		return res, errors.Join(errs...)
 	}
 	return res, nil
+}
+
+// resetOffline resets group's offsets of topic on one broker that refused
+// INVOKE_BROKER_TO_RESET_OFFSET with CONSUMER_NOT_ONLINE (Apache RocketMQ does when no
+// consumer of the group is online): for each of the broker's queues it finds the target
+// (GET_MAX_OFFSET for ts -1, else SEARCH_OFFSET_BY_TIMESTAMP), keeps the committed offset
+// when !force and the target is not behind it, and otherwise writes the target with
+// UPDATE_CONSUMER_OFFSET. The new offsets go into out.
+func (a *Admin) resetOffline(ctx context.Context, brokerName, addr string, r *wire.TopicRouteData, group, topic string, ts int64, force bool, out map[message.MessageQueue]int64) error {
+	for _, qd := range r.QueueDatas {
+		if qd.BrokerName != brokerName {
+			continue
+		}
+		for q := 0; q < max(qd.ReadQueueNums, qd.WriteQueueNums); q++ {
+			mq := message.MessageQueue{Topic: topic, BrokerName: brokerName, QueueID: q}
+			qh := wire.QueueHeader{Topic: topic, QueueID: int32(q), Timestamp: ts}
+			var target int64
+			var err error
+			if ts == -1 {
+				target, err = a.int64Call(ctx, brokerName, addr, remoting.GetMaxOffset, qh.Ext(false), "offset")
+			} else {
+				target, err = a.int64Call(ctx, brokerName, addr, remoting.SearchOffsetByTimestamp, qh.Ext(true), "offset")
+			}
+			if err != nil {
+				return err
+			}
+			oh := wire.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: int32(q), CommitOffset: target}
+			if !force {
+				resp, err := a.invoke(ctx, brokerName, addr, remoting.QueryConsumerOffset, oh.Ext(false), nil)
+				if err != nil {
+					return err
+				}
+				if resp.ResponseCode() == remoting.Success {
+					if cur, err := resp.ExtInt64("offset", true); err == nil && target >= cur {
+						out[mq] = cur
+						continue
+					}
+				}
+			}
+			resp, err := a.invoke(ctx, brokerName, addr, remoting.UpdateConsumerOffset, oh.Ext(true), nil)
+			if err != nil {
+				return err
+			}
+			if err := resp.ResponseErr(); err != nil {
+				return &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+			}
+			out[mq] = target
+		}
+	}
+	return nil
 }
 
 func sortedBrokers(r *wire.TopicRouteData) []wire.BrokerData {

@@ -23,6 +23,7 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.ConsumerSendMsgBack, b.handleSendBack)
 	s.Handle(remoting.HeartBeat, b.handleHeartbeat)
 	s.Handle(remoting.UnregisterClient, b.handleUnregisterClient)
+	s.Handle(remoting.CheckClientConfig, b.handleCheckClientConfig)
 	s.Handle(remoting.GetConsumerListByGroup, b.handleConsumerList)
 	s.Handle(remoting.QueryConsumerOffset, b.handleQueryOffset)
 	s.Handle(remoting.UpdateConsumerOffset, b.handleUpdateOffset)
@@ -119,6 +120,28 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 	}
 	if refused != nil {
 		return refused
+	}
+	return remoting.NewResponse(remoting.Success, "")
+}
+
+// handleCheckClientConfig serves CHECK_CLIENT_CONFIG (46), which the Java client sends
+// to every broker at start for each subscription that is not by tag (Java
+// CheckClientRequestBody: clientId, group, subscriptionData): SUCCESS when the broker can
+// serve the subscription, else the answer a heartbeat with it would get (SYSTEM_ERROR
+// while enablePropertyFilter is off, SUBSCRIPTION_PARSE_FAILED for a malformed
+// expression), which fails the client's start as in Apache RocketMQ.
+func (b *Broker) handleCheckClientConfig(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	var body struct {
+		ClientID         string                `json:"clientId"`
+		Group            string                `json:"group"`
+		SubscriptionData wire.SubscriptionData `json:"subscriptionData"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil {
+		return errResponse(remoting.SystemError, "check client config body is not CheckClientRequestBody JSON: %v", err)
+	}
+	sd := body.SubscriptionData
+	if _, resp := b.subscriptionFilter(sd.SubString, sd.ExpressionType); resp != nil {
+		return resp
 	}
 	return remoting.NewResponse(remoting.Success, "")
 }

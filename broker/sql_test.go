@@ -85,3 +85,35 @@ func TestSQL92Subscriptions(t *testing.T) {
 		t.Fatalf("SQL92 heartbeat with the filter off: %d", r.Code)
 	}
 }
+
+// TestCheckClientConfig: CHECK_CLIENT_CONFIG (46), which the Java client sends at start
+// for a SQL92 subscription, is SUCCESS for a good expression, SUBSCRIPTION_PARSE_FAILED
+// for a malformed one, and SYSTEM_ERROR while enablePropertyFilter is off.
+func TestCheckClientConfig(t *testing.T) {
+	check := func(b *Broker, c *remoting.Client, typ, expr string) *remoting.RemotingCommand {
+		body, _ := json.Marshal(map[string]any{"clientId": "java-client", "group": "g",
+			"subscriptionData": wire.SubscriptionData{Topic: "S", SubString: expr, ExpressionType: typ}})
+		return invoke(t, c, b.Addr(), remoting.NewRequest(remoting.CheckClientConfig, nil, body))
+	}
+	on := startBroker(t, t.TempDir(), func(c *Config) { c.EnablePropertyFilter = true })
+	c := newClient(t)
+	for _, tc := range []struct {
+		typ, expr string
+		want      remoting.ResponseCode
+	}{
+		{"SQL92", "a > 5 AND region = 'eu'", remoting.Success},
+		{"SQL92", "a > ", remoting.SubscriptionParseFailed},
+		{"TAG", "x || y", remoting.Success},
+	} {
+		if r := check(on, c, tc.typ, tc.expr); r.ResponseCode() != tc.want {
+			t.Errorf("%s %q: code %d %q, want %d", tc.typ, tc.expr, r.Code, r.Remark, tc.want)
+		}
+	}
+	off := startBroker(t, t.TempDir(), nil)
+	if r := check(off, c, "SQL92", "a > 5"); r.ResponseCode() != remoting.SystemError {
+		t.Errorf("SQL92 with the filter off: code %d %q, want SYSTEM_ERROR", r.Code, r.Remark)
+	}
+	if r := invoke(t, c, off.Addr(), remoting.NewRequest(remoting.CheckClientConfig, nil, []byte("{"))); r.ResponseCode() != remoting.SystemError {
+		t.Errorf("bad body: code %d", r.Code)
+	}
+}

@@ -30,6 +30,7 @@ const (
 	ConsumerSendMsgBack           RequestCode = 36  // CONSUMER_SEND_MSG_BACK, client→broker
 	EndTransaction                RequestCode = 37  // END_TRANSACTION, client→broker (one-way)
 	GetConsumerListByGroup        RequestCode = 38  // GET_CONSUMER_LIST_BY_GROUP, client→broker
+	CheckClientConfig             RequestCode = 46  // CHECK_CLIENT_CONFIG, client→broker (Java client, SQL92 subscriptions, at start)
 	CheckTransactionState         RequestCode = 39  // CHECK_TRANSACTION_STATE, broker→client (one-way)
 	NotifyConsumerIDsChanged      RequestCode = 40  // NOTIFY_CONSUMER_IDS_CHANGED, broker→client
 	LockBatchMQ                   RequestCode = 41  // LOCK_BATCH_MQ, client→broker
@@ -71,6 +72,7 @@ var requestCodeNames = map[RequestCode]string{
 	GetEarliestMsgStoreTime:       "GET_EARLIEST_MSG_STORETIME",
 	ViewMessageByID:               "VIEW_MESSAGE_BY_ID",
 	HeartBeat:                     "HEART_BEAT",
+	CheckClientConfig:             "CHECK_CLIENT_CONFIG",
 	UnregisterClient:              "UNREGISTER_CLIENT",
 	ConsumerSendMsgBack:           "CONSUMER_SEND_MSG_BACK",
 	EndTransaction:                "END_TRANSACTION",

@@ -40,6 +40,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
   sluice bench produce --inflight 16 --duration 20s
   sluice bench produce --async --inflight 64 --messages 500000
   sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
+  sluice bench produce --target rocketmq --messages 100000 # Apache RocketMQ, then Sluice (own process), ratios
+  sluice bench consume --target rocketmq --messages 100000 # the same for draining a backlog
   sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
@@ -64,7 +66,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 		Args:  cobra.NoArgs,
 		RunE:  runBenchProduce,
 	}
-	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream, sync publish) or both (same run, with the ratio)")
+	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream, sync publish), both (same run, with the ratio) or rocketmq (Apache RocketMQ, then Sluice as its own process, with the ratios)")
+	addRocketMQFlags(produce)
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
 	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
@@ -80,6 +83,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice or rocketmq (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	addRocketMQFlags(consume)
 	cmd.AddCommand(produce, consume)
 	return cmd
 }
@@ -277,13 +282,16 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
-	if (s.cfg.Mode == bench.ModeOneway || s.cfg.Mode == bench.ModeBatch) && target != bench.TargetSluice {
-		return fmt.Errorf("--mode %s: only with --target sluice", s.cfg.Mode)
+	if (s.cfg.Mode == bench.ModeOneway || s.cfg.Mode == bench.ModeBatch) && target != bench.TargetSluice && target != targetRocketMQ {
+		return fmt.Errorf("--mode %s: only with --target sluice or rocketmq", s.cfg.Mode)
+	}
+	if target == targetRocketMQ {
+		return runVsRocketMQ(cmd, s, s.describe("same workload:"), bench.Produce, printProduce)
 	}
 	runSluice := target == bench.TargetSluice || target == "both"
 	runJS := target == bench.TargetJetStream || target == "both"
 	if !runSluice && !runJS {
-		return fmt.Errorf("--target %q: want sluice, jetstream or both", target)
+		return fmt.Errorf("--target %q: want sluice, jetstream, both or rocketmq", target)
 	}
 	out := cmd.OutOrStdout()
 	ctx := cmd.Context()
@@ -374,6 +382,15 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 		s.cfg.Messages = bench.DefaultMessages
 	}
 	out := cmd.OutOrStdout()
+	switch target, _ := f.GetString("target"); target {
+	case bench.TargetSluice:
+	case targetRocketMQ:
+		what := fmt.Sprintf("consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d",
+			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
+		return runVsRocketMQ(cmd, s, what, bench.Consume, printConsume)
+	default:
+		return fmt.Errorf("--target %q: want sluice or rocketmq", target)
+	}
 	if err := s.startBroker(out); err != nil {
 		return err
 	}
@@ -384,10 +401,14 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 		return err
 	}
 	s.bar.finish()
+	printConsume(out, r)
+	return nil
+}
+
+func printConsume(out io.Writer, r *bench.Result) {
 	fmt.Fprintf(out, "  consumed   %d messages (%d bytes) in %v, %d duplicate(s)\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond), r.Duplicates)
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
 	printCPU(out, r)
-	return nil
 }
 
 // barProgress shows a bench.Progress on a progress bar: Add only bumps an atomic

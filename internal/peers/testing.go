@@ -1,0 +1,292 @@
+package peers
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// skipOrFatal skips t when err wraps ErrUnavailable and fails it otherwise.
+func skipOrFatal(t testing.TB, what string, err error) {
+	t.Helper()
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("%s: %v", what, err)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+// StartRocketMQ starts an Apache RocketMQ name server and broker for t ([LaunchRocketMQ]
+// with opt) and stops them at t.Cleanup, logging their last output when t failed. It
+// skips t when Java or the jars are absent.
+func StartRocketMQ(t testing.TB, opt RocketMQOptions) *RocketMQ {
+	t.Helper()
+	r, err := LaunchRocketMQ(context.Background(), opt)
+	if err != nil {
+		skipOrFatal(t, "apache rocketmq", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("apache rocketmq output:\n%s", r.Output())
+		}
+		if err := r.Stop(); err != nil {
+			t.Errorf("stop apache rocketmq: %v", err)
+		}
+	})
+	return r
+}
+
+// StartKafka starts an Apache Kafka KRaft cluster of nodes combined nodes for t
+// ([LaunchKafka]) and stops it at t.Cleanup. It skips t when Java or the jars are absent.
+func StartKafka(t testing.TB, nodes int) *Kafka {
+	t.Helper()
+	k, err := LaunchKafka(context.Background(), KafkaOptions{Nodes: nodes})
+	if err != nil {
+		skipOrFatal(t, "apache kafka", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("apache kafka output:\n%s", k.Output())
+		}
+		if err := k.Stop(); err != nil {
+			t.Errorf("stop apache kafka: %v", err)
+		}
+	})
+	return k
+}
+
+// Driver runs the Java driver (internal/peers/javadriver: the RocketMQ 4.9 Java client
+// as a command-line program).
+type Driver struct {
+	argv []string // java, flags, -cp, main class
+	home string
+}
+
+// JavaDriver returns the Java driver for t, or skips t when Java or the driver's jars are
+// absent.
+func JavaDriver(t testing.TB) *Driver {
+	t.Helper()
+	java, err := javaPath()
+	if err == nil {
+		_, err = classPath("driver", driverJar())
+	}
+	if err != nil {
+		skipOrFatal(t, "java driver", err)
+	}
+	cp, _ := classPath("driver", driverJar())
+	home := t.TempDir()
+	return &Driver{home: home, argv: []string{java, "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Duser.home=" + home, "-Drocketmq.client.logRoot=" + filepath.Join(home, "logs"), "-cp", cp, "io.sluicemq.peers.Driver"}}
+}
+
+// Event is one JSON line the driver prints: "started", "sent" (a send's result), "check"
+// (a transaction check-back), "msg" (a delivery) or "done". Fields are set as the event
+// has them (see the driver's class comment).
+type Event struct {
+	Event          string `json:"event"`
+	I              int    `json:"i"`
+	OK             bool   `json:"ok"`
+	Status         string `json:"status"`
+	MsgID          string `json:"msgId"`
+	OffsetMsgID    string `json:"offsetMsgId"`
+	QueueID        int    `json:"queueId"`
+	Broker         string `json:"broker"`
+	QueueOffset    int64  `json:"queueOffset"`
+	TxnState       string `json:"txnState"`
+	TransactionID  string `json:"transactionId"`
+	Error          string `json:"error"`
+	Exception      string `json:"exception"`
+	Code           int    `json:"code"`
+	Topic          string `json:"topic"`
+	Keys           string `json:"keys"`
+	Tags           string `json:"tags"`
+	Body           string `json:"body"`
+	Result         string `json:"result"`
+	Answer         string `json:"answer"`
+	ReconsumeTimes int    `json:"reconsumeTimes"`
+}
+
+// Msg is one message for the driver's produce command: a line of its input.
+type Msg struct {
+	Topic   string            `json:"topic,omitempty"`
+	Tags    string            `json:"tags,omitempty"`
+	Keys    string            `json:"keys,omitempty"`
+	Body    string            `json:"body"`
+	Props   map[string]string `json:"props,omitempty"`
+	Delay   int               `json:"delay,omitempty"`
+	QueueID *int              `json:"queueId,omitempty"`
+	Mode    string            `json:"mode,omitempty"`
+	Batch   []Msg             `json:"batch,omitempty"`
+	Txn     string            `json:"txn,omitempty"`
+	Check   string            `json:"check,omitempty"`
+}
+
+// DriverProc is one running driver process.
+type DriverProc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	mu     sync.Mutex
+	events []Event
+	stderr *tail
+	done   chan struct{}
+	enc    *json.Encoder
+}
+
+// Start runs the driver with args (e.g. "produce", "--namesrv", addr) in its own process
+// group; it is killed at t.Cleanup if still running. It waits (30 s at most) for the
+// driver's "started" event.
+func (d *Driver) Start(t testing.TB, args ...string) *DriverProc {
+	t.Helper()
+	cmd := exec.Command(d.argv[0], append(append([]string{}, d.argv[1:]...), args...)...)
+	cmd.Env = os.Environ()
+	setProcAttr(cmd)
+	p := &DriverProc{t: t, cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	p.enc = json.NewEncoder(p.stdin)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start java driver: %v", err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 8<<20)
+		for sc.Scan() {
+			var e Event
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				_, _ = p.stderr.Write([]byte("unparsed stdout: " + sc.Text() + "\n"))
+				continue
+			}
+			p.mu.Lock()
+			p.events = append(p.events, e)
+			p.mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = p.stdin.Close()
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			signalGroup(cmd, true)
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("java driver %v stderr:\n%s", args, p.stderr.String())
+		}
+	})
+	p.WaitFor(30*time.Second, "driver started", func(evs []Event) bool { return count(evs, "started") > 0 })
+	return p
+}
+
+func count(evs []Event, kind string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Event == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// Send writes one message line to the driver's input.
+func (p *DriverProc) Send(m Msg) {
+	p.t.Helper()
+	if err := p.enc.Encode(m); err != nil {
+		p.t.Fatalf("java driver input: %v (stderr %s)", err, p.stderr.String())
+	}
+}
+
+// Events returns the events so far, in order.
+func (p *DriverProc) Events() []Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Event(nil), p.events...)
+}
+
+// Of returns the events of one kind so far.
+func (p *DriverProc) Of(kind string) []Event {
+	var out []Event
+	for _, e := range p.Events() {
+		if e.Event == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// WaitFor polls the events every 20 ms until cond holds, failing the test after timeout
+// (or when the driver exits first) with what and the events seen.
+func (p *DriverProc) WaitFor(timeout time.Duration, what string, cond func([]Event) bool) []Event {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		evs := p.Events()
+		if cond(evs) {
+			return evs
+		}
+		exited := false
+		select {
+		case <-p.done:
+			exited = true
+		default:
+		}
+		if exited || time.Now().After(deadline) {
+			if exited {
+				evs = p.Events()
+				if cond(evs) {
+					return evs
+				}
+			}
+			p.t.Fatalf("java driver: %s: not reached (exited %v) after %v; events %s; stderr:\n%s",
+				what, exited, timeout, brief(evs), p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Close closes the driver's input (it then finishes, shuts the client down and exits)
+// and waits up to 30 s for the exit; returns all events.
+func (p *DriverProc) Close() []Event {
+	p.t.Helper()
+	_ = p.stdin.Close()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		signalGroup(p.cmd, true)
+		<-p.done
+		p.t.Fatalf("java driver did not exit 30s after its input closed; stderr:\n%s", p.stderr.String())
+	}
+	return p.Events()
+}
+
+// brief renders events compactly for failure messages.
+func brief(evs []Event) string {
+	var b strings.Builder
+	for i, e := range evs {
+		if i == 40 {
+			fmt.Fprintf(&b, " ... (%d more)", len(evs)-40)
+			break
+		}
+		s, _ := json.Marshal(e)
+		b.Write(s)
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
