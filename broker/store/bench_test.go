@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -37,6 +38,7 @@ func BenchmarkPutMessage(b *testing.B) {
 			tags := message.TagHashCode("TagA")
 			b.SetBytes(int64(len(benchBody)))
 			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
 			for b.Loop() {
 				m.StoreTimestamp = 0
 				if _, err := s.PutMessage(context.Background(), m, tags); err != nil {
@@ -50,6 +52,7 @@ func BenchmarkPutMessage(b *testing.B) {
 			b.SetBytes(int64(len(benchBody)))
 			b.ReportAllocs()
 			start := s.flusher.passes.Load()
+			defer testkit.ReportCPU(b)()
 			b.SetParallelism(16) // 16 putters per CPU: group commit shares fsyncs among them
 			b.RunParallel(func(pb *testing.PB) {
 				m := newMsg("Bench", 0, benchBody, "TagA")
