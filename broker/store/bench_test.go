@@ -85,6 +85,7 @@ func BenchmarkGetMessage(b *testing.B) {
 	}
 	b.Run("all", func(b *testing.B) {
 		b.ReportAllocs()
+		defer testkit.ReportCPU(b)()
 		off := int64(0)
 		for b.Loop() {
 			r, err := s.GetMessage("Bench", 1, off, 32, 0, nil)
@@ -107,4 +108,33 @@ func BenchmarkGetMessage(b *testing.B) {
 			off = r.NextBeginOffset % (n - 200)
 		}
 	})
+}
+
+// BenchmarkConsumeQueueRead reads 32 consume-queue entries (one pread of 640 bytes) per
+// call from a queue of 10000: the index lookup a pull does before it reads any record.
+func BenchmarkConsumeQueueRead(b *testing.B) {
+	s := benchStore(b, AsyncFlush)
+	const n = 10000
+	msgs := make([]*message.MessageExt, 100)
+	for i := 0; i < n; i += len(msgs) {
+		for k := range msgs {
+			msgs[k] = newMsg("Bench", 0, "x", "TagA")
+		}
+		if _, err := s.PutMessages(context.Background(), msgs, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cq := s.queueFor("Bench", 0, false)
+	buf := make([]byte, 32*cqEntrySize)
+	b.SetBytes(32 * cqEntrySize)
+	b.ReportAllocs()
+	defer testkit.ReportCPU(b)()
+	off := int64(0)
+	for b.Loop() {
+		got, err := cq.readEntriesInto(buf, off, 32)
+		if err != nil || len(got) != 32*cqEntrySize {
+			b.Fatalf("read %d bytes at %d: %v", len(got), off, err)
+		}
+		off = (off + 32) % (n - 32)
+	}
 }
