@@ -70,6 +70,27 @@ func BenchmarkPutMessage(b *testing.B) {
 	}
 }
 
+// BenchmarkPutMessages stores batches of 64 messages of 1 KiB (one append of ~70 KB each),
+// as SEND_BATCH_MESSAGE does; bytes/s count bodies.
+func BenchmarkPutMessages(b *testing.B) {
+	s := benchStore(b, AsyncFlush)
+	msgs := make([]*message.MessageExt, 64)
+	for i := range msgs {
+		msgs[i] = newMsg("Bench", 0, benchBody, "TagA")
+	}
+	b.SetBytes(int64(len(msgs) * len(benchBody)))
+	b.ReportAllocs()
+	defer testkit.ReportCPU(b)()
+	for b.Loop() {
+		for _, m := range msgs {
+			m.StoreTimestamp = 0
+		}
+		if _, err := s.PutMessages(context.Background(), msgs, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkGetMessage pulls 32 messages of 1 KiB per call from a queue of 10000.
 func BenchmarkGetMessage(b *testing.B) {
 	s := benchStore(b, AsyncFlush)

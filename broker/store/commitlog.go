@@ -79,6 +79,11 @@ type writerMap struct {
 // releases of the pages behind it.
 const releaseEvery = 8 << 20
 
+// directWriteMin is the size from which a write goes to the file with pwrite even when the
+// segment is mapped: copying many fresh pages through the mapping (a page fault each) costs
+// more than one system call.
+const directWriteMin = 16 << 10
+
 // pageSize is the memory page size (releases start on a page boundary).
 var pageSize = int64(os.Getpagesize())
 
@@ -86,6 +91,12 @@ var pageSize = int64(os.Getpagesize())
 // through the writer's mapping (see writerMap) or with pwrite. Only the writer calls it.
 func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
 	m := &cl.wmap
+	if len(b) >= directWriteMin {
+		if _, err := seg.f.WriteAt(b, off); err != nil {
+			return fmt.Errorf("store: write commitlog: %w", err)
+		}
+		return nil
+	}
 	if m.seg != seg && m.failed != seg {
 		cl.unmapWriter()
 		if data, err := mapSegment(seg); err != nil {

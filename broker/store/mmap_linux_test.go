@@ -43,9 +43,10 @@ func mappingRSS(t *testing.T, addr uintptr) int64 {
 	return 0
 }
 
-// TestWriterMapReleasesPages writes 64 MiB through the writer's mapping of one segment:
-// every byte reads back with pread, and the mapping's resident size stays near
-// releaseEvery instead of growing with the data.
+// TestWriterMapReleasesPages writes 64 MiB in 8 KiB pieces through the writer's mapping of
+// one segment: every byte reads back with pread, and the mapping's resident size stays near
+// releaseEvery instead of growing with the data. A 64 KiB write goes around the mapping
+// (pwrite) and reads back too.
 func TestWriterMapReleasesPages(t *testing.T) {
 	const segSize, total = 80 << 20, 64 << 20
 	cl, err := openCommitLog(t.TempDir(), segSize)
@@ -53,14 +54,14 @@ func TestWriterMapReleasesPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.close()
-	seg, pos, err := cl.reserve(total)
+	seg, pos, err := cl.reserve(total + 64<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := make([]byte, 1<<20)
+	chunk := make([]byte, 8<<10) // below directWriteMin: through the mapping
 	for off := int64(0); off < total; off += int64(len(chunk)) {
 		for i := range chunk {
-			chunk[i] = byte(off>>20) + byte(i)
+			chunk[i] = byte(off>>13) + byte(i)
 		}
 		if err := cl.write(seg, chunk, pos-seg.start+off); err != nil {
 			t.Fatal(err)
@@ -73,14 +74,22 @@ func TestWriterMapReleasesPages(t *testing.T) {
 	if rss > 2*releaseEvery {
 		t.Errorf("mapping resident size %d bytes after writing %d: want at most %d (pages behind the writer released)", rss, total, 2*releaseEvery)
 	}
-	cl.writePos.Store(pos + total)
+	big := bytes.Repeat([]byte("big write "), 64<<10/10)
+	if err := cl.write(seg, big, pos-seg.start+total); err != nil {
+		t.Fatal(err)
+	}
+	cl.writePos.Store(pos + total + int64(len(big)))
+	back := make([]byte, len(big))
+	if err := cl.readAt(back, pos+total); err != nil || !bytes.Equal(back, big) {
+		t.Fatalf("a %d-byte write does not read back: %v", len(big), err)
+	}
 	got := make([]byte, len(chunk))
 	for off := int64(0); off < total; off += int64(len(chunk)) {
 		if err := cl.readAt(got, pos+off); err != nil {
 			t.Fatal(err)
 		}
 		for i := range chunk {
-			chunk[i] = byte(off>>20) + byte(i)
+			chunk[i] = byte(off>>13) + byte(i)
 		}
 		if !bytes.Equal(got, chunk) {
 			t.Fatalf("pread at %d does not return what was written through the mapping", off)
