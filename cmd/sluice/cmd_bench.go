@@ -246,6 +246,9 @@ func printCPU(out io.Writer, r *bench.Result) {
 	c, sv := r.CPUPerMessage()
 	if r.ServerPid > 0 {
 		fmt.Fprintf(out, "  cpu/msg    client %v, server %v (pid %d), total %v\n", roundLat(c), roundLat(sv), r.ServerPid, roundLat(c+sv))
+		if r.ServerRSS > 0 {
+			fmt.Fprintf(out, "  server rss %d MiB at the end, peak %d MiB\n", r.ServerRSS>>20, r.ServerPeakRSS>>20)
+		}
 		return
 	}
 	fmt.Fprintf(out, "  cpu/msg    this process %v (server not measured)\n", roundLat(c))
