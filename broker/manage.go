@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -16,9 +17,16 @@ import (
 // answered REQUEST_CODE_NOT_SUPPORTED (3) by the remoting server.
 func (b *Broker) registerProcessors() {
 	s := b.server
-	s.Handle(remoting.SendMessage, b.handleSend(false))
-	s.Handle(remoting.SendMessageV2, b.handleSend(true))
-	s.Handle(remoting.SendBatchMessage, b.handleSendBatch)
+	// Sends are stored without waiting under ASYNC_FLUSH: they run on the connection's
+	// reader (no goroutine per request). Under SYNC_FLUSH each waits for its fsync, and
+	// concurrent sends must wait together for group commit: a goroutine each.
+	handleSend := s.Handle
+	if ft, _ := store.ParseFlushDiskType(b.cfg.FlushDiskType); ft == store.AsyncFlush {
+		handleSend = s.HandleInline
+	}
+	handleSend(remoting.SendMessage, b.handleSend(false))
+	handleSend(remoting.SendMessageV2, b.handleSend(true))
+	handleSend(remoting.SendBatchMessage, b.handleSendBatch)
 	s.Handle(remoting.PullMessage, b.handlePull)
 	s.Handle(remoting.ConsumerSendMsgBack, b.handleSendBack)
 	s.Handle(remoting.HeartBeat, b.handleHeartbeat)

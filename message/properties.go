@@ -1,6 +1,9 @@
 package message
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Separators of the RocketMQ properties string (Java MessageDecoder NAME_VALUE_SEPARATOR
 // and PROPERTY_SEPARATOR).
@@ -17,18 +20,31 @@ func MarshalProperties(p map[string]string) string {
 	if len(p) == 0 {
 		return ""
 	}
-	var b strings.Builder
-	for _, k := range sortedKeys(p) {
-		v := p[k]
+	// Keys on the stack for the usual handful of properties, and one allocation of the
+	// exact size for the result.
+	var arr [16]string
+	keys := arr[:0]
+	n := 0
+	for k, v := range p {
 		if k == "" || v == "" {
 			continue
 		}
-		if b.Len() > 0 {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.Grow(n - 1)
+	for i, k := range keys {
+		if i > 0 {
 			b.WriteByte(PropertySeparator)
 		}
 		b.WriteString(k)
 		b.WriteByte(NameValueSeparator)
-		b.WriteString(v)
+		b.WriteString(p[k])
 	}
 	return b.String()
 }

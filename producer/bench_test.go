@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
@@ -47,6 +48,7 @@ func BenchmarkSendSync(b *testing.B) {
 	b.SetBytes(benchBody)
 	b.SetParallelism(32) // × GOMAXPROCS goroutines
 	b.ResetTimer()
+	defer testkit.ReportCPU(b)()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -89,6 +91,7 @@ func BenchmarkSendAsync(b *testing.B) {
 			}
 			b.SetBytes(benchBody)
 			b.ResetTimer()
+			defer testkit.ReportCPU(b)()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
 				wg.Add(1)
@@ -115,6 +118,7 @@ func BenchmarkSendOneway(b *testing.B) {
 	body := make([]byte, benchBody)
 	b.SetBytes(benchBody)
 	b.ResetTimer()
+	defer testkit.ReportCPU(b)()
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -154,6 +158,7 @@ func BenchmarkSendBatch(b *testing.B) {
 			b.SetBytes(int64(per * benchBody))
 			b.SetParallelism(4)
 			b.ResetTimer()
+			defer testkit.ReportCPU(b)()
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				msgs := make([]*message.Message, per)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 func benchCommand() *RemotingCommand {
@@ -22,6 +24,7 @@ func BenchmarkEncode(b *testing.B) {
 		b.Run(st.String(), func(b *testing.B) {
 			c := benchCommand()
 			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
 			for i := 0; i < b.N; i++ {
 				f, err := c.EncodeAs(st)
 				if err != nil {
@@ -39,6 +42,7 @@ func BenchmarkDecode(b *testing.B) {
 			f, _ := benchCommand().EncodeAs(st)
 			b.SetBytes(int64(len(f)))
 			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
 			for i := 0; i < b.N; i++ {
 				if _, _, err := DecodeFrame(f[4:]); err != nil {
 					b.Fatal(err)

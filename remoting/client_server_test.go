@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,4 +322,99 @@ func TestSystemBusyBeyondMaxInFlight(t *testing.T) {
 			t.Fatalf("in-flight call %d: %v", i, r)
 		}
 	}
+}
+
+// TestHandleInline: requests of an inline code from one connection are handled one at a
+// time in arrival order on the reader, and answered; a request of an ordinary code that
+// blocks does not hold them up; Handle makes the code ordinary again; after Shutdown
+// begins nothing is inline.
+func TestHandleInline(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	var active, maxActive atomic.Int32
+	var mu sync.Mutex
+	var order []string
+	s.HandleInline(SendMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		n := active.Add(1)
+		defer active.Add(-1)
+		if n > maxActive.Load() {
+			maxActive.Store(n)
+		}
+		mu.Lock()
+		order = append(order, string(req.Body))
+		mu.Unlock()
+		return echoHandler(ctx, conn, req)
+	})
+	release := make(chan struct{})
+	blocked := make(chan struct{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		close(blocked)
+		<-release
+		return NewResponse(Success, "")
+	})
+	c := newClient(t, ClientConfig{})
+
+	pullDone := make(chan error, 1)
+	if err := c.InvokeAsync(ctxTimeout(t, 10*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil), func(_ *RemotingCommand, err error) { pullDone <- err }); err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		body := strconv.Itoa(i)
+		if err := c.InvokeAsync(ctxTimeout(t, 10*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte(body)), func(resp *RemotingCommand, err error) {
+			defer wg.Done()
+			if err != nil {
+				errs <- err
+			} else if string(resp.Body) != body {
+				errs <- fmt.Errorf("got body %q, want %q", resp.Body, body)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait() // all answered while the pull handler is still blocked
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	close(release)
+	if err := <-pullDone; err != nil {
+		t.Fatalf("blocked pull: %v", err)
+	}
+	if maxActive.Load() != 1 {
+		t.Errorf("%d inline handlers ran at once, want 1", maxActive.Load())
+	}
+	mu.Lock()
+	for i, b := range order {
+		if b != strconv.Itoa(i) {
+			t.Fatalf("inline request %d handled as number %d: order %v", atoi(b), i, order[:i+1])
+		}
+	}
+	mu.Unlock()
+	if len(order) != n {
+		t.Fatalf("%d inline requests handled, want %d", len(order), n)
+	}
+
+	if !s.isInline(int16(SendMessage)) || s.isInline(int16(PullMessage)) {
+		t.Fatal("isInline: want SEND_MESSAGE inline and PULL_MESSAGE not")
+	}
+	s.Handle(SendMessage, echoHandler)
+	if s.isInline(int16(SendMessage)) {
+		t.Fatal("Handle after HandleInline: the code is still inline")
+	}
+	s.HandleInline(SendMessage, echoHandler)
+	if err := s.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if s.isInline(int16(SendMessage)) {
+		t.Fatal("after Shutdown began a code is still inline")
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

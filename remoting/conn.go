@@ -21,7 +21,9 @@ import (
 // owner's WaitGroup, so Client.Close / Server.Shutdown wait for them):
 //   - one reader (readLoop): reads frames, completes pending calls, dispatches requests;
 //   - one writer (writeLoop): drains the bounded outgoing queue onto the socket;
-//   - one goroutine per incoming request being handled (bounded by maxInFlight on servers);
+//   - one goroutine per incoming request being handled (bounded by maxInFlight on servers),
+//     except for the codes a Server handles inline (Server.HandleInline): those run on the
+//     reader itself;
 //   - one goroutine per async-call callback.
 //
 // Stop order of a Conn (closeWith, run once, by whoever notices first: reader, writer,
@@ -62,6 +64,9 @@ type connOptions struct {
 	log          *slog.Logger
 	// spawn runs f in a goroutine owned by the Client/Server; false if the owner is stopping.
 	spawn func(f func()) bool
+	// inline reports whether a request with this code is handled on the reader goroutine
+	// (Server.HandleInline); nil: never.
+	inline func(code int16) bool
 	// serve handles an incoming request (in its own goroutine); nil result = no response.
 	serve func(ctx context.Context, c *Conn, req *RemotingCommand) *RemotingCommand
 	// onClose is called once after the conn closed (step 5 of the stop order).
@@ -482,10 +487,17 @@ func (c *Conn) logReadErr(err error) {
 	}
 }
 
-// dispatch runs an incoming request in its own goroutine, or answers SYSTEM_BUSY when
-// maxInFlight requests, or maxInFlightBytes of request bodies, are already being handled
-// on this connection (held pulls count until they are answered).
+// dispatch runs an incoming request on this goroutine (inline codes, see
+// Server.HandleInline: one at a time, so they need no limit), or in its own goroutine, or
+// answers SYSTEM_BUSY when maxInFlight requests, or maxInFlightBytes of request bodies, are
+// already being handled on this connection (held pulls count until they are answered).
 func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
+	if c.opts.inline != nil && c.opts.inline(req.Code) {
+		c.inFlight.Add(1) // Shutdown and the idle check see it being handled
+		c.handle(req, st)
+		c.inFlight.Add(-1)
+		return
+	}
 	size := int64(len(req.Body))
 	// full returns why the connection cannot take req now ("" if it can).
 	full := func() string {

@@ -14,6 +14,7 @@ import (
 
 type fastJSON struct {
 	b []byte
+	s string // b as one string: unescaped strings are substrings of it (one allocation per header)
 	i int
 }
 
@@ -115,7 +116,7 @@ func (p *fastJSON) str() (string, bool) {
 			if !utf8.Valid(s) {
 				return "", false
 			}
-			return string(s), true
+			return p.s[start : p.i-1], true
 		case c == '\\':
 			return p.strEscaped(start)
 		case c < 0x20:
@@ -197,7 +198,7 @@ var knownHeaderKeys = [...]string{"code", "language", "version", "opaque", "flag
 
 // decodeJSONHeaderFast returns ok=false whenever it is not certain to match encoding/json.
 func decodeJSONHeaderFast(h []byte) (*RemotingCommand, bool) {
-	p := &fastJSON{b: h}
+	p := &fastJSON{b: h, s: string(h)}
 	cmd := &RemotingCommand{}
 	var seen uint8
 	p.ws()

@@ -164,8 +164,9 @@ type Server struct {
 	// closeConns are the connections Shutdown is flushing and closing.
 	closeConns []*Conn
 
-	hmu       sync.RWMutex // guards handlers, defaultH, listeners
+	hmu       sync.RWMutex // guards handlers, inline, defaultH, listeners
 	handlers  map[RequestCode]Handler
+	inline    map[RequestCode]bool // codes whose handler runs on the reader (HandleInline)
 	defaultH  Handler
 	listeners []func(*Conn)
 }
@@ -185,6 +186,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		conns:    make(map[uint64]*Conn),
 		perHost:  make(map[string]int),
 		handlers: make(map[RequestCode]Handler),
+		inline:   make(map[RequestCode]bool),
 	}
 	idle := cfg.IdleTimeout
 	if idle < 0 {
@@ -201,6 +203,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		maxInFlight:      cfg.MaxInFlightPerConn,
 		log:              cfg.Logger,
 		spawn:            s.spawn,
+		inline:           s.isInline,
 		serve:            s.serve,
 		onClose:          s.onConnClose,
 	}
@@ -212,11 +215,47 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Handle(code RequestCode, h Handler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
+	delete(s.inline, code)
 	if h == nil {
 		delete(s.handlers, code)
 		return
 	}
 	s.handlers[code] = h
+}
+
+// HandleInline is [Server.Handle] for handlers that finish quickly and never wait on the
+// network, a timer or another request (a SEND_MESSAGE stored without waiting for an
+// fsync, say): h runs on the connection's reader goroutine instead of a goroutine of its
+// own, so requests of this code from one connection are handled one after another, in
+// arrival order, while the reader does not read; their responses still go through the
+// connection's writer, which coalesces them into one write per burst. This saves a
+// goroutine start and two hand-offs per request. A handler that blocks stalls its whole
+// connection (every other request on it waits), and one that calls back into the same
+// connection with [Conn.Invoke] deadlocks until the call times out: use Handle for those.
+// Inline requests are not counted against MaxInFlightPerConn. A nil h removes the handler.
+func (s *Server) HandleInline(code RequestCode, h Handler) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if h == nil {
+		delete(s.handlers, code)
+		delete(s.inline, code)
+		return
+	}
+	s.handlers[code] = h
+	s.inline[code] = true
+}
+
+// isInline reports whether requests with code are handled on the reader (HandleInline);
+// never once Shutdown has begun, so that they are refused like any other new request.
+func (s *Server) isInline(code int16) bool {
+	select {
+	case <-s.quit:
+		return false
+	default:
+	}
+	s.hmu.RLock()
+	defer s.hmu.RUnlock()
+	return s.inline[RequestCode(code)]
 }
 
 // SetDefaultHandler sets the handler for codes without their own handler. Without one,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -37,6 +38,7 @@ func BenchmarkPutMessage(b *testing.B) {
 			tags := message.TagHashCode("TagA")
 			b.SetBytes(int64(len(benchBody)))
 			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
 			for b.Loop() {
 				m.StoreTimestamp = 0
 				if _, err := s.PutMessage(context.Background(), m, tags); err != nil {
@@ -50,6 +52,7 @@ func BenchmarkPutMessage(b *testing.B) {
 			b.SetBytes(int64(len(benchBody)))
 			b.ReportAllocs()
 			start := s.flusher.passes.Load()
+			defer testkit.ReportCPU(b)()
 			b.SetParallelism(16) // 16 putters per CPU: group commit shares fsyncs among them
 			b.RunParallel(func(pb *testing.PB) {
 				m := newMsg("Bench", 0, benchBody, "TagA")
@@ -64,6 +67,27 @@ func BenchmarkPutMessage(b *testing.B) {
 				b.ReportMetric(float64(b.N)/float64(max(1, s.flusher.passes.Load()-start)), "puts/fsync")
 			}
 		})
+	}
+}
+
+// BenchmarkPutMessages stores batches of 64 messages of 1 KiB (one append of ~70 KB each),
+// as SEND_BATCH_MESSAGE does; bytes/s count bodies.
+func BenchmarkPutMessages(b *testing.B) {
+	s := benchStore(b, AsyncFlush)
+	msgs := make([]*message.MessageExt, 64)
+	for i := range msgs {
+		msgs[i] = newMsg("Bench", 0, benchBody, "TagA")
+	}
+	b.SetBytes(int64(len(msgs) * len(benchBody)))
+	b.ReportAllocs()
+	defer testkit.ReportCPU(b)()
+	for b.Loop() {
+		for _, m := range msgs {
+			m.StoreTimestamp = 0
+		}
+		if _, err := s.PutMessages(context.Background(), msgs, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -82,6 +106,7 @@ func BenchmarkGetMessage(b *testing.B) {
 	}
 	b.Run("all", func(b *testing.B) {
 		b.ReportAllocs()
+		defer testkit.ReportCPU(b)()
 		off := int64(0)
 		for b.Loop() {
 			r, err := s.GetMessage("Bench", 1, off, 32, 0, nil)
@@ -104,4 +129,33 @@ func BenchmarkGetMessage(b *testing.B) {
 			off = r.NextBeginOffset % (n - 200)
 		}
 	})
+}
+
+// BenchmarkConsumeQueueRead reads 32 consume-queue entries (one pread of 640 bytes) per
+// call from a queue of 10000: the index lookup a pull does before it reads any record.
+func BenchmarkConsumeQueueRead(b *testing.B) {
+	s := benchStore(b, AsyncFlush)
+	const n = 10000
+	msgs := make([]*message.MessageExt, 100)
+	for i := 0; i < n; i += len(msgs) {
+		for k := range msgs {
+			msgs[k] = newMsg("Bench", 0, "x", "TagA")
+		}
+		if _, err := s.PutMessages(context.Background(), msgs, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cq := s.queueFor("Bench", 0, false)
+	buf := make([]byte, 32*cqEntrySize)
+	b.SetBytes(32 * cqEntrySize)
+	b.ReportAllocs()
+	defer testkit.ReportCPU(b)()
+	off := int64(0)
+	for b.Loop() {
+		got, err := cq.readEntriesInto(buf, off, 32)
+		if err != nil || len(got) != 32*cqEntrySize {
+			b.Fatalf("read %d bytes at %d: %v", len(got), off, err)
+		}
+		off = (off + 32) % (n - 32)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -56,6 +57,94 @@ type commitLog struct {
 	// writePos is the published end of the data: every byte below it belongs to a complete
 	// record or blank filler. Updated only by the writer, after the bytes are written.
 	writePos atomic.Int64
+
+	wmap writerMap // the writer's mapping of the segment it fills; only the writer uses it
+}
+
+// writerMap is the shared, writable memory mapping of the segment the writer is filling.
+// Records are copied into it instead of written with one pwrite each: the bytes land in
+// the same page cache pages a pwrite would fill, so readers (pread), the flusher (fsync
+// of the file writes back pages dirtied through the mapping too) and a process crash see
+// the same data. Pages behind the writer are released from the process's page tables
+// every releaseEvery bytes, so the mapping does not grow the resident set. Where mapping
+// fails (or outside Linux) the segment is written with pwrite as before.
+type writerMap struct {
+	seg      *segment
+	data     []byte
+	released int64    // pages below this segment-local offset are released
+	failed   *segment // mapping this segment failed: pwrite it
+}
+
+// releaseEvery is how many bytes the writer copies into its mapping between two
+// releases of the pages behind it.
+const releaseEvery = 8 << 20
+
+// directWriteMin is the size from which a write goes to the file with pwrite even when the
+// segment is mapped: copying many fresh pages through the mapping (a page fault each) costs
+// more than one system call.
+const directWriteMin = 16 << 10
+
+// pageSize is the memory page size (releases start on a page boundary).
+var pageSize = int64(os.Getpagesize())
+
+// write writes b at the segment-local offset off of seg, the segment the writer fills,
+// through the writer's mapping (see writerMap) or with pwrite. Only the writer calls it.
+func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
+	m := &cl.wmap
+	if len(b) >= directWriteMin {
+		if _, err := seg.f.WriteAt(b, off); err != nil {
+			return fmt.Errorf("store: write commitlog: %w", err)
+		}
+		return nil
+	}
+	if m.seg != seg && m.failed != seg {
+		cl.unmapWriter()
+		if data, err := mapSegment(seg); err != nil {
+			m.failed = seg
+		} else {
+			m.seg, m.data, m.released = seg, data, 0
+		}
+	}
+	if m.seg != seg {
+		if _, err := seg.f.WriteAt(b, off); err != nil {
+			return fmt.Errorf("store: write commitlog: %w", err)
+		}
+		return nil
+	}
+	end := off + int64(len(b))
+	if err := copyMapped(m.data[off:end], b); err != nil {
+		return err
+	}
+	if end-m.released >= releaseEvery {
+		to := end &^ (pageSize - 1)
+		_ = releasePages(m.data[m.released:to]) // best effort: only the resident set is at stake
+		m.released = to
+	}
+	return nil
+}
+
+// copyMapped copies src into mapped memory. A fault while doing so (the file system
+// cannot back the page: disk full, I/O error) becomes an error instead of a crash.
+func copyMapped(dst, src []byte) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store: write commitlog through its memory mapping (disk full or I/O error?): %v", r)
+		}
+	}()
+	copy(dst, src)
+	return nil
+}
+
+// unmapWriter removes the writer's mapping, if any (the writer, Close, or retention
+// and recovery under the writer lock).
+func (cl *commitLog) unmapWriter() {
+	m := &cl.wmap
+	if m.data != nil {
+		_ = unmapSegment(m.data)
+	}
+	m.seg, m.data, m.released = nil, nil, 0
 }
 
 // openCommitLog opens the existing segments in dir. It checks names and that the segments
@@ -213,7 +302,7 @@ func (cl *commitLog) reserve(n int64) (*segment, int64, error) {
 		var filler [blankFillerSize]byte
 		binary.BigEndian.PutUint32(filler[0:], uint32(left))
 		binary.BigEndian.PutUint32(filler[4:], message.BlankMagicCode)
-		if _, err := cur.f.WriteAt(filler[:], pos-cur.start); err != nil {
+		if err := cl.write(cur, filler[:], pos-cur.start); err != nil {
 			return nil, 0, fmt.Errorf("store: write commitlog blank filler: %w", err)
 		}
 	}
@@ -232,6 +321,7 @@ func (cl *commitLog) maxRecordBytes() int64 { return cl.segSize - blankFillerSiz
 
 // close closes all segment files.
 func (cl *commitLog) close() error {
+	cl.unmapWriter()
 	var first error
 	for _, s := range cl.segments() {
 		if err := s.f.Close(); err != nil && first == nil {

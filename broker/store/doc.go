@@ -27,10 +27,14 @@
 // [Store.PutMessage] encodes the record outside any lock, then, holding the single writer
 // lock, assigns the commitlog offset (the write position, rolling to a new segment if
 // needed), the queue offset (the consume queue's next entry) and the store timestamp, patches
-// those three fields into the encoded bytes, writes the record with pwrite (WriteAt), appends
-// the consume-queue entry, and only then publishes the new write position and queue length.
-// Readers never look past the published positions, so a half-written record is never served,
-// and since pwrite lands in the page cache, reads see new data before any fsync.
+// those three fields into the encoded bytes, copies the record into a shared memory mapping
+// of the segment being filled (on Linux, for writes under 16 KiB; pwrite for larger batches,
+// where a page fault per fresh page costs more than the system call, elsewhere, or when
+// mapping fails; pages behind the writer are released from the process every 8 MiB, so the
+// resident set does not grow), appends the consume-queue entry, and only then publishes the new write position and queue
+// length. Readers never look past the published positions, so a half-written record is never
+// served, and since the mapping shares the file's page cache, reads (pread) see new data
+// before any fsync, fsync of the file writes it back, and a crashed process loses none of it.
 // Half messages and rolled-back transactional messages (transaction type PREPARED or
 // ROLLBACK in the sysflag) are written to the commitlog only: they get queue offset 0 and no
 // consume-queue entry (PROTOCOL §4.2). After the lock is released, the [Store.OnDispatch]

@@ -313,6 +313,7 @@ func (s *Store) scanCommitLog(from int64, fn func(pos int64, m *message.MessageE
 // truncateAt cuts the commitlog at offset cut: the rest of the segment holding it is zeroed
 // and fsynced, later segments are deleted, and the write position becomes cut.
 func (cl *commitLog) truncateAt(cut int64) error {
+	cl.unmapWriter()
 	segs := cl.segments()
 	keep := segs[:0:0]
 	removed := false

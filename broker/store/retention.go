@@ -55,6 +55,9 @@ func (s *Store) DeleteExpiredFiles(cutoff time.Time, maxFiles int) (int, error) 
 	}
 	s.cl.segs.Store(&rest)
 	for _, v := range victims {
+		if s.cl.wmap.seg == v {
+			s.cl.unmapWriter()
+		}
 		v.f.Close()
 		if err := os.Remove(v.path); err != nil && !os.IsNotExist(err) {
 			return 0, fmt.Errorf("store: delete commitlog segment: %w", err)

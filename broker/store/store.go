@@ -404,10 +404,10 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 		binary.BigEndian.PutUint64(rec[posPhysicalOffset:], uint64(m.CommitLogOffset))
 		start = ends[i]
 	}
-	if _, err := seg.f.WriteAt(buf, pos-seg.start); err != nil {
+	if err := s.cl.write(seg, buf, pos-seg.start); err != nil {
 		s.putMu.Unlock()
 		s.end()
-		return PutResult{}, fmt.Errorf("store: write commitlog: %w", err)
+		return PutResult{}, err
 	}
 	if cq != nil {
 		if err := cq.write(cq.max.Load(), entries); err != nil {

@@ -83,7 +83,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
-	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice or rocketmq (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count; both: Sluice then JetStream, same run, with the ratio) or rocketmq (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	addRocketMQFlags(consume)
 	cmd.AddCommand(produce, consume)
 	return cmd
@@ -245,6 +246,9 @@ func printCPU(out io.Writer, r *bench.Result) {
 	c, sv := r.CPUPerMessage()
 	if r.ServerPid > 0 {
 		fmt.Fprintf(out, "  cpu/msg    client %v, server %v (pid %d), total %v\n", roundLat(c), roundLat(sv), r.ServerPid, roundLat(c+sv))
+		if r.ServerRSS > 0 {
+			fmt.Fprintf(out, "  server rss %d MiB at the end, peak %d MiB\n", r.ServerRSS>>20, r.ServerPeakRSS>>20)
+		}
 		return
 	}
 	fmt.Fprintf(out, "  cpu/msg    this process %v (server not measured)\n", roundLat(c))
@@ -381,27 +385,49 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 	if s.cfg.Messages == 0 {
 		s.cfg.Messages = bench.DefaultMessages
 	}
+	target, _ := f.GetString("target")
+	s.cfg.NatsURL, _ = f.GetString("nats-url")
 	out := cmd.OutOrStdout()
-	switch target, _ := f.GetString("target"); target {
-	case bench.TargetSluice:
-	case targetRocketMQ:
+	if target == targetRocketMQ {
 		what := fmt.Sprintf("consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d",
 			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
 		return runVsRocketMQ(cmd, s, what, bench.Consume, printConsume)
-	default:
-		return fmt.Errorf("--target %q: want sluice or rocketmq", target)
 	}
-	if err := s.startBroker(out); err != nil {
-		return err
+	runSluice := target == bench.TargetSluice || target == "both"
+	runJS := target == bench.TargetJetStream || target == "both"
+	if !runSluice && !runJS {
+		return fmt.Errorf("--target %q: want sluice, jetstream, both or rocketmq", target)
 	}
-	fmt.Fprintf(out, "sluice consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d\n",
-		s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
-	r, err := bench.Consume(cmd.Context(), s.cfg)
-	if err != nil {
-		return err
+	var sres, jres *bench.Result
+	if runSluice {
+		if err := s.startBroker(out); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "sluice consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d\n",
+			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
+		if sres, err = bench.Consume(cmd.Context(), s.cfg); err != nil {
+			return err
+		}
+		s.bar.finish()
+		printConsume(out, sres)
 	}
-	s.bar.finish()
-	printConsume(out, r)
+	if runJS {
+		jcfg := s.cfg
+		jcfg.ServerPid = 0
+		where := "server not found on this machine: its CPU is not measured"
+		if pid, perr := natsPid(s.cfg.NatsURL); perr == nil {
+			jcfg.ServerPid = pid
+			where = fmt.Sprintf("own process, pid %d", pid)
+		}
+		fmt.Fprintf(out, "jetstream consume: prefill %d messages of %d bytes into a file stream at %s (%s), then one durable pull consumer (explicit acks): %d handler goroutines\n",
+			s.cfg.Messages, s.cfg.Size, s.cfg.NatsURL, where, s.cfg.ConsumeGoroutines)
+		if jres, err = bench.ConsumeJetStream(cmd.Context(), jcfg); err != nil {
+			return err
+		}
+		s.bar.finish()
+		printConsume(out, jres)
+	}
+	printRatio(out, sres, jres)
 	return nil
 }
 
@@ -409,6 +435,20 @@ func printConsume(out io.Writer, r *bench.Result) {
 	fmt.Fprintf(out, "  consumed   %d messages (%d bytes) in %v, %d duplicate(s)\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond), r.Duplicates)
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
 	printCPU(out, r)
+}
+
+// printRatio prints Sluice's msg/s and CPU per message relative to the peer's, when both ran.
+func printRatio(out io.Writer, sres, jres *bench.Result) {
+	if sres == nil || jres == nil || jres.MsgPerSec() <= 0 {
+		return
+	}
+	fmt.Fprintf(out, "ratio sluice/jetstream: %.2fx msg/s\n", sres.MsgPerSec()/jres.MsgPerSec())
+	sc, ss := sres.CPUPerMessage()
+	jc, js := jres.CPUPerMessage()
+	if sres.ServerPid > 0 && jres.ServerPid > 0 && jc+js > 0 {
+		fmt.Fprintf(out, "ratio sluice/jetstream CPU per message: %.2fx total (client %.2fx, server %.2fx)\n",
+			float64(sc+ss)/float64(jc+js), float64(sc)/float64(max(jc, 1)), float64(ss)/float64(max(js, 1)))
+	}
 }
 
 // barProgress shows a bench.Progress on a progress bar: Add only bumps an atomic

@@ -143,6 +143,26 @@ func TestBenchProduceBothTargets(t *testing.T) {
 	}
 }
 
+func TestBenchConsumeBothTargets(t *testing.T) {
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(bench.DefaultNatsURL, "nats://"), time.Second)
+	if err != nil {
+		t.Skipf("no NATS server at %s: %v", bench.DefaultNatsURL, err)
+	}
+	c.Close()
+	out, _, err := execRoot(t, 90*time.Second, "bench", "consume", "--target", "both", "--broker", "embedded", "--messages", "400", "--size", "64", "--consume-goroutines", "4", "--topic", "CmdBenchConsumeBoth")
+	if err != nil {
+		t.Fatalf("bench consume --target both: %v\n%s", err, out)
+	}
+	for _, want := range []string{"sluice consume: prefill 400 messages of 64 bytes", "jetstream consume: prefill 400 messages of 64 bytes", "durable pull consumer (explicit acks): 4 handler goroutines", "ratio sluice/jetstream: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "consumed   400 messages (25600 bytes)"); n != 2 {
+		t.Errorf("%d consumed lines of 400 messages, want 2 (sluice and jetstream):\n%s", n, out)
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -163,6 +183,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "consume", "--duration", "1s"}, "give --messages instead"},
 		{[]string{"bench", "consume", "--consume-batch", "0"}, "--consume-batch 0"},
 		{[]string{"bench", "consume", "--pull-batch", "2000"}, "--pull-batch 2000"},
+		{[]string{"bench", "consume", "--target", "nats"}, `--target "nats": want sluice, jetstream, both or rocketmq`},
+		{[]string{"bench", "consume", "--target", "jetstream", "--nats-url", "nats://127.0.0.1:1", "--messages", "1"}, "127.0.0.1:1"},
 		{[]string{"bench", "produce", "--target", "jetstream", "--nats-url", "nats://127.0.0.1:1", "--messages", "1"}, "127.0.0.1:1"},
 	} {
 		_, _, err := execRoot(t, 20*time.Second, tc.args...)

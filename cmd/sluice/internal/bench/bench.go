@@ -231,6 +231,10 @@ type Result struct {
 	ServerCPU time.Duration
 	// ServerPid is the process whose CPU ServerCPU counts (0: none).
 	ServerPid int
+	// ServerRSS and ServerPeakRSS are the server process's resident set size in bytes at
+	// the end of the timed window and its peak over the process's life (ProcessMemory);
+	// zero when no server process was measured.
+	ServerRSS, ServerPeakRSS int64
 }
 
 // CPUPerMessage returns ClientCPU and ServerCPU divided by Messages (zero when no

@@ -357,3 +357,21 @@ func TestJetStreamNames(t *testing.T) {
 		t.Fatalf("JetStreamNames = %q, %q", s, subj)
 	}
 }
+
+// TestConsumeJetStream drains a prefilled stream with a durable pull consumer and 4
+// handlers: every message is counted exactly once, and a closed port names the address.
+func TestConsumeJetStream(t *testing.T) {
+	url := natsURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := ConsumeJetStream(ctx, Config{NatsURL: url, Topic: "SluiceBenchConsumeTest", Messages: 700, Size: 256, ConsumeGoroutines: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Target != TargetJetStream || res.Kind != "consume" || res.Messages != 700 || res.Bytes != 700*256 || res.Duplicates != 0 || res.Elapsed <= 0 {
+		t.Fatalf("jetstream consume result %+v: want 700 distinct messages of 256 bytes", res)
+	}
+	if _, err := ConsumeJetStream(ctx, Config{NatsURL: "nats://127.0.0.1:1", Messages: 1}); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("ConsumeJetStream to a closed port: %v, want a connect error naming the address", err)
+	}
+}

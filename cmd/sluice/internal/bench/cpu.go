@@ -58,6 +58,38 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * (time.Second / clockTicks), nil
 }
 
+// ProcessMemory returns the resident set size of process pid now and its peak over the
+// process's life, in bytes (VmRSS and VmHWM of /proc/<pid>/status: anonymous memory and
+// the file pages the process has mapped, not the page cache it reads and writes through
+// system calls). Errors: no such process or no /proc.
+func ProcessMemory(pid int) (rss, peak int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: memory of process %d: %w", pid, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		kb, perr := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(val), "kB")), 10, 64)
+		if perr != nil {
+			return 0, 0, fmt.Errorf("bench: memory of process %d: %s: %w", pid, name, perr)
+		}
+		if name == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("bench: memory of process %d: %w", pid, err)
+	}
+	return rss, peak, nil
+}
+
 // PidListening returns the id of the process that listens on TCP port (IPv4 or IPv6),
 // found through /proc/net/tcp{,6} and the processes' socket descriptors. Errors: no
 // listener on that port, or one this user cannot see (another user's process).
@@ -127,5 +159,6 @@ func (m *cpuMeter) stop(r *Result) {
 			r.ServerCPU = s - m.server
 			r.ServerPid = m.pid
 		}
+		r.ServerRSS, r.ServerPeakRSS, _ = ProcessMemory(m.pid)
 	}
 }

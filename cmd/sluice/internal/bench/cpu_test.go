@@ -3,6 +3,7 @@ package bench
 import (
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,23 @@ func TestResultCPUPerMessage(t *testing.T) {
 	}
 	if c, s := (&Result{}).CPUPerMessage(); c != 0 || s != 0 {
 		t.Fatalf("no messages: %v, %v", c, s)
+	}
+}
+
+// TestProcessMemory reads this process's resident size: positive, at most the peak, and
+// an error naming the pid for a process that does not exist.
+func TestProcessMemory(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	rss, peak, err := ProcessMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss <= 0 || peak < rss {
+		t.Fatalf("rss %d, peak %d: want 0 < rss <= peak", rss, peak)
+	}
+	if _, _, err := ProcessMemory(1 << 30); err == nil || !strings.Contains(err.Error(), strconv.Itoa(1<<30)) {
+		t.Fatalf("ProcessMemory of a missing pid: %v, want an error naming it", err)
 	}
 }

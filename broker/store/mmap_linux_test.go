@@ -1,0 +1,123 @@
+//go:build linux
+
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// mappingRSS returns the resident size in bytes of the mapping starting at addr, from
+// /proc/self/smaps.
+func mappingRSS(t *testing.T, addr uintptr) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	prefix := fmt.Sprintf("%x-", addr)
+	found := false
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, prefix) {
+			found = true
+			continue
+		}
+		if found && strings.HasPrefix(line, "Rss:") {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "Rss:"), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("smaps line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no mapping at %x in /proc/self/smaps", addr)
+	return 0
+}
+
+// TestWriterMapReleasesPages writes 64 MiB in 8 KiB pieces through the writer's mapping of
+// one segment: every byte reads back with pread, and the mapping's resident size stays near
+// releaseEvery instead of growing with the data. A 64 KiB write goes around the mapping
+// (pwrite) and reads back too.
+func TestWriterMapReleasesPages(t *testing.T) {
+	const segSize, total = 80 << 20, 64 << 20
+	cl, err := openCommitLog(t.TempDir(), segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	seg, pos, err := cl.reserve(total + 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 8<<10) // below directWriteMin: through the mapping
+	for off := int64(0); off < total; off += int64(len(chunk)) {
+		for i := range chunk {
+			chunk[i] = byte(off>>13) + byte(i)
+		}
+		if err := cl.write(seg, chunk, pos-seg.start+off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cl.wmap.seg != seg || cl.wmap.data == nil {
+		t.Fatal("the segment was not written through a mapping")
+	}
+	rss := mappingRSS(t, uintptr(unsafe.Pointer(&cl.wmap.data[0])))
+	if rss > 2*releaseEvery {
+		t.Errorf("mapping resident size %d bytes after writing %d: want at most %d (pages behind the writer released)", rss, total, 2*releaseEvery)
+	}
+	big := bytes.Repeat([]byte("big write "), 64<<10/10)
+	if err := cl.write(seg, big, pos-seg.start+total); err != nil {
+		t.Fatal(err)
+	}
+	cl.writePos.Store(pos + total + int64(len(big)))
+	back := make([]byte, len(big))
+	if err := cl.readAt(back, pos+total); err != nil || !bytes.Equal(back, big) {
+		t.Fatalf("a %d-byte write does not read back: %v", len(big), err)
+	}
+	got := make([]byte, len(chunk))
+	for off := int64(0); off < total; off += int64(len(chunk)) {
+		if err := cl.readAt(got, pos+off); err != nil {
+			t.Fatal(err)
+		}
+		for i := range chunk {
+			chunk[i] = byte(off>>13) + byte(i)
+		}
+		if !bytes.Equal(got, chunk) {
+			t.Fatalf("pread at %d does not return what was written through the mapping", off)
+		}
+	}
+}
+
+// TestWriterMapFaultIsAnError: when the file cannot back a mapped page (here it was cut
+// short behind the writer's back, as a full disk or an I/O error would), the write
+// returns an error instead of crashing the process.
+func TestWriterMapFaultIsAnError(t *testing.T) {
+	cl, err := openCommitLog(t.TempDir(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	seg, pos, err := cl.reserve(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.write(seg, []byte("first"), pos-seg.start); err != nil {
+		t.Fatal(err)
+	}
+	if err := seg.f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	err = cl.write(seg, make([]byte, 4096), 512<<10)
+	if err == nil || !strings.Contains(err.Error(), "memory mapping") {
+		t.Fatalf("write past the end of a cut file: %v, want an error naming the memory mapping", err)
+	}
+}
