@@ -1,0 +1,505 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/sluicemq/sluice/message"
+)
+
+// tracker follows the records of one partition from fetch to finish and knows the
+// offset that may be committed: the first unfinished one, or the next to fetch.
+type tracker struct {
+	mu      sync.Mutex
+	next    int64   // offset after the last record taken
+	offs    []int64 // taken, in order, from the oldest unfinished on
+	done    map[int64]bool
+	changed chan struct{} // closed and replaced when a record finishes
+}
+
+func newTracker(next int64) *tracker {
+	return &tracker{next: next, done: map[int64]bool{}, changed: make(chan struct{})}
+}
+
+func (t *tracker) take(off int64) {
+	t.mu.Lock()
+	t.offs = append(t.offs, off)
+	t.next = off + 1
+	t.mu.Unlock()
+}
+
+func (t *tracker) finish(off int64) {
+	t.mu.Lock()
+	t.done[off] = true
+	for len(t.offs) > 0 && t.done[t.offs[0]] {
+		delete(t.done, t.offs[0])
+		t.offs = t.offs[1:]
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// committable returns the offset a commit may name.
+func (t *tracker) committable() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.offs) > 0 {
+		return t.offs[0]
+	}
+	return t.next
+}
+
+// waitRoom waits until fewer than max records are unfinished; false when ctx ended.
+func (t *tracker) waitRoom(ctx context.Context, max int) bool {
+	for {
+		t.mu.Lock()
+		n, ch := len(t.offs), t.changed
+		t.mu.Unlock()
+		if n < max {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
+
+// partitionRun is one assigned partition of one generation.
+type partitionRun struct {
+	c          *Consumer
+	gc         *genCommitter
+	topic      string
+	partition  int
+	tr         *tracker
+	committed  int64
+	lastCommit time.Time
+}
+
+// partitionLoop consumes one assigned partition until the generation ends or Shutdown
+// stops fetching, then waits for its handlers, commits and (on Shutdown) stays until
+// the generation is closed, so it never ends the generation itself.
+func (c *Consumer) partitionLoop(genCtx context.Context, gc *genCommitter, topic string, pa kafkago.PartitionAssignment) {
+	fetchCtx, cancel := context.WithCancel(genCtx)
+	stop := context.AfterFunc(c.stopCtx, cancel)
+	defer func() {
+		stop()
+		cancel()
+	}()
+	p := &partitionRun{c: c, gc: gc, topic: topic, partition: pa.ID, committed: -1}
+	next, ok := p.resolve(fetchCtx, pa.Offset)
+	if ok {
+		p.tr = newTracker(next)
+		p.lastCommit = time.Now()
+		if c.cfg.Orderly {
+			p.orderly(fetchCtx, genCtx)
+		} else {
+			p.concurrent(fetchCtx, genCtx)
+		}
+		p.commit(true)
+	}
+	c.work.Done()
+	<-genCtx.Done()
+}
+
+// resolve turns a FirstOffset/LastOffset assignment into an absolute offset.
+func (p *partitionRun) resolve(ctx context.Context, off int64) (int64, bool) {
+	if off >= 0 {
+		return off, true
+	}
+	for {
+		res, err := p.c.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{
+			p.topic: {{Partition: p.partition, Timestamp: off}}}})
+		if err == nil {
+			for _, po := range res.Topics[p.topic] {
+				if po.Partition != p.partition {
+					continue
+				}
+				if po.Error != nil {
+					err = po.Error
+					break
+				}
+				if off == kafkago.FirstOffset {
+					return po.FirstOffset, true
+				}
+				return po.LastOffset, true
+			}
+			if err == nil {
+				err = errors.New("partition missing from the answer")
+			}
+		}
+		p.c.log.Warn("kafka: resolving the start offset failed; retrying", "topic", p.topic, "partition", p.partition, "err", err)
+		if !sleepCtx(ctx, p.c.cfg.JoinGroupBackoff) {
+			return 0, false
+		}
+	}
+}
+
+// commit commits the partition's committable offset when it moved (and, unless final,
+// when CommitInterval has passed since the last commit).
+func (p *partitionRun) commit(final bool) {
+	if !final && time.Since(p.lastCommit) < p.c.cfg.CommitInterval {
+		return
+	}
+	p.lastCommit = time.Now()
+	off := p.tr.committable()
+	if off == p.committed {
+		return
+	}
+	if err := p.gc.commit(p.topic, p.partition, off); err != nil {
+		p.c.log.Warn("kafka: commit failed", "topic", p.topic, "partition", p.partition, "offset", off, "final", final, "err", err)
+		return
+	}
+	p.committed = off
+	p.c.log.Debug("kafka: committed", "topic", p.topic, "partition", p.partition, "offset", off, "final", final)
+}
+
+// fetch reads the records of the partition from p.tr's next offset on.
+func (p *partitionRun) fetch(ctx context.Context) ([]*Record, error) {
+	from := p.tr.committableNext()
+	res, err := p.c.client.Fetch(ctx, &kafkago.FetchRequest{Topic: p.topic, Partition: p.partition, Offset: from,
+		MinBytes: 1, MaxBytes: int64(p.c.cfg.FetchMaxBytes), MaxWait: p.c.cfg.FetchMaxWait})
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	if res.Records == nil {
+		return nil, nil
+	}
+	var out []*Record
+	for {
+		r, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		rec := &Record{Topic: p.topic, Partition: p.partition, Offset: r.Offset, Time: r.Time}
+		if r.Key != nil {
+			rec.Key, err = readBytes(r.Key)
+		}
+		if err == nil && r.Value != nil {
+			rec.Value, err = readBytes(r.Value)
+		}
+		if err != nil {
+			return out, err
+		}
+		for _, h := range r.Headers {
+			rec.Headers = append(rec.Headers, kafkago.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)})
+		}
+		if rec.Offset >= from {
+			out = append(out, rec)
+		}
+	}
+}
+
+func (t *tracker) committableNext() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.next
+}
+
+func readBytes(b interface {
+	io.Reader
+	Len() int
+}) ([]byte, error) {
+	out := make([]byte, b.Len())
+	_, err := io.ReadFull(b, out)
+	return out, err
+}
+
+// fetchErr handles a failed fetch: an offset out of range restarts from StartOffset,
+// anything else waits a moment. It returns false when ctx ended.
+func (p *partitionRun) fetchErr(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, kafkago.OffsetOutOfRange) {
+		next, ok := p.resolve(ctx, p.c.cfg.StartOffset)
+		if !ok {
+			return false
+		}
+		p.c.log.Warn("kafka: fetch offset out of range; restarting from the start offset", "topic", p.topic, "partition", p.partition,
+			"from", p.tr.committableNext(), "to", next)
+		p.tr.mu.Lock()
+		p.tr.next = next
+		p.tr.mu.Unlock()
+		return true
+	}
+	p.c.log.Warn("kafka: fetch failed; retrying", "topic", p.topic, "partition", p.partition, "err", err)
+	return sleepCtx(ctx, 200*time.Millisecond)
+}
+
+// waitDue blocks this partition until r is due (retry and delayed copies); false when
+// ctx ended first.
+func (p *partitionRun) waitDue(ctx context.Context, r *Record) bool {
+	due := r.dueAt()
+	if due.IsZero() {
+		return true
+	}
+	d := time.Until(due)
+	if d <= 0 {
+		return true
+	}
+	p.commit(true) // nothing will finish while we wait: make the progress durable now
+	return sleepCtx(ctx, d)
+}
+
+// route finds r's subscription and message; skip reports a record to pass over (not
+// subscribed tag or SQL92 mismatch).
+func (p *partitionRun) route(r *Record) (sub *subscription, m *message.MessageExt, skip bool) {
+	m = r.ToMessageExt()
+	p.c.mu.Lock()
+	sub = p.c.subs[m.Topic]
+	p.c.mu.Unlock()
+	if sub == nil {
+		return nil, m, false
+	}
+	if sub.raw != nil {
+		return sub, m, false
+	}
+	if _, isRetry := r.header(HeaderOriginTopic); isRetry {
+		return sub, m, false // filtered before its first delivery
+	}
+	return sub, m, !sub.match(m)
+}
+
+// concurrent consumes with up to ConsumeWorkers handler calls at once.
+func (p *partitionRun) concurrent(fetchCtx, genCtx context.Context) {
+	c := p.c
+	sem := make(chan struct{}, c.cfg.ConsumeWorkers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for fetchCtx.Err() == nil {
+		recs, err := p.fetch(fetchCtx)
+		if err != nil {
+			if !p.fetchErr(fetchCtx, err) {
+				return
+			}
+			continue
+		}
+		for _, r := range recs {
+			if !p.tr.waitRoom(fetchCtx, c.cfg.MaxInFlight) || !p.waitDue(fetchCtx, r) {
+				return
+			}
+			sub, m, skip := p.route(r)
+			p.tr.take(r.Offset)
+			if skip {
+				p.tr.finish(r.Offset)
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-fetchCtx.Done():
+				return // taken but never run: the commit stays before it
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if p.consume(genCtx, r, sub, m) {
+					p.tr.finish(r.Offset)
+				}
+			}()
+			p.commit(false)
+		}
+		p.commit(false)
+	}
+}
+
+// consume runs one record through its handler; a failure sends a copy to the retry or
+// dead-letter topic. It reports whether the record is finished (handled, or its copy
+// acknowledged).
+func (p *partitionRun) consume(genCtx context.Context, r *Record, sub *subscription, m *message.MessageExt) bool {
+	var herr error
+	if sub == nil {
+		herr = fmt.Errorf("kafka: no subscription for topic %q in this consumer", m.Topic)
+	} else {
+		herr = p.c.call(sub, r, m)
+	}
+	if herr == nil {
+		return true
+	}
+	return p.sendFailed(genCtx, r, m, herr, false)
+}
+
+// call runs the handler; a panic, an error or a result other than ConsumeSuccess is a
+// failure.
+func (c *Consumer) call(sub *subscription, r *Record, m *message.MessageExt) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("kafka: handler panicked: %v", v)
+		}
+	}()
+	if sub.raw != nil {
+		return sub.raw(c.handlerCtx, r)
+	}
+	m.SetProperty(message.PropertyConsumeStartTimestamp, strconv.FormatInt(time.Now().UnixMilli(), 10))
+	res, err := sub.handler(c.handlerCtx, []*message.MessageExt{m})
+	if err != nil {
+		return err
+	}
+	if res != message.ConsumeSuccess {
+		return fmt.Errorf("kafka: handler returned %s", res)
+	}
+	return nil
+}
+
+// sendFailed writes a copy of r to its next retry topic, or to the dead-letter topic
+// when its retries are used up (always when dlq), and waits for all in-sync replicas
+// to acknowledge it, trying again until that works or the generation ends (or
+// Shutdown's deadline passes). It reports whether the copy is stored.
+func (p *partitionRun) sendFailed(genCtx context.Context, r *Record, m *message.MessageExt, herr error, dlq bool) bool {
+	c := p.c
+	maxRe := c.cfg.maxReconsume()
+	times := int(m.ReconsumeTimes)
+	topic := DLQTopic(c.cfg.Group)
+	now := time.Now()
+	set := map[string]string{HeaderLastError: truncateError(herr), HeaderBornMs: strconv.FormatInt(r.bornMs(), 10), HeaderDueMs: ""}
+	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = r.origin()
+	if m.Topic != set[HeaderOriginTopic] {
+		set[HeaderOriginTopic] = m.Topic // a delayed or forwarded copy: its subscribed topic
+	}
+	if !dlq && times < maxRe && !c.cfg.Orderly {
+		lvl := min(times+1, len(c.cfg.RetrySchedule))
+		topic = RetryTopic(c.cfg.Group, lvl)
+		set[HeaderDueMs] = strconv.FormatInt(now.Add(c.cfg.RetrySchedule[lvl-1]).UnixMilli(), 10)
+	}
+	set[HeaderReconsumeTimes] = strconv.Itoa(times + 1)
+	km := r.copyFor(topic, set)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(c.handlerCtx, c.cfg.Timeout)
+		err := c.writer.WriteMessages(ctx, km)
+		cancel()
+		if err == nil {
+			if topic == DLQTopic(c.cfg.Group) {
+				c.log.Warn("kafka: message moved to the dead-letter topic", "topic", m.Topic, "msgId", m.MsgID,
+					"partition", r.Partition, "offset", r.Offset, "reconsumeTimes", times+1, "err", herr)
+			} else {
+				c.log.Debug("kafka: message sent to a retry topic", "to", topic, "topic", m.Topic, "msgId", m.MsgID, "reconsumeTimes", times+1, "err", herr)
+			}
+			return true
+		}
+		c.log.Warn("kafka: storing a failed message's copy failed; the offset waits", "to", topic, "msgId", m.MsgID,
+			"partition", r.Partition, "offset", r.Offset, "attempt", attempt, "err", err)
+		if genCtx.Err() != nil || c.handlerCtx.Err() != nil || !sleepCtx(c.handlerCtx, backoff(attempt)) {
+			return false
+		}
+	}
+}
+
+// orderly consumes one record at a time; a failure is retried in place.
+func (p *partitionRun) orderly(fetchCtx, genCtx context.Context) {
+	c := p.c
+	maxRe := c.cfg.maxReconsume()
+	for fetchCtx.Err() == nil {
+		recs, err := p.fetch(fetchCtx)
+		if err != nil {
+			if !p.fetchErr(fetchCtx, err) {
+				return
+			}
+			continue
+		}
+		for _, r := range recs {
+			if !p.waitDue(fetchCtx, r) {
+				return
+			}
+			sub, m, skip := p.route(r)
+			p.tr.take(r.Offset)
+			if skip {
+				p.tr.finish(r.Offset)
+				continue
+			}
+			for {
+				var herr error
+				if sub == nil {
+					herr = fmt.Errorf("kafka: no subscription for topic %q in this consumer", m.Topic)
+				} else {
+					herr = c.call(sub, r, m)
+				}
+				if herr == nil {
+					p.tr.finish(r.Offset)
+					break
+				}
+				if errors.Is(herr, errPoison) || !c.cfg.retryForever && int(m.ReconsumeTimes) >= maxRe {
+					if p.sendFailed(genCtx, r, m, herr, true) {
+						p.tr.finish(r.Offset)
+						break
+					}
+				} else {
+					c.log.Info("kafka: orderly message failed; suspending the partition", "topic", p.topic, "partition", p.partition,
+						"offset", r.Offset, "reconsumeTimes", m.ReconsumeTimes, "err", herr, "suspend", c.cfg.SuspendCurrentQueueTime)
+					m.ReconsumeTimes++
+				}
+				p.commit(false)
+				if !sleepCtx(fetchCtx, c.cfg.SuspendCurrentQueueTime) {
+					return
+				}
+			}
+			p.commit(false)
+		}
+		p.commit(false)
+	}
+}
+
+// errPoison marks a failure no retry can fix: the record goes to the dead-letter topic.
+var errPoison = errors.New("kafka: record cannot be processed")
+
+// backoff is the wait before attempt+1 of a failed copy: 100 ms doubling up to 5 s.
+func backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < attempt && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// EnsureTopics creates the topics that do not exist yet, each with partitions
+// partitions and replicationFactor replicas (-1: the broker's default); topics that
+// exist are left as they are. ctx bounds the call.
+func EnsureTopics(ctx context.Context, client *kafkago.Client, partitions, replicationFactor int, topics ...string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	req := &kafkago.CreateTopicsRequest{}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, kafkago.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: replicationFactor})
+	}
+	res, err := client.CreateTopics(ctx, req)
+	if err != nil {
+		return fmt.Errorf("kafka: create topics: %w", err)
+	}
+	var errs []error
+	for t, e := range res.Errors {
+		if e != nil && !errors.Is(e, kafkago.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("kafka: create topic %q: %w", t, e))
+		}
+	}
+	return errors.Join(errs...)
+}
