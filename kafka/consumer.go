@@ -226,7 +226,8 @@ type Consumer struct {
 	log    *slog.Logger
 	conns  *conns
 	client *kafkago.Client
-	writer *kafkago.Writer // retry and dead-letter copies
+	tr     *kafkago.Transport // shared by client and writer
+	writer *kafkago.Writer    // retry and dead-letter copies
 
 	mu      sync.Mutex
 	state   int
@@ -252,6 +253,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	}
 	c := &Consumer{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), conns: newConns(cfg.Timeout), subs: map[string]*subscription{}}
 	tr := c.conns.transport(cfg.ClientID)
+	c.tr = tr
 	c.client = &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Timeout: cfg.Timeout, Transport: tr}
 	c.writer = &kafkago.Writer{Addr: kafkago.TCP(cfg.Brokers...), Balancer: kafkago.Murmur2Balancer{}, RequiredAcks: kafkago.RequireAll,
 		BatchTimeout: time.Millisecond, WriteTimeout: cfg.Timeout, MaxAttempts: 1, Transport: tr}
@@ -367,6 +369,7 @@ func (c *Consumer) abandon() {
 	c.stopFetch()
 	c.handlerCancel()
 	_ = c.writer.Close()
+	c.tr.CloseIdleConnections()
 	c.conns.cut()
 }
 
@@ -478,6 +481,7 @@ func (c *Consumer) Shutdown(ctx context.Context) error {
 		c.log.Warn("kafka: shutdown deadline passed; connections cut, unfinished offsets not committed")
 	}
 	c.handlerCancel()
+	c.tr.CloseIdleConnections()
 	c.conns.cut()
 	c.shutdownErr = err
 	close(c.shutdownDone)

@@ -133,3 +133,10 @@ func readTopic(t *testing.T, brokers []string, topic string) []*Record {
 	}
 	return recs
 }
+
+// clientFor returns a kafka-go client for brokers whose connections close with the test.
+func clientFor(t *testing.T, brokers []string) *kafkago.Client {
+	tr := &kafkago.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 5 * time.Second, Transport: tr}
+}
