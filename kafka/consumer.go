@@ -18,11 +18,11 @@ import (
 
 // Consumer defaults.
 const (
-	DefaultConsumeWorkers    = 4                // concurrent handler calls per partition
-	DefaultMaxInFlight       = 256              // fetched, unfinished records per partition
-	DefaultMaxReconsumeTimes = 16               // RocketMQ's maxReconsumeTimes
-	DefaultSuspendTime       = time.Second      // orderly: pause before a failed message runs again
-	DefaultCommitInterval    = time.Second      // periodic commit of finished offsets
+	DefaultConsumeWorkers    = 4           // concurrent handler calls per partition
+	DefaultMaxInFlight       = 256         // fetched, unfinished records per partition
+	DefaultMaxReconsumeTimes = 16          // RocketMQ's maxReconsumeTimes
+	DefaultSuspendTime       = time.Second // orderly: pause before a failed message runs again
+	DefaultCommitInterval    = time.Second // periodic commit of finished offsets
 	DefaultFetchMaxWait      = 500 * time.Millisecond
 	DefaultFetchMaxBytes     = 1 << 20
 	DefaultTimeout           = 5 * time.Second // coordinator calls, dials, retry sends
@@ -243,6 +243,13 @@ type Consumer struct {
 	runDone       chan struct{}
 	shutdownDone  chan struct{}
 	shutdownErr   error
+	finalErrs     []error // final commits that failed during Shutdown (guarded by mu)
+}
+
+func (c *Consumer) noteShutdownErr(err error) {
+	c.mu.Lock()
+	c.finalErrs = append(c.finalErrs, err)
+	c.mu.Unlock()
 }
 
 // NewConsumer validates cfg and returns a Consumer; it connects to nothing until Start.
@@ -433,9 +440,10 @@ func (c *Consumer) startGeneration(gen *kafkago.Generation) {
 // commits the finished offsets of every owned partition, leaves the group and closes
 // its connections. When ctx ends first, handlers' contexts are cancelled and every
 // connection is cut, so the rest ends at once (unfinished offsets are not committed:
-// their messages come again); it then returns ctx's error wrapped. A handler that
-// ignores its context keeps its goroutine. Calling Shutdown again waits for the first
-// call and returns its result.
+// their messages come again); it then returns ctx's error wrapped. Final commits that
+// failed (cluster unreachable) are returned too, joined: their messages come again. A
+// handler that ignores its context keeps its goroutine. Calling Shutdown again waits
+// for the first call and returns its result.
 func (c *Consumer) Shutdown(ctx context.Context) error {
 	c.mu.Lock()
 	switch {
@@ -469,6 +477,8 @@ func (c *Consumer) Shutdown(ctx context.Context) error {
 			<-runDone
 		}
 		_ = c.writer.Close()
+		// Last, so a pool a late fetch or copy opened after a deadline cut is closed too.
+		c.tr.CloseIdleConnections()
 		close(finished)
 	}()
 	var err error
@@ -483,6 +493,9 @@ func (c *Consumer) Shutdown(ctx context.Context) error {
 	c.handlerCancel()
 	c.tr.CloseIdleConnections()
 	c.conns.cut()
+	c.mu.Lock()
+	err = errors.Join(append([]error{err}, c.finalErrs...)...)
+	c.mu.Unlock()
 	c.shutdownErr = err
 	close(c.shutdownDone)
 	return err

@@ -100,11 +100,13 @@ func (c *Consumer) partitionLoop(genCtx context.Context, gc *genCommitter, topic
 		p.tr = newTracker(next)
 		p.lastCommit = time.Now()
 		if c.cfg.Orderly {
-			p.orderly(fetchCtx, genCtx)
+			p.orderly(fetchCtx)
 		} else {
-			p.concurrent(fetchCtx, genCtx)
+			p.concurrent(fetchCtx)
 		}
-		p.commit(true)
+		if err := p.commit(true); err != nil && c.stopCtx.Err() != nil {
+			c.noteShutdownErr(fmt.Errorf("kafka: final commit of %s/%d at offset %d: %w", topic, pa.ID, p.tr.committable(), err))
+		}
 	}
 	c.work.Done()
 	<-genCtx.Done()
@@ -145,21 +147,23 @@ func (p *partitionRun) resolve(ctx context.Context, off int64) (int64, bool) {
 
 // commit commits the partition's committable offset when it moved (and, unless final,
 // when CommitInterval has passed since the last commit).
-func (p *partitionRun) commit(final bool) {
+// It returns the commit's error.
+func (p *partitionRun) commit(final bool) error {
 	if !final && time.Since(p.lastCommit) < p.c.cfg.CommitInterval {
-		return
+		return nil
 	}
 	p.lastCommit = time.Now()
 	off := p.tr.committable()
 	if off == p.committed {
-		return
+		return nil
 	}
 	if err := p.gc.commit(p.topic, p.partition, off); err != nil {
 		p.c.log.Warn("kafka: commit failed", "topic", p.topic, "partition", p.partition, "offset", off, "final", final, "err", err)
-		return
+		return err
 	}
 	p.committed = off
 	p.c.log.Debug("kafka: committed", "topic", p.topic, "partition", p.partition, "offset", off, "final", final)
+	return nil
 }
 
 // fetch reads the records of the partition from p.tr's next offset on.
@@ -252,7 +256,7 @@ func (p *partitionRun) waitDue(ctx context.Context, r *Record) bool {
 	if d <= 0 {
 		return true
 	}
-	p.commit(true) // nothing will finish while we wait: make the progress durable now
+	_ = p.commit(true) // nothing will finish while we wait: make the progress durable now
 	return sleepCtx(ctx, d)
 }
 
@@ -276,7 +280,7 @@ func (p *partitionRun) route(r *Record) (sub *subscription, m *message.MessageEx
 }
 
 // concurrent consumes with up to ConsumeWorkers handler calls at once.
-func (p *partitionRun) concurrent(fetchCtx, genCtx context.Context) {
+func (p *partitionRun) concurrent(fetchCtx context.Context) {
 	c := p.c
 	sem := make(chan struct{}, c.cfg.ConsumeWorkers)
 	var wg sync.WaitGroup
@@ -308,20 +312,20 @@ func (p *partitionRun) concurrent(fetchCtx, genCtx context.Context) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if p.consume(genCtx, r, sub, m) {
+				if p.consume(fetchCtx, r, sub, m) {
 					p.tr.finish(r.Offset)
 				}
 			}()
-			p.commit(false)
+			_ = p.commit(false)
 		}
-		p.commit(false)
+		_ = p.commit(false)
 	}
 }
 
 // consume runs one record through its handler; a failure sends a copy to the retry or
 // dead-letter topic. It reports whether the record is finished (handled, or its copy
 // acknowledged).
-func (p *partitionRun) consume(genCtx context.Context, r *Record, sub *subscription, m *message.MessageExt) bool {
+func (p *partitionRun) consume(fetchCtx context.Context, r *Record, sub *subscription, m *message.MessageExt) bool {
 	var herr error
 	if sub == nil {
 		herr = fmt.Errorf("kafka: no subscription for topic %q in this consumer", m.Topic)
@@ -331,7 +335,7 @@ func (p *partitionRun) consume(genCtx context.Context, r *Record, sub *subscript
 	if herr == nil {
 		return true
 	}
-	return p.sendFailed(genCtx, r, m, herr, false)
+	return p.sendFailed(fetchCtx, r, m, herr, false)
 }
 
 // call runs the handler; a panic, an error or a result other than ConsumeSuccess is a
@@ -358,9 +362,10 @@ func (c *Consumer) call(sub *subscription, r *Record, m *message.MessageExt) (er
 
 // sendFailed writes a copy of r to its next retry topic, or to the dead-letter topic
 // when its retries are used up (always when dlq), and waits for all in-sync replicas
-// to acknowledge it, trying again until that works or the generation ends (or
-// Shutdown's deadline passes). It reports whether the copy is stored.
-func (p *partitionRun) sendFailed(genCtx context.Context, r *Record, m *message.MessageExt, herr error, dlq bool) bool {
+// to acknowledge it, trying again until that works or the partition stops (revoked,
+// Shutdown): then the record stays unfinished, the commit stays before it and the
+// partition's next owner gets it again. It reports whether the copy is stored.
+func (p *partitionRun) sendFailed(stopCtx context.Context, r *Record, m *message.MessageExt, herr error, dlq bool) bool {
 	c := p.c
 	maxRe := c.cfg.maxReconsume()
 	times := int(m.ReconsumeTimes)
@@ -393,14 +398,14 @@ func (p *partitionRun) sendFailed(genCtx context.Context, r *Record, m *message.
 		}
 		c.log.Warn("kafka: storing a failed message's copy failed; the offset waits", "to", topic, "msgId", m.MsgID,
 			"partition", r.Partition, "offset", r.Offset, "attempt", attempt, "err", err)
-		if genCtx.Err() != nil || c.handlerCtx.Err() != nil || !sleepCtx(c.handlerCtx, backoff(attempt)) {
+		if stopCtx.Err() != nil || !sleepCtx(stopCtx, backoff(attempt)) {
 			return false
 		}
 	}
 }
 
 // orderly consumes one record at a time; a failure is retried in place.
-func (p *partitionRun) orderly(fetchCtx, genCtx context.Context) {
+func (p *partitionRun) orderly(fetchCtx context.Context) {
 	c := p.c
 	maxRe := c.cfg.maxReconsume()
 	for fetchCtx.Err() == nil {
@@ -433,7 +438,7 @@ func (p *partitionRun) orderly(fetchCtx, genCtx context.Context) {
 					break
 				}
 				if errors.Is(herr, errPoison) || !c.cfg.retryForever && int(m.ReconsumeTimes) >= maxRe {
-					if p.sendFailed(genCtx, r, m, herr, true) {
+					if p.sendFailed(fetchCtx, r, m, herr, true) {
 						p.tr.finish(r.Offset)
 						break
 					}
@@ -442,14 +447,14 @@ func (p *partitionRun) orderly(fetchCtx, genCtx context.Context) {
 						"offset", r.Offset, "reconsumeTimes", m.ReconsumeTimes, "err", herr, "suspend", c.cfg.SuspendCurrentQueueTime)
 					m.ReconsumeTimes++
 				}
-				p.commit(false)
+				_ = p.commit(false)
 				if !sleepCtx(fetchCtx, c.cfg.SuspendCurrentQueueTime) {
 					return
 				}
 			}
-			p.commit(false)
+			_ = p.commit(false)
 		}
-		p.commit(false)
+		_ = p.commit(false)
 	}
 }
 
