@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -152,10 +151,18 @@ type ResendOptions struct {
 	Writer *kafkago.Writer
 }
 
-// ResendResult counts what ResendDLQ did.
+// ResendResult says what ResendDLQ did.
 type ResendResult struct {
-	Resent  int
-	Skipped int // before the resend group's committed offset: re-driven by an earlier run
+	Resent  []Resent // in the order sent
+	Skipped int      // before the resend group's committed offset: re-driven by an earlier run
+}
+
+// Resent is one re-driven dead letter.
+type Resent struct {
+	Partition int    // of the dead-letter topic
+	Offset    int64  // of the dead-letter topic
+	MsgID     string // the message's id (UNIQ_KEY)
+	To        string // the topic it was sent to
 }
 
 // ResendDLQ re-drives the dead letters of group present when it starts and not re-driven
@@ -208,19 +215,24 @@ func ResendDLQ(ctx context.Context, cl *kafkago.Client, group string, opt Resend
 			if err := w.WriteMessages(ctx, r.copyFor(target, set)); err != nil {
 				return fmt.Errorf("kafka: resend dead letter %d@%d to %q: %w", p, r.Offset, target, err)
 			}
-			if _, err := cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{GroupID: ResendGroup(group), GenerationID: -1,
-				Topics: map[string][]kafkago.OffsetCommit{topic: {{Partition: p, Offset: r.Offset + 1}}}}); err != nil {
-				return fmt.Errorf("kafka: record resend progress at %d@%d: %w", p, r.Offset, err)
+			cres, err := cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{GroupID: ResendGroup(group), GenerationID: -1,
+				Topics: map[string][]kafkago.OffsetCommit{topic: {{Partition: p, Offset: r.Offset + 1}}}})
+			if err == nil {
+				for _, cp := range cres.Topics[topic] {
+					if cp.Error != nil {
+						err = cp.Error
+					}
+				}
 			}
-			res.Resent++
+			if err != nil {
+				return fmt.Errorf("kafka: dead letter %d@%d resent, but recording the progress failed (a rerun sends it again): %w", p, r.Offset, err)
+			}
+			res.Resent = append(res.Resent, Resent{Partition: p, Offset: r.Offset, MsgID: r.ToMessageExt().MsgID, To: target})
 			return nil
 		})
 		if err != nil {
 			return res, err
 		}
 	}
-	if ctx.Err() != nil {
-		return res, errors.Join(ctx.Err())
-	}
-	return res, nil
+	return res, ctx.Err()
 }
