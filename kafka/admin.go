@@ -80,9 +80,20 @@ func readRange(ctx context.Context, cl *kafkago.Client, topic string, partition 
 	return nil
 }
 
+// adminClient returns a client with a transport of its own (kafka-go transports cache
+// the cluster's metadata for seconds: a fresh one sees topics created a moment ago) and
+// the function that closes its connections.
+func adminClient(brokers []string) (*kafkago.Client, func()) {
+	tr := &kafkago.Transport{DialTimeout: DefaultDialTimeout}
+	return &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: DefaultTimeout, Transport: tr}, tr.CloseIdleConnections
+}
+
 // ReadAll reads every record of topic present when it starts (all partitions, from the
-// log start to the high watermark), in partition then offset order. It commits nothing.
-func ReadAll(ctx context.Context, cl *kafkago.Client, topic string) ([]*Record, error) {
+// log start to the high watermark), in partition then offset order, from the cluster at
+// brokers. It commits nothing; ctx bounds it.
+func ReadAll(ctx context.Context, brokers []string, topic string) ([]*Record, error) {
+	cl, closeConns := adminClient(brokers)
+	defer closeConns()
 	var out []*Record
 	err := scan(ctx, cl, topic, func(r *Record) error {
 		out = append(out, r)
@@ -121,8 +132,11 @@ type DeadLetter struct {
 	Record         *Record
 }
 
-// ListDLQ returns the dead letters of group ("<group>.dlq") present when it starts.
-func ListDLQ(ctx context.Context, cl *kafkago.Client, group string) ([]DeadLetter, error) {
+// ListDLQ returns the dead letters of group ("<group>.dlq") present when it starts, from
+// the cluster at brokers; ctx bounds it.
+func ListDLQ(ctx context.Context, brokers []string, group string) ([]DeadLetter, error) {
+	cl, closeConns := adminClient(brokers)
+	defer closeConns()
 	var out []DeadLetter
 	err := scan(ctx, cl, DLQTopic(group), func(r *Record) error {
 		m := r.ToMessageExt()
@@ -146,9 +160,6 @@ type ResendOptions struct {
 	// once, so only this group consumes it again (shown under its original topic) with
 	// a fresh retry budget.
 	ToOriginalTopic bool
-	// Writer sends the copies; nil uses one made from the client's address and
-	// transport (RequireAll).
-	Writer *kafkago.Writer
 }
 
 // ResendResult says what ResendDLQ did.
@@ -165,20 +176,19 @@ type Resent struct {
 	To        string // the topic it was sent to
 }
 
-// ResendDLQ re-drives the dead letters of group present when it starts and not re-driven
-// by an earlier run: each is copied (reconsume count reset to 0, last error kept) and
+// ResendDLQ re-drives the dead letters of group (on the cluster at brokers) present when
+// it starts and not re-driven by an earlier run: each is copied (reconsume count reset to 0, last error kept) and
 // acknowledged by all in-sync replicas before the resend group's offset on that
 // partition moves past it. It stops at the first failure and returns it with the
 // counts so far; a rerun goes on from there.
-func ResendDLQ(ctx context.Context, cl *kafkago.Client, group string, opt ResendOptions) (ResendResult, error) {
+func ResendDLQ(ctx context.Context, brokers []string, group string, opt ResendOptions) (ResendResult, error) {
 	var res ResendResult
 	topic := DLQTopic(group)
-	w := opt.Writer
-	if w == nil {
-		w = &kafkago.Writer{Addr: cl.Addr, Transport: cl.Transport, RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond,
-			Balancer: kafkago.Murmur2Balancer{}}
-		defer w.Close()
-	}
+	cl, closeConns := adminClient(brokers)
+	defer closeConns()
+	w := &kafkago.Writer{Addr: cl.Addr, Transport: cl.Transport, RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond,
+		Balancer: kafkago.Murmur2Balancer{}}
+	defer w.Close()
 	parts, err := partitionsOf(ctx, cl, topic)
 	if err != nil {
 		return res, err
@@ -212,7 +222,7 @@ func ResendDLQ(ctx context.Context, cl *kafkago.Client, group string, opt Resend
 				target = orig
 				set = map[string]string{HeaderReconsumeTimes: "", HeaderDueMs: "", HeaderOriginTopic: "", HeaderOriginPartition: "", HeaderOriginOffset: ""}
 			}
-			if err := w.WriteMessages(ctx, r.copyFor(target, set)); err != nil {
+			if err := write(ctx, w, r.copyFor(target, set)); err != nil {
 				return fmt.Errorf("kafka: resend dead letter %d@%d to %q: %w", p, r.Offset, target, err)
 			}
 			cres, err := cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{GroupID: ResendGroup(group), GenerationID: -1,

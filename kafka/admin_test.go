@@ -42,10 +42,10 @@ func TestDLQListAndResend(t *testing.T) {
 	defer shutdown(t, cons, 10*time.Second)
 	cl := clientFor(t, brokers)
 	testkit.WaitFor(t, 15*time.Second, func() bool {
-		dl, err := ListDLQ(ctx, cl, "g-dlq")
+		dl, err := ListDLQ(ctx, brokers, "g-dlq")
 		return err == nil && len(dl) == 3
 	}, "three dead letters")
-	dl, _ := ListDLQ(ctx, cl, "g-dlq")
+	dl, _ := ListDLQ(ctx, brokers, "g-dlq")
 	locs := map[string]bool{}
 	for i, d := range dl {
 		locs[d.OriginLocation] = true
@@ -57,7 +57,7 @@ func TestDLQListAndResend(t *testing.T) {
 		t.Fatalf("origins %v", locs)
 	}
 	healthy.Store(true)
-	res, err := ResendDLQ(ctx, cl, "g-dlq", ResendOptions{})
+	res, err := ResendDLQ(ctx, brokers, "g-dlq", ResendOptions{})
 	if err != nil || len(res.Resent) != 3 || res.Skipped != 0 || res.Resent[0].To != RetryTopic("g-dlq", 1) || res.Resent[0].MsgID != dl[0].MsgID {
 		t.Fatalf("resend: %+v %v", res, err)
 	}
@@ -67,7 +67,7 @@ func TestDLQListAndResend(t *testing.T) {
 			t.Fatalf("re-driven %+v", m)
 		}
 	}
-	res, err = ResendDLQ(ctx, cl, "g-dlq", ResendOptions{})
+	res, err = ResendDLQ(ctx, brokers, "g-dlq", ResendOptions{})
 	if err != nil || len(res.Resent) != 0 || res.Skipped != 3 {
 		t.Fatalf("second resend: %+v %v", res, err)
 	}
@@ -77,7 +77,7 @@ func TestDLQListAndResend(t *testing.T) {
 		Topics: map[string][]kafkago.OffsetCommit{DLQTopic("g-dlq"): {{Partition: 0, Offset: 0}}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err = ResendDLQ(ctx, cl, "g-dlq", ResendOptions{ToOriginalTopic: true})
+	res, err = ResendDLQ(ctx, brokers, "g-dlq", ResendOptions{ToOriginalTopic: true})
 	if err != nil || len(res.Resent) != 3 || res.Resent[2].To != "bills" {
 		t.Fatalf("resend to the original topic: %+v %v", res, err)
 	}
@@ -87,7 +87,7 @@ func TestDLQListAndResend(t *testing.T) {
 			t.Fatalf("re-driven to the original topic: %+v", m)
 		}
 	}
-	if _, err := ResendDLQ(ctx, cl, "no-such-group", ResendOptions{}); err == nil {
+	if _, err := ResendDLQ(ctx, brokers, "no-such-group", ResendOptions{}); err == nil {
 		t.Fatal("resend for a group without a dead-letter topic succeeded")
 	}
 }

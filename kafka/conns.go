@@ -8,6 +8,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 )
 
 // errConnsClosed is what a dial returns after a component cut its connections.
@@ -89,4 +90,28 @@ func (t *trackedConn) Close() error {
 		t.owner.mu.Unlock()
 	})
 	return err
+}
+
+// write writes msgs with w; when Kafka answers that a topic is unknown — typically one
+// created after w's transport cached the cluster's metadata (kafka-go refreshes it every
+// 6 s) — it refreshes the metadata of those topics through cl, which must share w's
+// transport, and tries once more. The refresh asks for auto-creation as the Java
+// producer does, so a broker with auto.create.topics.enable creates a missing topic.
+func write(ctx context.Context, w *kafkago.Writer, msgs ...kafkago.Message) error {
+	err := w.WriteMessages(ctx, msgs...)
+	if err == nil || !errors.Is(err, kafkago.UnknownTopicOrPartition) {
+		return err
+	}
+	topics := map[string]bool{}
+	for _, m := range msgs {
+		topics[m.Topic] = true
+	}
+	req := &metadata.Request{AllowAutoTopicCreation: true}
+	for t := range topics {
+		req.TopicNames = append(req.TopicNames, t)
+	}
+	if _, merr := w.Transport.RoundTrip(ctx, w.Addr, req); merr != nil {
+		return err
+	}
+	return w.WriteMessages(ctx, msgs...)
 }

@@ -147,7 +147,7 @@ func TestRetryTopicsThenDLQ(t *testing.T) {
 	if rts[0] != "" || rts[1] != RetryTopic("g-retry", 1) || rts[2] != RetryTopic("g-retry", 2) || rts[3] != RetryTopic("g-retry", 2) {
 		t.Fatalf("retry topics %v", rts)
 	}
-	dl, err := ListDLQ(ctx, clientFor(t, brokers), "g-retry")
+	dl, err := ListDLQ(ctx, brokers, "g-retry")
 	if err != nil || len(dl) != 1 {
 		t.Fatalf("ListDLQ: %v %v", dl, err)
 	}

@@ -100,7 +100,7 @@ func (f *DelayForwarder) forward(ctx context.Context, r *Record) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
 	defer cancel()
-	if err := f.c.writer.WriteMessages(wctx, km); err != nil {
+	if err := write(wctx, f.c.writer, km); err != nil {
 		return fmt.Errorf("kafka: forward delayed record to %q: %w", real, err)
 	}
 	return nil

@@ -124,10 +124,7 @@ func committed(t *testing.T, brokers []string, group, topic string, partition in
 // watermark) without a group.
 func readTopic(t *testing.T, brokers []string, topic string) []*Record {
 	t.Helper()
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 5 * time.Second, Transport: tr}
-	recs, err := ReadAll(ctxT(t, 10*time.Second), cl, topic)
+	recs, err := ReadAll(ctxT(t, 10*time.Second), brokers, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -385,7 +385,7 @@ func (p *partitionRun) sendFailed(stopCtx context.Context, r *Record, m *message
 	km := r.copyFor(topic, set)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(c.handlerCtx, c.cfg.Timeout)
-		err := c.writer.WriteMessages(ctx, km)
+		err := write(ctx, c.writer, km)
 		cancel()
 		if err == nil {
 			if topic == DLQTopic(c.cfg.Group) {

@@ -303,7 +303,7 @@ func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.Sen
 	}
 	slot := &sendSlot{}
 	km.WriterData = slot
-	if err := p.sync.WriteMessages(ctx, km); err != nil {
+	if err := write(ctx, p.sync, km); err != nil {
 		var werrs kafkago.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == 1 && werrs[0] != nil {
 			err = werrs[0]

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/kafka"
@@ -38,19 +37,17 @@ func newKafkaAdminCmd() *cobra.Command {
 	return cmd
 }
 
-// withKafka runs f with a kafka-go client for --brokers, bounded by --timeout.
-func withKafka(cmd *cobra.Command, f func(ctx context.Context, cl *kafkago.Client) error) error {
+// withKafka runs f with the --brokers addresses, bounded by ten times --timeout.
+func withKafka(cmd *cobra.Command, f func(ctx context.Context, brokers []string) error) error {
 	brokers, _ := cmd.Flags().GetString("brokers")
 	timeout, _ := cmd.Flags().GetDuration("timeout")
 	addrs := strings.FieldsFunc(brokers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' })
 	if len(addrs) == 0 {
 		return fmt.Errorf("--brokers: at least one host:port is required")
 	}
-	tr := &kafkago.Transport{DialTimeout: timeout}
-	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*timeout)
 	defer cancel()
-	return f(ctx, &kafkago.Client{Addr: kafkago.TCP(addrs...), Timeout: timeout, Transport: tr})
+	return f(ctx, addrs)
 }
 
 func newKafkaDLQListCmd() *cobra.Command {
@@ -63,8 +60,8 @@ func newKafkaDLQListCmd() *cobra.Command {
 			group, _ := f.GetString("group")
 			body, _ := f.GetBool("body")
 			asJSON, _ := f.GetBool("json")
-			return withKafka(cmd, func(ctx context.Context, cl *kafkago.Client) error {
-				l, err := kafka.ListDLQ(ctx, cl, group)
+			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
+				l, err := kafka.ListDLQ(ctx, brokers, group)
 				if err != nil {
 					return err
 				}
@@ -141,8 +138,8 @@ arrived since. A copy that cannot be sent stops the command with an error.`,
 			group, _ := f.GetString("group")
 			var opt kafka.ResendOptions
 			opt.ToOriginalTopic, _ = f.GetBool("to-original-topic")
-			return withKafka(cmd, func(ctx context.Context, cl *kafkago.Client) error {
-				res, err := kafka.ResendDLQ(ctx, cl, group, opt)
+			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
+				res, err := kafka.ResendDLQ(ctx, brokers, group, opt)
 				out := cmd.OutOrStdout()
 				for _, r := range res.Resent {
 					fmt.Fprintf(out, "resent %s (dead letter %d@%d) to %s\n", r.MsgID, r.Partition, r.Offset, r.To)

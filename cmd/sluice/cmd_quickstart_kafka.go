@@ -268,7 +268,7 @@ func (r *qsKafkaRun) scenario(ctx context.Context, send middleware.SendFunc, cl 
 		if _, dups, _ := r.ledger.count(qsPointsGroup, dupKey); dups < 1 {
 			return false
 		}
-		l, err := kafka.ListDLQ(r.deadline, cl, r.group(qsPointsGroup))
+		l, err := kafka.ListDLQ(r.deadline, r.brokers, r.group(qsPointsGroup))
 		dead = l
 		return err == nil && len(l) == 1
 	})
