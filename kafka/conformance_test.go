@@ -21,8 +21,7 @@ var kafkaFeatures = transporttest.Features{
 	ConsumerGroups:      true,
 	Restart:             true,
 	GracefulShutdown:    true,
-	// BatchConsume: true once the consumer hands several records per call (see Config).
-	BatchConsume: false,
+	BatchConsume:        true, // Config.ConsumeMessageBatchMaxSize
 	// Transactions: Kafka's transactions have no check-back of a local transaction
 	// (RocketMQ's half message + CheckLocalTransaction); Producer.SendMessageInTransaction
 	// returns ErrUnsupported.
@@ -62,6 +61,7 @@ func kafkaTransport(t *testing.T, brokers []string) transporttest.Transport {
 				HeartbeatInterval: 100 * time.Millisecond, SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
 				JoinGroupBackoff: 100 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
 				RetrySchedule: []time.Duration{200 * time.Millisecond}, SuspendCurrentQueueTime: 100 * time.Millisecond,
+				ConsumeMessageBatchMaxSize: cfg.BatchSize,
 			}
 			if cfg.MaxReconsumeTimes >= 0 {
 				cc.MaxReconsumeTimes = Retries(cfg.MaxReconsumeTimes)

@@ -63,8 +63,13 @@ type Config struct {
 	// Default 4.
 	ConsumeWorkers int
 	// MaxInFlight bounds the records of a partition fetched but not yet finished (the
-	// commit can only move past finished ones). Default 256.
+	// commit can only move past finished ones). Default 256; at least
+	// ConsumeMessageBatchMaxSize.
 	MaxInFlight int
+	// ConsumeMessageBatchMaxSize is the most records one handler call gets, consecutive
+	// records of one partition and subscription (RocketMQ's consumeMessageBatchMaxSize).
+	// A failed call fails all of them. Default 1, at most 1024.
+	ConsumeMessageBatchMaxSize int
 	// MaxReconsumeTimes is how often a failed message is retried before it goes to
 	// "<group>.dlq"; 0 sends it there at its first failure. Default (nil or -1) 16.
 	MaxReconsumeTimes *int
@@ -127,6 +132,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.ConsumeWorkers, DefaultConsumeWorkers)
 	def(&c.MaxInFlight, DefaultMaxInFlight)
+	def(&c.ConsumeMessageBatchMaxSize, 1)
 	def(&c.RetryPartitions, 1)
 	def(&c.ReplicationFactor, -1)
 	def(&c.FetchMaxBytes, DefaultFetchMaxBytes)
@@ -161,6 +167,10 @@ func (c *Config) Validate() error {
 		return &ConfigError{"ConsumeWorkers", fmt.Sprintf("%d is outside 1..1024", c.ConsumeWorkers)}
 	case c.MaxInFlight < 0 || c.MaxInFlight > 1<<20:
 		return &ConfigError{"MaxInFlight", fmt.Sprintf("%d is outside 1..1048576", c.MaxInFlight)}
+	case c.ConsumeMessageBatchMaxSize < 0 || c.ConsumeMessageBatchMaxSize > 1024:
+		return &ConfigError{"ConsumeMessageBatchMaxSize", fmt.Sprintf("%d is outside 1..1024", c.ConsumeMessageBatchMaxSize)}
+	case c.MaxInFlight < c.ConsumeMessageBatchMaxSize:
+		return &ConfigError{"MaxInFlight", fmt.Sprintf("%d is smaller than ConsumeMessageBatchMaxSize %d", c.MaxInFlight, c.ConsumeMessageBatchMaxSize)}
 	case c.MaxReconsumeTimes != nil && *c.MaxReconsumeTimes < -1:
 		return &ConfigError{"MaxReconsumeTimes", fmt.Sprintf("%d must be -1 (default), 0 (straight to the DLQ) or more", *c.MaxReconsumeTimes)}
 	case c.RetryPartitions < 0 || c.ReplicationFactor < -1:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
@@ -265,5 +266,53 @@ func TestDelayLevels(t *testing.T) {
 	}
 	if n := len(readTopic(t, brokers, DelayTopic(2))); n != 1 {
 		t.Fatalf("level 5 clamped to the last level: %d records on %s", n, DelayTopic(2))
+	}
+}
+
+// Bad consumer settings are *ConfigError naming the field; Subscribe after Start, Start
+// twice and Start without subscriptions are refused; a bad SQL92 expression is a
+// *filter.SQLSyntaxError.
+func TestConsumerConfigErrors(t *testing.T) {
+	ok := Config{Brokers: []string{"127.0.0.1:1"}, Group: "g"}
+	for field, mod := range map[string]func(*Config){
+		"Brokers":                    func(c *Config) { c.Brokers = nil },
+		"Group":                      func(c *Config) { c.Group = "" },
+		"ConsumeWorkers":             func(c *Config) { c.ConsumeWorkers = 5000 },
+		"ConsumeMessageBatchMaxSize": func(c *Config) { c.ConsumeMessageBatchMaxSize = 2000 },
+		"MaxInFlight":                func(c *Config) { c.MaxInFlight, c.ConsumeMessageBatchMaxSize = 4, 8 },
+		"MaxReconsumeTimes":          func(c *Config) { c.MaxReconsumeTimes = Retries(-2) },
+		"StartOffset":                func(c *Config) { c.StartOffset = 7 },
+		"RetrySchedule":              func(c *Config) { c.RetrySchedule = []time.Duration{-time.Second} },
+		"SessionTimeout":             func(c *Config) { c.SessionTimeout = -1 },
+	} {
+		cfg := ok
+		mod(&cfg)
+		var ce *ConfigError
+		if _, err := NewConsumer(cfg); !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: %v, want a *ConfigError for that field", field, err)
+		}
+	}
+	if _, err := NewConsumer(Config{Brokers: []string{"x:1"}, Group: "bad group"}); err == nil {
+		t.Error("a group that cannot name a topic was accepted")
+	}
+	c, err := NewConsumer(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if err := c.Start(ctxT(t, 5*time.Second)); !errors.As(err, &ce) {
+		t.Errorf("start without subscriptions: %v", err)
+	}
+	var se *filter.SQLSyntaxError
+	if err := c.SubscribeSQL("t", "a >", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return message.ConsumeSuccess, nil
+	}); !errors.As(err, &se) {
+		t.Errorf("bad SQL92: %v", err)
+	}
+	if err := c.Subscribe("t", "*", nil); !errors.As(err, &ce) {
+		t.Errorf("nil handler: %v", err)
+	}
+	if err := c.Shutdown(ctxT(t, 5*time.Second)); err != nil {
+		t.Errorf("shutdown of a consumer never started: %v", err)
 	}
 }

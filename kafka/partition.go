@@ -56,6 +56,13 @@ func (t *tracker) committable() int64 {
 	return t.next
 }
 
+// unfinished returns how many taken records are not finished.
+func (t *tracker) unfinished() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.offs)
+}
+
 // waitRoom waits until fewer than max records are unfinished; false when ctx ended.
 func (t *tracker) waitRoom(ctx context.Context, max int) bool {
 	for {
@@ -279,12 +286,94 @@ func (p *partitionRun) route(r *Record) (sub *subscription, m *message.MessageEx
 	return sub, m, !sub.match(m)
 }
 
+// item is one routed record waiting for its handler call.
+type item struct {
+	r *Record
+	m *message.MessageExt
+}
+
+// batcher collects consecutive records of one subscription into handler calls of at
+// most ConsumeMessageBatchMaxSize records.
+type batcher struct {
+	max   int
+	sub   *subscription
+	items []item
+}
+
+// add appends it when it fits the current batch; false means: flush first.
+func (b *batcher) fits(sub *subscription) bool {
+	return len(b.items) == 0 || (b.sub == sub && sub != nil && sub.raw == nil && len(b.items) < b.max)
+}
+
+func (b *batcher) add(sub *subscription, it item) {
+	b.sub = sub
+	b.items = append(b.items, it)
+}
+
+// take returns the batch and starts a new one.
+func (b *batcher) take() (*subscription, []item) {
+	sub, items := b.sub, b.items
+	b.sub, b.items = nil, nil
+	return sub, items
+}
+
+// next routes the fetched records to flush, one batch at a time: it waits for room in
+// the tracker and for due records (flushing what it holds first, so nothing taken waits
+// behind a wait), skips filtered records and batches the rest. It returns false when
+// ctx ended (records taken but not flushed stay unfinished: the commit stays before
+// them).
+func (p *partitionRun) next(ctx context.Context, recs []*Record, flush func(*subscription, []item) bool) bool {
+	b := &batcher{max: p.c.cfg.ConsumeMessageBatchMaxSize}
+	flushAll := func() bool {
+		if len(b.items) == 0 {
+			return true
+		}
+		return flush(b.take())
+	}
+	for _, r := range recs {
+		if p.tr.unfinished() >= p.c.cfg.MaxInFlight || time.Until(r.dueAt()) > 0 {
+			if !flushAll() {
+				return false
+			}
+		}
+		if !p.tr.waitRoom(ctx, p.c.cfg.MaxInFlight) || !p.waitDue(ctx, r) {
+			return false
+		}
+		sub, m, skip := p.route(r)
+		p.tr.take(r.Offset)
+		if skip {
+			p.tr.finish(r.Offset)
+			continue
+		}
+		if !b.fits(sub) && !flushAll() {
+			return false
+		}
+		b.add(sub, item{r, m})
+	}
+	return flushAll()
+}
+
 // concurrent consumes with up to ConsumeWorkers handler calls at once.
 func (p *partitionRun) concurrent(fetchCtx context.Context) {
 	c := p.c
 	sem := make(chan struct{}, c.cfg.ConsumeWorkers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	flush := func(sub *subscription, items []item) bool {
+		select {
+		case sem <- struct{}{}:
+		case <-fetchCtx.Done():
+			return false // taken but never run: the commit stays before them
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			p.consume(fetchCtx, sub, items)
+		}()
+		_ = p.commit(false)
+		return true
+	}
 	for fetchCtx.Err() == nil {
 		recs, err := p.fetch(fetchCtx)
 		if err != nil {
@@ -293,64 +382,46 @@ func (p *partitionRun) concurrent(fetchCtx context.Context) {
 			}
 			continue
 		}
-		for _, r := range recs {
-			if !p.tr.waitRoom(fetchCtx, c.cfg.MaxInFlight) || !p.waitDue(fetchCtx, r) {
-				return
-			}
-			sub, m, skip := p.route(r)
-			p.tr.take(r.Offset)
-			if skip {
-				p.tr.finish(r.Offset)
-				continue
-			}
-			select {
-			case sem <- struct{}{}:
-			case <-fetchCtx.Done():
-				return // taken but never run: the commit stays before it
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if p.consume(fetchCtx, r, sub, m) {
-					p.tr.finish(r.Offset)
-				}
-			}()
-			_ = p.commit(false)
+		if !p.next(fetchCtx, recs, flush) {
+			return
 		}
 		_ = p.commit(false)
 	}
 }
 
-// consume runs one record through its handler; a failure sends a copy to the retry or
-// dead-letter topic. It reports whether the record is finished (handled, or its copy
-// acknowledged).
-func (p *partitionRun) consume(fetchCtx context.Context, r *Record, sub *subscription, m *message.MessageExt) bool {
-	var herr error
-	if sub == nil {
-		herr = fmt.Errorf("kafka: no subscription for topic %q in this consumer", m.Topic)
-	} else {
-		herr = p.c.call(sub, r, m)
+// consume runs one batch through its handler and finishes its records; when it fails,
+// a copy of each record goes to the retry or dead-letter topic and the record is
+// finished once that copy is acknowledged.
+func (p *partitionRun) consume(fetchCtx context.Context, sub *subscription, items []item) {
+	herr := p.c.call(sub, items)
+	for _, it := range items {
+		if herr == nil || p.sendFailed(fetchCtx, it.r, it.m, herr, false) {
+			p.tr.finish(it.r.Offset)
+		}
 	}
-	if herr == nil {
-		return true
-	}
-	return p.sendFailed(fetchCtx, r, m, herr, false)
 }
 
-// call runs the handler; a panic, an error or a result other than ConsumeSuccess is a
-// failure.
-func (c *Consumer) call(sub *subscription, r *Record, m *message.MessageExt) (err error) {
+// call runs the handler on a batch; a panic, an error or a result other than
+// ConsumeSuccess is a failure of the whole batch.
+func (c *Consumer) call(sub *subscription, items []item) (err error) {
+	if sub == nil {
+		return fmt.Errorf("kafka: no subscription for topic %q in this consumer", items[0].m.Topic)
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("kafka: handler panicked: %v", v)
 		}
 	}()
 	if sub.raw != nil {
-		return sub.raw(c.handlerCtx, r)
+		return sub.raw(c.handlerCtx, items[0].r)
 	}
-	m.SetProperty(message.PropertyConsumeStartTimestamp, strconv.FormatInt(time.Now().UnixMilli(), 10))
-	res, err := sub.handler(c.handlerCtx, []*message.MessageExt{m})
+	msgs := make([]*message.MessageExt, len(items))
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for i, it := range items {
+		it.m.SetProperty(message.PropertyConsumeStartTimestamp, now)
+		msgs[i] = it.m
+	}
+	res, err := sub.handler(c.handlerCtx, msgs)
 	if err != nil {
 		return err
 	}
@@ -404,10 +475,46 @@ func (p *partitionRun) sendFailed(stopCtx context.Context, r *Record, m *message
 	}
 }
 
-// orderly consumes one record at a time; a failure is retried in place.
+// orderly consumes one batch at a time; a failed batch is retried in place after
+// SuspendCurrentQueueTime with ReconsumeTimes raised, and its records that used up
+// MaxReconsumeTimes go to the dead-letter topic (the others are retried again).
 func (p *partitionRun) orderly(fetchCtx context.Context) {
 	c := p.c
 	maxRe := c.cfg.maxReconsume()
+	flush := func(sub *subscription, items []item) bool {
+		for len(items) > 0 {
+			herr := c.call(sub, items)
+			if herr == nil {
+				for _, it := range items {
+					p.tr.finish(it.r.Offset)
+				}
+				break
+			}
+			var again []item
+			for _, it := range items {
+				if errors.Is(herr, errPoison) || !c.cfg.retryForever && int(it.m.ReconsumeTimes) >= maxRe {
+					if p.sendFailed(fetchCtx, it.r, it.m, herr, true) {
+						p.tr.finish(it.r.Offset)
+						continue
+					}
+				} else {
+					it.m.ReconsumeTimes++
+				}
+				again = append(again, it)
+			}
+			items = again
+			if len(items) > 0 {
+				c.log.Info("kafka: orderly batch failed; suspending the partition", "topic", p.topic, "partition", p.partition,
+					"offset", items[0].r.Offset, "count", len(items), "err", herr, "suspend", c.cfg.SuspendCurrentQueueTime)
+			}
+			_ = p.commit(false)
+			if len(items) > 0 && !sleepCtx(fetchCtx, c.cfg.SuspendCurrentQueueTime) {
+				return false
+			}
+		}
+		_ = p.commit(false)
+		return true
+	}
 	for fetchCtx.Err() == nil {
 		recs, err := p.fetch(fetchCtx)
 		if err != nil {
@@ -416,43 +523,8 @@ func (p *partitionRun) orderly(fetchCtx context.Context) {
 			}
 			continue
 		}
-		for _, r := range recs {
-			if !p.waitDue(fetchCtx, r) {
-				return
-			}
-			sub, m, skip := p.route(r)
-			p.tr.take(r.Offset)
-			if skip {
-				p.tr.finish(r.Offset)
-				continue
-			}
-			for {
-				var herr error
-				if sub == nil {
-					herr = fmt.Errorf("kafka: no subscription for topic %q in this consumer", m.Topic)
-				} else {
-					herr = c.call(sub, r, m)
-				}
-				if herr == nil {
-					p.tr.finish(r.Offset)
-					break
-				}
-				if errors.Is(herr, errPoison) || !c.cfg.retryForever && int(m.ReconsumeTimes) >= maxRe {
-					if p.sendFailed(fetchCtx, r, m, herr, true) {
-						p.tr.finish(r.Offset)
-						break
-					}
-				} else {
-					c.log.Info("kafka: orderly message failed; suspending the partition", "topic", p.topic, "partition", p.partition,
-						"offset", r.Offset, "reconsumeTimes", m.ReconsumeTimes, "err", herr, "suspend", c.cfg.SuspendCurrentQueueTime)
-					m.ReconsumeTimes++
-				}
-				_ = p.commit(false)
-				if !sleepCtx(fetchCtx, c.cfg.SuspendCurrentQueueTime) {
-					return
-				}
-			}
-			_ = p.commit(false)
+		if !p.next(fetchCtx, recs, flush) {
+			return
 		}
 		_ = p.commit(false)
 	}

@@ -405,3 +405,12 @@ func validateTopic(field, topic string) error {
 	}
 	return nil
 }
+
+// SendMessageInTransaction stands for RocketMQ's transactional send: a half message
+// whose fate a local transaction decides, the broker checking back on undecided ones
+// (CheckLocalTransaction). Kafka's transactions have no such check-back, so it sends
+// nothing and always returns an *UnsupportedError (errors.Is ErrUnsupported) — never a
+// plain send that would pretend to be transactional.
+func (p *Producer) SendMessageInTransaction(_ context.Context, msg *message.Message) (*message.SendResult, error) {
+	return nil, &UnsupportedError{Topic: msg.Topic, Feature: "a transactional send with check-back"}
+}

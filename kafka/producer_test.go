@@ -92,6 +92,9 @@ func TestProducerRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want a permanent *UnsupportedError", name, err)
 		}
 	}
+	if _, err := p.SendMessageInTransaction(ctx, message.NewMessage("t", []byte("x"))); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("transactional send: %v, want ErrUnsupported", err)
+	}
 	var ve *message.ValidationError
 	if _, err := p.Send(ctx, message.NewMessage("bad%topic", []byte("x"))); !errors.As(err, &ve) || ve.Field != "topic" {
 		t.Errorf("bad topic: %v", err)
