@@ -246,3 +246,11 @@ func ResendDLQ(ctx context.Context, brokers []string, group string, opt ResendOp
 	}
 	return res, ctx.Err()
 }
+
+// EnsureTopicsAt is [EnsureTopics] on the cluster at brokers (through a client of its
+// own), with the brokers' default replication factor.
+func EnsureTopicsAt(ctx context.Context, brokers []string, partitions int, topics ...string) error {
+	cl, closeConns := adminClient(brokers)
+	defer closeConns()
+	return EnsureTopics(ctx, cl, partitions, -1, topics...)
+}
