@@ -86,6 +86,10 @@ type Config struct {
 	// ReplicationFactor of the topics the consumer creates. Default -1: the broker's
 	// default.replication.factor.
 	ReplicationFactor int
+	// NoTopicCreation: the retry and dead-letter topics exist already (an operator made
+	// them; the client may not create topics), so Start does not try. A missing one then
+	// shows as failed copies of failed messages, whose offsets are not committed.
+	NoTopicCreation bool
 	// CommitInterval is how often finished offsets are committed while consuming (they
 	// are also committed when a partition is revoked and at Shutdown). Default 1 s.
 	CommitInterval time.Duration
@@ -326,8 +330,8 @@ func (c *Consumer) retryTopics() []string {
 	return out
 }
 
-// Start creates the group's retry and dead-letter topics when missing (ctx bounds
-// that), joins the group and starts consuming in the background. Errors: a
+// Start creates the group's retry and dead-letter topics when missing (unless
+// NoTopicCreation; ctx bounds that), joins the group and starts consuming in the background. Errors: a
 // *ConfigError without subscriptions or when already started, or the topic creation's
 // error.
 func (c *Consumer) Start(ctx context.Context) error {
@@ -343,9 +347,11 @@ func (c *Consumer) Start(ctx context.Context) error {
 	c.state = stateRunning
 	c.mu.Unlock()
 	retry := c.retryTopics()
-	if err := EnsureTopics(ctx, c.client, c.cfg.RetryPartitions, c.cfg.ReplicationFactor, append(retry, DLQTopic(c.cfg.Group))...); err != nil {
-		c.abandon()
-		return err
+	if !c.cfg.NoTopicCreation {
+		if err := EnsureTopics(ctx, c.client, c.cfg.RetryPartitions, c.cfg.ReplicationFactor, append(retry, DLQTopic(c.cfg.Group))...); err != nil {
+			c.abandon()
+			return err
+		}
 	}
 	topics := make([]string, 0, len(c.subs)+len(retry))
 	for t := range c.subs {

@@ -46,4 +46,12 @@
 // What Kafka cannot do fails with an error wrapping [ErrUnsupported], never a silent
 // no-op: timed delivery (TIMER_DELIVER_MS), transactional half messages with check-back,
 // a delay level on a producer without DelayTopics.
+//
+// # Brokers
+//
+// kafka-go's group API speaks JoinGroup v1, OffsetCommit v2 and OffsetFetch v1. Apache
+// Kafka 4.0.0 refused JoinGroup v0–v1 (KIP-896); 4.0.1 and 4.1.0 accept them again
+// (KAFKA-19444), so use Kafka 2.x–3.x or ≥ 4.0.1. kafka-go has no cooperative
+// rebalancing: in a rebalance every member stops all its partitions (committing them
+// first) and resumes with the new assignment.
 package kafka
