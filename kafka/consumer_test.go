@@ -316,3 +316,55 @@ func TestConsumerConfigErrors(t *testing.T) {
 		t.Errorf("shutdown of a consumer never started: %v", err)
 	}
 }
+
+// A retry copy waits on its retry partition until due — it is never handled early —
+// while the group's other partitions go on: messages sent after the failure are
+// handled before the copy comes back.
+func TestRetryWaitsOnlyItsPartition(t *testing.T) {
+	c := newCluster(t, 1, "flow")
+	brokers := c.ListenAddrs()
+	p := newProducer(t, brokers, nil)
+	ctx := ctxT(t, 30*time.Second)
+	const due = 2 * time.Second
+	var mu sync.Mutex
+	var order []string
+	var failedAt time.Time
+	var retriedAfter time.Duration
+	cfg := fastConfig(t, brokers, "g-flow")
+	cfg.RetrySchedule = []time.Duration{due}
+	cons := startConsumer(t, cfg, func(c *Consumer) {
+		_ = c.Subscribe("flow", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			b := string(msgs[0].Body)
+			order = append(order, b)
+			if b == "first" && msgs[0].ReconsumeTimes == 0 {
+				failedAt = time.Now()
+				return message.ReconsumeLater, nil
+			}
+			if b == "first" {
+				retriedAfter = time.Since(failedAt)
+			}
+			return message.ConsumeSuccess, nil
+		})
+	})
+	defer shutdown(t, cons, 10*time.Second)
+	if _, err := p.Send(ctx, message.NewMessage("flow", []byte("first"))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 1 }, "first failure")
+	for i := 0; i < 5; i++ {
+		if _, err := p.Send(ctx, message.NewMessage("flow", []byte("later-"+strconv.Itoa(i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitFor(t, 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 7 }, "all handled")
+	mu.Lock()
+	defer mu.Unlock()
+	if order[6] != "first" {
+		t.Fatalf("order %v: the retry copy came back before the later messages", order)
+	}
+	if retriedAfter < due-50*time.Millisecond {
+		t.Fatalf("retry copy handled %v after the failure, before its %v due time", retriedAfter, due)
+	}
+}
