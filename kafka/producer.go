@@ -14,13 +14,13 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 )
 
-// Producer defaults.
+// Producer defaults (see ProducerConfig).
 const (
-	DefaultBatchTimeout = 5 * time.Millisecond
-	DefaultWriteTimeout = 10 * time.Second
-	DefaultMaxAttempts  = 3
-	DefaultDialTimeout  = 5 * time.Second
-	DefaultMaxBodyBytes = message.DefaultMaxMessageSize
+	DefaultBatchTimeout = 5 * time.Millisecond          // ProducerConfig.BatchTimeout
+	DefaultWriteTimeout = 10 * time.Second              // ProducerConfig.WriteTimeout
+	DefaultMaxAttempts  = 3                             // ProducerConfig.MaxAttempts
+	DefaultDialTimeout  = 5 * time.Second               // ProducerConfig.DialTimeout
+	DefaultMaxBodyBytes = message.DefaultMaxMessageSize // ProducerConfig.MaxBodyBytes, 4 MiB
 )
 
 // DefaultDelayLevels is RocketMQ's default delay table (messageDelayLevel
@@ -44,8 +44,8 @@ var ErrClosed = errors.New("kafka: producer is shut down")
 
 // ConfigError names a configuration field that is wrong and why.
 type ConfigError struct {
-	Field  string
-	Reason string
+	Field  string // the field (or call) that is wrong
+	Reason string // what is wrong with it
 }
 
 // Error implements error.

@@ -57,7 +57,7 @@ var ErrUnsupported = errors.New("kafka: not supported on Kafka")
 // UnsupportedError names the feature Kafka cannot honour. It is permanent: resending
 // cannot fix it (redismw.Park returns it instead of parking).
 type UnsupportedError struct {
-	Topic   string
+	Topic   string // the message's topic
 	Feature string // "timed delivery", "transactional half message", "delay level 3 without DelayTopics", ...
 }
 
@@ -103,13 +103,13 @@ func ToKafka(msg *message.Message) (kafkago.Message, error) {
 
 // Record is one Kafka record as the consumer read it: where it is and what it holds.
 type Record struct {
-	Topic     string
-	Partition int
-	Offset    int64
-	Time      time.Time
-	Key       []byte
-	Value     []byte
-	Headers   []kafkago.Header
+	Topic     string           // the topic it was read from
+	Partition int              // its partition
+	Offset    int64            // its offset in the partition
+	Time      time.Time        // the record timestamp (CreateTime, or LogAppendTime when the topic says so)
+	Key       []byte           // the record key (the sharding key), nil when none
+	Value     []byte           // the body
+	Headers   []kafkago.Header // in record order
 }
 
 // header returns the value of the last header named name.
