@@ -183,6 +183,8 @@ func (c *Config) Validate() error {
 		return &ConfigError{"StartOffset", fmt.Sprintf("%d is not kafkago.FirstOffset (-2) or kafkago.LastOffset (-1)", c.StartOffset)}
 	case c.FetchMaxBytes < 0:
 		return &ConfigError{"FetchMaxBytes", "must not be negative"}
+	case c.HeartbeatInterval >= c.SessionTimeout && c.SessionTimeout > 0:
+		return &ConfigError{"HeartbeatInterval", fmt.Sprintf("%v must be shorter than SessionTimeout %v (a third of it is usual)", c.HeartbeatInterval, c.SessionTimeout)}
 	}
 	if err := validateTopic("Group", DLQTopic(c.Group)); err != nil {
 		return &ConfigError{"Group", err.Error()}
