@@ -284,7 +284,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 		"StartOffset":                func(c *Config) { c.StartOffset = 7 },
 		"RetrySchedule":              func(c *Config) { c.RetrySchedule = []time.Duration{-time.Second} },
 		"SessionTimeout":             func(c *Config) { c.SessionTimeout = -1 },
-		"HeartbeatInterval":          func(c *Config) { c.HeartbeatInterval, c.SessionTimeout = 10 * time.Second, 6 * time.Second },
+		"HeartbeatInterval":          func(c *Config) { c.HeartbeatInterval, c.SessionTimeout = 10*time.Second, 6*time.Second },
 	} {
 		cfg := ok
 		mod(&cfg)
