@@ -46,7 +46,8 @@ func newAdminCmd() *cobra.Command {
 	topic.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicRouteCmd(), newTopicDeleteCmd())
 	cmd.AddCommand(topic, newClusterCmd())
 	cmd.AddCommand(newOffsetCmd(), newDLQCmd(), newGroupCmd())
-	cmd.AddCommand(newMessageCmd()) // cmd_message.go: message get / find
+	cmd.AddCommand(newMessageCmd())    // cmd_message.go: message get / find
+	cmd.AddCommand(newKafkaAdminCmd()) // cmd_kafka.go: kafka dlq list / resend
 	return cmd
 }
 

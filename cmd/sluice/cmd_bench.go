@@ -42,7 +42,15 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
   sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
   sluice bench produce --target rocketmq --messages 100000 # Apache RocketMQ, then Sluice (own process), ratios
   sluice bench consume --target rocketmq --messages 100000 # the same for draining a backlog
-  sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it`,
+  sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it
+  sluice bench produce --target sluice,kafka --inflight 16 # Sluice, then Kafka (package kafka), and the ratio
+  sluice bench consume --target sluice,kafka --kafka 127.0.0.1:9092
+
+Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
+--kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
+CPU is then part of this process's): producers of package kafka (kafka-go Writers, all
+in-sync replicas acknowledging, 1 ms batch timeout) and a consumer group of package
+kafka, on a fresh topic of --queues partitions deleted afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -59,6 +67,7 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 	pf.Int("queues", bench.DefaultQueues, "queue count the topic is created with")
 	pf.Bool("progress", true, "show a progress bar on stderr (when stderr is a terminal, or when the flag is given explicitly)")
 	pf.Bool("verbose", false, "show broker and client logs on stderr (level from --log-level)")
+	pf.String("kafka", "", "Kafka bootstrap address(es) host:port,host:port for Kafka runs (default: an embedded in-process kfake cluster)")
 
 	produce := &cobra.Command{
 		Use:   "produce",
@@ -66,7 +75,7 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 		Args:  cobra.NoArgs,
 		RunE:  runBenchProduce,
 	}
-	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream, sync publish), both (same run, with the ratio) or rocketmq (Apache RocketMQ, then Sluice as its own process, with the ratios)")
+	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
 	addRocketMQFlags(produce)
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
@@ -79,11 +88,11 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 		Args:  cobra.NoArgs,
 		RunE:  runBenchConsume,
 	}
-	consume.Flags().Int("consume-goroutines", 20, "push consumer handler goroutines (ConsumeGoroutines)")
+	consume.Flags().Int("consume-goroutines", 20, "push consumer handler goroutines (ConsumeGoroutines; Kafka: divided among the partitions)")
 	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
-	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count; both: Sluice then JetStream, same run, with the ratio) or rocketmq (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
 	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	addRocketMQFlags(consume)
 	cmd.AddCommand(produce, consume)
@@ -97,6 +106,7 @@ type benchSetup struct {
 	where    string // bench.BrokerProcess or bench.BrokerEmbedded
 	embedded *bench.Embedded
 	process  *bench.Process
+	kfake    *bench.EmbeddedKafka
 	bar      *barProgress
 }
 
@@ -206,7 +216,72 @@ func (s *benchSetup) close() error {
 			return fmt.Errorf("embedded broker shutdown: %w", err)
 		}
 	}
+	if s.kfake != nil {
+		_ = s.kfake.Shutdown(ctx)
+	}
 	return nil
+}
+
+// startKafka points Kafka runs at --kafka, or starts an embedded kfake cluster, and
+// says which.
+func (s *benchSetup) startKafka(cmd *cobra.Command, out io.Writer) error {
+	addrs, _ := cmd.Flags().GetString("kafka")
+	s.cfg.KafkaBrokers = strings.FieldsFunc(addrs, func(r rune) bool { return r == ',' || r == ';' || r == ' ' })
+	s.cfg.ServerPid = 0
+	if len(s.cfg.KafkaBrokers) > 0 {
+		fmt.Fprintf(out, "kafka: external cluster at %s (its CPU is not measured)\n", strings.Join(s.cfg.KafkaBrokers, ","))
+		return nil
+	}
+	k, err := bench.StartEmbeddedKafka()
+	if err != nil {
+		return err
+	}
+	s.kfake = k
+	s.cfg.KafkaBrokers = k.Brokers()
+	fmt.Fprintf(out, "kafka: embedded in-process Kafka-protocol cluster (kfake) at %s; its CPU is part of this process's\n", strings.Join(k.Brokers(), ","))
+	return nil
+}
+
+// benchTargets parses --target: a comma-separated list of the allowed names ("both" is
+// sluice,jetstream), in the order given, each once.
+func benchTargets(v string, allowed ...string) ([]string, error) {
+	v = strings.ReplaceAll(v, "both", bench.TargetSluice+","+bench.TargetJetStream)
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range strings.Split(v, ",") {
+		t = strings.TrimSpace(t)
+		ok := false
+		for _, a := range allowed {
+			ok = ok || t == a
+		}
+		if !ok || seen[t] {
+			return nil, fmt.Errorf("--target %q: want a comma-separated list of %s (each once), both, or rocketmq alone", v, strings.Join(allowed, ", "))
+		}
+		seen[t] = true
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// printRatio prints r against the Sluice result base (nil: nothing to compare).
+func printRatio(out io.Writer, base, r *bench.Result) {
+	if base == nil || r == nil || r == base || r.MsgPerSec() <= 0 {
+		return
+	}
+	if r.Kind == "produce" {
+		fmt.Fprintf(out, "ratio sluice/%s: %.2fx msg/s, p50 latency %.2fx, p99 latency %.2fx\n", r.Target,
+			base.MsgPerSec()/r.MsgPerSec(),
+			float64(base.Latency.Quantile(0.5))/float64(max(r.Latency.Quantile(0.5), 1)),
+			float64(base.Latency.Quantile(0.99))/float64(max(r.Latency.Quantile(0.99), 1)))
+	} else {
+		fmt.Fprintf(out, "ratio sluice/%s: %.2fx msg/s\n", r.Target, base.MsgPerSec()/r.MsgPerSec())
+	}
+	bc, bs := base.CPUPerMessage()
+	rc, rs := r.CPUPerMessage()
+	if base.ServerPid > 0 && r.ServerPid > 0 && rc+rs > 0 {
+		fmt.Fprintf(out, "ratio sluice/%s CPU per message: %.2fx total (client %.2fx, server %.2fx)\n", r.Target,
+			float64(bc+bs)/float64(rc+rs), float64(bc)/float64(max(rc, 1)), float64(bs)/float64(max(rs, 1)))
+	}
 }
 
 func (s *benchSetup) describe(target string) string {
@@ -286,63 +361,69 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
-	if (s.cfg.Mode == bench.ModeOneway || s.cfg.Mode == bench.ModeBatch) && target != bench.TargetSluice && target != targetRocketMQ {
-		return fmt.Errorf("--mode %s: only with --target sluice or rocketmq", s.cfg.Mode)
-	}
 	if target == targetRocketMQ {
 		return runVsRocketMQ(cmd, s, s.describe("same workload:"), bench.Produce, printProduce)
 	}
-	runSluice := target == bench.TargetSluice || target == "both"
-	runJS := target == bench.TargetJetStream || target == "both"
-	if !runSluice && !runJS {
-		return fmt.Errorf("--target %q: want sluice, jetstream, both or rocketmq", target)
+	targets, err := benchTargets(target, bench.TargetSluice, bench.TargetJetStream, bench.TargetKafka)
+	if err != nil {
+		return err
+	}
+	if (s.cfg.Mode == bench.ModeOneway || s.cfg.Mode == bench.ModeBatch) && (len(targets) > 1 || targets[0] != bench.TargetSluice) {
+		return fmt.Errorf("--mode %s: only with --target sluice or rocketmq", s.cfg.Mode)
 	}
 	out := cmd.OutOrStdout()
 	ctx := cmd.Context()
 
-	var sres, jres *bench.Result
-	if runSluice {
-		if err := s.startBroker(out); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, s.describe("sluice"))
-		if sres, err = bench.Produce(ctx, s.cfg); err != nil {
-			return err
+	var sres *bench.Result
+	var results []*bench.Result
+	for _, tgt := range targets {
+		var res *bench.Result
+		switch tgt {
+		case bench.TargetSluice:
+			if err := s.startBroker(out); err != nil {
+				return err
+			}
+			fmt.Fprintln(out, s.describe("sluice"))
+			if res, err = bench.Produce(ctx, s.cfg); err != nil {
+				return err
+			}
+			sres = res
+		case bench.TargetJetStream:
+			stream, _ := bench.JetStreamNames(s.cfg.Topic)
+			mode := "sync"
+			if s.cfg.Async {
+				mode = "async"
+			}
+			jcfg := s.cfg
+			jcfg.ServerPid = 0
+			where := "server not found on this machine: its CPU is not measured"
+			if pid, perr := natsPid(s.cfg.NatsURL); perr == nil {
+				jcfg.ServerPid = pid
+				where = fmt.Sprintf("own process, pid %d", pid)
+			}
+			fmt.Fprintf(out, "%s (stream %s at %s (%s), file storage, %s publish)\n", s.describe("jetstream"), stream, s.cfg.NatsURL, where, mode)
+			if res, err = bench.ProduceJetStream(ctx, jcfg); err != nil {
+				return err
+			}
+		case bench.TargetKafka:
+			kcfg := s.cfg
+			ks := *s
+			ks.cfg = kcfg
+			if err := ks.startKafka(cmd, out); err != nil {
+				return err
+			}
+			s.kfake = ks.kfake
+			fmt.Fprintf(out, "%s (package kafka, all in-sync replicas acknowledge, %v batch timeout)\n", ks.describe("kafka"), bench.KafkaBatchTimeout)
+			if res, err = bench.ProduceKafka(ctx, ks.cfg); err != nil {
+				return err
+			}
 		}
 		s.bar.finish()
-		printProduce(out, sres)
+		printProduce(out, res)
+		results = append(results, res)
 	}
-	if runJS {
-		stream, _ := bench.JetStreamNames(s.cfg.Topic)
-		mode := "sync"
-		if s.cfg.Async {
-			mode = "async"
-		}
-		jcfg := s.cfg
-		jcfg.ServerPid = 0
-		where := "server not found on this machine: its CPU is not measured"
-		if pid, perr := natsPid(s.cfg.NatsURL); perr == nil {
-			jcfg.ServerPid = pid
-			where = fmt.Sprintf("own process, pid %d", pid)
-		}
-		fmt.Fprintf(out, "%s (stream %s at %s (%s), file storage, %s publish)\n", s.describe("jetstream"), stream, s.cfg.NatsURL, where, mode)
-		if jres, err = bench.ProduceJetStream(ctx, jcfg); err != nil {
-			return err
-		}
-		s.bar.finish()
-		printProduce(out, jres)
-	}
-	if sres != nil && jres != nil && jres.MsgPerSec() > 0 {
-		fmt.Fprintf(out, "ratio sluice/jetstream: %.2fx msg/s, p50 latency %.2fx, p99 latency %.2fx\n",
-			sres.MsgPerSec()/jres.MsgPerSec(),
-			float64(sres.Latency.Quantile(0.5))/float64(max(jres.Latency.Quantile(0.5), 1)),
-			float64(sres.Latency.Quantile(0.99))/float64(max(jres.Latency.Quantile(0.99), 1)))
-		sc, ss := sres.CPUPerMessage()
-		jc, js := jres.CPUPerMessage()
-		if sres.ServerPid > 0 && jres.ServerPid > 0 && jc+js > 0 {
-			fmt.Fprintf(out, "ratio sluice/jetstream CPU per message: %.2fx total (client %.2fx, server %.2fx)\n",
-				float64(sc+ss)/float64(jc+js), float64(sc)/float64(max(jc, 1)), float64(ss)/float64(max(js, 1)))
-		}
+	for _, r := range results {
+		printRatio(out, sres, r)
 	}
 	return nil
 }
@@ -387,47 +468,63 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 	}
 	target, _ := f.GetString("target")
 	s.cfg.NatsURL, _ = f.GetString("nats-url")
-	out := cmd.OutOrStdout()
 	if target == targetRocketMQ {
 		what := fmt.Sprintf("consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d",
 			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
 		return runVsRocketMQ(cmd, s, what, bench.Consume, printConsume)
 	}
-	runSluice := target == bench.TargetSluice || target == "both"
-	runJS := target == bench.TargetJetStream || target == "both"
-	if !runSluice && !runJS {
-		return fmt.Errorf("--target %q: want sluice, jetstream, both or rocketmq", target)
+	targets, err := benchTargets(target, bench.TargetSluice, bench.TargetJetStream, bench.TargetKafka)
+	if err != nil {
+		return err
 	}
-	var sres, jres *bench.Result
-	if runSluice {
-		if err := s.startBroker(out); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "sluice consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d\n",
-			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
-		if sres, err = bench.Consume(cmd.Context(), s.cfg); err != nil {
-			return err
+	out := cmd.OutOrStdout()
+	var sres *bench.Result
+	var results []*bench.Result
+	for _, tgt := range targets {
+		var r *bench.Result
+		switch tgt {
+		case bench.TargetSluice:
+			if err := s.startBroker(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "sluice consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d\n",
+				s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
+			if r, err = bench.Consume(cmd.Context(), s.cfg); err != nil {
+				return err
+			}
+			sres = r
+		case bench.TargetJetStream:
+			jcfg := s.cfg
+			jcfg.ServerPid = 0
+			where := "server not found on this machine: its CPU is not measured"
+			if pid, perr := natsPid(s.cfg.NatsURL); perr == nil {
+				jcfg.ServerPid = pid
+				where = fmt.Sprintf("own process, pid %d", pid)
+			}
+			fmt.Fprintf(out, "jetstream consume: prefill %d messages of %d bytes into a file stream at %s (%s), then one durable pull consumer (explicit acks): %d handler goroutines\n",
+				s.cfg.Messages, s.cfg.Size, s.cfg.NatsURL, where, s.cfg.ConsumeGoroutines)
+			if r, err = bench.ConsumeJetStream(cmd.Context(), jcfg); err != nil {
+				return err
+			}
+		case bench.TargetKafka:
+			ks := *s
+			if err := ks.startKafka(cmd, out); err != nil {
+				return err
+			}
+			s.kfake = ks.kfake
+			fmt.Fprintf(out, "kafka consume: prefill %d messages of %d bytes (%d producer(s)), then one consumer group of package kafka: %d partitions, %d handler call(s) at once per partition, consume batch %d\n",
+				ks.cfg.Messages, ks.cfg.Size, ks.cfg.Producers, ks.cfg.Queues, max(1, ks.cfg.ConsumeGoroutines/ks.cfg.Queues), ks.cfg.ConsumeBatch)
+			if r, err = bench.ConsumeKafka(cmd.Context(), ks.cfg); err != nil {
+				return err
+			}
 		}
 		s.bar.finish()
-		printConsume(out, sres)
+		printConsume(out, r)
+		results = append(results, r)
 	}
-	if runJS {
-		jcfg := s.cfg
-		jcfg.ServerPid = 0
-		where := "server not found on this machine: its CPU is not measured"
-		if pid, perr := natsPid(s.cfg.NatsURL); perr == nil {
-			jcfg.ServerPid = pid
-			where = fmt.Sprintf("own process, pid %d", pid)
-		}
-		fmt.Fprintf(out, "jetstream consume: prefill %d messages of %d bytes into a file stream at %s (%s), then one durable pull consumer (explicit acks): %d handler goroutines\n",
-			s.cfg.Messages, s.cfg.Size, s.cfg.NatsURL, where, s.cfg.ConsumeGoroutines)
-		if jres, err = bench.ConsumeJetStream(cmd.Context(), jcfg); err != nil {
-			return err
-		}
-		s.bar.finish()
-		printConsume(out, jres)
+	for _, r := range results {
+		printRatio(out, sres, r)
 	}
-	printRatio(out, sres, jres)
 	return nil
 }
 
@@ -435,20 +532,6 @@ func printConsume(out io.Writer, r *bench.Result) {
 	fmt.Fprintf(out, "  consumed   %d messages (%d bytes) in %v, %d duplicate(s)\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond), r.Duplicates)
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
 	printCPU(out, r)
-}
-
-// printRatio prints Sluice's msg/s and CPU per message relative to the peer's, when both ran.
-func printRatio(out io.Writer, sres, jres *bench.Result) {
-	if sres == nil || jres == nil || jres.MsgPerSec() <= 0 {
-		return
-	}
-	fmt.Fprintf(out, "ratio sluice/jetstream: %.2fx msg/s\n", sres.MsgPerSec()/jres.MsgPerSec())
-	sc, ss := sres.CPUPerMessage()
-	jc, js := jres.CPUPerMessage()
-	if sres.ServerPid > 0 && jres.ServerPid > 0 && jc+js > 0 {
-		fmt.Fprintf(out, "ratio sluice/jetstream CPU per message: %.2fx total (client %.2fx, server %.2fx)\n",
-			float64(sc+ss)/float64(jc+js), float64(sc)/float64(max(jc, 1)), float64(ss)/float64(max(js, 1)))
-	}
 }
 
 // barProgress shows a bench.Progress on a progress bar: Add only bumps an atomic

@@ -163,6 +163,34 @@ func TestBenchConsumeBothTargets(t *testing.T) {
 	}
 }
 
+// Sluice and Kafka (an embedded kfake cluster) in one run, produce and consume: both
+// report their numbers and the ratio is printed.
+func TestBenchKafkaBesideSluice(t *testing.T) {
+	out, _, err := execRoot(t, 60*time.Second, "bench", "produce", "--target", "sluice,kafka", "--broker", "embedded",
+		"--messages", "300", "--size", "128", "--inflight", "4")
+	if err != nil {
+		t.Fatalf("bench produce sluice,kafka: %v\n%s", err, out)
+	}
+	for _, want := range []string{"sluice produce:", "kafka: embedded in-process Kafka-protocol cluster (kfake)", "kafka produce: 1 producer(s) x 4 in flight (sync)",
+		"sent       300 messages", "ratio sluice/kafka:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("produce output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "sent       300 messages"); n != 2 {
+		t.Errorf("%d runs sent 300 messages, want 2:\n%s", n, out)
+	}
+	out, _, err = execRoot(t, 60*time.Second, "bench", "consume", "--target", "kafka", "--messages", "500", "--size", "64", "--queues", "4", "--consume-batch", "8")
+	if err != nil {
+		t.Fatalf("bench consume kafka: %v\n%s", err, out)
+	}
+	for _, want := range []string{"kafka consume: prefill 500 messages", "consumed   500 messages", "0 duplicate(s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("consume output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -173,8 +201,10 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--flush", "SYNC_FLUSH"}, "--flush applies to the bench's own broker only"},
 		{[]string{"bench", "produce", "--broker", "thread"}, `--broker "thread": want process or embedded`},
 		{[]string{"bench", "produce", "--namesrv", "127.0.0.1:1", "--broker", "embedded"}, "--broker applies to the bench's own broker only"},
-		{[]string{"bench", "produce", "--target", "kafka"}, `--target "kafka"`},
-		{[]string{"bench", "produce", "--target", "kafka", "--progress"}, `--target "kafka"`}, // the bar's goroutine must stop too (goleak)
+		{[]string{"bench", "produce", "--target", "pulsar"}, `--target "pulsar"`},
+		{[]string{"bench", "produce", "--target", "pulsar", "--progress"}, `--target "pulsar"`}, // the bar's goroutine must stop too (goleak)
+		{[]string{"bench", "produce", "--target", "kafka,kafka"}, "each once"},
+		{[]string{"bench", "produce", "--target", "sluice,kafka", "--mode", "oneway"}, "only with --target sluice"},
 		{[]string{"bench", "consume", "--duration", "1s", "--progress"}, "give --messages instead"},
 		{[]string{"bench", "produce", "--size", "4"}, "--size 4: must be 8..4194304 bytes"},
 		{[]string{"bench", "produce", "--producers", "0"}, "--producers 0"},
@@ -183,7 +213,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "consume", "--duration", "1s"}, "give --messages instead"},
 		{[]string{"bench", "consume", "--consume-batch", "0"}, "--consume-batch 0"},
 		{[]string{"bench", "consume", "--pull-batch", "2000"}, "--pull-batch 2000"},
-		{[]string{"bench", "consume", "--target", "nats"}, `--target "nats": want sluice, jetstream, both or rocketmq`},
+		{[]string{"bench", "consume", "--target", "nats"}, `--target "nats": want a comma-separated list of sluice, jetstream, kafka`},
 		{[]string{"bench", "consume", "--target", "jetstream", "--nats-url", "nats://127.0.0.1:1", "--messages", "1"}, "127.0.0.1:1"},
 		{[]string{"bench", "produce", "--target", "jetstream", "--nats-url", "nats://127.0.0.1:1", "--messages", "1"}, "127.0.0.1:1"},
 	} {

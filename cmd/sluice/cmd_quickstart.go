@@ -65,9 +65,25 @@ what was booked, and a tally counts ledger rows per payment: any payment booked 
 never fails the run.
 
 Shut everything down, remove the data directory and exit 0 — or exit non-zero naming
-what is missing or doubled once --timeout has passed.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+what is missing or doubled once --timeout has passed.
+
+With --kafka the payment scenario runs on Kafka instead (package kafka): on the cluster
+at --kafka=host:port[,host:port] (also accepted as "--kafka host:port"), or, with a bare
+--kafka, on an embedded in-process Kafka-protocol cluster (kfake). The same two groups
+consume; points_service fails one payment once (it comes back through its retry topic
+points_service.retry.1), cannot parse a malformed event (two retries, then its
+dead-letter topic points_service.dlq) and skips a duplicate payment with Dedup. On a real
+cluster the topic and group names get a per-run suffix and the run's topics are deleted
+at the end. --outage-sends does not apply.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			// "--kafka host:port": a bare --kafka takes no value, so the address arrives
+			// as the one argument.
+			if k, _ := cmd.Flags().GetString("kafka"); k == qsKafkaEmbedded && len(args) == 1 {
+				return nil
+			}
+			return cobra.NoArgs(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
 			var o qsOptions
 			o.orders, _ = f.GetInt("orders")
@@ -84,10 +100,18 @@ what is missing or doubled once --timeout has passed.`,
 				}
 				o.log = l
 			}
+			if k, _ := f.GetString("kafka"); k != "" {
+				if len(args) == 1 {
+					k = args[0]
+				}
+				return runKafkaQuickstart(cmd.Context(), cmd.OutOrStdout(), o, k)
+			}
 			return runQuickstart(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
 	f := cmd.Flags()
+	f.String("kafka", "", "run the payment scenario on Kafka: --kafka=host:port[,host:port], or a bare --kafka for an embedded in-process cluster")
+	f.Lookup("kafka").NoOptDefVal = qsKafkaEmbedded
 	f.Int("orders", 10, "orders paid successfully (one PaySuccess event each), 1..1000")
 	f.Int("failed", 2, "orders whose payment failed (one PayFailed event each), 0..1000")
 	f.Int("outage-sends", 3, "payments sent while the broker is down (each parked, then resent), 1..100")

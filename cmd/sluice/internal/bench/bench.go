@@ -1,6 +1,8 @@
 // Package bench measures Sluice end to end over loopback: producer throughput and send
-// latency (Produce), push-consumer drain throughput (Consume), and, as a comparison
-// peer, synchronous publishes to a NATS JetStream stream (ProduceJetStream). The
+// latency (Produce), push-consumer drain throughput (Consume), and, as comparison
+// peers, synchronous publishes to a NATS JetStream stream (ProduceJetStream) and the
+// same producer and consumer workloads over Kafka through package kafka
+// (ProduceKafka, ConsumeKafka). The
 // `sluice bench` command and this package's go test benchmarks use it.
 //
 // Numbers are only measured here, never asserted: a run reports what it saw.
@@ -67,6 +69,9 @@ type Config struct {
 	NamesrvAddrs []string
 	// NatsURL is the NATS server for ProduceJetStream. Default: nats://127.0.0.1:4222.
 	NatsURL string
+	// KafkaBrokers are the Kafka bootstrap addresses ("host:port") for ProduceKafka and
+	// ConsumeKafka. Required for Kafka runs.
+	KafkaBrokers []string
 	// ServerPid is the server process whose CPU time a run reports (Result.ServerCPU):
 	// the Sluice broker process for Produce/Consume, the NATS server for
 	// ProduceJetStream. 0: the server's CPU is not measured (an embedded broker's CPU is
@@ -203,7 +208,7 @@ func (noProgress) Add(int64)           {}
 
 // Result is what one run measured.
 type Result struct {
-	// Target is TargetSluice or TargetJetStream.
+	// Target is TargetSluice, TargetJetStream or TargetKafka.
 	Target string
 	// Kind is "produce" or "consume".
 	Kind string

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicemq/sluice/kafka"
+)
+
+// newKafkaAdminCmd is "sluice admin kafka": what admin does for the Sluice broker, for a
+// Kafka cluster (dead letters of groups consumed with package kafka).
+func newKafkaAdminCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kafka",
+		Short: "Administer a Kafka cluster used through package kafka (dead letters of a group)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	def := os.Getenv("KAFKA_BROKERS")
+	if def == "" {
+		def = "127.0.0.1:9092"
+	}
+	cmd.PersistentFlags().String("brokers", def, "Kafka bootstrap address(es) host:port,host:port; the default comes from $KAFKA_BROKERS if set")
+	dlq := &cobra.Command{
+		Use:   "dlq",
+		Short: "List and re-drive a group's dead letters (<group>.dlq)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	dlq.AddCommand(newKafkaDLQListCmd(), newKafkaDLQResendCmd())
+	cmd.AddCommand(dlq)
+	return cmd
+}
+
+// withKafka runs f with the --brokers addresses, bounded by ten times --timeout.
+func withKafka(cmd *cobra.Command, f func(ctx context.Context, brokers []string) error) error {
+	brokers, _ := cmd.Flags().GetString("brokers")
+	timeout, _ := cmd.Flags().GetDuration("timeout")
+	addrs := strings.FieldsFunc(brokers, func(r rune) bool { return r == ',' || r == ';' || r == ' ' })
+	if len(addrs) == 0 {
+		return fmt.Errorf("--brokers: at least one host:port is required")
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*timeout)
+	defer cancel()
+	return f(ctx, addrs)
+}
+
+func newKafkaDLQListCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list --group G [--body] [--json]",
+		Short: "List the dead letters of a Kafka consumer group",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			group, _ := f.GetString("group")
+			body, _ := f.GetBool("body")
+			asJSON, _ := f.GetBool("json")
+			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
+				l, err := kafka.ListDLQ(ctx, brokers, group)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					type row struct {
+						Partition      int               `json:"partition"`
+						Offset         int64             `json:"offset"`
+						MsgID          string            `json:"msgId"`
+						OriginTopic    string            `json:"originTopic"`
+						Origin         string            `json:"origin"`
+						Tag            string            `json:"tag,omitempty"`
+						Keys           []string          `json:"keys,omitempty"`
+						ReconsumeTimes int               `json:"reconsumeTimes"`
+						LastError      string            `json:"lastError,omitempty"`
+						Time           string            `json:"time"`
+						Properties     map[string]string `json:"properties,omitempty"`
+						Body           string            `json:"body,omitempty"`
+					}
+					rows := make([]row, 0, len(l))
+					for _, d := range l {
+						m := d.Record.ToMessageExt()
+						r := row{Partition: d.Partition, Offset: d.Offset, MsgID: d.MsgID, OriginTopic: d.OriginTopic, Origin: d.OriginLocation,
+							Tag: m.Tag(), Keys: m.Keys(), ReconsumeTimes: d.ReconsumeTimes, LastError: d.LastError,
+							Time: d.Time.Format(time.RFC3339Nano), Properties: m.Properties}
+						if body {
+							r.Body = string(m.Body)
+						}
+						rows = append(rows, r)
+					}
+					return printJSON(cmd, rows)
+				}
+				out := cmd.OutOrStdout()
+				if len(l) == 0 {
+					fmt.Fprintf(out, "no dead letters for group %s\n", group)
+					return nil
+				}
+				fmt.Fprintf(out, "%9s %8s %-32s %-20s %-12s %-24s %9s %-24s %s\n", "partition", "offset", "msgId", "topic", "origin", "keys", "reconsume", "time", "last error")
+				for _, d := range l {
+					m := d.Record.ToMessageExt()
+					fmt.Fprintf(out, "%9d %8d %-32s %-20s %-12s %-24s %9d %-24s %s\n", d.Partition, d.Offset, d.MsgID, d.OriginTopic, d.OriginLocation,
+						strings.Join(m.Keys(), " "), d.ReconsumeTimes, d.Time.Format("2006-01-02 15:04:05.000"), d.LastError)
+					if body {
+						fmt.Fprintf(out, "    body: %s\n", dlqBodyText(m.Body))
+					}
+				}
+				fmt.Fprintf(out, "%d dead letter(s)\n", len(l))
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.String("group", "", "consumer group (required)")
+	f.Bool("body", false, "print message bodies")
+	f.Bool("json", false, "print JSON")
+	_ = cmd.MarkFlagRequired("group")
+	return cmd
+}
+
+func newKafkaDLQResendCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resend --group G [--to-original-topic]",
+		Short: "Send a Kafka group's dead letters back to it (reconsume count reset)",
+		Long: `Send the dead letters of a Kafka consumer group (topic <group>.dlq) back for consumption,
+with the same key, body, headers and message id and a reconsume count of 0. By default they
+go to the group's first retry topic (<group>.retry.1), due at once, so only this group gets
+them, shown under their original topic with a full retry budget; with --to-original-topic
+they go to the original topic, where every group subscribed to it gets them again. Each copy
+is acknowledged by all in-sync replicas before the re-drive mark (the offsets of group
+<group>.dlq-resend) moves past it, so running resend again only sends dead letters that
+arrived since. A copy that cannot be sent stops the command with an error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			group, _ := f.GetString("group")
+			var opt kafka.ResendOptions
+			opt.ToOriginalTopic, _ = f.GetBool("to-original-topic")
+			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
+				res, err := kafka.ResendDLQ(ctx, brokers, group, opt)
+				out := cmd.OutOrStdout()
+				for _, r := range res.Resent {
+					fmt.Fprintf(out, "resent %s (dead letter %d@%d) to %s\n", r.MsgID, r.Partition, r.Offset, r.To)
+				}
+				fmt.Fprintf(out, "%d resent, %d re-driven before\n", len(res.Resent), res.Skipped)
+				return err
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.String("group", "", "consumer group (required)")
+	f.Bool("to-original-topic", false, "send to the original topic (every subscribed group gets them) instead of the group's retry topic")
+	_ = cmd.MarkFlagRequired("group")
+	return cmd
+}

@@ -1,0 +1,209 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/middleware/redismw"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Through the Keys middleware and the producer into kfake: every record carries headers
+// TAGS and KEYS, its properties, key = sharding key (one partition per key with the
+// Murmur2 balancer), value = body; the result names the partition and offset.
+func TestProducerMapping(t *testing.T) {
+	const topic, partitions = "orders", 3
+	c := newCluster(t, partitions, topic)
+	brokers := c.ListenAddrs()
+	p := newProducer(t, brokers, nil)
+	send := middleware.ChainSend(p.SendFunc(), middleware.Keys())
+	ctx := ctxT(t, 20*time.Second)
+	const n = 8
+	where := map[string]string{}
+	for i := 0; i < n; i++ {
+		m := message.NewMessage(topic, []byte("order-body-"+strconv.Itoa(i)))
+		m.SetTag("Created").SetProperty("seq", strconv.Itoa(i)).SetShardingKey("customer-" + strconv.Itoa(i%2))
+		m.Flag = 7
+		if i%2 == 1 {
+			m.SetKeys("order-"+strconv.Itoa(i), "customer-1")
+		}
+		res, err := send(ctx, m)
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if res.Status != message.SendOK || res.MsgID == "" || res.Queue.Topic != topic || res.QueueOffset < 0 || res.Queue.BrokerName != BrokerName {
+			t.Fatalf("result %+v", res)
+		}
+		where[res.MsgID] = strconv.Itoa(int(res.Queue.QueueID)) + "@" + strconv.FormatInt(res.QueueOffset, 10)
+	}
+	recs := readTopic(t, brokers, topic)
+	if len(recs) != n {
+		t.Fatalf("read %d records, want %d", len(recs), n)
+	}
+	partitionOf := map[string]int{}
+	for _, r := range recs {
+		m := r.ToMessageExt()
+		seq := m.Property("seq")
+		i, _ := strconv.Atoi(seq)
+		wantKeys := middleware.ContentKey(message.NewMessage(topic, []byte("order-body-"+seq)).SetTag("Created"))
+		if i%2 == 1 {
+			wantKeys = "order-" + seq + " customer-1"
+		}
+		wantKey := "customer-" + strconv.Itoa(i%2)
+		if m.Tag() != "Created" || strings.Join(m.Keys(), " ") != wantKeys || string(r.Key) != wantKey || m.ShardingKey() != wantKey ||
+			string(m.Body) != "order-body-"+seq || m.Flag != 7 || m.Topic != topic || m.QueueID != int32(r.Partition) || m.QueueOffset != r.Offset ||
+			where[m.MsgID] != strconv.Itoa(r.Partition)+"@"+strconv.FormatInt(r.Offset, 10) || m.BornTimestamp == 0 || m.StoreTimestamp == 0 {
+			t.Fatalf("record %s: key %q value %q headers %v → %+v", seq, r.Key, r.Value, r.Headers, m)
+		}
+		if p, ok := partitionOf[wantKey]; ok && p != r.Partition {
+			t.Fatalf("sharding key %s on partitions %d and %d", wantKey, p, r.Partition)
+		}
+		partitionOf[wantKey] = r.Partition
+	}
+}
+
+// What Kafka cannot do is a permanent *UnsupportedError, never a silent no-op; bad topic
+// names and oversized bodies are typed errors; a Kafka that is down gives a wrapped,
+// retriable error; after Shutdown sends fail with ErrClosed.
+func TestProducerRefusals(t *testing.T) {
+	p, err := NewProducer(ProducerConfig{Brokers: []string{"127.0.0.1:1"}, MaxAttempts: 1, WriteTimeout: time.Second,
+		DialTimeout: time.Second, MaxBodyBytes: 10, Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	cases := map[string]*message.Message{
+		"delay without DelayTopics": message.NewMessage("t", []byte("x")).SetDelayLevel(3),
+		"timer":                     message.NewMessage("t", []byte("x")).SetProperty(redismw.PropertyTimerDeliverMs, "1800000000000"),
+		"half":                      message.NewMessage("t", []byte("x")).SetProperty(message.PropertyTransactionPrepared, "true"),
+	}
+	for name, m := range cases {
+		_, err := p.Send(ctx, m)
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) || !errors.Is(err, ErrUnsupported) || redismw.DefaultRetriable(err) {
+			t.Errorf("%s: %v, want a permanent *UnsupportedError", name, err)
+		}
+	}
+	if _, err := p.SendMessageInTransaction(ctx, message.NewMessage("t", []byte("x"))); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("transactional send: %v, want ErrUnsupported", err)
+	}
+	var ve *message.ValidationError
+	if _, err := p.Send(ctx, message.NewMessage("bad%topic", []byte("x"))); !errors.As(err, &ve) || ve.Field != "topic" {
+		t.Errorf("bad topic: %v", err)
+	}
+	if _, err := p.Send(ctx, message.NewMessage("t", []byte("01234567890"))); !errors.As(err, &ve) || ve.Field != "body" || ve.Limit != 10 {
+		t.Errorf("big body: %v", err)
+	}
+	_, err = p.Send(ctx, message.NewMessage("t", []byte("x")))
+	if err == nil || !redismw.DefaultRetriable(err) || !strings.Contains(err.Error(), `kafka: send to topic "t"`) {
+		t.Fatalf("send to a down Kafka: %v, want a wrapped retriable error", err)
+	}
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, message.NewMessage("t", []byte("x"))); !errors.Is(err, ErrClosed) {
+		t.Fatalf("send after shutdown: %v", err)
+	}
+	if err := p.SendAsync(ctx, message.NewMessage("t", []byte("x")), func(*message.SendResult, error) {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("async send after shutdown: %v", err)
+	}
+	for _, bad := range []ProducerConfig{{}, {Brokers: []string{"x:1"}, DelayLevels: []time.Duration{0}}} {
+		var ce *ConfigError
+		if _, err := NewProducer(bad); !errors.As(err, &ce) {
+			t.Errorf("config %+v: %v, want *ConfigError", bad, err)
+		}
+	}
+}
+
+// Every asynchronous send's callback runs exactly once: with the partition and offset
+// when stored, with an error when the cluster went away — also when Shutdown's deadline
+// cut the connections first.
+func TestProducerAsyncCompletions(t *testing.T) {
+	const topic = "async"
+	c := newCluster(t, 2, topic)
+	p := newProducer(t, c.ListenAddrs(), nil)
+	ctx := ctxT(t, 20*time.Second)
+	const n = 200
+	var mu sync.Mutex
+	calls := map[string]int{}
+	var failed int
+	for i := 0; i < n; i++ {
+		m := message.NewMessage(topic, []byte(strconv.Itoa(i))).SetKeys("k" + strconv.Itoa(i))
+		if err := p.SendAsync(ctx, m, func(res *message.SendResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[m.Keys()[0]]++
+			if err != nil || res.QueueOffset < 0 {
+				failed++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shutdown(t, p, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != n || failed != 0 {
+		t.Fatalf("%d callbacks (want %d), %d failed", len(calls), n, failed)
+	}
+	for k, v := range calls {
+		if v != 1 {
+			t.Fatalf("callback of %s ran %d times", k, v)
+		}
+	}
+	if got := len(readTopic(t, c.ListenAddrs(), topic)); got != n {
+		t.Fatalf("%d records stored, want %d", got, n)
+	}
+
+	// A cluster that is gone: Shutdown's deadline passes, callbacks still all run (with errors).
+	c2 := newCluster(t, 1, topic)
+	p2, err := NewProducer(ProducerConfig{Brokers: c2.ListenAddrs(), WriteTimeout: 30 * time.Second, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Send(ctx, message.NewMessage(topic, []byte("warm"))); err != nil {
+		t.Fatal(err)
+	}
+	c2.Control(func(kmsg.Request) (kmsg.Response, error, bool) { // swallow every request
+		c2.KeepControl()
+		return nil, nil, true
+	})
+	var ran sync.WaitGroup
+	var errs, oks int
+	for i := 0; i < 20; i++ {
+		ran.Add(1)
+		if err := p2.SendAsync(ctx, message.NewMessage(topic, []byte("x")), func(res *message.SendResult, err error) {
+			mu.Lock()
+			if err != nil {
+				errs++
+			} else {
+				oks++
+			}
+			mu.Unlock()
+			ran.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	start := time.Now()
+	err = p2.Shutdown(sctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
+		t.Fatalf("shutdown against a silent cluster: %v after %v", err, time.Since(start))
+	}
+	mu.Unlock()
+	ran.Wait()
+	mu.Lock()
+	if errs+oks != 20 || errs == 0 {
+		t.Fatalf("callbacks: %d errors, %d successes", errs, oks)
+	}
+}
