@@ -3,8 +3,6 @@ package peers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // One Apache RocketMQ serves the whole package (a JVM start is slow): started on first
@@ -80,7 +79,7 @@ func sluiceBroker(t *testing.T) *broker.Broker {
 		TransactionCheckInterval: 1000,
 		TransactionTimeOut:       1000,
 		EnablePropertyFilter:     true,
-		Logger:                   quietLogger(),
+		Logger:                   testkit.Quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,20 +92,4 @@ func sluiceBroker(t *testing.T) *broker.Broker {
 		}
 	})
 	return b
-}
-
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// waitFor polls cond every 20 ms until it holds; after timeout it fails t with what().
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
