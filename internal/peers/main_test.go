@@ -7,13 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/peers"
-	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 )
 
 // One Apache RocketMQ serves the whole package (a JVM start is slow): started on first
@@ -74,22 +73,11 @@ func apacheRocketMQ(t *testing.T) *peers.RocketMQ {
 // one, stopped at t.Cleanup.
 func sluiceBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, stop, err := broker.StartEphemeral(broker.Config{
+	b, _ := testbroker.Start(t, broker.Config{
 		MessageDelayLevel:        delayLevels,
 		TransactionCheckInterval: 1000,
 		TransactionTimeOut:       1000,
 		EnablePropertyFilter:     true,
-		Logger:                   testkit.Quiet(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := stop(ctx); err != nil {
-			t.Errorf("stop sluice broker: %v", err)
-		}
 	})
 	return b
 }
