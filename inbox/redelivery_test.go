@@ -16,6 +16,7 @@ import (
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
@@ -27,17 +28,7 @@ import (
 // returns its name server address. It stops in t's cleanup.
 func startBroker(t testing.TB, topic string, queues int) string {
 	t.Helper()
-	b, stop, err := broker.StartEphemeral(broker.Config{Logger: testkit.Quiet(), MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := stop(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-	})
+	b, _ := testbroker.Start(t, broker.Config{MessageDelayLevel: strings.TrimSpace(strings.Repeat("1s ", 18))})
 	a, err := admin.New(admin.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
-// Package transporttest is the conformance suite every Sluice transport runs: the
-// RocketMQ-protocol producer and push consumer against a Sluice (or Apache RocketMQ)
-// broker today, the Kafka transport next. A transport that passes it behaves the way the
+// Package transporttest is the conformance suite every Sluice transport runs: today the
+// RocketMQ-protocol producer and push consumer against an embedded Sluice broker (the
+// suite is not run against Apache RocketMQ), the Kafka transport next. A transport that passes it behaves the way the
 // reliability middleware ([github.com/sluicemq/sluice/middleware]) assumes.
 //
 // # Implementing the harness

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -87,13 +88,7 @@ func TestConsumerAdminCommands(t *testing.T) {
 	defer a.Close()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.WaitFor(t, 20*time.Second, cond, what)
 	}
 	waitFor("3 dead letters", func() bool {
 		l, err := a.ListDLQ(context.Background(), "cli-g", admin.DLQListOptions{})

@@ -31,18 +31,6 @@ import (
 
 var pcQuiet = testkit.Quiet()
 
-// pcWaitFor polls cond every 20 ms until it holds; after timeout it fails with what().
-func pcWaitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // pcBroker starts an embedded broker (own name server, default delay table) over a
 // temporary store; shut down by t.Cleanup.
 func pcBroker(t *testing.T) *broker.Broker {
@@ -239,7 +227,7 @@ func TestProducerOfficialDelayToSluiceConsumer(t *testing.T) {
 	if _, err := p.SendSync(ctx, probe); err != nil {
 		t.Fatal(err)
 	}
-	pcWaitFor(t, 30*time.Second, func() bool { return in.has("probe") }, func() string { return "probe not consumed" })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return in.has("probe") }, func() string { return "probe not consumed" })
 
 	msg := primitive.NewMessage(topic, []byte("delayed by the official producer"))
 	msg.WithProperty("pc_id", "delayed")
@@ -249,7 +237,7 @@ func TestProducerOfficialDelayToSluiceConsumer(t *testing.T) {
 	if err != nil || res.Status != primitive.SendOK {
 		t.Fatalf("send: %v %v", res, err)
 	}
-	pcWaitFor(t, pcDelay+pcSlack+5*time.Second, func() bool { return in.has("delayed") }, func() string { return "delayed message not consumed" })
+	testkit.WaitFor(t, pcDelay+pcSlack+5*time.Second, func() bool { return in.has("delayed") }, func() string { return "delayed message not consumed" })
 	got := in.get("delayed")
 	took := got[0].at.Sub(sent)
 	t.Logf("delay level 2 from the official producer arrived after %v", took.Round(time.Millisecond))
@@ -277,14 +265,14 @@ func TestProducerSluiceDelayToOfficialConsumer(t *testing.T) {
 	if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte("probe")).SetProperty("pc_id", "probe")); err != nil {
 		t.Fatal(err)
 	}
-	pcWaitFor(t, 30*time.Second, func() bool { return in.has("probe") }, func() string { return "probe not consumed" })
+	testkit.WaitFor(t, 30*time.Second, func() bool { return in.has("probe") }, func() string { return "probe not consumed" })
 
 	sent := time.Now()
 	r, err := p.SendSync(ctx, message.NewMessage(topic, []byte("delayed by sluice")).SetProperty("pc_id", "delayed").SetTag("Late").SetDelayLevel(2))
 	if err != nil || r.Status != message.SendOK {
 		t.Fatalf("send: %v %v", r, err)
 	}
-	pcWaitFor(t, pcDelay+pcSlack+5*time.Second, func() bool { return in.has("delayed") }, func() string { return "delayed message not consumed" })
+	testkit.WaitFor(t, pcDelay+pcSlack+5*time.Second, func() bool { return in.has("delayed") }, func() string { return "delayed message not consumed" })
 	got := in.get("delayed")
 	took := got[0].at.Sub(sent)
 	t.Logf("delay level 2 from the Sluice producer arrived after %v", took.Round(time.Millisecond))
@@ -343,7 +331,7 @@ func TestProducerSluiceBatchToOfficialConsumer(t *testing.T) {
 			where[m.Property("pc_id")] = placed{r.Queue.QueueID, r.QueueOffset + int64(j)}
 		}
 	}
-	pcWaitFor(t, 60*time.Second, func() bool { return in.distinct() >= n }, func() string { return fmt.Sprintf("%d of %d consumed", in.distinct(), n) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return in.distinct() >= n }, func() string { return fmt.Sprintf("%d of %d consumed", in.distinct(), n) })
 	for i, m := range msgs {
 		got := in.get(strconv.Itoa(i))
 		if len(got) != 1 {
@@ -485,7 +473,7 @@ func TestProducerOfficialOrderedToOrderlyConsumer(t *testing.T) {
 	pcOrderedSends(t, b, topic, keys, steps)
 	in := newPCInbox()
 	pcSluiceConsumer(t, b, "pc_ordered_orderly", "pc-ordered-orderly", topic, true, in)
-	pcWaitFor(t, 60*time.Second, func() bool { return in.distinct() >= keys*steps },
+	testkit.WaitFor(t, 60*time.Second, func() bool { return in.distinct() >= keys*steps },
 		func() string { return fmt.Sprintf("%d of %d consumed", in.distinct(), keys*steps) })
 	in.mu.Lock()
 	seq := append([]string(nil), in.seq...)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -53,7 +54,7 @@ func targets(t *testing.T) []target {
 }
 
 func newAdmin(t *testing.T, ns string) *admin.Admin {
-	a, err := admin.New(admin.Config{NamesrvAddrs: []string{ns}, Logger: quietLogger()})
+	a, err := admin.New(admin.Config{NamesrvAddrs: []string{ns}, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ var scenarios = []scenario{
 			seq = append(seq, e.ReconsumeTimes)
 		}
 		var dlq []string
-		waitFor(t, 30*time.Second, func() bool {
+		testkit.WaitFor(t, 30*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			ms, err := tg.adm.FindMessages(ctx, "%DLQ%"+group, "dead", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
@@ -348,7 +349,7 @@ var scenarios = []scenario{
 		return obs{"sequence": seq}
 	}},
 	{name: "response codes for bad input", run: func(t *testing.T, tg target) obs {
-		cl, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger()})
+		cl, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +408,7 @@ var scenarios = []scenario{
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var before []admin.QueueOffset
-		waitFor(t, 20*time.Second, func() bool {
+		testkit.WaitFor(t, 20*time.Second, func() bool {
 			var err error
 			before, err = tg.adm.ConsumerOffsets(ctx, group, topic)
 			return err == nil && len(before) == 1 && before[0].Committed == 5
@@ -443,7 +444,7 @@ func checkBody(topic, expr string) []byte {
 // error).
 func rawCall(t *testing.T, addr string, code remoting.RequestCode, ext map[string]string, body []byte) string {
 	t.Helper()
-	cl, err := remoting.NewClient(remoting.ClientConfig{Logger: quietLogger()})
+	cl, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,18 +3,16 @@ package peers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 )
 
 // One Apache RocketMQ serves the whole package (a JVM start is slow): started on first
@@ -75,38 +73,11 @@ func apacheRocketMQ(t *testing.T) *peers.RocketMQ {
 // one, stopped at t.Cleanup.
 func sluiceBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, stop, err := broker.StartEphemeral(broker.Config{
+	b, _ := testbroker.Start(t, broker.Config{
 		MessageDelayLevel:        delayLevels,
 		TransactionCheckInterval: 1000,
 		TransactionTimeOut:       1000,
 		EnablePropertyFilter:     true,
-		Logger:                   quietLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := stop(ctx); err != nil {
-			t.Errorf("stop sluice broker: %v", err)
-		}
 	})
 	return b
-}
-
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// waitFor polls cond every 20 ms until it holds; after timeout it fails t with what().
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", timeout, what())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -47,7 +48,7 @@ func goConsumer(t *testing.T, ns, group, topic, expr string, orderly bool, handl
 	t.Helper()
 	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{ns}, Group: group, Orderly: orderly,
 		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, SuspendCurrentQueueTime: 200 * time.Millisecond,
-		MaxReconsumeTimes: consumer.Retries(3), Logger: quietLogger()})
+		MaxReconsumeTimes: consumer.Retries(3), Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func goConsumer(t *testing.T, ns, group, topic, expr string, orderly bool, handl
 
 func goProducer(t *testing.T, ns string) *producer.Producer {
 	t.Helper()
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{ns}, Group: "sdk-producer", Logger: quietLogger()})
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{ns}, Group: "sdk-producer", Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestSluiceSDKAgainstApacheRocketMQ(t *testing.T) {
 		return message.ConsumeSuccess
 	})
 	var retries []int32
-	waitFor(t, 90*time.Second, func() bool {
+	testkit.WaitFor(t, 90*time.Second, func() bool {
 		seen := map[string]bool{}
 		retries = nil
 		for _, d := range log.list() {
@@ -177,7 +178,7 @@ func TestSluiceSDKAgainstApacheRocketMQ(t *testing.T) {
 	}
 
 	// admin: the group's offsets reach the end of every queue; a key lookup finds a message.
-	waitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		offs, err := tg.adm.ConsumerOffsets(ctx, group, topic)
 		if err != nil || len(offs) != 4 {
 			return false
@@ -227,7 +228,7 @@ func TestSluiceOrderlyConsumerAgainstApacheRocketMQ(t *testing.T) {
 		}
 		return message.ConsumeSuccess
 	})
-	waitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 7 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 7 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
 	var seq []string
 	for _, d := range log.list() {
 		seq = append(seq, fmt.Sprintf("%s@%d", d.body, d.queue))
@@ -245,7 +246,7 @@ func TestSluiceTransactionsAgainstApacheRocketMQ(t *testing.T) {
 	topic := topicFor(t, "SdkTxn")
 	createTopic(t, tg, topic, 2)
 	l := &txnListener{checked: map[string]int{}}
-	tp, err := producer.NewTransactionProducer(producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-txn", Logger: quietLogger()}, l)
+	tp, err := producer.NewTransactionProducer(producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-txn", Logger: testkit.Quiet()}, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestSluiceTransactionsAgainstApacheRocketMQ(t *testing.T) {
 		log.add(m)
 		return message.ConsumeSuccess
 	})
-	waitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 2 && l.count("unknown-commit") > 0 },
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 2 && l.count("unknown-commit") > 0 },
 		func() string { return fmt.Sprintf("deliveries %v, checks %v", log.list(), l.checked) })
 	var bodies []string
 	for _, d := range log.list() {
@@ -335,7 +336,7 @@ func TestSluiceDLQAgainstApacheRocketMQ(t *testing.T) {
 		return message.ReconsumeLater
 	})
 	var found []*message.MessageExt
-	waitFor(t, 60*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, func() bool {
 		var err error
 		found, err = tg.adm.FindMessages(ctx, "%DLQ%"+group, "doomed", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 		return err == nil && len(found) == 1
@@ -372,7 +373,7 @@ func TestSluiceSQL92ConsumerAgainstApacheRocketMQ(t *testing.T) {
 		}
 	}
 	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-sql",
-		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: quietLogger()})
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +394,7 @@ func TestSluiceSQL92ConsumerAgainstApacheRocketMQ(t *testing.T) {
 		defer cancel()
 		_ = c.Shutdown(ctx)
 	})
-	waitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 2 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 2 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
 	// the unmatched messages sit before and between the matched ones in the same queues:
 	// once both matches arrived, the pulls have passed them
 	var bodies []string
