@@ -168,9 +168,11 @@ func (b *Broker) bodyLimit(code remoting.RequestCode) int {
 	return b.cfg.MaxRequestBodySize
 }
 
-// cutRetry returns the group of a %RETRY%<group> topic.
+// cutRetry returns the group of a %RETRY%<group> topic. "%RETRY%" alone names no group
+// and is not a retry topic here: it is checked as the plain topic it is (the empty group
+// would skip the ACL check).
 func cutRetry(topic string) (string, bool) {
-	if !message.IsRetryTopic(topic) {
+	if !message.IsRetryTopic(topic) || len(topic) == len(message.RetryGroupTopicPrefix) {
 		return "", false
 	}
 	return topic[len(message.RetryGroupTopicPrefix):], true

@@ -85,3 +85,22 @@ func TestACLStoredMessageByOffset(t *testing.T) {
 		t.Fatalf("%s holds %d messages after one send-back, want 1", message.DLQTopic("mine"), n)
 	}
 }
+
+// TestACLRetryTopicWithoutGroup: a send to the topic "%RETRY%" (a retry prefix naming no
+// group) was checked against the empty group, which the check skipped, so an account
+// with no permission at all could send there and auto-create the topic. It is now
+// checked as the plain topic it is.
+func TestACLRetryTopicWithoutGroup(t *testing.T) {
+	dir := t.TempDir()
+	path := writeACL(t, dir, "")
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+	prod := signedClient(t, "producerKey", "producerSecret")
+	for _, topic := range []string{message.RetryGroupTopicPrefix, message.RetryGroupTopicPrefix + "g"} {
+		if r := sendV1(t, prod, b.Addr(), topic, 0, []byte("x"), nil); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "acl:") {
+			t.Errorf("send to %s by an account without permissions: %d %q", topic, r.Code, r.Remark)
+		}
+	}
+	if tc := b.topics.get(message.RetryGroupTopicPrefix); tc != nil {
+		t.Errorf("a refused send created topic %s", tc.TopicName)
+	}
+}
