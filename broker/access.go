@@ -133,6 +133,9 @@ func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {
 		if err := json.Unmarshal(req.Body, &body); err != nil {
 			return nil, fmt.Errorf("lock body is not JSON {consumerGroup, clientId, mqSet}: %w", err)
 		}
+		if len(body.ClientID) > MaxClientIDLength {
+			return nil, &message.ValidationError{Field: "clientId", Reason: "too long", Limit: MaxClientIDLength, Value: len(body.ClientID)}
+		}
 		add("consumerGroup", body.ConsumerGroup, true, acl.Sub)
 		for _, mq := range body.MQSet {
 			add("mqSet.topic", mq.Topic, false, acl.Sub)
