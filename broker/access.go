@@ -133,6 +133,9 @@ func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {
 		if err := json.Unmarshal(req.Body, &body); err != nil {
 			return nil, fmt.Errorf("lock body is not JSON {consumerGroup, clientId, mqSet}: %w", err)
 		}
+		if len(body.ClientID) > MaxClientIDLength {
+			return nil, &message.ValidationError{Field: "clientId", Reason: "too long", Limit: MaxClientIDLength, Value: len(body.ClientID)}
+		}
 		add("consumerGroup", body.ConsumerGroup, true, acl.Sub)
 		for _, mq := range body.MQSet {
 			add("mqSet.topic", mq.Topic, false, acl.Sub)
@@ -168,9 +171,11 @@ func (b *Broker) bodyLimit(code remoting.RequestCode) int {
 	return b.cfg.MaxRequestBodySize
 }
 
-// cutRetry returns the group of a %RETRY%<group> topic.
+// cutRetry returns the group of a %RETRY%<group> topic. "%RETRY%" alone names no group
+// and is not a retry topic here: it is checked as the plain topic it is (the empty group
+// would skip the ACL check).
 func cutRetry(topic string) (string, bool) {
-	if !message.IsRetryTopic(topic) {
+	if !message.IsRetryTopic(topic) || len(topic) == len(message.RetryGroupTopicPrefix) {
 		return "", false
 	}
 	return topic[len(message.RetryGroupTopicPrefix):], true
@@ -212,6 +217,28 @@ func (b *Broker) beforeRequest(_ context.Context, conn *remoting.Conn, req *remo
 	if err := v.Check(conn.RemoteAddr(), req, adminCodes[code], res); err != nil {
 		b.counters.RefusedACL.Add(1)
 		b.log.Debug("request refused by acl", "code", req.Code, "remote", conn.RemoteAddr(), "err", err)
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	return nil
+}
+
+// checkStoredRead checks, with aclEnable, that the caller of req may read a stored
+// message of topic: SUB on the topic, or on the group of a %RETRY%<group> topic.
+// VIEW_MESSAGE_BY_ID (33) and CONSUMER_SEND_MSG_BACK (36) name a commitlog offset, not a
+// topic, so the topic is known only once the message is read; without this check an
+// account could read any message by its offset, or send it back into its own group's
+// retry topic and pull it there (RocketMQ 4.9.8 does not check either). nil: allowed.
+func (b *Broker) checkStoredRead(conn *remoting.Conn, req *remoting.RemotingCommand, topic string) *remoting.RemotingCommand {
+	if b.acl == nil {
+		return nil
+	}
+	res := acl.Topic(topic, acl.Sub)
+	if g, ok := cutRetry(topic); ok {
+		res = acl.Group(g, acl.Sub)
+	}
+	if err := b.acl.Check(conn.RemoteAddr(), req, false, []acl.Resource{res}); err != nil {
+		b.counters.RefusedACL.Add(1)
+		b.log.Debug("request refused by acl", "code", req.Code, "remote", conn.RemoteAddr(), "topic", topic, "err", err)
 		return errResponse(remoting.SystemError, "%v", err)
 	}
 	return nil

@@ -43,6 +43,9 @@ func (l *queueLocks) tryLock(group, clientID string, mqs []message.MessageQueue,
 	defer l.mu.Unlock()
 	g := l.locks[group]
 	if g == nil {
+		if len(mqs) == 0 {
+			return []message.MessageQueue{}
+		}
 		g = map[message.MessageQueue]*queueLock{}
 		l.locks[group] = g
 	}
@@ -89,13 +92,26 @@ func parseLockBody(req *remoting.RemotingCommand) (*wire.LockBatchBody, *remotin
 }
 
 // handleLockBatch serves LOCK_BATCH_MQ (RocketMQ request code 41): the response body
-// {"lockOKMQSet":[...]} lists the queues the client holds now.
+// {"lockOKMQSet":[...]} lists the queues the client holds now, among those of the body
+// that exist on this broker (its name, a topic it has, a queue id below the topic's queue
+// count); others are never locked.
 func (b *Broker) handleLockBatch(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	body, resp := parseLockBody(req)
 	if resp != nil {
 		return resp
 	}
-	held := b.locks.tryLock(body.ConsumerGroup, body.ClientID, body.MQSet, time.Now())
+	// Only queues this broker has are locked: a body naming invented queues (any broker
+	// name, topic or queue id) would otherwise grow the lock table without bound.
+	mqs := body.MQSet[:0:0]
+	for _, mq := range body.MQSet {
+		if mq.BrokerName != b.cfg.BrokerName || mq.QueueID < 0 {
+			continue
+		}
+		if tc := b.topics.get(mq.Topic); tc != nil && mq.QueueID < max(tc.ReadQueueNums, tc.WriteQueueNums) {
+			mqs = append(mqs, mq)
+		}
+	}
+	held := b.locks.tryLock(body.ConsumerGroup, body.ClientID, mqs, time.Now())
 	r := remoting.NewResponse(remoting.Success, "")
 	r.Body, _ = json.Marshal(wire.LockBatchResult{LockOKMQSet: held})
 	return r

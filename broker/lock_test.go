@@ -36,6 +36,7 @@ func lockBatch(t *testing.T, c *remoting.Client, addr string, code remoting.Requ
 func TestQueueLocks(t *testing.T) {
 	b := startBroker(t, t.TempDir(), func(c *Config) { c.RebalanceLockMaxLiveTime = 300 })
 	c1, c2 := newClient(t), newClient(t)
+	createTopic(t, c1, b.Addr(), "T", 2) // only queues the broker has are locked
 	q0 := message.MessageQueue{Topic: "T", BrokerName: "broker-a", QueueID: 0}
 	q1 := message.MessageQueue{Topic: "T", BrokerName: "broker-a", QueueID: 1}
 	if got := lockBatch(t, c1, b.Addr(), remoting.LockBatchMQ, "g", "c1", q0, q1); len(got) != 2 {
@@ -62,6 +63,7 @@ func TestQueueLocks(t *testing.T) {
 func TestQueueLocksReleasedOnClose(t *testing.T) {
 	b := startBroker(t, t.TempDir(), nil)
 	c1, c2 := newClient(t), newClient(t)
+	createTopic(t, c1, b.Addr(), "T", 2) // only queues the broker has are locked
 	q0 := message.MessageQueue{Topic: "T", BrokerName: "broker-a", QueueID: 0}
 	heartbeat(t, c2, b.Addr(), "c2", "g")
 	if got := lockBatch(t, c2, b.Addr(), remoting.LockBatchMQ, "g", "c2", q0); len(got) != 1 {

@@ -246,14 +246,17 @@ func (b *Broker) handleEarliestTime(_ context.Context, _ *remoting.Conn, req *re
 
 // handleViewMessage serves VIEW_MESSAGE_BY_ID (33): ext "offset" is a commitlog offset;
 // the body is the raw record.
-func (b *Broker) handleViewMessage(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+func (b *Broker) handleViewMessage(_ context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	off, err := req.ExtInt64("offset", true)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	_, raw, err := b.store.LookMessageByOffset(off)
+	m, raw, err := b.store.LookMessageByOffset(off)
 	if err != nil {
 		return errResponse(remoting.SystemError, "can not find message by the offset, %d", off)
+	}
+	if resp := b.checkStoredRead(conn, req, m.Topic); resp != nil {
+		return resp
 	}
 	r := remoting.NewResponse(remoting.Success, "")
 	r.Body = raw

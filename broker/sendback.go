@@ -32,6 +32,13 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 	if g == nil {
 		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group not exist, %s", group)
 	}
+	orig, _, err := b.store.LookMessageByOffset(offset)
+	if err != nil {
+		return errResponse(remoting.SystemError, "look message by offset failed, %d", offset)
+	}
+	if resp := b.checkStoredRead(conn, req, orig.Topic); resp != nil {
+		return resp
+	}
 	if b.cfg.BrokerPermission&permWrite == 0 {
 		return errResponse(remoting.NoPermission, "the broker[%s] sending message is forbidden", b.cfg.BrokerName)
 	}
@@ -45,10 +52,6 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 	})
 	if err != nil {
 		b.log.Error("persist topic config", "topic", retryTopic, "err", err)
-	}
-	orig, _, err := b.store.LookMessageByOffset(offset)
-	if err != nil {
-		return errResponse(remoting.SystemError, "look message by offset failed, %d", offset)
 	}
 	if orig.Property(message.PropertyRetryTopic) == "" {
 		orig.SetProperty(message.PropertyRetryTopic, orig.Topic)

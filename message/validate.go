@@ -3,7 +3,9 @@ package message
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits of the RocketMQ 4.x protocol and its defaults.
@@ -75,7 +77,11 @@ func ValidateName(field, name string, limit int) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c == '%' || c == '|' || c == '-' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return &ValidationError{Field: field, Reason: fmt.Sprintf("character %q at position %d; allowed: %%|-_ letters digits", c, i)}
+			shown := fmt.Sprintf("'\\x%02x'", c) // not UTF-8: the byte
+			if r, n := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || n > 1 {
+				shown = strconv.QuoteRune(r)
+			}
+			return &ValidationError{Field: field, Reason: fmt.Sprintf("character %s at position %d; allowed: %%|-_ letters digits", shown, i)}
 		}
 	}
 	return nil

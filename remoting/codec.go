@@ -421,25 +421,17 @@ func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
 	if length > int64(maxFrameSize)-4 {
 		return nil, &FrameError{Field: "length", Reason: fmt.Sprintf("frame of %d bytes exceeds the maximum frame size %d", length+4, maxFrameSize)}
 	}
-	var (
-		frame []byte
-		err   error
-	)
-	const eagerAlloc = 1 << 20
-	if length <= eagerAlloc {
-		frame = make([]byte, length)
-		_, err = io.ReadFull(r, frame)
-	} else {
-		// Grow with the data actually received so that a peer announcing a large frame
-		// and sending nothing cannot make us allocate the whole announced size.
-		var buf bytes.Buffer
-		buf.Grow(eagerAlloc)
-		var n int64
-		n, err = io.CopyN(&buf, r, length)
-		frame = buf.Bytes()
-		if err == io.EOF && n < length {
-			err = io.ErrUnexpectedEOF
-		}
+	// Allocate with the data actually received (at most twice what arrived), so that a
+	// peer announcing a large frame and sending little cannot make us hold the announced
+	// size: the first 64 KiB at once, then a buffer twice as large each time it is full.
+	const eagerAlloc = 64 << 10
+	frame := make([]byte, min(length, eagerAlloc))
+	_, err := io.ReadFull(r, frame)
+	for err == nil && int64(len(frame)) < length {
+		grown := make([]byte, min(length, 2*int64(len(frame))))
+		copy(grown, frame)
+		_, err = io.ReadFull(r, grown[len(frame):])
+		frame = grown
 	}
 	if err != nil {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {

@@ -3,6 +3,7 @@ package acl
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,7 +14,8 @@ import (
 //   - an exact address "192.168.0.1" or "::1";
 //   - "192.168.0.{1,2,3}": several hosts of one prefix;
 //   - per-segment IPv4 ranges: "192.168.1.1-100", "192.168.*" / "192.168.*.*" (missing
-//     trailing segments are "*");
+//     trailing segments are "*"; a pattern with fewer than four segments must contain a
+//     "*", so that "10.0.0", a mistyped address, is refused rather than a range);
 //   - comma-separated lists of any of the above.
 type addrPattern struct {
 	all   bool
@@ -53,6 +55,12 @@ func parseAddrPattern(s string) (*addrPattern, error) {
 		segs := strings.Split(part, ".")
 		if len(segs) > 4 || len(segs) < 2 {
 			return nil, fmt.Errorf("address pattern %q: not an address, range or list", part)
+		}
+		if len(segs) < 4 && !slices.Contains(segs, "*") {
+			// "10.0.0" is most likely an address with a segment left out; RocketMQ takes it
+			// as one exact address (matching nothing), a range here would open the list
+			// to 256 hosts or more.
+			return nil, fmt.Errorf("address pattern %q: %d segments and no *: write a full address, or end with .* for a range", part, len(segs))
 		}
 		var r [4][2]int
 		for k := range 4 {

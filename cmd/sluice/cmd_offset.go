@@ -86,7 +86,7 @@ The brokers store the new offsets and tell the group's running consumers to jump
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				res, err := a.ResetOffsetByTime(ctx, group, topic, at, force)
-				if res != nil {
+				if res != nil && (err == nil || len(res.Offsets) > 0) { // nothing to report when every broker refused
 					printResetResult(cmd, group, topic, at, res)
 				}
 				return err
