@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -247,6 +249,26 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if got := value(fams, "sluice_broker_register_total", "result", "failed"); got != 0 {
 		t.Errorf("failed registrations %v", got)
 	}
+	// The README's Monitoring table lists exactly the metrics exported.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(sluice_(?:broker|namesrv)_\\w+)`").FindAllStringSubmatch(string(readme), -1) {
+		documented[m[1]] = true
+	}
+	for name := range fams {
+		if (strings.HasPrefix(name, "sluice_broker_") || strings.HasPrefix(name, "sluice_namesrv_")) && !documented[name] {
+			t.Errorf("metric %s is not in the README", name)
+		}
+	}
+	for name := range documented {
+		if fams[name] == nil {
+			t.Errorf("the README lists %s, which is not exported", name)
+		}
+	}
+
 	// A held pull shows while it waits.
 	held := make(chan error, 1)
 	go func() {
