@@ -84,9 +84,11 @@ func TestConsoleInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// text reads an element's text in one evaluation ("" when absent), so an htmx swap
+	// replacing the element between a query and a read cannot fail the test.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+`);return e?e.textContent:"";})()`))
 		if err != nil {
 			t.Fatalf("read %s: %v", sel, err)
 		}
