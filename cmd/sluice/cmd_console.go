@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/console"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/remoting"
 	"github.com/sluicemq/sluice/retrytask"
 )
 
@@ -39,6 +40,7 @@ every change (create/delete topic, reset offset, re-drive dead letters) with 403
 	f.Bool("read-only", false, "refuse every change with 403")
 	f.StringSlice("metrics-url", nil, "a broker's metrics endpoint for the charts, e.g. http://127.0.0.1:9100/metrics (repeatable)")
 	f.Int("page-size", console.DefaultPageSize, "rows per listing page")
+	f.String("access-key", os.Getenv("SLUICE_ACCESS_KEY"), "ACL access key the console signs its requests with (with $SLUICE_SECRET_KEY); default $SLUICE_ACCESS_KEY")
 	f.String("redis", "", "Redis address ip:port of the Park middleware: adds the parked-sends page (pending, scheduled, dead, resend now)")
 	f.String("park-namespace", retrytask.DefaultNamespace, "the Park namespace (sluice:park:{NS}:...) shown with --redis")
 	addShutdownFlag(cmd)
@@ -78,7 +80,12 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if grace <= 0 {
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", grace)
 	}
-	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(ns), Logger: log})
+	ak, _ := f.GetString("access-key")
+	creds := remoting.Credentials{AccessKey: ak, SecretKey: os.Getenv("SLUICE_SECRET_KEY")}
+	if (creds.AccessKey == "") != (creds.SecretKey == "") {
+		return fmt.Errorf("--access-key (or $SLUICE_ACCESS_KEY) and $SLUICE_SECRET_KEY go together")
+	}
+	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(ns), Logger: log, Credentials: creds})
 	if err != nil {
 		return err
 	}
@@ -87,7 +94,7 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	stopParked := func(context.Context) error { return nil }
 	if addr, _ := f.GetString("redis"); addr != "" {
 		nsp, _ := f.GetString("park-namespace")
-		if cfg.Parked, stopParked, err = parkedTask(addr, nsp, ns, log); err != nil {
+		if cfg.Parked, stopParked, err = parkedTask(addr, nsp, ns, creds, log); err != nil {
 			return err
 		}
 	}
@@ -108,9 +115,9 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 
 // parkedTask builds the resender the parked-sends page uses: a Redis client, a producer
 // (group SLUICE_CONSOLE_RESEND) whose raw send resends, and a retrytask.Task.
-func parkedTask(redisAddr, namespace, namesrvAddr string, log *slog.Logger) (*retrytask.Task, func(context.Context) error, error) {
+func parkedTask(redisAddr, namespace, namesrvAddr string, creds remoting.Credentials, log *slog.Logger) (*retrytask.Task, func(context.Context) error, error) {
 	rc := redis.NewClient(&redis.Options{Addr: redisAddr})
-	p, err := producer.New(producer.Config{NamesrvAddrs: splitAddrs(namesrvAddr), Group: "SLUICE_CONSOLE_RESEND", Logger: log})
+	p, err := producer.New(producer.Config{NamesrvAddrs: splitAddrs(namesrvAddr), Group: "SLUICE_CONSOLE_RESEND", Logger: log, Credentials: creds})
 	if err == nil {
 		err = p.Start()
 	}
