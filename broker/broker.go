@@ -76,6 +76,7 @@ type Broker struct {
 	pressure diskPressure   // diskpressure.go: the disk-pressure policy's state and Stats counters
 	acl      *acl.Validator // nil unless aclEnable
 	counters counters       // stats.go: refusals and registrations, exported through Stats
+	traffic  *brokerStats   // statsnapshot.go: hot-path counters read by StatsSnapshot
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -99,7 +100,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	levels, _ := ParseDelayLevels(cfg.MessageDelayLevel)
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("broker", cfg.BrokerName), delayLevels: levels,
-		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls()}
+		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls(), traffic: newBrokerStats()}
 	for _, k := range cfg.ignored {
 		b.log.Warn("broker.conf key accepted but has no effect in Sluice", "key", k)
 	}
@@ -175,6 +176,8 @@ func (b *Broker) Start() (err error) {
 		return err
 	}
 	b.store.OnDispatchEvent(b.arrivals.arrived)
+	b.store.OnDispatch(func(topic string, _ int32, _ int64, _ int64) { b.traffic.dispatched(topic) })
+	b.store.OnFlush(b.traffic.flush.observe)
 
 	serverTLS, clientTLS, err := b.cfg.tlsConfigs()
 	if err != nil {
@@ -500,3 +503,7 @@ func hostOf(addr string) netip.AddrPort {
 	}
 	return netip.AddrPort{}
 }
+
+// EmbeddedNameServer returns the name server the broker runs in-process (namesrvAddr
+// empty), or nil when it registers with external ones or has not started.
+func (b *Broker) EmbeddedNameServer() *namesrv.NameServer { return b.embedded }

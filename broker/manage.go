@@ -24,10 +24,10 @@ func (b *Broker) registerProcessors() {
 	if ft, _ := store.ParseFlushDiskType(b.cfg.FlushDiskType); ft == store.AsyncFlush {
 		handleSend = s.HandleInline
 	}
-	handleSend(remoting.SendMessage, b.handleSend(false))
-	handleSend(remoting.SendMessageV2, b.handleSend(true))
-	handleSend(remoting.SendBatchMessage, b.handleSendBatch)
-	s.Handle(remoting.PullMessage, b.handlePull)
+	handleSend(remoting.SendMessage, b.timedSend(b.handleSend(false))) // timed*: statsnapshot.go
+	handleSend(remoting.SendMessageV2, b.timedSend(b.handleSend(true)))
+	handleSend(remoting.SendBatchMessage, b.timedSend(b.handleSendBatch))
+	s.Handle(remoting.PullMessage, b.timedPull(b.handlePull))
 	s.Handle(remoting.ConsumerSendMsgBack, b.handleSendBack)
 	s.Handle(remoting.HeartBeat, b.handleHeartbeat)
 	s.Handle(remoting.UnregisterClient, b.handleUnregisterClient)
@@ -50,6 +50,8 @@ func (b *Broker) registerProcessors() {
 	s.Handle(remoting.InvokeBrokerToResetOffset, b.handleResetOffset)
 	s.Handle(wire.GroupSubscriptions, b.handleGroupSubscriptions)
 	s.Handle(wire.ReadQueue, b.handleAdminReadQueue)
+	s.Handle(remoting.GetAllTopicConfig, b.handleAllTopicConfig) // consoleread.go
+	s.Handle(wire.GroupOffsets, b.handleGroupOffsets)
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer

@@ -284,6 +284,7 @@ func (t *txnService) checkOnce(ctx context.Context, now time.Time) error {
 				continue
 			}
 			if t.sendCheck(ctx, half) {
+				b.traffic.txnChecks.Add(1)
 				t.mu.Lock()
 				t.checks[q]++
 				t.mu.Unlock()

@@ -20,6 +20,7 @@ const (
 	QueryConsumerOffset           RequestCode = 14  // QUERY_CONSUMER_OFFSET, client→broker
 	UpdateConsumerOffset          RequestCode = 15  // UPDATE_CONSUMER_OFFSET, client→broker (one-way from Go)
 	UpdateAndCreateTopic          RequestCode = 17  // UPDATE_AND_CREATE_TOPIC, admin→broker
+	GetAllTopicConfig             RequestCode = 21  // GET_ALL_TOPIC_CONFIG, admin→broker
 	SearchOffsetByTimestamp       RequestCode = 29  // SEARCH_OFFSET_BY_TIMESTAMP, client→broker
 	GetMaxOffset                  RequestCode = 30  // GET_MAX_OFFSET, client→broker
 	GetMinOffset                  RequestCode = 31  // GET_MIN_OFFSET, client→broker
@@ -67,6 +68,7 @@ var requestCodeNames = map[RequestCode]string{
 	UpdateConsumerOffset:          "UPDATE_CONSUMER_OFFSET",
 	UpdateAndCreateTopic:          "UPDATE_AND_CREATE_TOPIC",
 	SearchOffsetByTimestamp:       "SEARCH_OFFSET_BY_TIMESTAMP",
+	GetAllTopicConfig:             "GET_ALL_TOPIC_CONFIG",
 	GetMaxOffset:                  "GET_MAX_OFFSET",
 	GetMinOffset:                  "GET_MIN_OFFSET",
 	GetEarliestMsgStoreTime:       "GET_EARLIEST_MSG_STORETIME",

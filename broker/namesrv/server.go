@@ -132,6 +132,7 @@ type NameServer struct {
 	log    *slog.Logger
 	srv    *remoting.Server
 	routes *routeTable
+	stats  *nsStats // stats.go
 
 	// persistMu serialises KV file writes. Lock order: persistMu before routes.mu.
 	persistMu sync.Mutex
@@ -160,6 +161,7 @@ func New(cfg Config) (*NameServer, error) {
 		log:    cfg.Logger.With("component", "namesrv"),
 		srv:    srv,
 		routes: newRouteTable(),
+		stats:  newNSStats(),
 		stop:   make(chan struct{}),
 	}
 	if cfg.KVConfigPath != "" {
@@ -172,7 +174,7 @@ func New(cfg Config) (*NameServer, error) {
 	srv.Handle(remoting.PutKVConfig, n.handlePutKV)
 	srv.Handle(remoting.GetKVConfig, n.handleGetKV)
 	srv.Handle(remoting.DeleteKVConfig, n.handleDeleteKV)
-	srv.Handle(remoting.RegisterBroker, n.handleRegister)
+	srv.Handle(remoting.RegisterBroker, n.countRegister(n.handleRegister))
 	srv.Handle(remoting.UnregisterBroker, n.handleUnregister)
 	srv.Handle(remoting.GetRouteInfoByTopic, n.handleGetRoute)
 	srv.Handle(remoting.GetBrokerClusterInfo, n.handleClusterInfo)

@@ -27,6 +27,8 @@ type flusher struct {
 	kick chan struct{} // capacity 1: "someone is waiting"
 
 	passes atomic.Int64 // fsync passes that advanced flushed (for tests and metrics)
+
+	observe atomic.Pointer[func(time.Duration)] // Store.OnFlush: told each pass's duration
 }
 
 func newFlusher(cl *commitLog, flushed int64) *flusher {
@@ -51,6 +53,7 @@ func (fl *flusher) flush() (int64, error) {
 		return from, nil
 	}
 	var err error
+	start := time.Now()
 	for _, s := range fl.cl.segments() {
 		if s.end() > from && s.start < target {
 			if err = s.f.Sync(); err != nil {
@@ -67,9 +70,23 @@ func (fl *flusher) flush() (int64, error) {
 	fl.flushed = target
 	fl.flushedTime = time.Now().UnixMilli()
 	fl.passes.Add(1)
+	if f := fl.observe.Load(); f != nil {
+		(*f)(time.Since(start))
+	}
 	close(fl.done)
 	fl.done = make(chan struct{})
 	return target, nil
+}
+
+// OnFlush registers f to be told the duration of every commitlog fsync pass that made
+// data durable (a SYNC_FLUSH group commit or an ASYNC_FLUSH tick with new data), for
+// metrics. f runs on the flushing goroutine, must not block, and replaces an earlier f.
+func (s *Store) OnFlush(f func(d time.Duration)) {
+	if f == nil {
+		s.flusher.observe.Store(nil)
+		return
+	}
+	s.flusher.observe.Store(&f)
 }
 
 // wake asks the flush goroutine for a pass without blocking.

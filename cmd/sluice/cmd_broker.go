@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/broker/brokermetrics"
+	"github.com/sluicemq/sluice/console"
 )
 
 func newBrokerCmd() *cobra.Command {
@@ -29,6 +33,9 @@ the file) the broker starts an embedded name server on --namesrv-listen.`,
 	f.String("namesrv-listen", "", "listen address of the embedded name server (default 127.0.0.1:9876)")
 	f.String("broker-name", "", "broker name (default broker-a)")
 	f.String("cluster", "", "cluster name (default DefaultCluster)")
+	addMetricsFlags(cmd)
+	f.String("console", "", "also serve the web console on this ip:port (e.g. 127.0.0.1:8080; another than loopback needs $SLUICE_CONSOLE_TOKEN); empty = off")
+	f.Bool("console-read-only", false, "the --console refuses every change with 403")
 	addShutdownFlag(cmd)
 	return cmd
 }
@@ -92,9 +99,34 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker %s listening on %s, name server %s, data in %s\n",
 		b.Name(), b.Addr(), b.NamesrvAddr(), cfg.StorePathRootDir)
+	collectors := []prometheus.Collector{brokermetrics.NewCollector(b)}
+	if ns := b.EmbeddedNameServer(); ns != nil {
+		collectors = append(collectors, brokermetrics.NewNameServerCollector(ns))
+	}
+	stopMetrics, err := startMetrics(cmd, log, collectors...)
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		return errors.Join(err, b.Shutdown(ctx))
+	}
+	stopConsole := func(context.Context) error { return nil }
+	if addr, _ := cmd.Flags().GetString("console"); addr != "" {
+		var bound string
+		ro, _ := cmd.Flags().GetBool("console-read-only")
+		stopConsole, bound, err = brokerConsole(console.Config{Listen: addr, ReadOnly: ro, Token: os.Getenv("SLUICE_CONSOLE_TOKEN"), Logger: log},
+			b.NamesrvAddr(), collectors...)
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			return errors.Join(err, stopMetrics(ctx), b.Shutdown(ctx))
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "sluice console on http://%s/\n", bound)
+	}
 	<-cmd.Context().Done()
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	_ = stopConsole(ctx)
+	_ = stopMetrics(ctx)
 	if err := b.Shutdown(ctx); err != nil {
 		return fmt.Errorf("broker shutdown: %w", err)
 	}

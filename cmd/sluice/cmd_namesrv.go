@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/broker/brokermetrics"
 	"github.com/sluicemq/sluice/broker/namesrv"
 )
 
@@ -26,6 +28,7 @@ func newNamesrvCmd() *cobra.Command {
 	f.String("tls-cert", "", "PEM certificate to serve TLS with (with --tls-key); empty = plain TCP")
 	f.String("tls-key", "", "PEM private key of --tls-cert")
 	f.String("acl-file", "", "RocketMQ plain_acl.yml: registration, unregistration, topic deletion and KV writes then need an admin account's signature (reloaded on change); empty = open")
+	addMetricsFlags(cmd)
 	addShutdownFlag(cmd)
 	return cmd
 }
@@ -70,9 +73,16 @@ func runNamesrv(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice name server listening on %s\n", ns.Addr())
+	stopMetrics, err := startMetrics(cmd, log, brokermetrics.NewNameServerCollector(ns))
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		return errors.Join(err, ns.Shutdown(ctx))
+	}
 	<-cmd.Context().Done()
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	_ = stopMetrics(ctx)
 	if err := ns.Shutdown(ctx); err != nil {
 		return fmt.Errorf("name server shutdown: %w", err)
 	}

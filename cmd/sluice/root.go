@@ -27,6 +27,7 @@ func newRootCmd() *cobra.Command {
 		newAdminCmd(),
 		newQuickstartCmd(),
 		newBenchCmd(),
+		newConsoleCmd(),
 	)
 	return root
 }

@@ -40,7 +40,28 @@ const (
 	// [GroupSubscriptionsBody] as JSON. An unknown group or a group without clients
 	// gives an empty client list (code 0).
 	GroupSubscriptions remoting.RequestCode = 7002
+	// GroupOffsets (7003) returns every queue offset the broker holds for ext
+	// consumerGroup, with each queue's min and max offsets: body [GroupOffsetsBody] as
+	// JSON, one round trip per broker for a group's lag on all its topics. An unknown group
+	// gives an empty list (code 0).
+	GroupOffsets remoting.RequestCode = 7003
 )
+
+// GroupOffsetsBody is the JSON body of a GroupOffsets (7003) answer.
+type GroupOffsetsBody struct {
+	Group  string             `json:"group"`
+	Queues []GroupQueueOffset `json:"queues"` // sorted by topic, then queue id
+}
+
+// GroupQueueOffset is a group's committed offset on one queue of one broker, with the
+// queue's first available offset (Min) and next offset to be written (Max).
+type GroupQueueOffset struct {
+	Topic     string `json:"topic"`
+	QueueID   int32  `json:"queueId"`
+	Committed int64  `json:"committed"`
+	Min       int64  `json:"min"`
+	Max       int64  `json:"max"`
+}
 
 // ---------------------------------------------------------------------------------
 // ResetOffsetBody
