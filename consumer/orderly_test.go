@@ -353,12 +353,17 @@ func TestOrderlyBroadcastingGivesUpAfterRetries(t *testing.T) {
 	}
 }
 
-// The broker forgets a queue lock after rebalanceLockMaxLiveTime (here 300 ms); an
-// orderly consumer renews its locks (every 100 ms here, 20 s by default), so another
-// client cannot take its queues — until the consumer shuts down and unlocks them.
+// The broker forgets a queue lock after rebalanceLockMaxLiveTime (here 2 s); an orderly
+// consumer renews its locks (every 100 ms here, 20 s by default), so another client
+// cannot take its queues — until the consumer shuts down and unlocks them. The lock
+// outlives a renewal by 1.9 s, as the default's 60 s do the default 20 s renewal by 40 s:
+// under -race on two busy cores a renewal may come several hundred ms late (measured:
+// up to 870 ms between renewals sent every 100 ms), and a lock that lapses then is no
+// fault of the consumer's.
 func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, func(c *broker.Config) { c.RebalanceLockMaxLiveTime = 300 })
+	const lockLive = 2 * time.Second
+	e := newEnvWith(t, func(c *broker.Config) { c.RebalanceLockMaxLiveTime = lockLive.Milliseconds() })
 	e.createTopic("OrdLock", 2)
 	c := e.push(Config{Group: "og-lock", Orderly: true})
 	c.cfg.lockRenewInterval = 100 * time.Millisecond
@@ -387,14 +392,15 @@ func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 		_ = json.Unmarshal(resp.Body, &held)
 		return len(held.LockOKMQSet)
 	}
+	// The consumer locked both queues before it took them: without renewals the locks
+	// would lapse within lockLive from here. It keeps both all along.
 	start := time.Now()
-	// Several lock lifetimes pass; the consumer keeps both locks all along.
-	testkit.WaitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 3*lockLive, func() bool {
 		if n := tryLock(); n != 0 {
-			t.Fatalf("another client locked %d queues %v after the consumer started", n, time.Since(start))
+			t.Fatalf("another client locked %d queues %v after the consumer took them", n, time.Since(start))
 		}
-		return time.Since(start) > 2*time.Second
-	}, "2 s of renewals")
+		return time.Since(start) > lockLive*3/2
+	}, "1.5 lock lifetimes of renewals")
 	shutdown(t, c)
 	if n := tryLock(); n != 2 {
 		t.Fatalf("after Shutdown another client locked %d of 2 queues", n)
