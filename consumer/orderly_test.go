@@ -254,10 +254,26 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 		seen     = map[string]int{}
 		owners   = map[int32]map[string]bool{}
 		problems []string
+		// Handlers pause at a quarter of the messages until c1 has given up the queues
+		// c2 is to take: the handover happens with a backlog however fast or slow the
+		// machine consumes. (c1 unlocks a queue only once its handler returned, so the
+		// pause ends before c2 can take them.)
+		gate     = make(chan struct{})
+		openGate = sync.OnceFunc(func() { close(gate) })
 	)
+	defer openGate() // a failing test must not leave handlers waiting
 	handler := func(who string) func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
 		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			q := msgs[0].QueueID
+			mu.Lock()
+			pause := len(seen) >= n/4
+			mu.Unlock()
+			if pause {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
 			mu.Lock()
 			if other, ok := busy[q]; ok {
 				problems = append(problems, fmt.Sprintf("queue %d: %s and %s handle it at once", q, other, who))
@@ -302,12 +318,14 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return count() >= n/4 }, "a quarter handled")
 	c2 := mk("c2")
-	testkit.WaitFor(t, 20*time.Second, func() bool {
-		return len(assigned(c1, "OrdHand")) == 2 && len(assigned(c2, "OrdHand")) == 2
-	}, "2 queues each")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return len(assigned(c1, "OrdHand")) == 2 }, "c1 to give up 2 queues")
 	if count() >= n {
 		t.Fatal("everything was handled before the handover; the test needs a backlog")
 	}
+	openGate()
+	testkit.WaitFor(t, 20*time.Second, func() bool {
+		return len(assigned(c1, "OrdHand")) == 2 && len(assigned(c2, "OrdHand")) == 2
+	}, "2 queues each")
 	testkit.WaitFor(t, 20*time.Second, func() bool { return count() >= n/2 }, "half handled")
 	shutdown(t, c1)
 	testkit.WaitFor(t, 20*time.Second, func() bool { return len(assigned(c2, "OrdHand")) == 4 }, "c2 owns 4 queues")
