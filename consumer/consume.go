@@ -79,11 +79,13 @@ func (c *PushConsumer) stopping() bool {
 // broadcasting mode the failure is logged and the messages count as finished (no
 // consume retry).
 func (c *PushConsumer) consume(req *consumeRequest) {
+	// Count the call before checking dropped: dropQueues sets dropped before it reads
+	// running, so either this call sees the drop, or the drop waits for this call.
+	req.pq.running.Add(1)
+	defer req.pq.running.Add(-1)
 	if req.pq.dropped.Load() {
 		return // the queue's next owner delivers these again
 	}
-	req.pq.running.Add(1)
-	defer req.pq.running.Add(-1)
 	if req = c.deadLetterUndecodable(req); req == nil {
 		return
 	}

@@ -118,7 +118,7 @@ func (c *PushConsumer) orderlyFailed(pq *processQueue, msgs []*message.MessageEx
 // relock asks the broker for pq's lock again (it lapsed: a failed renewal, or the
 // client-side validity ran out) and reports whether it is held now.
 func (c *PushConsumer) relock(ctx context.Context, pq *processQueue) bool {
-	held, err := c.broker.lock(ctx, pq.mq.BrokerName, []message.MessageQueue{pq.mq})
+	held, err := c.lockQueues(ctx, pq.mq.BrokerName, []message.MessageQueue{pq.mq})
 	if err != nil {
 		c.log.Warn("consumer: relocking queue failed", "queue", pq.mq.String(), "err", err)
 		return false
@@ -143,41 +143,90 @@ func (c *PushConsumer) lockLoop() {
 			return
 		case <-t.C:
 		}
-		c.mu.Lock()
-		pqs := make(map[message.MessageQueue]*processQueue, len(c.pqs))
-		mqs := make([]message.MessageQueue, 0, len(c.pqs))
-		for mq, pq := range c.pqs {
-			pqs[mq] = pq
+		c.renewLocks()
+	}
+}
+
+// renewLocks is one round of lockLoop. It holds lockMu from the snapshot of the queues
+// to the last answer, so a queue whose release (releaseOrderly) unlocks it is either
+// renewed before that unlock or not at all.
+func (c *PushConsumer) renewLocks() {
+	c.lockMu.Lock()
+	defer c.lockMu.Unlock()
+	c.mu.Lock()
+	pqs := make(map[message.MessageQueue]*processQueue, len(c.pqs))
+	mqs := make([]message.MessageQueue, 0, len(c.pqs))
+	for mq, pq := range c.pqs {
+		pqs[mq] = pq
+		mqs = append(mqs, mq)
+	}
+	for mq := range c.draining {
+		// Still finishing a handler call: keep the lock, or another consumer could
+		// take the queue while this one still works on it.
+		if _, ok := pqs[mq]; !ok {
 			mqs = append(mqs, mq)
 		}
-		for mq := range c.draining {
-			// Still finishing a handler call: keep the lock, or another consumer could
-			// take the queue while this one still works on it.
-			if _, ok := pqs[mq]; !ok {
-				mqs = append(mqs, mq)
+	}
+	c.mu.Unlock()
+	for name, list := range byBroker(mqs) {
+		held, err := c.lockQueuesLocked(c.ctx, name, list)
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.log.Warn("consumer: renewing queue locks failed", "broker", name, "err", err)
+			}
+			continue
+		}
+		now := time.Now()
+		for _, mq := range list {
+			pq := pqs[mq]
+			switch {
+			case pq == nil: // draining
+			case held[mq]:
+				pq.setLocked(now)
+			default:
+				c.log.Warn("consumer: lost the lock of a queue", "queue", mq.String())
+				pq.lockedUntil.Store(0)
 			}
 		}
-		c.mu.Unlock()
-		for name, list := range byBroker(mqs) {
-			held, err := c.broker.lock(c.ctx, name, list)
-			if err != nil {
-				if c.ctx.Err() == nil {
-					c.log.Warn("consumer: renewing queue locks failed", "broker", name, "err", err)
-				}
-				continue
-			}
-			now := time.Now()
-			for _, mq := range list {
-				pq := pqs[mq]
-				switch {
-				case pq == nil: // draining
-				case held[mq]:
-					pq.setLocked(now)
-				default:
-					c.log.Warn("consumer: lost the lock of a queue", "queue", mq.String())
-					pq.lockedUntil.Store(0)
-				}
-			}
+	}
+}
+
+// lockQueues asks brokerName for the locks of mqs (LOCK_BATCH_MQ, request code 41) and
+// returns those held now; see lockQueuesLocked.
+func (c *PushConsumer) lockQueues(ctx context.Context, brokerName string, mqs []message.MessageQueue) (map[message.MessageQueue]bool, error) {
+	c.lockMu.Lock()
+	defer c.lockMu.Unlock()
+	return c.lockQueuesLocked(ctx, brokerName, mqs)
+}
+
+// lockQueuesLocked is lockQueues with lockMu held. It waits for the broker's answer even
+// when ctx is cancelled (up to the broker timeout): a broker handles the requests of a
+// connection concurrently, so a lock request abandoned when Shutdown begins could be
+// granted after Shutdown's UNLOCK_BATCH_MQ, and hold the queue for a consumer that is
+// gone until the lock expires (rebalanceLockMaxLiveTime, 60 s by default). After Shutdown
+// unlocked it asks nothing and returns ErrClosed.
+func (c *PushConsumer) lockQueuesLocked(ctx context.Context, brokerName string, mqs []message.MessageQueue) (map[message.MessageQueue]bool, error) {
+	if c.locksClosed {
+		return nil, ErrClosed
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), client.DefaultBrokerTimeout)
+	defer cancel()
+	return c.broker.lock(lctx, brokerName, mqs)
+}
+
+// unlockUnstarted releases the locks of queues that were locked but not started because
+// Shutdown began (unless Shutdown has unlocked already).
+func (c *PushConsumer) unlockUnstarted(mqs []message.MessageQueue) {
+	c.lockMu.Lock()
+	defer c.lockMu.Unlock()
+	if c.locksClosed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultBrokerTimeout)
+	defer cancel()
+	for name, list := range byBroker(mqs) {
+		if err := c.broker.unlock(ctx, name, list); err != nil {
+			c.log.Warn("consumer: unlocking queues not started failed", "broker", name, "err", err)
 		}
 	}
 }
@@ -223,9 +272,21 @@ func (c *PushConsumer) releaseOrderly(pq *processQueue, persist bool) {
 			c.persistMu.Unlock()
 		}
 		if persist && c.orderlyLocks() {
-			if err := c.broker.unlock(ctx, pq.mq.BrokerName, []message.MessageQueue{pq.mq}); err != nil && !errors.Is(err, context.Canceled) {
-				c.log.Warn("consumer: unlocking released queue failed", "queue", pq.mq.String(), "err", err)
+			// Under lockMu, and no longer draining when lockMu is let go: no renewal of
+			// this queue follows the unlock. After Shutdown's unlockAll there is nothing
+			// left to unlock.
+			c.lockMu.Lock()
+			if !c.locksClosed {
+				if err := c.broker.unlock(ctx, pq.mq.BrokerName, []message.MessageQueue{pq.mq}); err != nil && !errors.Is(err, context.Canceled) {
+					c.log.Warn("consumer: unlocking released queue failed", "queue", pq.mq.String(), "err", err)
+				}
 			}
+			c.mu.Lock()
+			if c.draining[pq.mq] == released {
+				delete(c.draining, pq.mq)
+			}
+			c.mu.Unlock()
+			c.lockMu.Unlock()
 		}
 		c.log.Info("consumer: orderly queue released", "group", c.cfg.Group, "queue", pq.mq.String())
 	}
@@ -235,8 +296,11 @@ func (c *PushConsumer) releaseOrderly(pq *processQueue, persist bool) {
 }
 
 // unlockAll releases the broker locks of every queue this consumer holds or is
-// releasing (Shutdown).
+// releasing (Shutdown); no lock is asked for after it (lockQueuesLocked).
 func (c *PushConsumer) unlockAll(ctx context.Context) error {
+	c.lockMu.Lock()
+	defer c.lockMu.Unlock()
+	c.locksClosed = true
 	c.mu.Lock()
 	mqs := make([]message.MessageQueue, 0, len(c.pqs)+len(c.draining))
 	for mq := range c.pqs {

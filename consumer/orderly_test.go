@@ -254,10 +254,26 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 		seen     = map[string]int{}
 		owners   = map[int32]map[string]bool{}
 		problems []string
+		// Handlers pause at a quarter of the messages until c1 has given up the queues
+		// c2 is to take: the handover happens with a backlog however fast or slow the
+		// machine consumes. (c1 unlocks a queue only once its handler returned, so the
+		// pause ends before c2 can take them.)
+		gate     = make(chan struct{})
+		openGate = sync.OnceFunc(func() { close(gate) })
 	)
+	defer openGate() // a failing test must not leave handlers waiting
 	handler := func(who string) func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
 		return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 			q := msgs[0].QueueID
+			mu.Lock()
+			pause := len(seen) >= n/4
+			mu.Unlock()
+			if pause {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
 			mu.Lock()
 			if other, ok := busy[q]; ok {
 				problems = append(problems, fmt.Sprintf("queue %d: %s and %s handle it at once", q, other, who))
@@ -302,12 +318,14 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return count() >= n/4 }, "a quarter handled")
 	c2 := mk("c2")
-	testkit.WaitFor(t, 20*time.Second, func() bool {
-		return len(assigned(c1, "OrdHand")) == 2 && len(assigned(c2, "OrdHand")) == 2
-	}, "2 queues each")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return len(assigned(c1, "OrdHand")) == 2 }, "c1 to give up 2 queues")
 	if count() >= n {
 		t.Fatal("everything was handled before the handover; the test needs a backlog")
 	}
+	openGate()
+	testkit.WaitFor(t, 20*time.Second, func() bool {
+		return len(assigned(c1, "OrdHand")) == 2 && len(assigned(c2, "OrdHand")) == 2
+	}, "2 queues each")
 	testkit.WaitFor(t, 20*time.Second, func() bool { return count() >= n/2 }, "half handled")
 	shutdown(t, c1)
 	testkit.WaitFor(t, 20*time.Second, func() bool { return len(assigned(c2, "OrdHand")) == 4 }, "c2 owns 4 queues")
@@ -353,12 +371,17 @@ func TestOrderlyBroadcastingGivesUpAfterRetries(t *testing.T) {
 	}
 }
 
-// The broker forgets a queue lock after rebalanceLockMaxLiveTime (here 300 ms); an
-// orderly consumer renews its locks (every 100 ms here, 20 s by default), so another
-// client cannot take its queues — until the consumer shuts down and unlocks them.
+// The broker forgets a queue lock after rebalanceLockMaxLiveTime (here 2 s); an orderly
+// consumer renews its locks (every 100 ms here, 20 s by default), so another client
+// cannot take its queues — until the consumer shuts down and unlocks them. The lock
+// outlives a renewal by 1.9 s, as the default's 60 s do the default 20 s renewal by 40 s:
+// under -race on two busy cores a renewal may come several hundred ms late (measured:
+// up to 870 ms between renewals sent every 100 ms), and a lock that lapses then is no
+// fault of the consumer's.
 func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, func(c *broker.Config) { c.RebalanceLockMaxLiveTime = 300 })
+	const lockLive = 2 * time.Second
+	e := newEnvWith(t, func(c *broker.Config) { c.RebalanceLockMaxLiveTime = lockLive.Milliseconds() })
 	e.createTopic("OrdLock", 2)
 	c := e.push(Config{Group: "og-lock", Orderly: true})
 	c.cfg.lockRenewInterval = 100 * time.Millisecond
@@ -387,14 +410,15 @@ func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 		_ = json.Unmarshal(resp.Body, &held)
 		return len(held.LockOKMQSet)
 	}
+	// The consumer locked both queues before it took them: without renewals the locks
+	// would lapse within lockLive from here. It keeps both all along.
 	start := time.Now()
-	// Several lock lifetimes pass; the consumer keeps both locks all along.
-	testkit.WaitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 3*lockLive, func() bool {
 		if n := tryLock(); n != 0 {
-			t.Fatalf("another client locked %d queues %v after the consumer started", n, time.Since(start))
+			t.Fatalf("another client locked %d queues %v after the consumer took them", n, time.Since(start))
 		}
-		return time.Since(start) > 2*time.Second
-	}, "2 s of renewals")
+		return time.Since(start) > lockLive*3/2
+	}, "1.5 lock lifetimes of renewals")
 	shutdown(t, c)
 	if n := tryLock(); n != 2 {
 		t.Fatalf("after Shutdown another client locked %d of 2 queues", n)

@@ -84,8 +84,8 @@ const consumeBacklog = 1024
 // reconsume count; orderly: locally after SuspendCurrentQueueTime), and messages past
 // the last committed offset may come again after a rebalance or a crash.
 //
-// Lock order: persistMu, then PushConsumer.mu, then processQueue.mu; no lock but
-// persistMu is held during network I/O.
+// Lock order: persistMu, then PushConsumer.mu, then processQueue.mu; lockMu, then
+// PushConsumer.mu. No lock but persistMu and lockMu is held during network I/O.
 type PushConsumer struct {
 	cfg        Config
 	log        *slog.Logger
@@ -95,6 +95,12 @@ type PushConsumer struct {
 	retryTopic string      // "" in broadcasting mode
 
 	persistMu sync.Mutex // serializes offset writes: periodic persist, dropped and reset queues
+
+	// lockMu orders this consumer's LOCK_BATCH_MQ and UNLOCK_BATCH_MQ requests (see
+	// lockQueuesLocked); locksClosed, under it, is set when Shutdown unlocks: no lock is
+	// asked for after that.
+	lockMu      sync.Mutex
+	locksClosed bool
 
 	mu       sync.Mutex
 	state    state

@@ -160,7 +160,7 @@ func (c *PushConsumer) assign(ctx context.Context, topic string, mine []message.
 	if c.orderlyLocks() {
 		var locked []message.MessageQueue
 		for name, mqs := range byBroker(add) {
-			held, err := c.broker.lock(ctx, name, mqs)
+			held, err := c.lockQueues(ctx, name, mqs)
 			if err != nil {
 				c.log.Warn("consumer: locking queues failed", "broker", name, "err", err)
 				retrySoon = true
@@ -178,7 +178,7 @@ func (c *PushConsumer) assign(ctx context.Context, topic string, mine []message.
 		sort.Slice(locked, func(i, j int) bool { return locked[i].Less(locked[j]) })
 		add = locked
 	}
-	for _, mq := range add {
+	for i, mq := range add {
 		start, err := c.startOffset(ctx, mq)
 		if err != nil {
 			c.log.Warn("consumer: cannot start queue", "queue", mq.String(), "err", err)
@@ -186,6 +186,9 @@ func (c *PushConsumer) assign(ctx context.Context, topic string, mine []message.
 			continue
 		}
 		if !c.startQueue(mq, start) {
+			if c.orderlyLocks() {
+				c.unlockUnstarted(add[i:]) // Shutdown began: it unlocks only the queues it knows
+			}
 			return false
 		}
 	}

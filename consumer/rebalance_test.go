@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +23,8 @@ type assignEvent struct {
 // the queue over from — a message the previous owner had in flight: delivered, but its
 // progress not yet committed to the broker when the new owner read the offset (the
 // previous owner may even start it after the takeover, until its own rebalance drops
-// the queue: clustering consumers take queues over without a lock, as in RocketMQ).
+// the queue: clustering consumers take queues over without a lock, as in RocketMQ), so
+// the two handler calls may end in either order.
 // The leaving consumer commits before it unregisters, so its own queues move without
 // any duplicate.
 func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
@@ -39,9 +39,33 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 		delivered = map[string][]delivery{}
 		count     int
 		assigns   []assignEvent
-		joining   atomic.Bool
+		// The handlers pause at a third of the messages until the third consumer has its
+		// queues, and c1's at two thirds until it is told to leave: the membership changes
+		// happen mid-stream however fast or slow the machine consumes.
+		joinGate, leaveGate = make(chan struct{}), make(chan struct{})
+		openJoin            = sync.OnceFunc(func() { close(joinGate) })
+		openLeave           = sync.OnceFunc(func() { close(leaveGate) })
 	)
-	joining.Store(true)
+	defer openJoin() // a failing test must not leave handlers waiting
+	defer openLeave()
+	pause := func(ctx context.Context, who string) {
+		mu.Lock()
+		n := count
+		mu.Unlock()
+		var gate chan struct{}
+		switch {
+		case n >= 2*total/3 && who == "c1":
+			gate = leaveGate
+		case n >= total/3:
+			gate = joinGate
+		default:
+			return
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
 	newC := func(who string) *PushConsumer {
 		c := e.push(Config{Group: "rbg", InstanceName: who, ConsumeFromWhere: ConsumeFromFirstOffset, ConsumeGoroutines: 2, PullBatchSize: 16})
 		c.cfg.onAssign = func(mq message.MessageQueue, start int64) {
@@ -50,13 +74,8 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 			mu.Unlock()
 		}
 		if err := c.Subscribe("Reb", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			// The handler's work: slower until the third consumer has its queues, so a
-			// backlog is left when it joins even on a fast machine.
-			if joining.Load() {
-				time.Sleep(10 * time.Millisecond)
-			} else {
-				time.Sleep(2 * time.Millisecond)
-			}
+			pause(ctx, who)
+			time.Sleep(2 * time.Millisecond) // the handler's work
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range msgs {
@@ -84,16 +103,23 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, func() bool { return deliveries() >= total/3 }, "a third of the messages")
 	joinAt := time.Now()
 	c3 := newC("c3")
+	// c2 gives up two queues and takes one of c1's: it takes it only once the handlers of
+	// those it gave up have finished (or handoverWait passed), so the handlers go on
+	// before every consumer has its two queues.
 	testkit.WaitFor(t, 15*time.Second, func() bool {
-		return len(assigned(c1, "Reb")) == 2 && len(assigned(c2, "Reb")) == 2 && len(assigned(c3, "Reb")) == 2
-	}, "2 queues each")
+		return len(assigned(c1, "Reb")) == 2 && len(assigned(c2, "Reb")) <= 2 && len(assigned(c3, "Reb")) == 2
+	}, "c3 to take 2 queues, c1 and c2 to give theirs up")
 	if deliveries() >= total {
 		t.Fatalf("all %d messages were consumed before the third consumer joined; the test needs a backlog", total)
 	}
-	joining.Store(false)
+	openJoin()
+	testkit.WaitFor(t, 15*time.Second, func() bool {
+		return len(assigned(c1, "Reb")) == 2 && len(assigned(c2, "Reb")) == 2 && len(assigned(c3, "Reb")) == 2
+	}, "2 queues each")
 	testkit.WaitFor(t, 20*time.Second, func() bool { return deliveries() >= 2*total/3 }, "two thirds of the messages")
 	c1Queues := assigned(c1, "Reb")
 	leaveAt := time.Now()
+	openLeave() // c1's paused handlers finish; Shutdown starts no new one
 	shutdown(t, c1)
 	testkit.WaitFor(t, 15*time.Second, func() bool {
 		return len(assigned(c2, "Reb")) == 3 && len(assigned(c3, "Reb")) == 3
@@ -108,7 +134,7 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 			t.Fatalf("message %s lost", body)
 		}
 	}
-	// takeover returns the last assignment of mq to who before at.
+	// takeover returns the last assignment of mq to who at or before at.
 	takeover := func(who string, mq message.MessageQueue, at time.Time) (assignEvent, bool) {
 		var found assignEvent
 		ok := false
@@ -119,6 +145,17 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 		}
 		return found, ok
 	}
+	// redelivery reports whether again is the next owner's delivery of a message the
+	// previous owner (prev) had in flight: again's consumer took the queue over after the
+	// join, at or below the message's offset, and prev held the queue before that.
+	redelivery := func(prev, again delivery) (assignEvent, bool) {
+		a, ok := takeover(again.who, again.queue, again.at)
+		if !ok || a.at.Before(joinAt) || again.offset < a.start {
+			return a, false
+		}
+		_, held := takeover(prev.who, prev.queue, a.at)
+		return a, held
+	}
 	dups := 0
 	for body, ds := range delivered {
 		if len(ds) == 1 {
@@ -128,19 +165,41 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 		if len(ds) > 2 {
 			t.Fatalf("%s delivered %d times: %+v", body, len(ds), ds)
 		}
-		first, second := ds[0], ds[1]
-		if c1Queues[second.queue] && second.at.After(leaveAt) {
-			t.Fatalf("%s (queue %v offset %d) delivered again after c1 left; c1 commits before it leaves: %+v", body, second.queue, second.offset, ds)
+		if ds[0].who == ds[1].who {
+			t.Fatalf("%s delivered twice by %s; only a queue's next owner may redeliver in-flight messages: %+v", body, ds[0].who, ds)
 		}
-		if second.who == first.who {
-			t.Fatalf("%s delivered twice by %s; only a queue's next owner may redeliver in-flight messages", body, first.who)
+		// The two handler calls may finish in either order: the previous owner's call may
+		// have started before the takeover and end after the next owner's, so the order
+		// in delivered does not tell which is the redelivery.
+		a, ok := redelivery(ds[0], ds[1])
+		if !ok {
+			a, ok = redelivery(ds[1], ds[0])
 		}
-		a, ok := takeover(second.who, second.queue, second.at)
-		if !ok || a.at.Before(joinAt) || second.offset < a.start {
-			t.Fatalf("%s (queue %v offset %d) delivered by %s at %v, then by %s, which took the queue over at %v from offset %d (found %v)",
-				body, second.queue, second.offset, first.who, first.at, second.who, a.at, a.start, ok)
+		if !ok {
+			t.Fatalf("%s (queue %v offset %d) delivered by %s and by %s, and neither took the queue over from the other after the join at or below that offset; assignments: %+v",
+				body, ds[0].queue, ds[0].offset, ds[0].who, ds[1].who, assignsOf(assigns, ds[0].queue))
+		}
+		if c1Queues[ds[0].queue] && a.at.After(leaveAt) {
+			t.Fatalf("%s (queue %v offset %d) delivered again after c1 left; c1 commits before it leaves: %+v", body, ds[0].queue, ds[0].offset, ds)
 		}
 	}
-	t.Logf("%d messages, %d duplicate deliveries (in flight at a takeover)", total, dups)
+	movedOnLeave := 0
+	for _, ds := range delivered {
+		if d := ds[len(ds)-1]; c1Queues[d.queue] && d.who != "c1" {
+			movedOnLeave++
+		}
+	}
+	t.Logf("%d messages, %d duplicate deliveries (in flight at a takeover), %d messages of c1's queues consumed by c2 and c3 after c1 left",
+		total, dups, movedOnLeave)
+}
 
+// assignsOf returns the assignments of mq, for failure messages.
+func assignsOf(all []assignEvent, mq message.MessageQueue) []assignEvent {
+	var out []assignEvent
+	for _, a := range all {
+		if a.mq == mq {
+			out = append(out, a)
+		}
+	}
+	return out
 }

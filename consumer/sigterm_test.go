@@ -25,6 +25,7 @@ const (
 	childEnv      = "SLUICE_SIGTERM_CHILD" // set: TestMain runs runSigtermChild
 	childNamesrv  = "SLUICE_CHILD_NAMESRV"
 	childLog      = "SLUICE_CHILD_LOG"
+	childHoldAt   = "SLUICE_CHILD_HOLD_AT" // finished messages after which batches wait for Shutdown; unset: never
 	childGroup    = "sigg"
 	childTopic    = "SigTerm"
 	childWorkTime = 40 * time.Millisecond // per batch
@@ -32,10 +33,17 @@ const (
 
 // runSigtermChild is a consumer process: batches of up to 8 messages take
 // childWorkTime each; a finished message is appended to the log file ("<queue>
-// <offset> <body>", fsynced) before its batch reports success. On SIGTERM it shuts down
-// with a deadline shorter than a batch, so batches in progress are interrupted: their
-// handlers see the context cancelled and give up without logging. It prints
+// <offset> <body>", fsynced, one batch at a time) before its batch reports success. Once
+// SLUICE_CHILD_HOLD_AT messages have finished, a batch that starts works until its
+// context is cancelled, and the first such batch prints "holding". On SIGTERM it shuts
+// down with a deadline shorter than a batch, so batches in progress are interrupted:
+// their handlers see the context cancelled (while working or waiting for the log) and
+// give up without logging. Once every handler call has returned it prints
 // "interrupted N" and exits 0.
+//
+// The held batches make sure some batch is in progress when SIGTERM comes: batches of one
+// pull start together and queue for the log together, so on a busy disk every batch in
+// progress may be logging, beyond interruption, when the signal arrives.
 func runSigtermChild() int {
 	logf, err := os.OpenFile(os.Getenv(childLog), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -45,6 +53,18 @@ func runSigtermChild() int {
 	defer logf.Close()
 	var interrupted, startedAfter atomic.Int64
 	var logMu sync.Mutex // one batch's lines stay together
+	// Shutdown does not wait for handlers it cancelled at its deadline: the counts are
+	// read once every handler call has returned.
+	var calls sync.WaitGroup
+	var finished atomic.Int64
+	var holding sync.Once
+	holdAt := int64(-1)
+	if v := os.Getenv(childHoldAt); v != "" {
+		if holdAt, err = strconv.ParseInt(v, 10, 64); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	c, err := NewPushConsumer(Config{
 		NamesrvAddrs: []string{os.Getenv(childNamesrv)}, Group: childGroup, ConsumeFromWhere: ConsumeFromFirstOffset,
 		ConsumeMessageBatchMaxSize: 8, ConsumeGoroutines: 4, PersistOffsetInterval: 200 * time.Millisecond,
@@ -55,14 +75,29 @@ func runSigtermChild() int {
 		return 2
 	}
 	err = c.Subscribe(childTopic, "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		calls.Add(1)
+		defer calls.Done()
 		if c.stopping() { // Shutdown (called on SIGTERM) has begun: no handler may start
 			startedAfter.Add(1)
+		}
+		if holdAt >= 0 && finished.Load() >= holdAt {
+			holding.Do(func() { fmt.Println("holding") })
+			<-ctx.Done()
+			interrupted.Add(1)
+			return message.ReconsumeLater, ctx.Err()
 		}
 		t := time.NewTimer(childWorkTime)
 		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-ctx.Done():
+		}
+		// Cancelled while working, or while waiting for the log (another batch's fsync
+		// may take long on a busy disk): give up without logging. select picks at random
+		// when the timer and the cancellation are both ready, hence the check after it.
+		logMu.Lock()
+		defer logMu.Unlock()
+		if ctx.Err() != nil {
 			interrupted.Add(1)
 			return message.ReconsumeLater, ctx.Err()
 		}
@@ -70,14 +105,13 @@ func runSigtermChild() int {
 		for _, m := range msgs {
 			fmt.Fprintf(&b, "%d %d %d %s\n", m.ReconsumeTimes, m.QueueID, m.QueueOffset, m.Body)
 		}
-		logMu.Lock()
-		defer logMu.Unlock()
 		if _, err := logf.Write(b.Bytes()); err != nil {
 			return message.ReconsumeLater, err
 		}
 		if err := logf.Sync(); err != nil {
 			return message.ReconsumeLater, err
 		}
+		finished.Add(int64(len(msgs)))
 		return message.ConsumeSuccess, nil
 	})
 	if err != nil {
@@ -92,11 +126,19 @@ func runSigtermChild() int {
 	}
 	fmt.Println("started")
 	<-ctx.Done()
-	// A deadline of 1/8 of a batch: the 4 batches in flight (no new one starts after
-	// SIGTERM) all finishing within it is a 1-in-4096 chance.
+	// A deadline of 1/8 of a batch: batches still working then (held ones always are;
+	// no new one starts after SIGTERM) are interrupted.
 	sctx, cancel := context.WithTimeout(context.Background(), childWorkTime/8)
 	err = c.Shutdown(sctx)
 	cancel()
+	returned := make(chan struct{})
+	go func() { calls.Wait(); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		fmt.Println("handlers did not return within 30 s of Shutdown")
+		return 2
+	}
 	fmt.Printf("interrupted %d\n", interrupted.Load())
 	fmt.Printf("startedAfterShutdown %d\n", startedAfter.Load())
 	fmt.Printf("shutdown %v\n", err)
@@ -140,10 +182,15 @@ type child struct {
 	err    error
 }
 
-func startChild(t *testing.T, namesrv, logPath string) *child {
+// startChild starts a consumer process (runSigtermChild); holdAt >= 0 sets
+// SLUICE_CHILD_HOLD_AT.
+func startChild(t *testing.T, namesrv, logPath string, holdAt int) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", childNamesrv+"="+namesrv, childLog+"="+logPath)
+	if holdAt >= 0 {
+		cmd.Env = append(cmd.Env, childHoldAt+"="+strconv.Itoa(holdAt))
+	}
 	out := &bytes.Buffer{}
 	cmd.Stdout = &lockedWriter{w: out}
 	cmd.Stderr = os.Stderr
@@ -186,7 +233,8 @@ func (c *child) stop(t *testing.T) string {
 	return c.output()
 }
 
-// SIGTERM reaches a consumer process while batches are in progress. Its Shutdown
+// SIGTERM reaches a consumer process while batches are in progress (the parent waits
+// until the child holds one). Its Shutdown
 // interrupts them, starts no new handler once it has begun (the child counts handler
 // starts that see Shutdown begun: 0), and commits offsets only below the lowest unfinished message. A
 // restarted process then delivers every message that had not finished: in the end each
@@ -201,8 +249,10 @@ func TestSIGTERMMidBatch(t *testing.T) {
 	s := send(t, e.producer(), childTopic, n, "s")
 	logPath := filepath.Join(t.TempDir(), "finished.log")
 
-	c1 := startChild(t, e.namesrv[0], logPath)
-	testkit.WaitFor(t, 30*time.Second, func() bool { return len(readChildLog(t, logPath)) >= 100 }, "the first process to finish 100 messages")
+	c1 := startChild(t, e.namesrv[0], logPath, 100)
+	testkit.WaitFor(t, 30*time.Second, func() bool {
+		return len(readChildLog(t, logPath)) >= 100 && strings.Contains(c1.output(), "holding\n")
+	}, "the first process to finish 100 messages and hold a batch")
 	out := c1.stop(t)
 	interrupted, startedAfter := -1, -1
 	for _, line := range strings.Split(out, "\n") {
@@ -229,7 +279,7 @@ func TestSIGTERMMidBatch(t *testing.T) {
 	}
 	t.Logf("first process: %d finished, %d batches interrupted, committed %v", len(first), interrupted, committed)
 
-	c2 := startChild(t, e.namesrv[0], logPath)
+	c2 := startChild(t, e.namesrv[0], logPath, -1)
 	testkit.WaitFor(t, 60*time.Second, func() bool { return len(readChildLog(t, logPath)) == n }, "every message finished")
 	c2.stop(t)
 
