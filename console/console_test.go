@@ -313,6 +313,12 @@ func TestPagesOverHTTP(t *testing.T) {
 	}
 
 	tok := csrfOf(t, e)
+	// A missing or malformed topic is the operator's mistake (400), not the cluster's (502).
+	for _, topic := range []string{"", "bad topic"} {
+		if code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", url.Values{"csrf": {tok}, "topic": {topic}}, nil); code != http.StatusBadRequest || !strings.Contains(body, "topic") {
+			t.Errorf("reset with topic %q: %d, want 400 naming the topic", topic, code)
+		}
+	}
 	code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", url.Values{"csrf": {tok}, "topic": {"Orders"}, "force": {"on"}}, nil)
 	if code != http.StatusOK || !strings.Contains(body, `id="lag-total">0<`) || !strings.Contains(body, "reset to the end of each queue") {
 		t.Fatalf("reset: %d %.300s", code, body)
