@@ -8,7 +8,8 @@
 // Config.SampleInterval from Config.Metrics.
 //
 // Access: the console is off unless a program starts it; it listens on loopback by
-// default and refuses any other address unless a token or basic auth is set. With
+// default and refuses any other address unless a token or basic auth is set; without
+// them it answers only requests whose Host is loopback (no DNS rebinding). With
 // Config.ReadOnly every mutating route answers 403. Mutations are POST only, carry a
 // per-process CSRF token, and cross-origin POSTs are refused (net/http
 // CrossOriginProtection).
@@ -336,12 +337,24 @@ func securityHeaders(h http.Handler) http.Handler {
 
 const cookieName = "sluice_console"
 
-// authenticate lets a request through when no credentials are configured, or when it
-// carries the token (bearer header or login cookie) or the basic-auth user. Otherwise a
-// browser page request is sent to /login (token mode) or asked for basic auth.
+// authenticate lets a request through when no credentials are configured and it is
+// addressed to a loopback host (Host "localhost" or a loopback IP: any other name means a
+// web page whose name was rebound to this machine, answered 421), or when it carries the
+// token (bearer header or login cookie) or the basic-auth user. Otherwise a browser page
+// request is sent to /login (token mode) or asked for basic auth.
 func (c *Console) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.Token == "" && c.cfg.BasicAuthUser == "" {
+			host := r.Host
+			if hh, _, err := net.SplitHostPort(host); err == nil {
+				host = hh
+			} else if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+				host = host[1 : len(host)-1]
+			}
+			if !isLoopback(host) {
+				http.Error(w, "this console without a token answers only requests to a loopback host (localhost, 127.0.0.1, [::1])", http.StatusMisdirectedRequest)
+				return
+			}
 			h.ServeHTTP(w, r)
 			return
 		}

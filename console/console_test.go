@@ -107,6 +107,32 @@ func TestMutationsNeedCSRFAndSameOrigin(t *testing.T) {
 	}
 }
 
+// TestUnauthenticatedNeedsLoopbackHost: a console without credentials answers only
+// requests addressed to a loopback host, so a web page whose name is rebound to 127.0.0.1
+// (DNS rebinding) can neither read it (and its CSRF token) nor change anything.
+func TestUnauthenticatedNeedsLoopbackHost(t *testing.T) {
+	e := newEnv(t, nil, broker.Config{})
+	port := e.base[strings.LastIndex(e.base, ":")+1:]
+	for _, host := range []string{"evil.example:" + port, "evil.example", "10.0.0.1:" + port} {
+		if code, body, _ := do(t, "GET", e.base+"/topics", nil, map[string]string{"Host": host}); code != http.StatusMisdirectedRequest || csrfRe.MatchString(body) {
+			t.Errorf("GET /topics with Host %s: %d, want 421 without a CSRF token", host, code)
+		}
+	}
+	form := url.Values{"topic": {"Rebound"}, "queues": {"1"}, "csrf": {csrfOf(t, e)}}
+	hdr := map[string]string{"Host": "evil.example:" + port, "Origin": "http://evil.example:" + port, "Sec-Fetch-Site": "same-origin"}
+	if code, _, _ := do(t, "POST", e.base+"/topics", form, hdr); code != http.StatusMisdirectedRequest {
+		t.Errorf("rebound POST /topics: %d, want 421", code)
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port, "localhost"} {
+		if code, _, _ := do(t, "GET", e.base+"/topics", nil, map[string]string{"Host": host}); code != http.StatusOK {
+			t.Errorf("GET /topics with Host %s: %d, want 200", host, code)
+		}
+	}
+	if _, err := e.a.TopicRoute(ctx(t), "Rebound"); err == nil {
+		t.Fatal("a rebound request created a topic")
+	}
+}
+
 func TestReadOnly(t *testing.T) {
 	e := newEnv(t, func(c *console.Config) { c.ReadOnly = true }, broker.Config{})
 	_, body, _ := do(t, "GET", e.base+"/topics", nil, nil)
@@ -287,6 +313,12 @@ func TestPagesOverHTTP(t *testing.T) {
 	}
 
 	tok := csrfOf(t, e)
+	// A missing or malformed topic is the operator's mistake (400), not the cluster's (502).
+	for _, topic := range []string{"", "bad topic"} {
+		if code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", url.Values{"csrf": {tok}, "topic": {topic}}, nil); code != http.StatusBadRequest || !strings.Contains(body, "topic") {
+			t.Errorf("reset with topic %q: %d, want 400 naming the topic", topic, code)
+		}
+	}
 	code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", url.Values{"csrf": {tok}, "topic": {"Orders"}, "force": {"on"}}, nil)
 	if code != http.StatusOK || !strings.Contains(body, `id="lag-total">0<`) || !strings.Contains(body, "reset to the end of each queue") {
 		t.Fatalf("reset: %d %.300s", code, body)

@@ -156,6 +156,10 @@ func do(t *testing.T, method, u string, form url.Values, hdr map[string]string) 
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v // net/http takes the Host header from the request, not Header
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := client.Do(req)

@@ -492,6 +492,10 @@ func parseTime(s string) (time.Time, error) {
 func (c *Console) resetOffset(w http.ResponseWriter, r *http.Request) {
 	group := r.PathValue("group")
 	topic := strings.TrimSpace(r.PostFormValue("topic"))
+	if err := message.ValidateTopic(topic); err != nil {
+		c.groupPage(w, r, http.StatusBadRequest, group, nil, "", "reset offset: topic: "+err.Error())
+		return
+	}
 	at, err := parseTime(r.PostFormValue("time"))
 	if err != nil {
 		c.groupPage(w, r, http.StatusBadRequest, group, nil, "", err.Error())
