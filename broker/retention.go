@@ -34,18 +34,34 @@ func deleteHours(s string) (map[int]bool, error) {
 	return hours, nil
 }
 
-// diskUsedRatio returns the used share of the file system holding dir, in percent.
+// diskUsedRatio returns the used share of the file system holding dir, in percent, as
+// df(1) computes Use%: used / (used + available to unprivileged users). See
+// [usedPercent] for why neither total nor free blocks alone are the denominator.
 func diskUsedRatio(dir string) (int, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, err
 	}
-	total := st.Blocks * uint64(st.Bsize)
-	if total == 0 {
-		return 0, nil
+	return usedPercent(st.Blocks, st.Bfree, st.Bavail), nil
+}
+
+// usedPercent is df's Use% of a file system with blocks in all, bfree free and bavail
+// of those available to unprivileged users: used = blocks - bfree, and the share is
+// used / (used + bavail), rounded down. Blocks reserved for root are neither used nor
+// available, so they count on neither side. (1 - bavail/blocks would count them as
+// used: on a file system with a large reservation that reads "77 %" where df says
+// 38 %, and a broker with diskMaxUsedSpaceRatio=75 would act on a disk that is far from
+// full. Apache RocketMQ computes (total - free) / total from Java's getFreeSpace,
+// counting the reservation as free; df's figure is the one operators watch.)
+func usedPercent(blocks, bfree, bavail uint64) int {
+	if blocks == 0 || bfree > blocks {
+		return 0
 	}
-	free := st.Bavail * uint64(st.Bsize)
-	return int((total - free) * 100 / total), nil
+	used := blocks - bfree
+	if used+bavail == 0 {
+		return 0
+	}
+	return int(used * 100 / (used + bavail))
 }
 
 // retentionLoop checks every cleanResourceInterval ms whether to delete files.

@@ -69,3 +69,21 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("a disk at 99%% deleted %d files", n)
 	}
 }
+
+func TestUsedPercentIsDfUse(t *testing.T) {
+	for _, c := range []struct {
+		blocks, bfree, bavail uint64
+		want                  int
+	}{
+		{66053021, 56872288, 14694583, 38}, // a large root reservation: df says 39 % (rounded up)
+		{100, 100, 100, 0},                 // empty
+		{100, 0, 0, 100},                   // full
+		{100, 30, 25, 73},                  // 70 used, 5 reserved: 70 / 95
+		{0, 0, 0, 0},                       // no blocks
+		{100, 120, 10, 0},                  // inconsistent figures are not a full disk
+	} {
+		if got := usedPercent(c.blocks, c.bfree, c.bavail); got != c.want {
+			t.Errorf("usedPercent(%d, %d, %d) = %d, want %d", c.blocks, c.bfree, c.bavail, got, c.want)
+		}
+	}
+}
