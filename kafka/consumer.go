@@ -287,8 +287,9 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 
 // Subscribe registers handler for the records of topic whose tag (header TAGS) matches
 // tagExpr: "*" or "" for all, or "TagA || TagB" (filter.NewTagFilter). Records that do
-// not match are skipped (and committed). Errors: a *message.ValidationError for a bad
-// topic name, or a *ConfigError after Start or for a nil handler.
+// not match are skipped (and committed). One handler per topic. Errors: a
+// *message.ValidationError for a bad topic name, or a *ConfigError after Start, for a
+// nil handler or for a topic subscribed already.
 func (c *Consumer) Subscribe(topic, tagExpr string, handler middleware.ConsumeFunc) error {
 	return c.subscribe(&subscription{topic: topic, tags: filter.NewTagFilter(tagExpr), handler: handler})
 }
@@ -315,6 +316,11 @@ func (c *Consumer) subscribe(s *subscription) error {
 	defer c.mu.Unlock()
 	if c.state != stateNew {
 		return &ConfigError{"Subscribe", "subscriptions are fixed once the consumer started"}
+	}
+	if _, dup := c.subs[s.topic]; dup {
+		// Replacing it would silently stop the first handler (one handler per topic, as
+		// the RocketMQ push consumer, which refuses it the same way).
+		return &ConfigError{"Subscribe", fmt.Sprintf("topic %q is already subscribed", s.topic)}
 	}
 	c.subs[s.topic] = s
 	return nil

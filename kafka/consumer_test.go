@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,6 +313,18 @@ func TestConsumerConfigErrors(t *testing.T) {
 	}
 	if err := c.Subscribe("t", "*", nil); !errors.As(err, &ce) {
 		t.Errorf("nil handler: %v", err)
+	}
+	okHandler := func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return message.ConsumeSuccess, nil
+	}
+	if err := c.Subscribe("t", "A", okHandler); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("t", "B", okHandler); !errors.As(err, &ce) || !strings.Contains(err.Error(), "already subscribed") {
+		t.Errorf("a topic subscribed twice: %v, want a *ConfigError (the first handler would be dropped)", err)
+	}
+	if err := c.SubscribeSQL("t", "a > 1", okHandler); !errors.As(err, &ce) {
+		t.Errorf("a topic subscribed twice (SQL92): %v", err)
 	}
 	if err := c.Shutdown(ctxT(t, 5*time.Second)); err != nil {
 		t.Errorf("shutdown of a consumer never started: %v", err)
