@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -338,10 +339,12 @@ func (c *Consumer) retryTopics() []string {
 	return out
 }
 
-// Start creates the group's retry and dead-letter topics when missing (unless
-// NoTopicCreation; ctx bounds that), joins the group and starts consuming in the background. Errors: a
-// *ConfigError without subscriptions or when already started, or the topic creation's
-// error.
+// Start checks that the subscribed topics exist, creates the group's retry and
+// dead-letter topics when missing (unless NoTopicCreation; ctx bounds that), joins the
+// group and starts consuming in the background. Errors: a *ConfigError without
+// subscriptions, when already started or naming a subscribed topic the cluster does not
+// have (Start creates no subscribed topic: their partition count is the application's
+// choice), the metadata request's error, or the topic creation's error.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.state != stateNew {
@@ -354,6 +357,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	c.state = stateRunning
 	c.mu.Unlock()
+	if err := c.checkSubscribed(ctx); err != nil {
+		c.abandon()
+		return err
+	}
 	retry := c.retryTopics()
 	if !c.cfg.NoTopicCreation {
 		if err := EnsureTopics(ctx, c.client, c.cfg.RetryPartitions, c.cfg.ReplicationFactor, append(retry, DLQTopic(c.cfg.Group))...); err != nil {
@@ -388,6 +395,34 @@ func (c *Consumer) Start(ctx context.Context) error {
 	c.cg = cg
 	c.runDone = make(chan struct{})
 	go c.run()
+	return nil
+}
+
+// checkSubscribed returns a *ConfigError naming the subscribed topics the cluster does
+// not have. kafka-go's group leader reads the partitions of all the group's topics in
+// one request and, when one of them is missing, assigns nothing at all — not even the
+// topics that exist — and nothing rebalances when the topic appears later: the consumer
+// would sit idle without a word.
+func (c *Consumer) checkSubscribed(ctx context.Context) error {
+	c.mu.Lock()
+	topics := make([]string, 0, len(c.subs))
+	for t := range c.subs {
+		topics = append(topics, t)
+	}
+	c.mu.Unlock()
+	sort.Strings(topics)
+	var missing []string
+	for _, t := range topics {
+		if _, err := partitionsOf(ctx, c.client, t); err != nil {
+			if !errors.Is(err, kafkago.UnknownTopicOrPartition) {
+				return fmt.Errorf("kafka: start: %w", err)
+			}
+			missing = append(missing, strconv.Quote(t))
+		}
+	}
+	if len(missing) > 0 {
+		return &ConfigError{"Subscribe", "topic " + strings.Join(missing, ", ") + " does not exist on the cluster; create it first (EnsureTopicsAt)"}
+	}
 	return nil
 }
 

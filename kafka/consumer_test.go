@@ -382,3 +382,31 @@ func TestRetryWaitsOnlyItsPartition(t *testing.T) {
 		t.Fatalf("retry copy handled %v after the failure, before its %v due time", retriedAfter, due)
 	}
 }
+
+// A subscribed topic the cluster does not have fails Start with a *ConfigError naming
+// it. Before, Start succeeded and kafka-go's group leader, whose one partitions request
+// for all the group's topics failed, assigned nothing at all: the topic that did exist
+// (and the retry topics) sat unconsumed, and nothing rebalanced when the topic appeared.
+func TestStartRefusesMissingTopic(t *testing.T) {
+	c := newCluster(t, 1, "present")
+	brokers := c.ListenAddrs()
+	cons, err := NewConsumer(fastConfig(t, brokers, "g-missing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return message.ConsumeSuccess, nil
+	}
+	if err := cons.Subscribe("present", "*", h); err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Subscribe("absent", "*", h); err != nil {
+		t.Fatal(err)
+	}
+	err = cons.Start(ctxT(t, 10*time.Second))
+	defer shutdown(t, cons, 10*time.Second)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `"absent"`) || strings.Contains(err.Error(), `"present"`) {
+		t.Fatalf("start with a missing subscribed topic: %v, want a *ConfigError naming only \"absent\"", err)
+	}
+}
