@@ -229,3 +229,26 @@ func TestProducerErrorsNameTheLimitAndDelayTopic(t *testing.T) {
 		t.Errorf("delayed send without its delay topic: %v, want an error naming %q", err, DelayTopic(2))
 	}
 }
+
+// A property named like a header the consumer acts on is refused at send. Before, a
+// user's SLUICE_DUE_MS an hour ahead was sent and then held its whole partition for the
+// hour (every later message waited behind it).
+func TestProducerRefusesReservedHeaders(t *testing.T) {
+	p, err := NewProducer(ProducerConfig{Brokers: []string{"127.0.0.1:1"}, MaxAttempts: 1, WriteTimeout: time.Second,
+		DialTimeout: time.Second, Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	defer func() { _ = p.Shutdown(ctx) }()
+	for _, name := range []string{HeaderDueMs, HeaderReconsumeTimes, HeaderOriginTopic, HeaderFlag} {
+		m := message.NewMessage("t", []byte("x")).SetProperty(name, "4102444800000")
+		var ve *message.ValidationError
+		if _, err := p.Send(ctx, m); !errors.As(err, &ve) || ve.Field != "properties" || !strings.Contains(err.Error(), name) {
+			t.Errorf("send with property %s: %v, want a *message.ValidationError naming it", name, err)
+		}
+		if err := p.SendAsync(ctx, m, func(*message.SendResult, error) { t.Error("callback of a refused send ran") }); !errors.As(err, &ve) {
+			t.Errorf("async send with property %s: %v, want a *message.ValidationError", name, err)
+		}
+	}
+}
