@@ -375,18 +375,22 @@ func (c *Consumer) Start(ctx context.Context) error {
 	sort.Strings(topics)
 	topics = append(topics, retry...)
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
-		ID:                c.cfg.Group,
-		Brokers:           c.cfg.Brokers,
-		Dialer:            c.conns.dialer(c.cfg.ClientID),
-		Topics:            topics,
-		GroupBalancers:    []kafkago.GroupBalancer{kafkago.RoundRobinGroupBalancer{}, kafkago.RangeGroupBalancer{}},
-		HeartbeatInterval: c.cfg.HeartbeatInterval,
-		SessionTimeout:    c.cfg.SessionTimeout,
-		RebalanceTimeout:  c.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
-		StartOffset:       c.cfg.StartOffset,
-		Timeout:           c.cfg.Timeout,
-		ErrorLogger:       kafkago.LoggerFunc(func(f string, a ...any) { c.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
+		ID:      c.cfg.Group,
+		Brokers: c.cfg.Brokers,
+		Dialer:  c.conns.dialer(c.cfg.ClientID),
+		Topics:  topics,
+		// Partitions added to a topic while the group runs start being consumed within
+		// PartitionWatchInterval (kafka-go's 5 s): the watcher ends the generation and
+		// the group rebalances. Without it they would wait for the next rebalance.
+		WatchPartitionChanges: true,
+		GroupBalancers:        []kafkago.GroupBalancer{kafkago.RoundRobinGroupBalancer{}, kafkago.RangeGroupBalancer{}},
+		HeartbeatInterval:     c.cfg.HeartbeatInterval,
+		SessionTimeout:        c.cfg.SessionTimeout,
+		RebalanceTimeout:      c.cfg.RebalanceTimeout,
+		JoinGroupBackoff:      c.cfg.JoinGroupBackoff,
+		StartOffset:           c.cfg.StartOffset,
+		Timeout:               c.cfg.Timeout,
+		ErrorLogger:           kafkago.LoggerFunc(func(f string, a ...any) { c.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 	})
 	if err != nil {
 		c.abandon()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
@@ -409,4 +411,41 @@ func TestStartRefusesMissingTopic(t *testing.T) {
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `"absent"`) || strings.Contains(err.Error(), `"present"`) {
 		t.Fatalf("start with a missing subscribed topic: %v, want a *ConfigError naming only \"absent\"", err)
 	}
+}
+
+// lastPartition sends every record to the highest partition.
+type lastPartition struct{}
+
+func (lastPartition) Balance(_ kafkago.Message, partitions ...int) int {
+	return partitions[len(partitions)-1]
+}
+
+// A partition added to a subscribed topic while the group runs is consumed (kafka-go's
+// partition watcher rebalances the group). Before, its records waited for the next
+// rebalance — a member joining or leaving — which may never come.
+func TestPartitionAddedWhileRunning(t *testing.T) {
+	c := newCluster(t, 1, "grow")
+	brokers := c.ListenAddrs()
+	var got seen
+	cons := startConsumer(t, fastConfig(t, brokers, "g-grow"), func(c *Consumer) {
+		if err := c.Subscribe("grow", "*", recordOK(&got)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer shutdown(t, cons, 10*time.Second)
+	ctx := ctxT(t, 40*time.Second)
+	res, err := clientFor(t, brokers).CreatePartitions(ctx, &kafkago.CreatePartitionsRequest{
+		Topics: []kafkago.TopicPartitionsConfig{{Name: "grow", Count: 2}}})
+	if err != nil || res.Errors["grow"] != nil {
+		t.Fatalf("create partitions: %v %v", err, res)
+	}
+	p := newProducer(t, brokers, func(cfg *ProducerConfig) { cfg.Balancer = lastPartition{} })
+	r, err := p.Send(ctx, message.NewMessage("grow", []byte("on the new partition")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Queue.QueueID != 1 {
+		t.Fatalf("sent to partition %d, want the new partition 1", r.Queue.QueueID)
+	}
+	testkit.WaitFor(t, 25*time.Second, func() bool { return got.len() == 1 }, "the record on the added partition is consumed")
 }
