@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -287,8 +288,9 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 
 // Subscribe registers handler for the records of topic whose tag (header TAGS) matches
 // tagExpr: "*" or "" for all, or "TagA || TagB" (filter.NewTagFilter). Records that do
-// not match are skipped (and committed). Errors: a *message.ValidationError for a bad
-// topic name, or a *ConfigError after Start or for a nil handler.
+// not match are skipped (and committed). One handler per topic. Errors: a
+// *message.ValidationError for a bad topic name, or a *ConfigError after Start, for a
+// nil handler or for a topic subscribed already.
 func (c *Consumer) Subscribe(topic, tagExpr string, handler middleware.ConsumeFunc) error {
 	return c.subscribe(&subscription{topic: topic, tags: filter.NewTagFilter(tagExpr), handler: handler})
 }
@@ -316,6 +318,11 @@ func (c *Consumer) subscribe(s *subscription) error {
 	if c.state != stateNew {
 		return &ConfigError{"Subscribe", "subscriptions are fixed once the consumer started"}
 	}
+	if _, dup := c.subs[s.topic]; dup {
+		// Replacing it would silently stop the first handler (one handler per topic, as
+		// the RocketMQ push consumer, which refuses it the same way).
+		return &ConfigError{"Subscribe", fmt.Sprintf("topic %q is already subscribed", s.topic)}
+	}
 	c.subs[s.topic] = s
 	return nil
 }
@@ -332,10 +339,12 @@ func (c *Consumer) retryTopics() []string {
 	return out
 }
 
-// Start creates the group's retry and dead-letter topics when missing (unless
-// NoTopicCreation; ctx bounds that), joins the group and starts consuming in the background. Errors: a
-// *ConfigError without subscriptions or when already started, or the topic creation's
-// error.
+// Start checks that the subscribed topics exist, creates the group's retry and
+// dead-letter topics when missing (unless NoTopicCreation; ctx bounds that), joins the
+// group and starts consuming in the background. Errors: a *ConfigError without
+// subscriptions, when already started or naming a subscribed topic the cluster does not
+// have (Start creates no subscribed topic: their partition count is the application's
+// choice), the metadata request's error, or the topic creation's error.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.state != stateNew {
@@ -348,6 +357,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	c.state = stateRunning
 	c.mu.Unlock()
+	if err := c.checkSubscribed(ctx); err != nil {
+		c.abandon()
+		return err
+	}
 	retry := c.retryTopics()
 	if !c.cfg.NoTopicCreation {
 		if err := EnsureTopics(ctx, c.client, c.cfg.RetryPartitions, c.cfg.ReplicationFactor, append(retry, DLQTopic(c.cfg.Group))...); err != nil {
@@ -362,18 +375,22 @@ func (c *Consumer) Start(ctx context.Context) error {
 	sort.Strings(topics)
 	topics = append(topics, retry...)
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
-		ID:                c.cfg.Group,
-		Brokers:           c.cfg.Brokers,
-		Dialer:            c.conns.dialer(c.cfg.ClientID),
-		Topics:            topics,
-		GroupBalancers:    []kafkago.GroupBalancer{kafkago.RoundRobinGroupBalancer{}, kafkago.RangeGroupBalancer{}},
-		HeartbeatInterval: c.cfg.HeartbeatInterval,
-		SessionTimeout:    c.cfg.SessionTimeout,
-		RebalanceTimeout:  c.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
-		StartOffset:       c.cfg.StartOffset,
-		Timeout:           c.cfg.Timeout,
-		ErrorLogger:       kafkago.LoggerFunc(func(f string, a ...any) { c.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
+		ID:      c.cfg.Group,
+		Brokers: c.cfg.Brokers,
+		Dialer:  c.conns.dialer(c.cfg.ClientID),
+		Topics:  topics,
+		// Partitions added to a topic while the group runs start being consumed within
+		// PartitionWatchInterval (kafka-go's 5 s): the watcher ends the generation and
+		// the group rebalances. Without it they would wait for the next rebalance.
+		WatchPartitionChanges: true,
+		GroupBalancers:        []kafkago.GroupBalancer{kafkago.RoundRobinGroupBalancer{}, kafkago.RangeGroupBalancer{}},
+		HeartbeatInterval:     c.cfg.HeartbeatInterval,
+		SessionTimeout:        c.cfg.SessionTimeout,
+		RebalanceTimeout:      c.cfg.RebalanceTimeout,
+		JoinGroupBackoff:      c.cfg.JoinGroupBackoff,
+		StartOffset:           c.cfg.StartOffset,
+		Timeout:               c.cfg.Timeout,
+		ErrorLogger:           kafkago.LoggerFunc(func(f string, a ...any) { c.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 	})
 	if err != nil {
 		c.abandon()
@@ -382,6 +399,34 @@ func (c *Consumer) Start(ctx context.Context) error {
 	c.cg = cg
 	c.runDone = make(chan struct{})
 	go c.run()
+	return nil
+}
+
+// checkSubscribed returns a *ConfigError naming the subscribed topics the cluster does
+// not have. kafka-go's group leader reads the partitions of all the group's topics in
+// one request and, when one of them is missing, assigns nothing at all — not even the
+// topics that exist — and nothing rebalances when the topic appears later: the consumer
+// would sit idle without a word.
+func (c *Consumer) checkSubscribed(ctx context.Context) error {
+	c.mu.Lock()
+	topics := make([]string, 0, len(c.subs))
+	for t := range c.subs {
+		topics = append(topics, t)
+	}
+	c.mu.Unlock()
+	sort.Strings(topics)
+	var missing []string
+	for _, t := range topics {
+		if _, err := partitionsOf(ctx, c.client, t); err != nil {
+			if !errors.Is(err, kafkago.UnknownTopicOrPartition) {
+				return fmt.Errorf("kafka: start: %w", err)
+			}
+			missing = append(missing, strconv.Quote(t))
+		}
+	}
+	if len(missing) > 0 {
+		return &ConfigError{"Subscribe", "topic " + strings.Join(missing, ", ") + " does not exist on the cluster; create it first (EnsureTopicsAt)"}
+	}
 	return nil
 }
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/internal/testkit"
@@ -313,6 +316,18 @@ func TestConsumerConfigErrors(t *testing.T) {
 	if err := c.Subscribe("t", "*", nil); !errors.As(err, &ce) {
 		t.Errorf("nil handler: %v", err)
 	}
+	okHandler := func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return message.ConsumeSuccess, nil
+	}
+	if err := c.Subscribe("t", "A", okHandler); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("t", "B", okHandler); !errors.As(err, &ce) || !strings.Contains(err.Error(), "already subscribed") {
+		t.Errorf("a topic subscribed twice: %v, want a *ConfigError (the first handler would be dropped)", err)
+	}
+	if err := c.SubscribeSQL("t", "a > 1", okHandler); !errors.As(err, &ce) {
+		t.Errorf("a topic subscribed twice (SQL92): %v", err)
+	}
 	if err := c.Shutdown(ctxT(t, 5*time.Second)); err != nil {
 		t.Errorf("shutdown of a consumer never started: %v", err)
 	}
@@ -368,4 +383,69 @@ func TestRetryWaitsOnlyItsPartition(t *testing.T) {
 	if retriedAfter < due-50*time.Millisecond {
 		t.Fatalf("retry copy handled %v after the failure, before its %v due time", retriedAfter, due)
 	}
+}
+
+// A subscribed topic the cluster does not have fails Start with a *ConfigError naming
+// it. Before, Start succeeded and kafka-go's group leader, whose one partitions request
+// for all the group's topics failed, assigned nothing at all: the topic that did exist
+// (and the retry topics) sat unconsumed, and nothing rebalanced when the topic appeared.
+func TestStartRefusesMissingTopic(t *testing.T) {
+	c := newCluster(t, 1, "present")
+	brokers := c.ListenAddrs()
+	cons, err := NewConsumer(fastConfig(t, brokers, "g-missing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return message.ConsumeSuccess, nil
+	}
+	if err := cons.Subscribe("present", "*", h); err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Subscribe("absent", "*", h); err != nil {
+		t.Fatal(err)
+	}
+	err = cons.Start(ctxT(t, 10*time.Second))
+	defer shutdown(t, cons, 10*time.Second)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `"absent"`) || strings.Contains(err.Error(), `"present"`) {
+		t.Fatalf("start with a missing subscribed topic: %v, want a *ConfigError naming only \"absent\"", err)
+	}
+}
+
+// lastPartition sends every record to the highest partition.
+type lastPartition struct{}
+
+func (lastPartition) Balance(_ kafkago.Message, partitions ...int) int {
+	return partitions[len(partitions)-1]
+}
+
+// A partition added to a subscribed topic while the group runs is consumed (kafka-go's
+// partition watcher rebalances the group). Before, its records waited for the next
+// rebalance — a member joining or leaving — which may never come.
+func TestPartitionAddedWhileRunning(t *testing.T) {
+	c := newCluster(t, 1, "grow")
+	brokers := c.ListenAddrs()
+	var got seen
+	cons := startConsumer(t, fastConfig(t, brokers, "g-grow"), func(c *Consumer) {
+		if err := c.Subscribe("grow", "*", recordOK(&got)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer shutdown(t, cons, 10*time.Second)
+	ctx := ctxT(t, 40*time.Second)
+	res, err := clientFor(t, brokers).CreatePartitions(ctx, &kafkago.CreatePartitionsRequest{
+		Topics: []kafkago.TopicPartitionsConfig{{Name: "grow", Count: 2}}})
+	if err != nil || res.Errors["grow"] != nil {
+		t.Fatalf("create partitions: %v %v", err, res)
+	}
+	p := newProducer(t, brokers, func(cfg *ProducerConfig) { cfg.Balancer = lastPartition{} })
+	r, err := p.Send(ctx, message.NewMessage("grow", []byte("on the new partition")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Queue.QueueID != 1 {
+		t.Fatalf("sent to partition %d, want the new partition 1", r.Queue.QueueID)
+	}
+	testkit.WaitFor(t, 25*time.Second, func() bool { return got.len() == 1 }, "the record on the added partition is consumed")
 }

@@ -78,8 +78,11 @@ type ProducerConfig struct {
 	// DialTimeout bounds a connection attempt. Default 5 s.
 	DialTimeout time.Duration
 	// MaxBodyBytes refuses larger bodies before sending (a *message.ValidationError).
-	// Default 4 MiB, RocketMQ's maxMessageSize; the broker's message.max.bytes still
-	// applies.
+	// Default 4 MiB, RocketMQ's maxMessageSize. Two smaller limits apply as well:
+	// kafka-go's writer refuses a record (body, key and headers) over 1 MiB, its batch
+	// size (also a *message.ValidationError, Field "body"), and the broker's
+	// message.max.bytes (Apache's default about 1 MiB; a kafka-go error). So on
+	// Kafka a body stays under 1 MiB.
 	MaxBodyBytes int
 	// DelayTopics routes a message with a delay level to topic "sluice.delay.<level>"
 	// (levels above len(DelayLevels) use the last), where a [DelayForwarder] moves it
@@ -287,6 +290,30 @@ func (p *Producer) prepare(msg *message.Message) (kafkago.Message, error) {
 	return km, nil
 }
 
+// maxRecordBytes is kafka-go's Writer.BatchBytes default, which the producer keeps: the
+// writer refuses a record (value, key and headers) larger than one batch before sending
+// it. A larger batch limit could build batches of small records above the broker's
+// message.max.bytes (Apache's default is also about 1 MiB), failing them all.
+const maxRecordBytes = 1 << 20
+
+// sendError wraps a failed write of msg (converted to km) as "kafka: send to topic T: …",
+// naming the delay topic the record was written to when it is not msg's topic, and turns
+// kafka-go's MessageTooLargeError (a client-side refusal whose text reads like the
+// broker's) into a *message.ValidationError with the limit.
+func (p *Producer) sendError(msg *message.Message, km kafkago.Message, err error) error {
+	if errors.As(err, new(kafkago.MessageTooLargeError)) {
+		size := len(km.Key) + len(km.Value)
+		for _, h := range km.Headers {
+			size += len(h.Key) + len(h.Value)
+		}
+		return &message.ValidationError{Field: "body", Reason: "too large for one Kafka record (body, key and headers; kafka-go's batch limit)", Limit: maxRecordBytes, Value: size}
+	}
+	if km.Topic != msg.Topic {
+		return fmt.Errorf("kafka: send to topic %q through delay topic %q (a DelayForwarder's Start creates it): %w", msg.Topic, km.Topic, err)
+	}
+	return fmt.Errorf("kafka: send to topic %q: %w", msg.Topic, err)
+}
+
 // Send writes msg and waits until Kafka acknowledged it (RequiredAcks). The result has
 // Status SendOK, MsgID = UNIQ_KEY (set on msg when missing), and the partition (QueueID)
 // and offset (QueueOffset) the record got — of the delay topic for a delayed message.
@@ -308,7 +335,7 @@ func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.Sen
 		if errors.As(err, &werrs) && len(werrs) == 1 && werrs[0] != nil {
 			err = werrs[0]
 		}
-		return nil, fmt.Errorf("kafka: send to topic %q: %w", msg.Topic, err)
+		return nil, p.sendError(msg, km, err)
 	}
 	if !slot.done {
 		// WriteMessages returned nil but no completion reported this record: never
@@ -341,7 +368,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 	km.WriterData = &asyncSlot{msg: msg, cb: cb}
 	if err := p.async.WriteMessages(ctx, km); err != nil {
 		p.asyncDone()
-		return fmt.Errorf("kafka: send to topic %q: %w", msg.Topic, err)
+		return p.sendError(msg, km, err)
 	}
 	return nil
 }

@@ -207,3 +207,48 @@ func TestProducerAsyncCompletions(t *testing.T) {
 		t.Fatalf("callbacks: %d errors, %d successes", errs, oks)
 	}
 }
+
+// Errors name what really failed. A body over kafka-go's 1 MiB record limit (below the
+// 4 MiB MaxBodyBytes default) is a *message.ValidationError with the limit, not
+// kafka-go's MessageTooLargeError, whose text blames the broker's configuration; a
+// delayed send whose delay topic is missing names that topic, not only the real one.
+func TestProducerErrorsNameTheLimitAndDelayTopic(t *testing.T) {
+	c := newCluster(t, 1, "t")
+	p := newProducer(t, c.ListenAddrs(), func(cfg *ProducerConfig) { cfg.DelayTopics = true })
+	ctx := ctxT(t, 20*time.Second)
+	big := message.NewMessage("t", make([]byte, maxRecordBytes+1))
+	var ve *message.ValidationError
+	if _, err := p.Send(ctx, big); !errors.As(err, &ve) || ve.Field != "body" || ve.Limit != maxRecordBytes || ve.Value <= maxRecordBytes {
+		t.Errorf("sync send of a %d-byte body: %v, want a *message.ValidationError with limit %d", len(big.Body), err, maxRecordBytes)
+	}
+	if err := p.SendAsync(ctx, big, func(*message.SendResult, error) { t.Error("callback of a refused async send ran") }); !errors.As(err, &ve) || ve.Limit != maxRecordBytes {
+		t.Errorf("async send of a %d-byte body: %v, want a *message.ValidationError", len(big.Body), err)
+	}
+	_, err := p.Send(ctx, message.NewMessage("t", []byte("x")).SetDelayLevel(2))
+	if err == nil || !strings.Contains(err.Error(), `"`+DelayTopic(2)+`"`) {
+		t.Errorf("delayed send without its delay topic: %v, want an error naming %q", err, DelayTopic(2))
+	}
+}
+
+// A property named like a header the consumer acts on is refused at send. Before, a
+// user's SLUICE_DUE_MS an hour ahead was sent and then held its whole partition for the
+// hour (every later message waited behind it).
+func TestProducerRefusesReservedHeaders(t *testing.T) {
+	p, err := NewProducer(ProducerConfig{Brokers: []string{"127.0.0.1:1"}, MaxAttempts: 1, WriteTimeout: time.Second,
+		DialTimeout: time.Second, Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	defer func() { _ = p.Shutdown(ctx) }()
+	for _, name := range []string{HeaderDueMs, HeaderReconsumeTimes, HeaderOriginTopic, HeaderFlag} {
+		m := message.NewMessage("t", []byte("x")).SetProperty(name, "4102444800000")
+		var ve *message.ValidationError
+		if _, err := p.Send(ctx, m); !errors.As(err, &ve) || ve.Field != "properties" || !strings.Contains(err.Error(), name) {
+			t.Errorf("send with property %s: %v, want a *message.ValidationError naming it", name, err)
+		}
+		if err := p.SendAsync(ctx, m, func(*message.SendResult, error) { t.Error("callback of a refused send ran") }); !errors.As(err, &ve) {
+			t.Errorf("async send with property %s: %v, want a *message.ValidationError", name, err)
+		}
+	}
+}

@@ -74,8 +74,11 @@ func (e *UnsupportedError) Permanent() bool { return true }
 
 // ToKafka converts msg to a kafka-go message (see the package doc for the mapping);
 // headers are sorted by name so the output is deterministic. It returns an
-// *UnsupportedError for a timed delivery or a transactional half message. A delay level
-// is kept as header DELAY; [Producer] routes such messages to the delay topics.
+// *UnsupportedError for a timed delivery or a transactional half message, and a
+// *message.ValidationError (Field "properties") for a property named like a header
+// Sluice manages (HeaderFlag, HeaderOriginTopic … HeaderBornMs: the consumer acts on
+// them). A delay level is kept as header DELAY; [Producer] routes such messages to the
+// delay topics.
 func ToKafka(msg *message.Message) (kafkago.Message, error) {
 	if msg.Property(redismw.PropertyTimerDeliverMs) != "" {
 		return kafkago.Message{}, &UnsupportedError{Topic: msg.Topic, Feature: "timed delivery (" + redismw.PropertyTimerDeliverMs + ")"}
@@ -92,6 +95,14 @@ func ToKafka(msg *message.Message) (kafkago.Message, error) {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	for _, k := range names {
+		if controlHeaders[k] {
+			// The consumer acts on these headers: a user's SLUICE_DUE_MS in the future
+			// would hold the whole partition, SLUICE_RECONSUME_TIMES would spend the
+			// retry budget, SLUICE_ORIGIN_TOPIC would show the message under another topic.
+			return kafkago.Message{}, &message.ValidationError{Field: "properties", Reason: "property " + k + " is reserved: Sluice sets it on Kafka records itself"}
+		}
+	}
 	for _, k := range names {
 		km.Headers = append(km.Headers, kafkago.Header{Key: k, Value: []byte(msg.Properties[k])})
 	}

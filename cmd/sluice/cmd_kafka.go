@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -102,7 +105,7 @@ func newKafkaDLQListCmd() *cobra.Command {
 				for _, d := range l {
 					m := d.Record.ToMessageExt()
 					fmt.Fprintf(out, "%9d %8d %-32s %-20s %-12s %-24s %9d %-24s %s\n", d.Partition, d.Offset, d.MsgID, d.OriginTopic, d.OriginLocation,
-						strings.Join(m.Keys(), " "), d.ReconsumeTimes, d.Time.Format("2006-01-02 15:04:05.000"), d.LastError)
+						strings.Join(m.Keys(), " "), d.ReconsumeTimes, d.Time.Format("2006-01-02 15:04:05.000"), oneLine(d.LastError))
 					if body {
 						fmt.Fprintf(out, "    body: %s\n", dlqBodyText(m.Body))
 					}
@@ -154,4 +157,16 @@ arrived since. A copy that cannot be sent stops the command with an error.`,
 	f.Bool("to-original-topic", false, "send to the original topic (every subscribed group gets them) instead of the group's retry topic")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
+}
+
+// oneLine escapes the control characters (and invalid UTF-8) of s as Go string escapes,
+// so a handler error with a newline or a NUL keeps the table at one line per row.
+func oneLine(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			q := strconv.Quote(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
 }

@@ -74,7 +74,7 @@ func TestAdminKafkaDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cons.Subscribe("bills", "*", func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
-		return message.ReconsumeLater, errors.New("ledger closed")
+		return message.ReconsumeLater, errors.New("ledger closed\tat noon\n(retry later)")
 	})
 	if err := cons.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -85,11 +85,12 @@ func TestAdminKafkaDLQ(t *testing.T) {
 		out, err = run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "list", "--group", "billing")
 		return err == nil && strings.Contains(out, "1 dead letter(s)")
 	}, "dlq list shows the dead letter")
-	if !strings.Contains(out, "bills") || !strings.Contains(out, "0@0") || !strings.Contains(out, "ledger closed") || !strings.Contains(out, "bill-1") {
+	if !strings.Contains(out, "bills") || !strings.Contains(out, "0@0") || !strings.Contains(out, `ledger closed\tat noon\n(retry later)`) || !strings.Contains(out, "bill-1") {
+		// The table keeps one line per dead letter: control characters are escaped.
 		t.Fatalf("dlq list:\n%s", out)
 	}
 	out, err = run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "list", "--group", "billing", "--json", "--body")
-	if err != nil || !strings.Contains(out, `"lastError": "ledger closed"`) || !strings.Contains(out, `"body": "b1"`) {
+	if err != nil || !strings.Contains(out, `"lastError": "ledger closed\tat noon\n(retry later)"`) || !strings.Contains(out, `"body": "b1"`) {
 		t.Fatalf("dlq list --json: %v\n%s", err, out)
 	}
 	out, err = run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "resend", "--group", "billing")

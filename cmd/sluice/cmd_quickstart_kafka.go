@@ -313,8 +313,8 @@ func (r *qsKafkaRun) scenario(ctx context.Context, send middleware.SendFunc, cl 
 		d := dead[0]
 		fmt.Fprintf(out, "dead letter in %s: key %s from %s partition@offset %s after %d deliveries, last error %q\n",
 			kafka.DLQTopic(r.group(qsPointsGroup)), strings.Join(d.Record.ToMessageExt().Keys(), " "), d.OriginTopic, d.OriginLocation, d.ReconsumeTimes, d.LastError)
-		if r.suffix != "" { // a real cluster: the command works after the run (the embedded one is gone)
-			fmt.Fprintf(out, "  (list and re-drive dead letters with: sluice admin kafka --brokers %s dlq list|resend --group <group>)\n", strings.Join(r.brokers, ","))
+		if r.suffix != "" { // a real cluster; this run's topics are deleted at its end, so name the command for the user's own groups
+			fmt.Fprintf(out, "  (this run deletes its topics at the end; list and re-drive your own groups' dead letters with: sluice admin kafka --brokers %s dlq list|resend --group <group>)\n", strings.Join(r.brokers, ","))
 		}
 	}
 	if len(problems) > 0 {
