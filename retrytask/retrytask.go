@@ -331,7 +331,7 @@ func (t *Task) runOnce(ctx context.Context, shard Shard, st *Stats) error {
 		return nil
 	}
 	for st.Claimed < t.cfg.BatchSize {
-		if err := ctx.Err(); err != nil {
+		if err := t.stopping(ctx); err != nil {
 			return err
 		}
 		c, err := t.claim(ctx, buckets)
@@ -345,6 +345,20 @@ func (t *Task) runOnce(ctx context.Context, shard Shard, st *Stats) error {
 		if err := t.process(ctx, c, st); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// stopping reports whether the run must stop before its next claim: ctx's error, or
+// context.Canceled once Shutdown has begun. t.soft is checked directly, not only through
+// ctx: the run's ctx is cancelled from a context.AfterFunc goroutine, which may run
+// after this check, and a record claimed then would be sent after Shutdown began.
+func (t *Task) stopping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.soft.Err() != nil {
+		return context.Canceled
 	}
 	return nil
 }
