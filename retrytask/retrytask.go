@@ -697,8 +697,8 @@ func (t *Task) loop(ctx context.Context, every time.Duration) {
 }
 
 // Shutdown stops the task: RunOnce, Run and Start fail with ErrClosed from now on;
-// running runs stop between records (a claimed record is finished first) and Shutdown
-// waits for them until ctx is done. If ctx ends first, in-flight sends are aborted and
+// running runs stop between records (a claimed record is finished first; none claims
+// another once Shutdown has been called) and Shutdown waits for them until ctx is done. If ctx ends first, in-flight sends are aborted and
 // their records returned to the schedule, Shutdown waits up to 10 s more for that, and
 // returns an error wrapping ctx's error. It never closes the Redis client. Idempotent:
 // a second call just waits (bounded by its ctx) for the runs to end.
