@@ -331,7 +331,7 @@ func (t *Task) runOnce(ctx context.Context, shard Shard, st *Stats) error {
 		return nil
 	}
 	for st.Claimed < t.cfg.BatchSize {
-		if err := ctx.Err(); err != nil {
+		if err := t.stopping(ctx); err != nil {
 			return err
 		}
 		c, err := t.claim(ctx, buckets)
@@ -345,6 +345,20 @@ func (t *Task) runOnce(ctx context.Context, shard Shard, st *Stats) error {
 		if err := t.process(ctx, c, st); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// stopping reports whether the run must stop before its next claim: ctx's error, or
+// context.Canceled once Shutdown has begun. t.soft is checked directly, not only through
+// ctx: the run's ctx is cancelled from a context.AfterFunc goroutine, which may run
+// after this check, and a record claimed then would be sent after Shutdown began.
+func (t *Task) stopping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.soft.Err() != nil {
+		return context.Canceled
 	}
 	return nil
 }
@@ -683,8 +697,8 @@ func (t *Task) loop(ctx context.Context, every time.Duration) {
 }
 
 // Shutdown stops the task: RunOnce, Run and Start fail with ErrClosed from now on;
-// running runs stop between records (a claimed record is finished first) and Shutdown
-// waits for them until ctx is done. If ctx ends first, in-flight sends are aborted and
+// running runs stop between records (a claimed record is finished first; none claims
+// another once Shutdown has been called) and Shutdown waits for them until ctx is done. If ctx ends first, in-flight sends are aborted and
 // their records returned to the schedule, Shutdown waits up to 10 s more for that, and
 // returns an error wrapping ctx's error. It never closes the Redis client. Idempotent:
 // a second call just waits (bounded by its ctx) for the runs to end.

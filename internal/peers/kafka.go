@@ -122,11 +122,10 @@ func launchKafka(ctx context.Context, opt KafkaOptions) (*Kafka, error) {
 	rf := strconv.Itoa(min(3, opt.Nodes))
 	k.java = append(append([]string{java}, opt.JVMFlags...),
 		"-Dlog4j2.configurationFile="+filepath.Join(dir, "log4j2.properties"), "-cp", cp)
-	var idb [16]byte
-	if _, err := rand.Read(idb[:]); err != nil {
+	clusterID, err := kafkaClusterID()
+	if err != nil {
 		return nil, err
 	}
-	clusterID := base64.RawURLEncoding.EncodeToString(idb[:])
 	for i := 0; i < opt.Nodes; i++ {
 		conf := map[string]string{
 			"process.roles":                                    "broker,controller",
@@ -171,7 +170,9 @@ func launchKafka(ctx context.Context, opt KafkaOptions) (*Kafka, error) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			args := append(append([]string{}, k.java...), "kafka.tools.StorageTool", "format", "-t", clusterID, "-c", k.confs[i])
+			// --cluster-id=ID (one argument): kafkaClusterID never starts with "-", and
+			// this form could not be mistaken for an option even if it did.
+			args := append(append([]string{}, k.java...), "kafka.tools.StorageTool", "format", "--cluster-id="+clusterID, "-c", k.confs[i])
 			p, err := startProc(fmt.Sprintf("kafka storage format node %d", i+1), args, dir, nil, opt.Log)
 			if err != nil {
 				errs[i] = err
@@ -202,6 +203,29 @@ func launchKafka(ctx context.Context, opt KafkaOptions) (*Kafka, error) {
 	}
 	ok = true
 	return k, nil
+}
+
+// kafkaClusterID returns a new KRaft cluster id as `kafka-storage random-uuid` prints
+// it (Kafka's Uuid.randomUuid, org.apache.kafka.common.Uuid): a version-4, variant-2
+// random UUID in URL-safe base64 without padding (22 characters), never the reserved
+// all-zero or ...01 ids and never one whose text starts with "-". The last rule
+// matters: kafka-storage's argument parser takes "-t -abc..." for a missing value
+// ("argument --cluster-id/-t: expected one argument"), which happened for 1 start in
+// 64 when the id was 16 plain random bytes.
+func kafkaClusterID() (string, error) {
+	for i := 0; i < 1000; i++ { // P(1000 rejections) = 64^-1000: never
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("peers: kafka cluster id: %w", err)
+		}
+		b[6] = b[6]&0x0f | 0x40 // version 4
+		b[8] = b[8]&0x3f | 0x80 // variant 2 (RFC 4122)
+		id := base64.RawURLEncoding.EncodeToString(b[:])
+		if !strings.HasPrefix(id, "-") {
+			return id, nil // version bits set: never the reserved 0 or 1 id
+		}
+	}
+	return "", errors.New("peers: kafka cluster id: every random id started with \"-\"")
 }
 
 func (k *Kafka) startNode(i int) error {
