@@ -418,3 +418,97 @@ func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
 }
+
+// TestHandleAsync: an async handler answers later from another goroutine; the request
+// keeps its in-flight slot until then (SYSTEM_BUSY past MaxInFlightPerConn), a second
+// reply is ignored, a panic before replying answers SYSTEM_ERROR, Before runs first, and
+// Handle makes the code ordinary again.
+func TestHandleAsync(t *testing.T) {
+	s := startServer(t, ServerConfig{MaxInFlightPerConn: 4, Before: func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		if string(req.Body) == "refuse" {
+			return NewResponse(NoPermission, "refused by Before")
+		}
+		return nil
+	}})
+	held := make(chan func(*RemotingCommand), 16)
+	s.HandleAsync(SendMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand, reply func(*RemotingCommand)) {
+		switch string(req.Body) {
+		case "panic":
+			panic("async handler test panic")
+		case "now":
+			reply(NewResponse(Success, "now"))
+			reply(NewResponse(SystemError, "second reply")) // ignored
+		default:
+			body := append([]byte(nil), req.Body...)
+			held <- func(r *RemotingCommand) { r.Body = body; reply(r) }
+		}
+	})
+	c := newClient(t, ClientConfig{})
+	call := func(body string) (*RemotingCommand, error) {
+		return c.InvokeSync(ctxTimeout(t, 10*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte(body)))
+	}
+	type answer struct {
+		resp *RemotingCommand
+		err  error
+	}
+	answers := make(chan answer, 8)
+	for i := range 4 {
+		go func() {
+			r, err := call("held" + strconv.Itoa(i))
+			answers <- answer{r, err}
+		}()
+	}
+	var replies []func(*RemotingCommand)
+	for range 4 {
+		replies = append(replies, <-held)
+	}
+	// Four requests hold the four slots: the fifth is told the connection is busy.
+	if r, err := call("fifth"); err != nil || r.ResponseCode() != SystemBusy {
+		t.Fatalf("fifth request with 4 unanswered: %v %v, want SYSTEM_BUSY", r, err)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("answered before reply: %+v", a)
+	default:
+	}
+	for _, reply := range replies {
+		go reply(NewResponse(Success, "later"))
+	}
+	for range 4 {
+		a := <-answers
+		if a.err != nil || a.resp.ResponseCode() != Success || a.resp.Remark != "later" || !strings.HasPrefix(string(a.resp.Body), "held") {
+			t.Fatalf("held request: %+v %v", a.resp, a.err)
+		}
+	}
+	if r, err := call("now"); err != nil || r.ResponseCode() != Success || r.Remark != "now" {
+		t.Fatalf("immediate reply: %v %v", r, err)
+	}
+	if r, err := call("panic"); err != nil || r.ResponseCode() != SystemError {
+		t.Fatalf("panicking handler: %v %v, want SYSTEM_ERROR", r, err)
+	}
+	if r, err := call("refuse"); err != nil || r.ResponseCode() != NoPermission {
+		t.Fatalf("Before: %v %v, want NO_PERMISSION", r, err)
+	}
+	// Slots were all released: four more can be held at once.
+	for i := range 4 {
+		go func() {
+			r, err := call("again" + strconv.Itoa(i))
+			answers <- answer{r, err}
+		}()
+	}
+	for range 4 {
+		(<-held)(NewResponse(Success, "later"))
+	}
+	for range 4 {
+		if a := <-answers; a.err != nil || a.resp.ResponseCode() != Success {
+			t.Fatalf("second round: %+v %v", a.resp, a.err)
+		}
+	}
+	s.Handle(SendMessage, echoHandler)
+	if s.asyncFor(int16(SendMessage)) != nil {
+		t.Fatal("Handle after HandleAsync: the code is still async")
+	}
+	if r, err := call("echo"); err != nil || string(r.Body) != "echo" {
+		t.Fatalf("after Handle: %v %v", r, err)
+	}
+}

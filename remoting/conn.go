@@ -23,7 +23,8 @@ import (
 //   - one writer (writeLoop): drains the bounded outgoing queue onto the socket;
 //   - one goroutine per incoming request being handled (bounded by maxInFlight on servers),
 //     except for the codes a Server handles inline (Server.HandleInline): those run on the
-//     reader itself;
+//     reader itself, and the codes of Server.HandleAsync, which start on the reader and
+//     answer from whichever goroutine calls their reply function;
 //   - one goroutine per async-call callback.
 //
 // Stop order of a Conn (closeWith, run once, by whoever notices first: reader, writer,
@@ -67,6 +68,10 @@ type connOptions struct {
 	// inline reports whether a request with this code is handled on the reader goroutine
 	// (Server.HandleInline); nil: never.
 	inline func(code int16) bool
+	// async returns the handler registered with Server.HandleAsync for code; nil: none.
+	async func(code int16) AsyncHandler
+	// before runs ahead of an async handler (ServerConfig.Before); nil: none.
+	before Handler
 	// serve handles an incoming request (in its own goroutine); nil result = no response.
 	serve func(ctx context.Context, c *Conn, req *RemotingCommand) *RemotingCommand
 	// onClose is called once after the conn closed (step 5 of the stop order).
@@ -498,6 +503,10 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		c.inFlight.Add(-1)
 		return
 	}
+	var ah AsyncHandler
+	if c.opts.async != nil {
+		ah = c.opts.async(req.Code)
+	}
 	size := int64(len(req.Body))
 	// full returns why the connection cannot take req now ("" if it can).
 	full := func() string {
@@ -529,6 +538,10 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	}
 	c.inFlight.Add(1)
 	c.inBytes.Add(size)
+	if ah != nil {
+		c.serveAsync(req, st, ah, size)
+		return
+	}
 	if !c.opts.spawn(func() {
 		defer c.releaseSlot(size)
 		c.handle(req, st)
@@ -567,8 +580,80 @@ func (c *Conn) safeServe(req *RemotingCommand) (resp *RemotingCommand) {
 	return c.opts.serve(c.ctx, c, req)
 }
 
-// reply sends resp as the answer to req, in the request's serialize type.
-func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
+// serveAsync runs an async handler (Server.HandleAsync) on the reader. The request holds
+// its in-flight slot until the reply function is called: the first call answers (unless
+// the request is one-way or resp is nil) and frees the slot, later calls do nothing. A
+// handler that panics before replying is answered SYSTEM_ERROR.
+func (c *Conn) serveAsync(req *RemotingCommand, st SerializeType, h AsyncHandler, size int64) {
+	var replied atomic.Bool
+	reply := func(resp *RemotingCommand) {
+		if !replied.CompareAndSwap(false, true) {
+			return
+		}
+		if resp == nil || req.IsOneway() {
+			c.releaseSlot(size)
+			return
+		}
+		c.replyNoWait(req, resp, st, size)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
+				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
+			reply(NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r)))
+		}
+	}()
+	if c.opts.before != nil {
+		if resp := c.opts.before(c.ctx, c, req); resp != nil {
+			reply(resp)
+			return
+		}
+	}
+	h(c.ctx, c, req, reply)
+}
+
+// replyNoWait queues the answer to req without blocking the calling goroutine (an async
+// reply may come from a store's flush goroutine, which must not wait on one slow peer):
+// when the outgoing queue has room the frame goes straight in, otherwise a goroutine
+// waits for room as reply does. The in-flight slot of size body bytes is released once
+// the frame is queued or dropped.
+func (c *Conn) replyNoWait(req, resp *RemotingCommand, st SerializeType, size int64) {
+	frame := c.encodeReply(req, resp, st)
+	if frame == nil {
+		c.releaseSlot(size)
+		return
+	}
+	if c.ctx.Err() != nil {
+		c.releaseSlot(size)
+		return
+	}
+	n := int64(len(frame))
+	if cur := c.outBytes.Load(); c.opts.maxQueuedBytes <= 0 || cur == 0 || cur+n <= c.opts.maxQueuedBytes {
+		c.outBytes.Add(n)
+		select {
+		case c.out <- frame:
+			c.releaseSlot(size)
+			return
+		default:
+			c.outBytes.Add(-n)
+			c.signalRoom()
+		}
+	}
+	send := func() {
+		defer c.releaseSlot(size)
+		if err := c.send(c.ctx, frame); err != nil {
+			c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
+		}
+	}
+	if !c.opts.spawn(send) {
+		send() // the owner is stopping: bounded by WriteTimeout
+	}
+}
+
+// encodeReply encodes resp as the answer to req in the request's serialize type; a
+// response that cannot be encoded or is over the frame limit becomes SYSTEM_ERROR. nil
+// if even that fails.
+func (c *Conn) encodeReply(req, resp *RemotingCommand, st SerializeType) []byte {
 	resp.Opaque = req.Opaque
 	resp.Flag |= FlagResponse
 	frame, err := resp.EncodeAs(st)
@@ -580,8 +665,17 @@ func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
 		alt := NewResponse(SystemError, "encode response: "+err.Error())
 		alt.Opaque = req.Opaque
 		if frame, err = alt.EncodeAs(st); err != nil {
-			return
+			return nil
 		}
+	}
+	return frame
+}
+
+// reply sends resp as the answer to req, in the request's serialize type.
+func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
+	frame := c.encodeReply(req, resp, st)
+	if frame == nil {
+		return
 	}
 	if err := c.send(c.ctx, frame); err != nil {
 		c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
