@@ -114,10 +114,10 @@ func (op *asyncOp) try() {
 		op.n++
 		addr, req, se := p.request(op.pr, op.mq)
 		if se == nil {
-			actx, cancel := context.WithTimeout(op.ctx, p.cfg.SendTimeout)
+			// SendTimeout is enforced by the remoting client's deadline sweep: no timer
+			// or context per attempt.
 			start := time.Now()
-			err := p.cl.InvokeAsync(actx, addr, req, func(resp *remoting.RemotingCommand, err error) {
-				cancel()
+			err := p.cl.InvokeAsyncTimeout(op.ctx, addr, req, p.cfg.SendTimeout, func(resp *remoting.RemotingCommand, err error) {
 				r, se, retry := p.outcome(op.ctx, op.pr, op.mq, addr, resp, err, time.Since(start))
 				if se == nil {
 					op.finish(r, nil)
@@ -128,7 +128,6 @@ func (op *asyncOp) try() {
 			if err == nil {
 				return
 			}
-			cancel()
 			_, se, _ = p.outcome(op.ctx, op.pr, op.mq, addr, nil, err, time.Since(start))
 		}
 		if !op.again(se, true) {

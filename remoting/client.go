@@ -114,6 +114,42 @@ type Client struct {
 
 	hmu      sync.RWMutex
 	handlers map[RequestCode]RequestHandler
+
+	sweepOnce sync.Once // starts the deadline sweep at the first InvokeAsyncTimeout
+}
+
+// asyncSweepInterval is how often the client fails InvokeAsyncTimeout calls whose
+// timeout has passed: they fail between timeout and timeout + asyncSweepInterval.
+const asyncSweepInterval = 10 * time.Millisecond
+
+// runSweep fails expired InvokeAsyncTimeout calls every asyncSweepInterval until Close.
+func (c *Client) runSweep() {
+	t := time.NewTicker(asyncSweepInterval)
+	defer t.Stop()
+	var conns []*Conn
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case now := <-t.C:
+			conns = conns[:0]
+			c.mu.Lock()
+			for _, e := range c.conns {
+				select {
+				case <-e.ready:
+					if e.conn != nil && e.conn.timed.Load() > 0 {
+						conns = append(conns, e.conn)
+					}
+				default:
+				}
+			}
+			c.mu.Unlock()
+			for _, conn := range conns {
+				conn.sweepExpired(now.UnixNano())
+			}
+			clear(conns)
+		}
+	}
 }
 
 // clientEntry is a cached connection or a dial in progress.
@@ -322,6 +358,28 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 	}
 	c.cfg.Credentials.Sign(req)
 	return conn.invokeAsync(ctx, req, cb)
+}
+
+// InvokeAsyncTimeout is [Client.InvokeAsync] with a timeout that costs no timer per
+// call: cb gets an error wrapping [ErrTimeout] and context.DeadlineExceeded when no
+// response arrived within timeout (detected by one sweep per client, so between timeout
+// and timeout + 10 ms), or wrapping ctx's error when ctx ends first; ctx is watched only
+// if it can end (a context.Background costs nothing). timeout must be positive. The
+// dial, when addr has no connection yet, is bounded by ctx and DialTimeout.
+func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration, cb func(*RemotingCommand, error)) error {
+	if cb == nil {
+		return errors.New("remoting: InvokeAsyncTimeout needs a callback")
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("remoting: InvokeAsyncTimeout: timeout %v: must be positive", timeout)
+	}
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return err
+	}
+	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
+	c.cfg.Credentials.Sign(req)
+	return conn.invokeAsyncDeadline(ctx, time.Now().Add(timeout).UnixNano(), req, cb)
 }
 
 // InvokeOneway sends req to addr with the ONEWAY flag bit (bit1) set and waits for

@@ -512,3 +512,69 @@ func TestHandleAsync(t *testing.T) {
 		t.Fatalf("after Handle: %v %v", r, err)
 	}
 }
+
+// TestInvokeAsyncTimeoutSweep: InvokeAsyncTimeout fails an unanswered call with ErrTimeout
+// (wrapping context.DeadlineExceeded) through the client's sweep, leaves no pending entry
+// and keeps the connection; an answered call gets its response; a cancelled ctx still
+// ends a call at once; a non-positive timeout is refused.
+func TestInvokeAsyncTimeoutSweep(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := startServer(t, ServerConfig{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+	results := make(chan error, 4)
+	if err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), 30*time.Millisecond, func(_ *RemotingCommand, err error) {
+		results <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-results; !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want ErrTimeout wrapping DeadlineExceeded, got %v", err)
+	}
+	conn := clientConn(c, s.Addr())
+	if n := conn.pendingLen(); n != 0 || conn.timed.Load() != 0 {
+		t.Fatalf("after the sweep: %d pending, %d timed", n, conn.timed.Load())
+	}
+	answered := make(chan *RemotingCommand, 1)
+	if err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(SendMessage, nil, []byte("hi")), 10*time.Second, func(r *RemotingCommand, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- r
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-answered; r == nil || string(r.Body) != "hi" {
+		t.Fatalf("answered call: %v", r)
+	}
+	if conn.timed.Load() != 0 {
+		t.Fatalf("answered call still counted as timed: %d", conn.timed.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := c.InvokeAsyncTimeout(ctx, s.Addr(), NewRequest(PullMessage, nil, nil), time.Hour, func(_ *RemotingCommand, err error) {
+		results <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-results; !errors.Is(err, ErrTimeout) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	if clientConn(c, s.Addr()) != conn {
+		t.Fatal("a timeout must not drop the connection")
+	}
+	if err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), 0, func(*RemotingCommand, error) {}); err == nil {
+		t.Fatal("zero timeout accepted")
+	}
+	if len(results) != 0 {
+		t.Fatal("a callback ran twice")
+	}
+}

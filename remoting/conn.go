@@ -96,6 +96,7 @@ type Conn struct {
 	flushed   chan struct{} // closed by the writer when it wrote the flush marker
 
 	inFlight  atomic.Int32  // requests being handled
+	timed     atomic.Int32  // pending calls with a deadline (the sweep skips conns without)
 	inBytes   atomic.Int64  // body bytes of the requests being handled
 	outBytes  atomic.Int64  // bytes of frames queued or being written
 	room      chan struct{} // (cap 1) signalled when the writer wrote a batch
@@ -197,6 +198,10 @@ func (c *Conn) Err() error {
 type pendingCall struct {
 	complete func(*RemotingCommand, error)
 	stop     func() bool // stops the async timeout watcher; guarded by Conn.mu
+	// deadline (unix ns) after which the client's sweep fails the call with ErrTimeout
+	// (Client.InvokeAsyncTimeout); 0: none. req names the call in that error.
+	deadline int64
+	req      *RemotingCommand
 }
 
 func (c *Conn) register(opaque int32, p *pendingCall) error {
@@ -206,6 +211,9 @@ func (c *Conn) register(opaque int32, p *pendingCall) error {
 		return &ConnError{Addr: c.remote, Op: "write", Err: c.closeErr}
 	}
 	c.pending[opaque] = p
+	if p.deadline != 0 {
+		c.timed.Add(1)
+	}
 	return nil
 }
 
@@ -218,7 +226,34 @@ func (c *Conn) take(opaque int32) (*pendingCall, func() bool) {
 		return nil, nil
 	}
 	delete(c.pending, opaque)
+	if p.deadline != 0 {
+		c.timed.Add(-1)
+	}
 	return p, p.stop
+}
+
+// sweepExpired fails every pending call whose deadline (unix ns) is at or before now
+// with ErrTimeout (the Client's deadline sweep, see Client.InvokeAsyncTimeout).
+func (c *Conn) sweepExpired(now int64) {
+	if c.timed.Load() == 0 {
+		return
+	}
+	var expired []*pendingCall
+	c.mu.Lock()
+	for op, p := range c.pending {
+		if p.deadline != 0 && p.deadline <= now {
+			delete(c.pending, op)
+			c.timed.Add(-1)
+			expired = append(expired, p)
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range expired {
+		if p.stop != nil {
+			p.stop()
+		}
+		p.complete(nil, timeoutErr(c.remote, p.req, context.DeadlineExceeded))
+	}
 }
 
 // pendingLen returns the number of calls waiting for a response.
@@ -743,6 +778,12 @@ func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingComma
 // invokeAsync sends req and arranges for cb to be called exactly once with the response
 // or an error, unless it returns an error (then cb is never called).
 func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
+	return c.invokeAsyncDeadline(ctx, 0, req, cb)
+}
+
+// invokeAsyncDeadline is invokeAsync with a deadline (unix ns, 0: none) enforced by the
+// client's sweep instead of a timer; ctx is watched only when it can end.
+func (c *Conn) invokeAsyncDeadline(ctx context.Context, deadline int64, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
 	if err := ctx.Err(); err != nil {
 		return timeoutErr(c.remote, req, err)
 	}
@@ -751,7 +792,7 @@ func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*R
 		return err
 	}
 	op := req.Opaque
-	p := &pendingCall{}
+	p := &pendingCall{deadline: deadline, req: req}
 	p.complete = func(cmd *RemotingCommand, err error) {
 		f := func() {
 			defer func() {
@@ -768,18 +809,20 @@ func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*R
 	if err := c.register(op, p); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() {
-		if p, _ := c.take(op); p != nil {
-			p.complete(nil, timeoutErr(c.remote, req, ctx.Err()))
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if p, _ := c.take(op); p != nil {
+				p.complete(nil, timeoutErr(c.remote, req, ctx.Err()))
+			}
+		})
+		c.mu.Lock()
+		if c.pending[op] == p {
+			p.stop = stop
+			c.mu.Unlock()
+		} else {
+			c.mu.Unlock()
+			stop()
 		}
-	})
-	c.mu.Lock()
-	if c.pending[op] == p {
-		p.stop = stop
-		c.mu.Unlock()
-	} else {
-		c.mu.Unlock()
-		stop()
 	}
 	if err := c.send(ctx, frame); err != nil {
 		if p, stop := c.take(op); p != nil {
