@@ -122,7 +122,8 @@ type Client struct {
 // timeout has passed: they fail between timeout and timeout + asyncSweepInterval.
 const asyncSweepInterval = 10 * time.Millisecond
 
-// runSweep fails expired InvokeAsyncTimeout calls every asyncSweepInterval until Close.
+// runSweep fails expired InvokeAsyncTimeout calls every asyncSweepInterval until Close,
+// and starts another callback runner on a connection whose runner is stuck in a callback.
 func (c *Client) runSweep() {
 	t := time.NewTicker(asyncSweepInterval)
 	defer t.Stop()
@@ -137,7 +138,7 @@ func (c *Client) runSweep() {
 			for _, e := range c.conns {
 				select {
 				case <-e.ready:
-					if e.conn != nil && e.conn.timed.Load() > 0 {
+					if e.conn != nil {
 						conns = append(conns, e.conn)
 					}
 				default:
@@ -146,6 +147,7 @@ func (c *Client) runSweep() {
 			c.mu.Unlock()
 			for _, conn := range conns {
 				conn.sweepExpired(now.UnixNano())
+				conn.unstickCallbacks()
 			}
 			clear(conns)
 		}
@@ -361,8 +363,12 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 }
 
 // InvokeAsyncTimeout is [Client.InvokeAsync] with a timeout that costs no timer per
-// call: cb gets an error wrapping [ErrTimeout] and context.DeadlineExceeded when no
-// response arrived within timeout (detected by one sweep per client, so between timeout
+// call, and callbacks run one after another (in the order the calls completed) by a
+// goroutine of the client per connection, started when the first answer of a burst
+// arrives and ended when none is left, instead of a goroutine per call. A callback that
+// blocks does not block its connection's reader, and delays the later callbacks of that
+// connection by about 10 ms: the sweep then starts another runner for them. cb gets an
+// error wrapping [ErrTimeout] and context.DeadlineExceeded when no response arrived within timeout (detected by one sweep per client, so between timeout
 // and timeout + 10 ms), or wrapping ctx's error when ctx ends first; ctx is watched only
 // if it can end (a context.Background costs nothing). timeout must be positive. The
 // dial, when addr has no connection yet, is bounded by ctx and DialTimeout.
@@ -379,7 +385,7 @@ func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *Remot
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)
-	return conn.invokeAsyncDeadline(ctx, time.Now().Add(timeout).UnixNano(), req, cb)
+	return conn.invokeAsyncWith(ctx, time.Now().Add(timeout).UnixNano(), true, req, cb)
 }
 
 // InvokeOneway sends req to addr with the ONEWAY flag bit (bit1) set and waits for

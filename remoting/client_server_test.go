@@ -578,3 +578,62 @@ func TestInvokeAsyncTimeoutSweep(t *testing.T) {
 		t.Fatal("a callback ran twice")
 	}
 }
+
+// TestInvokeAsyncTimeoutCallbacks: many InvokeAsyncTimeout calls in flight each get
+// exactly one callback with their own answer; a panicking callback does not stop the
+// later ones; a callback that blocks until every other callback has run does not hold
+// them back for ever (the sweep starts another runner); Close leaves no goroutine
+// (goleak in TestMain).
+func TestInvokeAsyncTimeoutCallbacks(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+	const n = 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n+1)
+	seen := make([]atomic.Int32, n)
+	var others atomic.Int32
+	othersDone := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		body := strconv.Itoa(i)
+		err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(SendMessage, nil, []byte(body)), 10*time.Second, func(r *RemotingCommand, err error) {
+			defer wg.Done()
+			seen[i].Add(1)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if string(r.Body) != body {
+				errs <- fmt.Errorf("call %s got body %q", body, r.Body)
+			}
+			if i == 0 { // blocks until all the others ran
+				select {
+				case <-othersDone:
+				case <-time.After(20 * time.Second):
+					errs <- errors.New("a blocked callback held the others back for 20 s")
+				}
+				return
+			}
+			if others.Add(1) == n-1 {
+				close(othersDone)
+			}
+			if i%100 == 7 {
+				panic("callback test panic")
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range seen {
+		if got := seen[i].Load(); got != 1 {
+			t.Fatalf("call %d: %d callbacks, want 1", i, got)
+		}
+	}
+}

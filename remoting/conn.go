@@ -25,7 +25,9 @@ import (
 //     except for the codes a Server handles inline (Server.HandleInline): those run on the
 //     reader itself, and the codes of Server.HandleAsync, which start on the reader and
 //     answer from whichever goroutine calls their reply function;
-//   - one goroutine per async-call callback.
+//   - one goroutine per async-call callback (InvokeAsync), or, for calls of
+//     Client.InvokeAsyncTimeout, at most one callback runner (runCallbacks) at a time,
+//     running while answered callbacks are queued.
 //
 // Stop order of a Conn (closeWith, run once, by whoever notices first: reader, writer,
 // a full outgoing queue, Conn.Close, or the owner's Close/Shutdown):
@@ -95,13 +97,20 @@ type Conn struct {
 	flushOnce sync.Once
 	flushed   chan struct{} // closed by the writer when it wrote the flush marker
 
-	inFlight  atomic.Int32  // requests being handled
-	timed     atomic.Int32  // pending calls with a deadline (the sweep skips conns without)
-	inBytes   atomic.Int64  // body bytes of the requests being handled
-	outBytes  atomic.Int64  // bytes of frames queued or being written
-	room      chan struct{} // (cap 1) signalled when the writer wrote a batch
-	slotFree  chan struct{} // (cap 1) signalled when a handler finishes
-	lastWrite atomic.Int64  // unix nanoseconds of the last completed socket write
+	inFlight atomic.Int32 // requests being handled
+	timed    atomic.Int32 // pending calls with a deadline (the sweep skips conns without)
+
+	cbMu      sync.Mutex      // guards the callback runner's fields below
+	cbQueue   []asyncCallback // callbacks of serial async calls waiting to run
+	cbHead    int             // index of the next callback to run in cbQueue
+	cbRunners int             // runCallbacks goroutines running
+	cbDone    atomic.Int64    // callbacks run so far (the sweep sees whether runners progress)
+	cbSeen    int64           // cbDone at the previous sweep; only the sweep uses it
+	inBytes   atomic.Int64    // body bytes of the requests being handled
+	outBytes  atomic.Int64    // bytes of frames queued or being written
+	room      chan struct{}   // (cap 1) signalled when the writer wrote a batch
+	slotFree  chan struct{}   // (cap 1) signalled when a handler finishes
+	lastWrite atomic.Int64    // unix nanoseconds of the last completed socket write
 
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall
@@ -778,12 +787,14 @@ func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingComma
 // invokeAsync sends req and arranges for cb to be called exactly once with the response
 // or an error, unless it returns an error (then cb is never called).
 func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
-	return c.invokeAsyncDeadline(ctx, 0, req, cb)
+	return c.invokeAsyncWith(ctx, 0, false, req, cb)
 }
 
-// invokeAsyncDeadline is invokeAsync with a deadline (unix ns, 0: none) enforced by the
-// client's sweep instead of a timer; ctx is watched only when it can end.
-func (c *Conn) invokeAsyncDeadline(ctx context.Context, deadline int64, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
+// invokeAsyncWith is invokeAsync with a deadline (unix ns, 0: none) enforced by the
+// client's sweep instead of a timer (ctx is watched only when it can end), and, with
+// serial, cb run by the connection's callback runner (runCallbacks) instead of a
+// goroutine of its own.
+func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
 	if err := ctx.Err(); err != nil {
 		return timeoutErr(c.remote, req, err)
 	}
@@ -793,17 +804,14 @@ func (c *Conn) invokeAsyncDeadline(ctx context.Context, deadline int64, req *Rem
 	}
 	op := req.Opaque
 	p := &pendingCall{deadline: deadline, req: req}
-	p.complete = func(cmd *RemotingCommand, err error) {
-		f := func() {
-			defer func() {
-				if r := recover(); r != nil {
-					c.opts.log.Error("remoting: async callback panicked", "remote", c.remote, "panic", r, "stack", string(debug.Stack()))
-				}
-			}()
-			cb(cmd, err)
-		}
-		if !c.opts.spawn(f) {
-			f()
+	if serial {
+		p.complete = func(cmd *RemotingCommand, err error) { c.queueCallback(asyncCallback{cb, cmd, err}) }
+	} else {
+		p.complete = func(cmd *RemotingCommand, err error) {
+			f := func() { c.runCallback(asyncCallback{cb, cmd, err}) }
+			if !c.opts.spawn(f) {
+				f()
+			}
 		}
 	}
 	if err := c.register(op, p); err != nil {
@@ -836,6 +844,83 @@ func (c *Conn) invokeAsyncDeadline(ctx context.Context, deadline int64, req *Rem
 		return nil
 	}
 	return nil
+}
+
+// asyncCallback is one async call's callback with its outcome.
+type asyncCallback struct {
+	cb  func(*RemotingCommand, error)
+	cmd *RemotingCommand
+	err error
+}
+
+// runCallback calls one callback, logging a panic instead of crashing the process.
+func (c *Conn) runCallback(a asyncCallback) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: async callback panicked", "remote", c.remote, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	a.cb(a.cmd, a.err)
+}
+
+// queueCallback hands a callback to the connection's callback runner, starting one (a
+// goroutine of the owner) when none runs; the queue holds at most one entry per call
+// that was pending, so it is bounded by the calls in flight. Never blocks.
+func (c *Conn) queueCallback(a asyncCallback) {
+	c.cbMu.Lock()
+	c.cbQueue = append(c.cbQueue, a)
+	if c.cbRunners > 0 {
+		c.cbMu.Unlock()
+		return
+	}
+	c.cbRunners++
+	c.cbMu.Unlock()
+	if !c.opts.spawn(c.runCallbacks) {
+		c.runCallbacks() // the owner is closing: run them here
+	}
+}
+
+// unstickCallbacks starts another callback runner when callbacks are queued but no
+// runner finished one since the previous call (one sweep interval): a callback that
+// blocks (say, one that sends again and waits for room that only the queued callbacks
+// would free) then delays the others by about one interval instead of for ever.
+func (c *Conn) unstickCallbacks() {
+	done := c.cbDone.Load()
+	c.cbMu.Lock()
+	stuck := c.cbHead < len(c.cbQueue) && c.cbRunners > 0 && done == c.cbSeen
+	c.cbSeen = done
+	if !stuck {
+		c.cbMu.Unlock()
+		return
+	}
+	c.cbRunners++
+	c.cbMu.Unlock()
+	if !c.opts.spawn(c.runCallbacks) {
+		c.cbMu.Lock()
+		c.cbRunners--
+		c.cbMu.Unlock()
+	}
+}
+
+// runCallbacks runs queued callbacks one after another, in completion order, taking
+// one at a time (so that another runner can take over the rest when one blocks), until
+// the queue is empty, then returns (the next queueCallback starts a new runner).
+func (c *Conn) runCallbacks() {
+	for {
+		c.cbMu.Lock()
+		if c.cbHead == len(c.cbQueue) {
+			c.cbQueue, c.cbHead = c.cbQueue[:0], 0
+			c.cbRunners--
+			c.cbMu.Unlock()
+			return
+		}
+		a := c.cbQueue[c.cbHead]
+		c.cbQueue[c.cbHead] = asyncCallback{} // let the answer be collected
+		c.cbHead++
+		c.cbMu.Unlock()
+		c.runCallback(a)
+		c.cbDone.Add(1)
+	}
 }
 
 // InvokeOneway sends req with the ONEWAY flag bit set and waits only until it is queued
