@@ -12,7 +12,9 @@ import (
 
 // SendAsync starts sending msg and returns without waiting for the broker (it may block
 // briefly to connect to a broker for the first time). Unless it returns an error, cb is
-// called exactly once, in a goroutine the producer owns, with the stored result or the
+// called exactly once, in a goroutine the producer owns (the callbacks of one broker
+// connection run one after another; one that blocks holds the later ones back for about
+// 10 ms, then another goroutine takes them over), with the stored result or the
 // failure (the same errors as SendSync: *SendError, *message.ValidationError from a
 // middleware-changed message, ErrClosed, ctx's error). With Config.Middlewares (and no
 // WithoutMiddlewares option), one goroutine per send runs them around a blocking send;
