@@ -17,16 +17,19 @@ import (
 // answered REQUEST_CODE_NOT_SUPPORTED (3) by the remoting server.
 func (b *Broker) registerProcessors() {
 	s := b.server
-	// Sends are stored without waiting under ASYNC_FLUSH: they run on the connection's
-	// reader (no goroutine per request). Under SYNC_FLUSH each waits for its fsync, and
-	// concurrent sends must wait together for group commit: a goroutine each.
-	handleSend := s.Handle
-	if ft, _ := store.ParseFlushDiskType(b.cfg.FlushDiskType); ft == store.AsyncFlush {
-		handleSend = s.HandleInline
+	// Sends run on the connection's reader (no goroutine per request). Under ASYNC_FLUSH
+	// they are answered as soon as they are stored; under SYNC_FLUSH the store queues the
+	// answer on its flusher, which sends it once the group commit's fsync covers the
+	// message (no goroutine or timer waits per send).
+	if ft, _ := store.ParseFlushDiskType(b.cfg.FlushDiskType); ft == store.SyncFlush {
+		s.HandleAsync(remoting.SendMessage, b.timedSendAsync(b.handleSendAsync(false))) // timed*: statsnapshot.go
+		s.HandleAsync(remoting.SendMessageV2, b.timedSendAsync(b.handleSendAsync(true)))
+		s.HandleAsync(remoting.SendBatchMessage, b.timedSendAsync(b.handleSendBatchAsync))
+	} else {
+		s.HandleInline(remoting.SendMessage, b.timedSend(b.handleSend(false)))
+		s.HandleInline(remoting.SendMessageV2, b.timedSend(b.handleSend(true)))
+		s.HandleInline(remoting.SendBatchMessage, b.timedSend(b.handleSendBatch))
 	}
-	handleSend(remoting.SendMessage, b.timedSend(b.handleSend(false))) // timed*: statsnapshot.go
-	handleSend(remoting.SendMessageV2, b.timedSend(b.handleSend(true)))
-	handleSend(remoting.SendBatchMessage, b.timedSend(b.handleSendBatch))
 	s.Handle(remoting.PullMessage, b.timedPull(b.handlePull))
 	s.Handle(remoting.ConsumerSendMsgBack, b.handleSendBack)
 	s.Handle(remoting.HeartBeat, b.handleHeartbeat)

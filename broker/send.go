@@ -124,59 +124,90 @@ func checkSendSysFlag(sysFlag int32, tranMsg bool) string {
 	return ""
 }
 
-// handleSend serves SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310).
+// handleSend serves SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310), answering when the
+// message is stored (ASYNC_FLUSH, where it runs on the connection's reader).
 func (b *Broker) handleSend(v2 bool) remoting.Handler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-		h, err := wire.ParseSendHeader(req, v2)
-		if err != nil {
-			return b.sendResponse(remoting.SystemError, err.Error())
-		}
-		if _, resp := b.checkSend(&h); resp != nil {
-			return resp
-		}
-		if len(req.Body) > b.cfg.MaxMessageSize {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message body size %d bytes exceeds maxMessageSize %d bytes", len(req.Body), b.cfg.MaxMessageSize))
-		}
-		if len(req.Body) == 0 {
-			return b.sendResponse(remoting.MessageIllegal, "the message body is empty")
-		}
-		if len(h.Properties) > message.MaxPropertiesLength {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message properties length %d bytes exceeds %d bytes", len(h.Properties), message.MaxPropertiesLength))
-		}
-		props := message.UnmarshalProperties(h.Properties)
-		if props == nil {
-			props = map[string]string{}
-		}
-		if why := checkSendSysFlag(h.SysFlag, props[message.PropertyTransactionPrepared] == "true"); why != "" {
-			return b.sendResponse(remoting.MessageIllegal, why)
-		}
-		delete(props, message.PropertyWaitStoreMsgOK)
-		props[message.PropertyCluster] = b.cfg.BrokerClusterName
-		m := &message.MessageExt{
-			Message:        message.Message{Topic: h.Topic, Flag: h.Flag, Body: req.Body, Properties: props},
-			QueueID:        h.QueueID,
-			SysFlag:        h.SysFlag,
-			BornTimestamp:  h.BornTimestamp,
-			BornHost:       hostOf(conn.RemoteAddr()),
-			StoreHost:      b.storeHost,
-			ReconsumeTimes: h.ReconsumeTimes,
-		}
-		if props[message.PropertyTransactionPrepared] == "true" {
-			if resp := b.prepareHalf(m); resp != nil {
-				return resp
-			}
-			return b.put(ctx, m, message.TagHashCode(m.Tag()), h.QueueID)
-		}
-		if message.IsRetryTopic(h.Topic) {
-			b.routeRetry(m, h.MaxReconsumeTimes)
-		}
-		queueID := m.QueueID // the producer's queue, also for a delayed message parked in SCHEDULE_TOPIC_XXXX
-		tagsCode, resp := b.applyDelay(m)
+		m, tagsCode, queueID, resp := b.prepareSend(conn, req, v2)
 		if resp != nil {
 			return resp
 		}
 		return b.put(ctx, m, tagsCode, queueID)
 	}
+}
+
+// handleSendAsync is handleSend for SYNC_FLUSH (remoting.Server.HandleAsync): the store
+// queues the answer on its flusher, which sends it once the group commit's fsync covers
+// the message, so no goroutine or timer waits per send.
+func (b *Broker) handleSendAsync(v2 bool) remoting.AsyncHandler {
+	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
+		m, tagsCode, queueID, resp := b.prepareSend(conn, req, v2)
+		if resp != nil {
+			reply(resp)
+			return
+		}
+		b.store.PutMessageAsync(ctx, m, tagsCode, func(res store.PutResult, err error) {
+			if err != nil {
+				reply(b.putError(err))
+				return
+			}
+			reply(b.putResponse(res, queueID))
+		})
+	}
+}
+
+// prepareSend checks a SEND_MESSAGE(_V2) request and builds the message to store, its
+// consume-queue tags code and the queue to name in the answer; or the error response.
+func (b *Broker) prepareSend(conn *remoting.Conn, req *remoting.RemotingCommand, v2 bool) (*message.MessageExt, int64, int32, *remoting.RemotingCommand) {
+	h, err := wire.ParseSendHeader(req, v2)
+	if err != nil {
+		return nil, 0, 0, b.sendResponse(remoting.SystemError, err.Error())
+	}
+	if _, resp := b.checkSend(&h); resp != nil {
+		return nil, 0, 0, resp
+	}
+	if len(req.Body) > b.cfg.MaxMessageSize {
+		return nil, 0, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message body size %d bytes exceeds maxMessageSize %d bytes", len(req.Body), b.cfg.MaxMessageSize))
+	}
+	if len(req.Body) == 0 {
+		return nil, 0, 0, b.sendResponse(remoting.MessageIllegal, "the message body is empty")
+	}
+	if len(h.Properties) > message.MaxPropertiesLength {
+		return nil, 0, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the message properties length %d bytes exceeds %d bytes", len(h.Properties), message.MaxPropertiesLength))
+	}
+	props := message.UnmarshalProperties(h.Properties)
+	if props == nil {
+		props = map[string]string{}
+	}
+	if why := checkSendSysFlag(h.SysFlag, props[message.PropertyTransactionPrepared] == "true"); why != "" {
+		return nil, 0, 0, b.sendResponse(remoting.MessageIllegal, why)
+	}
+	delete(props, message.PropertyWaitStoreMsgOK)
+	props[message.PropertyCluster] = b.cfg.BrokerClusterName
+	m := &message.MessageExt{
+		Message:        message.Message{Topic: h.Topic, Flag: h.Flag, Body: req.Body, Properties: props},
+		QueueID:        h.QueueID,
+		SysFlag:        h.SysFlag,
+		BornTimestamp:  h.BornTimestamp,
+		BornHost:       hostOf(conn.RemoteAddr()),
+		StoreHost:      b.storeHost,
+		ReconsumeTimes: h.ReconsumeTimes,
+	}
+	if props[message.PropertyTransactionPrepared] == "true" {
+		if resp := b.prepareHalf(m); resp != nil {
+			return nil, 0, 0, resp
+		}
+		return m, message.TagHashCode(m.Tag()), h.QueueID, nil
+	}
+	if message.IsRetryTopic(h.Topic) {
+		b.routeRetry(m, h.MaxReconsumeTimes)
+	}
+	queueID := m.QueueID // the producer's queue, also for a delayed message parked in SCHEDULE_TOPIC_XXXX
+	tagsCode, resp := b.applyDelay(m)
+	if resp != nil {
+		return nil, 0, 0, resp
+	}
+	return m, tagsCode, queueID, nil
 }
 
 // routeRetry sends a message for a %RETRY% topic whose reconsume count reached its
@@ -263,28 +294,58 @@ func (b *Broker) putResponse(res store.PutResult, queueID int32) *remoting.Remot
 // handleSendBatch serves SEND_BATCH_MESSAGE (320): the body holds several messages of one
 // topic (PROTOCOL §4.5); they are stored in one append with consecutive queue offsets.
 func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	h, err := wire.ParseSendHeader(req, true)
-	if err != nil {
-		return b.sendResponse(remoting.SystemError, err.Error())
-	}
-	if _, resp := b.checkSend(&h); resp != nil {
+	msgs, codes, queueID, resp := b.prepareBatch(conn, req)
+	if resp != nil {
 		return resp
 	}
+	res, err := b.store.PutMessages(ctx, msgs, codes)
+	if err != nil {
+		return b.putError(err)
+	}
+	return b.putResponse(res, queueID)
+}
+
+// handleSendBatchAsync is handleSendBatch for SYNC_FLUSH, answering as handleSendAsync.
+func (b *Broker) handleSendBatchAsync(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
+	msgs, codes, queueID, resp := b.prepareBatch(conn, req)
+	if resp != nil {
+		reply(resp)
+		return
+	}
+	b.store.PutMessagesAsync(ctx, msgs, codes, func(res store.PutResult, err error) {
+		if err != nil {
+			reply(b.putError(err))
+			return
+		}
+		reply(b.putResponse(res, queueID))
+	})
+}
+
+// prepareBatch checks a SEND_BATCH_MESSAGE request and builds the messages to store with
+// their tags codes and the queue to name in the answer; or the error response.
+func (b *Broker) prepareBatch(conn *remoting.Conn, req *remoting.RemotingCommand) ([]*message.MessageExt, []int64, int32, *remoting.RemotingCommand) {
+	h, err := wire.ParseSendHeader(req, true)
+	if err != nil {
+		return nil, nil, 0, b.sendResponse(remoting.SystemError, err.Error())
+	}
+	if _, resp := b.checkSend(&h); resp != nil {
+		return nil, nil, 0, resp
+	}
 	if message.IsRetryTopic(h.Topic) || message.IsDLQTopic(h.Topic) {
-		return b.sendResponse(remoting.MessageIllegal, "batch messages cannot be sent to retry or DLQ topics")
+		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, "batch messages cannot be sent to retry or DLQ topics")
 	}
 	if len(req.Body) > b.cfg.MaxMessageSize {
-		return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the batch body size %d bytes exceeds maxMessageSize %d bytes", len(req.Body), b.cfg.MaxMessageSize))
+		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("the batch body size %d bytes exceeds maxMessageSize %d bytes", len(req.Body), b.cfg.MaxMessageSize))
 	}
 	items, err := message.DecodeBatch(req.Body)
 	if err != nil {
-		return b.sendResponse(remoting.MessageIllegal, err.Error())
+		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, err.Error())
 	}
 	if len(items) == 0 {
-		return b.sendResponse(remoting.MessageIllegal, "empty batch")
+		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, "empty batch")
 	}
 	if why := checkSendSysFlag(h.SysFlag, false); why != "" {
-		return b.sendResponse(remoting.MessageIllegal, why)
+		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, why)
 	}
 	outer := message.UnmarshalProperties(h.Properties)
 	msgs := make([]*message.MessageExt, len(items))
@@ -300,16 +361,16 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 		delete(props, message.PropertyWaitStoreMsgOK)
 		props[message.PropertyCluster] = b.cfg.BrokerClusterName
 		if props[message.PropertyDelayTimeLevel] != "" && props[message.PropertyDelayTimeLevel] != "0" {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d has a delay level: batches cannot be delayed", i))
+			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d has a delay level: batches cannot be delayed", i))
 		}
 		if props[message.PropertyTransactionPrepared] == "true" {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d is transactional: batches cannot be", i))
+			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d is transactional: batches cannot be", i))
 		}
 		if len(message.MarshalProperties(props)) > message.MaxPropertiesLength {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
+			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
 		}
 		if len(it.Body) == 0 {
-			return b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d: the message body is empty", i))
+			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d: the message body is empty", i))
 		}
 		msgs[i] = &message.MessageExt{
 			Message:        message.Message{Topic: h.Topic, Flag: it.Flag, Body: it.Body, Properties: props},
@@ -322,9 +383,5 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 		}
 		codes[i] = message.TagHashCode(props[message.PropertyTags])
 	}
-	res, err := b.store.PutMessages(ctx, msgs, codes)
-	if err != nil {
-		return b.putError(err)
-	}
-	return b.putResponse(res, h.QueueID)
+	return msgs, codes, h.QueueID, nil
 }

@@ -132,23 +132,41 @@ func (b *Broker) timedSend(h remoting.Handler) remoting.Handler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 		start := time.Now()
 		resp := h(ctx, conn, req)
-		b.traffic.sendLatency.observe(time.Since(start))
-		if !sendOK(resp) {
-			return resp
-		}
-		topic := req.ExtFields["topic"]
-		if topic == "" {
-			topic = req.ExtFields["b"]
-		}
-		n := int64(1)
-		if remoting.RequestCode(req.Code) == remoting.SendBatchMessage {
-			n = int64(strings.Count(resp.ExtFields["msgId"], ",") + 1)
-		}
-		c := pairFor(&b.traffic.puts, topic)
-		c.a.Add(n)
-		c.b.Add(int64(len(req.Body)))
+		b.recordSend(req, resp, start)
 		return resp
 	}
+}
+
+// timedSendAsync is timedSend for the SYNC_FLUSH send handlers (remoting.Server.HandleAsync):
+// the latency runs from the request to the answer, the fsync wait included.
+func (b *Broker) timedSendAsync(h remoting.AsyncHandler) remoting.AsyncHandler {
+	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
+		start := time.Now()
+		h(ctx, conn, req, func(resp *remoting.RemotingCommand) {
+			b.recordSend(req, resp, start)
+			reply(resp)
+		})
+	}
+}
+
+// recordSend observes one send's latency and, when it was stored, counts its messages
+// and body bytes for its topic.
+func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time) {
+	b.traffic.sendLatency.observe(time.Since(start))
+	if !sendOK(resp) {
+		return
+	}
+	topic := req.ExtFields["topic"]
+	if topic == "" {
+		topic = req.ExtFields["b"]
+	}
+	n := int64(1)
+	if remoting.RequestCode(req.Code) == remoting.SendBatchMessage {
+		n = int64(strings.Count(resp.ExtFields["msgId"], ",") + 1)
+	}
+	c := pairFor(&b.traffic.puts, topic)
+	c.a.Add(n)
+	c.b.Add(int64(len(req.Body)))
 }
 
 // timedPull wraps the PULL_MESSAGE handler: it observes the pull latency (request to

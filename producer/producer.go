@@ -156,13 +156,16 @@ func WithQueue(mq message.MessageQueue) SendOption { return WithSelector(ManualS
 
 // options applies opts over the producer's defaults.
 func (p *Producer) options(opts []SendOption) sendOptions {
-	o := sendOptions{selector: p.cfg.Selector}
+	if len(opts) == 0 { // the common case: no options, nothing escapes
+		return sendOptions{selector: p.cfg.Selector}
+	}
+	o := &sendOptions{selector: p.cfg.Selector}
 	for _, f := range opts {
 		if f != nil {
-			f(&o)
+			f(o)
 		}
 	}
-	return o
+	return *o
 }
 
 // middlewares returns the chain a send with options o runs: none with
@@ -413,8 +416,10 @@ func (p *Producer) request(pr *prepared, mq message.MessageQueue) (string, *remo
 // ctx is the caller's context (its end is not the broker's fault).
 func (p *Producer) outcome(ctx context.Context, pr *prepared, mq message.MessageQueue, addr string,
 	resp *remoting.RemotingCommand, err error, latency time.Duration) (*message.SendResult, *SendError, bool) {
-	se := &SendError{Topic: pr.header.Topic, Queue: mq, BrokerAddr: addr}
+	// The *SendError is built only on failure (a stored send allocates none).
+	fail := func() *SendError { return &SendError{Topic: pr.header.Topic, Queue: mq, BrokerAddr: addr} }
 	if err != nil {
+		se := fail()
 		se.Err = err
 		// The caller giving up says nothing about the broker; a timeout or a transport
 		// failure does.
@@ -429,11 +434,13 @@ func (p *Producer) outcome(ctx context.Context, pr *prepared, mq message.Message
 		p.observe(mq, latency, nil, false)
 		r, err := client.ParseSendResponse(resp, mq, pr.msgID)
 		if err != nil { // stored, but the answer is malformed: report, do not resend
+			se := fail()
 			se.Code, se.Err = code, err
 			return nil, se, false
 		}
 		return r, nil, false
 	}
+	se := fail()
 	se.Code, se.Remark = code, resp.Remark
 	p.observe(mq, latency, resp.ResponseErr(), isolates(code))
 	if code.Retryable() {

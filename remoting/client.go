@@ -114,6 +114,44 @@ type Client struct {
 
 	hmu      sync.RWMutex
 	handlers map[RequestCode]RequestHandler
+
+	sweepOnce sync.Once // starts the deadline sweep at the first InvokeAsyncTimeout
+}
+
+// asyncSweepInterval is how often the client fails InvokeAsyncTimeout calls whose
+// timeout has passed: they fail between timeout and timeout + asyncSweepInterval.
+const asyncSweepInterval = 10 * time.Millisecond
+
+// runSweep fails expired InvokeAsyncTimeout calls every asyncSweepInterval until Close,
+// and starts another callback runner on a connection whose runner is stuck in a callback.
+func (c *Client) runSweep() {
+	t := time.NewTicker(asyncSweepInterval)
+	defer t.Stop()
+	var conns []*Conn
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case now := <-t.C:
+			conns = conns[:0]
+			c.mu.Lock()
+			for _, e := range c.conns {
+				select {
+				case <-e.ready:
+					if e.conn != nil {
+						conns = append(conns, e.conn)
+					}
+				default:
+				}
+			}
+			c.mu.Unlock()
+			for _, conn := range conns {
+				conn.sweepExpired(now.UnixNano())
+				conn.unstickCallbacks()
+			}
+			clear(conns)
+		}
+	}
 }
 
 // clientEntry is a cached connection or a dial in progress.
@@ -322,6 +360,32 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 	}
 	c.cfg.Credentials.Sign(req)
 	return conn.invokeAsync(ctx, req, cb)
+}
+
+// InvokeAsyncTimeout is [Client.InvokeAsync] with a timeout that costs no timer per
+// call, and callbacks run one after another (in the order the calls completed) by a
+// goroutine of the client per connection, started when the first answer of a burst
+// arrives and ended when none is left, instead of a goroutine per call. A callback that
+// blocks does not block its connection's reader, and delays the later callbacks of that
+// connection by about 10 ms: the sweep then starts another runner for them. cb gets an
+// error wrapping [ErrTimeout] and context.DeadlineExceeded when no response arrived within timeout (detected by one sweep per client, so between timeout
+// and timeout + 10 ms), or wrapping ctx's error when ctx ends first; ctx is watched only
+// if it can end (a context.Background costs nothing). timeout must be positive. The
+// dial, when addr has no connection yet, is bounded by ctx and DialTimeout.
+func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration, cb func(*RemotingCommand, error)) error {
+	if cb == nil {
+		return errors.New("remoting: InvokeAsyncTimeout needs a callback")
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("remoting: InvokeAsyncTimeout: timeout %v: must be positive", timeout)
+	}
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return err
+	}
+	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
+	c.cfg.Credentials.Sign(req)
+	return conn.invokeAsyncWith(ctx, time.Now().Add(timeout).UnixNano(), true, req, cb)
 }
 
 // InvokeOneway sends req to addr with the ONEWAY flag bit (bit1) set and waits for

@@ -418,3 +418,222 @@ func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
 }
+
+// TestHandleAsync: an async handler answers later from another goroutine; the request
+// keeps its in-flight slot until then (SYSTEM_BUSY past MaxInFlightPerConn), a second
+// reply is ignored, a panic before replying answers SYSTEM_ERROR, Before runs first, and
+// Handle makes the code ordinary again.
+func TestHandleAsync(t *testing.T) {
+	s := startServer(t, ServerConfig{MaxInFlightPerConn: 4, Before: func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		if string(req.Body) == "refuse" {
+			return NewResponse(NoPermission, "refused by Before")
+		}
+		return nil
+	}})
+	held := make(chan func(*RemotingCommand), 16)
+	s.HandleAsync(SendMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand, reply func(*RemotingCommand)) {
+		switch string(req.Body) {
+		case "panic":
+			panic("async handler test panic")
+		case "now":
+			reply(NewResponse(Success, "now"))
+			reply(NewResponse(SystemError, "second reply")) // ignored
+		default:
+			body := append([]byte(nil), req.Body...)
+			held <- func(r *RemotingCommand) { r.Body = body; reply(r) }
+		}
+	})
+	c := newClient(t, ClientConfig{})
+	call := func(body string) (*RemotingCommand, error) {
+		return c.InvokeSync(ctxTimeout(t, 10*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte(body)))
+	}
+	type answer struct {
+		resp *RemotingCommand
+		err  error
+	}
+	answers := make(chan answer, 8)
+	for i := range 4 {
+		go func() {
+			r, err := call("held" + strconv.Itoa(i))
+			answers <- answer{r, err}
+		}()
+	}
+	var replies []func(*RemotingCommand)
+	for range 4 {
+		replies = append(replies, <-held)
+	}
+	// Four requests hold the four slots: the fifth is told the connection is busy.
+	if r, err := call("fifth"); err != nil || r.ResponseCode() != SystemBusy {
+		t.Fatalf("fifth request with 4 unanswered: %v %v, want SYSTEM_BUSY", r, err)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("answered before reply: %+v", a)
+	default:
+	}
+	for _, reply := range replies {
+		go reply(NewResponse(Success, "later"))
+	}
+	for range 4 {
+		a := <-answers
+		if a.err != nil || a.resp.ResponseCode() != Success || a.resp.Remark != "later" || !strings.HasPrefix(string(a.resp.Body), "held") {
+			t.Fatalf("held request: %+v %v", a.resp, a.err)
+		}
+	}
+	if r, err := call("now"); err != nil || r.ResponseCode() != Success || r.Remark != "now" {
+		t.Fatalf("immediate reply: %v %v", r, err)
+	}
+	if r, err := call("panic"); err != nil || r.ResponseCode() != SystemError {
+		t.Fatalf("panicking handler: %v %v, want SYSTEM_ERROR", r, err)
+	}
+	if r, err := call("refuse"); err != nil || r.ResponseCode() != NoPermission {
+		t.Fatalf("Before: %v %v, want NO_PERMISSION", r, err)
+	}
+	// Slots were all released: four more can be held at once.
+	for i := range 4 {
+		go func() {
+			r, err := call("again" + strconv.Itoa(i))
+			answers <- answer{r, err}
+		}()
+	}
+	for range 4 {
+		(<-held)(NewResponse(Success, "later"))
+	}
+	for range 4 {
+		if a := <-answers; a.err != nil || a.resp.ResponseCode() != Success {
+			t.Fatalf("second round: %+v %v", a.resp, a.err)
+		}
+	}
+	s.Handle(SendMessage, echoHandler)
+	if s.asyncFor(int16(SendMessage)) != nil {
+		t.Fatal("Handle after HandleAsync: the code is still async")
+	}
+	if r, err := call("echo"); err != nil || string(r.Body) != "echo" {
+		t.Fatalf("after Handle: %v %v", r, err)
+	}
+}
+
+// TestInvokeAsyncTimeoutSweep: InvokeAsyncTimeout fails an unanswered call with ErrTimeout
+// (wrapping context.DeadlineExceeded) through the client's sweep, leaves no pending entry
+// and keeps the connection; an answered call gets its response; a cancelled ctx still
+// ends a call at once; a non-positive timeout is refused.
+func TestInvokeAsyncTimeoutSweep(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := startServer(t, ServerConfig{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+	results := make(chan error, 4)
+	if err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), 30*time.Millisecond, func(_ *RemotingCommand, err error) {
+		results <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-results; !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want ErrTimeout wrapping DeadlineExceeded, got %v", err)
+	}
+	conn := clientConn(c, s.Addr())
+	if n := conn.pendingLen(); n != 0 || conn.timed.Load() != 0 {
+		t.Fatalf("after the sweep: %d pending, %d timed", n, conn.timed.Load())
+	}
+	answered := make(chan *RemotingCommand, 1)
+	if err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(SendMessage, nil, []byte("hi")), 10*time.Second, func(r *RemotingCommand, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- r
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-answered; r == nil || string(r.Body) != "hi" {
+		t.Fatalf("answered call: %v", r)
+	}
+	if conn.timed.Load() != 0 {
+		t.Fatalf("answered call still counted as timed: %d", conn.timed.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := c.InvokeAsyncTimeout(ctx, s.Addr(), NewRequest(PullMessage, nil, nil), time.Hour, func(_ *RemotingCommand, err error) {
+		results <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-results; !errors.Is(err, ErrTimeout) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	if clientConn(c, s.Addr()) != conn {
+		t.Fatal("a timeout must not drop the connection")
+	}
+	if err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), 0, func(*RemotingCommand, error) {}); err == nil {
+		t.Fatal("zero timeout accepted")
+	}
+	if len(results) != 0 {
+		t.Fatal("a callback ran twice")
+	}
+}
+
+// TestInvokeAsyncTimeoutCallbacks: many InvokeAsyncTimeout calls in flight each get
+// exactly one callback with their own answer; a panicking callback does not stop the
+// later ones; a callback that blocks until every other callback has run does not hold
+// them back for ever (the sweep starts another runner); Close leaves no goroutine
+// (goleak in TestMain).
+func TestInvokeAsyncTimeoutCallbacks(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+	const n = 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n+1)
+	seen := make([]atomic.Int32, n)
+	var others atomic.Int32
+	othersDone := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		body := strconv.Itoa(i)
+		err := c.InvokeAsyncTimeout(context.Background(), s.Addr(), NewRequest(SendMessage, nil, []byte(body)), 10*time.Second, func(r *RemotingCommand, err error) {
+			defer wg.Done()
+			seen[i].Add(1)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if string(r.Body) != body {
+				errs <- fmt.Errorf("call %s got body %q", body, r.Body)
+			}
+			if i == 0 { // blocks until all the others ran
+				select {
+				case <-othersDone:
+				case <-time.After(20 * time.Second):
+					errs <- errors.New("a blocked callback held the others back for 20 s")
+				}
+				return
+			}
+			if others.Add(1) == n-1 {
+				close(othersDone)
+			}
+			if i%100 == 7 {
+				panic("callback test panic")
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range seen {
+		if got := seen[i].Load(); got != 1 {
+			t.Fatalf("call %d: %d callbacks, want 1", i, got)
+		}
+	}
+}

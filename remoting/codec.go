@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -120,7 +120,8 @@ func (c *RemotingCommand) appendJSONHeader(b []byte) []byte {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '{')
-		for i, k := range sortedKeys(c.ExtFields) {
+		var kb [32]string
+		for i, k := range sortedKeys(kb[:0], c.ExtFields) {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -133,13 +134,14 @@ func (c *RemotingCommand) appendJSONHeader(b []byte) []byte {
 	return append(b, '}')
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
+// sortedKeys appends m's keys to dst and sorts them. Callers pass a stack array's slice
+// (a request header has a dozen fields), so encoding a header allocates no key slice.
+func sortedKeys(dst []string, m map[string]string) []string {
 	for k := range m {
-		keys = append(keys, k)
+		dst = append(dst, k)
 	}
-	sort.Strings(keys)
-	return keys
+	slices.Sort(dst)
+	return dst
 }
 
 const hexDigits = "0123456789abcdef"
@@ -206,7 +208,8 @@ func (c *RemotingCommand) appendBinaryHeader(b []byte) ([]byte, error) {
 	b = append(b, c.Remark...)
 	lenPos := len(b)
 	b = append(b, 0, 0, 0, 0)
-	for _, k := range sortedKeys(c.ExtFields) {
+	var kb [32]string
+	for _, k := range sortedKeys(kb[:0], c.ExtFields) {
 		v := c.ExtFields[k]
 		if len(k) > math.MaxInt16 {
 			return nil, &HeaderError{Field: "extFields", Reason: fmt.Sprintf("key of %d bytes exceeds the binary header limit %d", len(k), math.MaxInt16)}

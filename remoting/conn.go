@@ -23,8 +23,11 @@ import (
 //   - one writer (writeLoop): drains the bounded outgoing queue onto the socket;
 //   - one goroutine per incoming request being handled (bounded by maxInFlight on servers),
 //     except for the codes a Server handles inline (Server.HandleInline): those run on the
-//     reader itself;
-//   - one goroutine per async-call callback.
+//     reader itself, and the codes of Server.HandleAsync, which start on the reader and
+//     answer from whichever goroutine calls their reply function;
+//   - one goroutine per async-call callback (InvokeAsync), or, for calls of
+//     Client.InvokeAsyncTimeout, at most one callback runner (runCallbacks) at a time,
+//     running while answered callbacks are queued.
 //
 // Stop order of a Conn (closeWith, run once, by whoever notices first: reader, writer,
 // a full outgoing queue, Conn.Close, or the owner's Close/Shutdown):
@@ -67,6 +70,10 @@ type connOptions struct {
 	// inline reports whether a request with this code is handled on the reader goroutine
 	// (Server.HandleInline); nil: never.
 	inline func(code int16) bool
+	// async returns the handler registered with Server.HandleAsync for code; nil: none.
+	async func(code int16) AsyncHandler
+	// before runs ahead of an async handler (ServerConfig.Before); nil: none.
+	before Handler
 	// serve handles an incoming request (in its own goroutine); nil result = no response.
 	serve func(ctx context.Context, c *Conn, req *RemotingCommand) *RemotingCommand
 	// onClose is called once after the conn closed (step 5 of the stop order).
@@ -90,12 +97,20 @@ type Conn struct {
 	flushOnce sync.Once
 	flushed   chan struct{} // closed by the writer when it wrote the flush marker
 
-	inFlight  atomic.Int32  // requests being handled
-	inBytes   atomic.Int64  // body bytes of the requests being handled
-	outBytes  atomic.Int64  // bytes of frames queued or being written
-	room      chan struct{} // (cap 1) signalled when the writer wrote a batch
-	slotFree  chan struct{} // (cap 1) signalled when a handler finishes
-	lastWrite atomic.Int64  // unix nanoseconds of the last completed socket write
+	inFlight atomic.Int32 // requests being handled
+	timed    atomic.Int32 // pending calls with a deadline (the sweep skips conns without)
+
+	cbMu      sync.Mutex      // guards the callback runner's fields below
+	cbQueue   []asyncCallback // callbacks of serial async calls waiting to run
+	cbHead    int             // index of the next callback to run in cbQueue
+	cbRunners int             // runCallbacks goroutines running
+	cbDone    atomic.Int64    // callbacks run so far (the sweep sees whether runners progress)
+	cbSeen    int64           // cbDone at the previous sweep; only the sweep uses it
+	inBytes   atomic.Int64    // body bytes of the requests being handled
+	outBytes  atomic.Int64    // bytes of frames queued or being written
+	room      chan struct{}   // (cap 1) signalled when the writer wrote a batch
+	slotFree  chan struct{}   // (cap 1) signalled when a handler finishes
+	lastWrite atomic.Int64    // unix nanoseconds of the last completed socket write
 
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall
@@ -192,6 +207,10 @@ func (c *Conn) Err() error {
 type pendingCall struct {
 	complete func(*RemotingCommand, error)
 	stop     func() bool // stops the async timeout watcher; guarded by Conn.mu
+	// deadline (unix ns) after which the client's sweep fails the call with ErrTimeout
+	// (Client.InvokeAsyncTimeout); 0: none. req names the call in that error.
+	deadline int64
+	req      *RemotingCommand
 }
 
 func (c *Conn) register(opaque int32, p *pendingCall) error {
@@ -201,6 +220,9 @@ func (c *Conn) register(opaque int32, p *pendingCall) error {
 		return &ConnError{Addr: c.remote, Op: "write", Err: c.closeErr}
 	}
 	c.pending[opaque] = p
+	if p.deadline != 0 {
+		c.timed.Add(1)
+	}
 	return nil
 }
 
@@ -213,7 +235,34 @@ func (c *Conn) take(opaque int32) (*pendingCall, func() bool) {
 		return nil, nil
 	}
 	delete(c.pending, opaque)
+	if p.deadline != 0 {
+		c.timed.Add(-1)
+	}
 	return p, p.stop
+}
+
+// sweepExpired fails every pending call whose deadline (unix ns) is at or before now
+// with ErrTimeout (the Client's deadline sweep, see Client.InvokeAsyncTimeout).
+func (c *Conn) sweepExpired(now int64) {
+	if c.timed.Load() == 0 {
+		return
+	}
+	var expired []*pendingCall
+	c.mu.Lock()
+	for op, p := range c.pending {
+		if p.deadline != 0 && p.deadline <= now {
+			delete(c.pending, op)
+			c.timed.Add(-1)
+			expired = append(expired, p)
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range expired {
+		if p.stop != nil {
+			p.stop()
+		}
+		p.complete(nil, timeoutErr(c.remote, p.req, context.DeadlineExceeded))
+	}
 }
 
 // pendingLen returns the number of calls waiting for a response.
@@ -498,6 +547,10 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		c.inFlight.Add(-1)
 		return
 	}
+	var ah AsyncHandler
+	if c.opts.async != nil {
+		ah = c.opts.async(req.Code)
+	}
 	size := int64(len(req.Body))
 	// full returns why the connection cannot take req now ("" if it can).
 	full := func() string {
@@ -529,6 +582,10 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	}
 	c.inFlight.Add(1)
 	c.inBytes.Add(size)
+	if ah != nil {
+		c.serveAsync(req, st, ah, size)
+		return
+	}
 	if !c.opts.spawn(func() {
 		defer c.releaseSlot(size)
 		c.handle(req, st)
@@ -567,8 +624,80 @@ func (c *Conn) safeServe(req *RemotingCommand) (resp *RemotingCommand) {
 	return c.opts.serve(c.ctx, c, req)
 }
 
-// reply sends resp as the answer to req, in the request's serialize type.
-func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
+// serveAsync runs an async handler (Server.HandleAsync) on the reader. The request holds
+// its in-flight slot until the reply function is called: the first call answers (unless
+// the request is one-way or resp is nil) and frees the slot, later calls do nothing. A
+// handler that panics before replying is answered SYSTEM_ERROR.
+func (c *Conn) serveAsync(req *RemotingCommand, st SerializeType, h AsyncHandler, size int64) {
+	var replied atomic.Bool
+	reply := func(resp *RemotingCommand) {
+		if !replied.CompareAndSwap(false, true) {
+			return
+		}
+		if resp == nil || req.IsOneway() {
+			c.releaseSlot(size)
+			return
+		}
+		c.replyNoWait(req, resp, st, size)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
+				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
+			reply(NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r)))
+		}
+	}()
+	if c.opts.before != nil {
+		if resp := c.opts.before(c.ctx, c, req); resp != nil {
+			reply(resp)
+			return
+		}
+	}
+	h(c.ctx, c, req, reply)
+}
+
+// replyNoWait queues the answer to req without blocking the calling goroutine (an async
+// reply may come from a store's flush goroutine, which must not wait on one slow peer):
+// when the outgoing queue has room the frame goes straight in, otherwise a goroutine
+// waits for room as reply does. The in-flight slot of size body bytes is released once
+// the frame is queued or dropped.
+func (c *Conn) replyNoWait(req, resp *RemotingCommand, st SerializeType, size int64) {
+	frame := c.encodeReply(req, resp, st)
+	if frame == nil {
+		c.releaseSlot(size)
+		return
+	}
+	if c.ctx.Err() != nil {
+		c.releaseSlot(size)
+		return
+	}
+	n := int64(len(frame))
+	if cur := c.outBytes.Load(); c.opts.maxQueuedBytes <= 0 || cur == 0 || cur+n <= c.opts.maxQueuedBytes {
+		c.outBytes.Add(n)
+		select {
+		case c.out <- frame:
+			c.releaseSlot(size)
+			return
+		default:
+			c.outBytes.Add(-n)
+			c.signalRoom()
+		}
+	}
+	send := func() {
+		defer c.releaseSlot(size)
+		if err := c.send(c.ctx, frame); err != nil {
+			c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
+		}
+	}
+	if !c.opts.spawn(send) {
+		send() // the owner is stopping: bounded by WriteTimeout
+	}
+}
+
+// encodeReply encodes resp as the answer to req in the request's serialize type; a
+// response that cannot be encoded or is over the frame limit becomes SYSTEM_ERROR. nil
+// if even that fails.
+func (c *Conn) encodeReply(req, resp *RemotingCommand, st SerializeType) []byte {
 	resp.Opaque = req.Opaque
 	resp.Flag |= FlagResponse
 	frame, err := resp.EncodeAs(st)
@@ -580,8 +709,17 @@ func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
 		alt := NewResponse(SystemError, "encode response: "+err.Error())
 		alt.Opaque = req.Opaque
 		if frame, err = alt.EncodeAs(st); err != nil {
-			return
+			return nil
 		}
+	}
+	return frame
+}
+
+// reply sends resp as the answer to req, in the request's serialize type.
+func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
+	frame := c.encodeReply(req, resp, st)
+	if frame == nil {
+		return
 	}
 	if err := c.send(c.ctx, frame); err != nil {
 		c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
@@ -649,6 +787,14 @@ func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingComma
 // invokeAsync sends req and arranges for cb to be called exactly once with the response
 // or an error, unless it returns an error (then cb is never called).
 func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
+	return c.invokeAsyncWith(ctx, 0, false, req, cb)
+}
+
+// invokeAsyncWith is invokeAsync with a deadline (unix ns, 0: none) enforced by the
+// client's sweep instead of a timer (ctx is watched only when it can end), and, with
+// serial, cb run by the connection's callback runner (runCallbacks) instead of a
+// goroutine of its own.
+func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool, req *RemotingCommand, cb func(*RemotingCommand, error)) error {
 	if err := ctx.Err(); err != nil {
 		return timeoutErr(c.remote, req, err)
 	}
@@ -657,35 +803,34 @@ func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*R
 		return err
 	}
 	op := req.Opaque
-	p := &pendingCall{}
-	p.complete = func(cmd *RemotingCommand, err error) {
-		f := func() {
-			defer func() {
-				if r := recover(); r != nil {
-					c.opts.log.Error("remoting: async callback panicked", "remote", c.remote, "panic", r, "stack", string(debug.Stack()))
-				}
-			}()
-			cb(cmd, err)
-		}
-		if !c.opts.spawn(f) {
-			f()
+	p := &pendingCall{deadline: deadline, req: req}
+	if serial {
+		p.complete = func(cmd *RemotingCommand, err error) { c.queueCallback(asyncCallback{cb, cmd, err}) }
+	} else {
+		p.complete = func(cmd *RemotingCommand, err error) {
+			f := func() { c.runCallback(asyncCallback{cb, cmd, err}) }
+			if !c.opts.spawn(f) {
+				f()
+			}
 		}
 	}
 	if err := c.register(op, p); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() {
-		if p, _ := c.take(op); p != nil {
-			p.complete(nil, timeoutErr(c.remote, req, ctx.Err()))
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if p, _ := c.take(op); p != nil {
+				p.complete(nil, timeoutErr(c.remote, req, ctx.Err()))
+			}
+		})
+		c.mu.Lock()
+		if c.pending[op] == p {
+			p.stop = stop
+			c.mu.Unlock()
+		} else {
+			c.mu.Unlock()
+			stop()
 		}
-	})
-	c.mu.Lock()
-	if c.pending[op] == p {
-		p.stop = stop
-		c.mu.Unlock()
-	} else {
-		c.mu.Unlock()
-		stop()
 	}
 	if err := c.send(ctx, frame); err != nil {
 		if p, stop := c.take(op); p != nil {
@@ -699,6 +844,83 @@ func (c *Conn) invokeAsync(ctx context.Context, req *RemotingCommand, cb func(*R
 		return nil
 	}
 	return nil
+}
+
+// asyncCallback is one async call's callback with its outcome.
+type asyncCallback struct {
+	cb  func(*RemotingCommand, error)
+	cmd *RemotingCommand
+	err error
+}
+
+// runCallback calls one callback, logging a panic instead of crashing the process.
+func (c *Conn) runCallback(a asyncCallback) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: async callback panicked", "remote", c.remote, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	a.cb(a.cmd, a.err)
+}
+
+// queueCallback hands a callback to the connection's callback runner, starting one (a
+// goroutine of the owner) when none runs; the queue holds at most one entry per call
+// that was pending, so it is bounded by the calls in flight. Never blocks.
+func (c *Conn) queueCallback(a asyncCallback) {
+	c.cbMu.Lock()
+	c.cbQueue = append(c.cbQueue, a)
+	if c.cbRunners > 0 {
+		c.cbMu.Unlock()
+		return
+	}
+	c.cbRunners++
+	c.cbMu.Unlock()
+	if !c.opts.spawn(c.runCallbacks) {
+		c.runCallbacks() // the owner is closing: run them here
+	}
+}
+
+// unstickCallbacks starts another callback runner when callbacks are queued but no
+// runner finished one since the previous call (one sweep interval): a callback that
+// blocks (say, one that sends again and waits for room that only the queued callbacks
+// would free) then delays the others by about one interval instead of for ever.
+func (c *Conn) unstickCallbacks() {
+	done := c.cbDone.Load()
+	c.cbMu.Lock()
+	stuck := c.cbHead < len(c.cbQueue) && c.cbRunners > 0 && done == c.cbSeen
+	c.cbSeen = done
+	if !stuck {
+		c.cbMu.Unlock()
+		return
+	}
+	c.cbRunners++
+	c.cbMu.Unlock()
+	if !c.opts.spawn(c.runCallbacks) {
+		c.cbMu.Lock()
+		c.cbRunners--
+		c.cbMu.Unlock()
+	}
+}
+
+// runCallbacks runs queued callbacks one after another, in completion order, taking
+// one at a time (so that another runner can take over the rest when one blocks), until
+// the queue is empty, then returns (the next queueCallback starts a new runner).
+func (c *Conn) runCallbacks() {
+	for {
+		c.cbMu.Lock()
+		if c.cbHead == len(c.cbQueue) {
+			c.cbQueue, c.cbHead = c.cbQueue[:0], 0
+			c.cbRunners--
+			c.cbMu.Unlock()
+			return
+		}
+		a := c.cbQueue[c.cbHead]
+		c.cbQueue[c.cbHead] = asyncCallback{} // let the answer be collected
+		c.cbHead++
+		c.cbMu.Unlock()
+		c.runCallback(a)
+		c.cbDone.Add(1)
+	}
 }
 
 // InvokeOneway sends req with the ONEWAY flag bit set and waits only until it is queued

@@ -167,6 +167,7 @@ type Server struct {
 	hmu       sync.RWMutex // guards handlers, inline, defaultH, listeners
 	handlers  map[RequestCode]Handler
 	inline    map[RequestCode]bool // codes whose handler runs on the reader (HandleInline)
+	async     map[RequestCode]AsyncHandler
 	defaultH  Handler
 	listeners []func(*Conn)
 }
@@ -187,6 +188,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		perHost:  make(map[string]int),
 		handlers: make(map[RequestCode]Handler),
 		inline:   make(map[RequestCode]bool),
+		async:    make(map[RequestCode]AsyncHandler),
 	}
 	idle := cfg.IdleTimeout
 	if idle < 0 {
@@ -204,6 +206,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		log:              cfg.Logger,
 		spawn:            s.spawn,
 		inline:           s.isInline,
+		async:            s.asyncFor,
+		before:           cfg.Before,
 		serve:            s.serve,
 		onClose:          s.onConnClose,
 	}
@@ -216,6 +220,7 @@ func (s *Server) Handle(code RequestCode, h Handler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	delete(s.inline, code)
+	delete(s.async, code)
 	if h == nil {
 		delete(s.handlers, code)
 		return
@@ -236,6 +241,7 @@ func (s *Server) Handle(code RequestCode, h Handler) {
 func (s *Server) HandleInline(code RequestCode, h Handler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
+	delete(s.async, code)
 	if h == nil {
 		delete(s.handlers, code)
 		delete(s.inline, code)
@@ -243,6 +249,48 @@ func (s *Server) HandleInline(code RequestCode, h Handler) {
 	}
 	s.handlers[code] = h
 	s.inline[code] = true
+}
+
+// AsyncHandler handles a request and answers it later: it starts on the connection's
+// reader goroutine (as with [Server.HandleInline], it must return quickly and never block)
+// and calls reply exactly once, from any goroutine, with the response (nil: no response).
+// Calls after the first are ignored. The request keeps its in-flight slot
+// (MaxInFlightPerConn, MaxInFlightBytesPerConn) until reply is called, and Shutdown
+// gives unanswered requests the same grace as running handlers. reply never blocks: when
+// the connection's outgoing queue is full the frame is handed to a goroutine that waits
+// for room (bounded by WriteTimeout). A reply after the connection closed is dropped.
+type AsyncHandler func(ctx context.Context, conn *Conn, req *RemotingCommand, reply func(*RemotingCommand))
+
+// HandleAsync registers h for requests with code, replacing any earlier handler: the
+// handler starts on the reader and answers through its reply function when its result is
+// ready (a SEND_MESSAGE under SYNC_FLUSH answers when the group commit's fsync covers it),
+// so no goroutine waits per request. ServerConfig.Before runs first, as for every handler.
+// A handler that panics before replying is answered SYSTEM_ERROR. Async requests count
+// against MaxInFlightPerConn like requests in goroutines (SYSTEM_BUSY past it). A nil h
+// removes the handler.
+func (s *Server) HandleAsync(code RequestCode, h AsyncHandler) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	delete(s.inline, code)
+	delete(s.handlers, code)
+	if h == nil {
+		delete(s.async, code)
+		return
+	}
+	s.async[code] = h
+}
+
+// asyncFor returns the async handler for code (HandleAsync), or nil; nil for every code
+// once Shutdown has begun, so that new requests are refused like any other.
+func (s *Server) asyncFor(code int16) AsyncHandler {
+	select {
+	case <-s.quit:
+		return nil
+	default:
+	}
+	s.hmu.RLock()
+	defer s.hmu.RUnlock()
+	return s.async[RequestCode(code)]
 }
 
 // isInline reports whether requests with code are handled on the reader (HandleInline);

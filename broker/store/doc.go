@@ -52,6 +52,10 @@
 // fsync covers all of them — group commit: N concurrent puts cost far fewer than N fsyncs.
 // A put whose fsync does not complete within [Config.SyncFlushTimeout] returns
 // [PutFlushDiskTimeout] (the record is written; only its durability is unconfirmed).
+// [Store.PutMessageAsync] (the broker's send path) waits on no goroutine at all: it queues a
+// callback (end offset → done) that the flush goroutine calls, in order, after the fsync
+// covering the record; a deadline sweep every SyncFlushTimeout/8 (at most 100 ms) reports
+// the ones past SyncFlushTimeout, and Close completes the rest after its final flush.
 //
 // Consume queues are flushed lazily by a second goroutine every
 // [Config.FlushConsumeQueueInterval], because they can be rebuilt from the commitlog. That

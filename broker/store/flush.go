@@ -17,12 +17,20 @@ type flusher struct {
 	cl *commitLog
 
 	syncMu sync.Mutex // serializes fsync passes
+	compMu sync.Mutex // serializes completing waiters (held while their callbacks run)
 
 	mu          sync.Mutex // guards the fields below
 	flushed     int64      // every commitlog byte below this offset is fsynced
 	flushedTime int64      // unix ms of the last pass that advanced flushed
 	done        chan struct{}
 	err         error // last fsync error (cleared by a successful pass)
+
+	// waiters are the SYNC_FLUSH puts queued by await (PutMessageAsync): each is
+	// completed by the first pass whose fsync covers its end offset, by the deadline sweep,
+	// or by closeWaiters. spare is the slice reused to collect the ones to complete.
+	waiters []flushWaiter
+	spare   []flushWaiter
+	closed  bool // closeWaiters ran: await completes at once
 
 	kick chan struct{} // capacity 1: "someone is waiting"
 
@@ -62,10 +70,11 @@ func (fl *flusher) flush() (int64, error) {
 		}
 	}
 	fl.mu.Lock()
-	defer fl.mu.Unlock()
 	fl.err = err
 	if err != nil {
-		return fl.flushed, err
+		flushed := fl.flushed
+		fl.mu.Unlock()
+		return flushed, err
 	}
 	fl.flushed = target
 	fl.flushedTime = time.Now().UnixMilli()
@@ -75,6 +84,17 @@ func (fl *flusher) flush() (int64, error) {
 	}
 	close(fl.done)
 	fl.done = make(chan struct{})
+	if len(fl.waiters) == 0 {
+		fl.mu.Unlock()
+		return target, nil
+	}
+	fl.mu.Unlock()
+	fl.compMu.Lock()
+	fl.mu.Lock()
+	ready := fl.takeWaiters(func(w *flushWaiter) bool { return w.end <= target })
+	fl.mu.Unlock()
+	fl.complete(ready, true)
+	fl.compMu.Unlock()
 	return target, nil
 }
 
@@ -87,6 +107,93 @@ func (s *Store) OnFlush(f func(d time.Duration)) {
 		return
 	}
 	s.flusher.observe.Store(&f)
+}
+
+// flushWaiter is one queued SYNC_FLUSH put: f(true) once the commitlog is fsynced up to
+// end, f(false) at deadline (unix ns) or at Close if it is not.
+type flushWaiter struct {
+	end      int64
+	deadline int64
+	f        func(ok bool)
+}
+
+// await calls f(true) once the commitlog is fsynced up to end, or f(false) when that has
+// not happened by deadline (unix ns; the sweep runs every sweepInterval) or the store
+// closes first. f runs on this goroutine when end is already fsynced or the flusher is
+// closed, else on the goroutine of the fsync pass, the sweep or Close. No timer or
+// goroutine is kept per call: one queue, completed after each pass.
+func (fl *flusher) await(end, deadline int64, f func(ok bool)) {
+	fl.mu.Lock()
+	if fl.flushed >= end || fl.closed {
+		ok := fl.flushed >= end
+		fl.mu.Unlock()
+		f(ok)
+		return
+	}
+	fl.waiters = append(fl.waiters, flushWaiter{end: end, deadline: deadline, f: f})
+	fl.mu.Unlock()
+	fl.wake()
+}
+
+// takeWaiters removes from the queue the waiters done reports true for and returns them
+// (in queue order). The returned slice is valid until the next call; fl.mu must be held.
+func (fl *flusher) takeWaiters(done func(w *flushWaiter) bool) []flushWaiter {
+	ready := fl.spare[:0]
+	keep := fl.waiters[:0]
+	for i := range fl.waiters {
+		if w := &fl.waiters[i]; done(w) {
+			ready = append(ready, *w)
+		} else {
+			keep = append(keep, *w)
+		}
+	}
+	clear(fl.waiters[len(keep):]) // drop the callbacks of completed waiters
+	fl.waiters = keep
+	fl.spare = ready
+	return ready
+}
+
+// complete calls each waiter's f with ok, in order, and forgets them. It must be called
+// with fl.compMu held (so that spare is not reused meanwhile) and fl.mu not held.
+func (fl *flusher) complete(ready []flushWaiter, ok bool) {
+	for i := range ready {
+		ready[i].f(ok)
+		ready[i].f = nil
+	}
+}
+
+// sweep completes with false every waiter whose deadline (unix ns) is at or before now.
+func (fl *flusher) sweep(now int64) {
+	fl.compMu.Lock()
+	defer fl.compMu.Unlock()
+	fl.mu.Lock()
+	if len(fl.waiters) == 0 {
+		fl.mu.Unlock()
+		return
+	}
+	flushed := fl.flushed
+	ready := fl.takeWaiters(func(w *flushWaiter) bool { return w.deadline <= now || w.end <= flushed })
+	fl.mu.Unlock()
+	for i := range ready {
+		ready[i].f(ready[i].end <= flushed)
+		ready[i].f = nil
+	}
+}
+
+// closeWaiters marks the flusher closed and completes every queued waiter: true if the
+// final flush covered it.
+func (fl *flusher) closeWaiters() {
+	fl.compMu.Lock()
+	defer fl.compMu.Unlock()
+	fl.mu.Lock()
+	fl.closed = true
+	flushed := fl.flushed
+	ready := fl.takeWaiters(func(*flushWaiter) bool { return true })
+	fl.mu.Unlock()
+	for i := range ready {
+		ready[i].f(ready[i].end <= flushed)
+		ready[i].f = nil
+	}
 }
 
 // wake asks the flush goroutine for a pass without blocking.
@@ -141,6 +248,29 @@ func (s *Store) runCommitLogFlusher() {
 		}
 		if _, err := s.flusher.flush(); err != nil {
 			s.log.Error("commitlog fsync failed", "err", err)
+		}
+	}
+}
+
+// sweepInterval is how often the SYNC_FLUSH deadline sweep runs: a queued put gets
+// PutFlushDiskTimeout between SyncFlushTimeout and SyncFlushTimeout + sweepInterval.
+func sweepInterval(timeout time.Duration) time.Duration {
+	return min(max(timeout/8, time.Millisecond), 100*time.Millisecond)
+}
+
+// runFlushSweeper completes the queued SYNC_FLUSH puts (PutMessageAsync) whose
+// SyncFlushTimeout has passed, separately from the flush goroutine so that a stuck fsync
+// does not hold the timeouts back. It returns when stop is closed.
+func (s *Store) runFlushSweeper() {
+	defer s.wg.Done()
+	t := time.NewTicker(sweepInterval(s.cfg.SyncFlushTimeout))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.flusher.sweep(now.UnixNano())
 		}
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -291,5 +292,133 @@ func TestCorruptConsumeQueueEntriesAreNotServed(t *testing.T) {
 	r, err = s.GetMessage("E", 0, 4, 32, 0, nil)
 	if err != nil || r.MessageCount != 0 || r.Status == Found {
 		t.Fatalf("bad entries served: %v %d %v", r.Status, r.MessageCount, err)
+	}
+}
+
+// asyncResult is what a PutMessageAsync callback saw: the result, the error, and the
+// commitlog's fsynced offset at the moment it ran.
+type asyncResult struct {
+	r       PutResult
+	err     error
+	flushed int64
+}
+
+// TestPutMessageAsyncSyncFlush: queued SYNC_FLUSH puts complete only after an fsync that
+// covers them, all from one group-commit pass, and each callback runs exactly once.
+func TestPutMessageAsyncSyncFlush(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	cfg.FlushConsumeQueueInterval = time.Hour
+	s := openStore(t, cfg)
+
+	s.flusher.syncMu.Lock() // no fsync while the puts are written
+	passesBefore := s.flusher.passes.Load()
+	const n = 64
+	results := make(chan asyncResult, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.PutMessageAsync(context.Background(), newMsg("A", int32(i%4), fmt.Sprintf("a%d", i), ""), 0, func(r PutResult, err error) {
+				flushed, _ := s.flusher.state()
+				results <- asyncResult{r, err, flushed}
+			})
+		}()
+	}
+	wg.Wait() // every PutMessageAsync returned: they do not block for the fsync
+	select {
+	case r := <-results:
+		s.flusher.syncMu.Unlock()
+		t.Fatalf("a SYNC_FLUSH put completed before any fsync: %+v", r)
+	default:
+	}
+	s.flusher.syncMu.Unlock()
+	for range n {
+		r := <-results
+		if r.err != nil || r.r.Status != PutOK {
+			t.Fatalf("put: %+v %v", r.r, r.err)
+		}
+		if end := r.r.CommitLogOffset + r.r.WroteBytes; r.flushed < end {
+			t.Fatalf("completed at fsynced offset %d before its end %d", r.flushed, end)
+		}
+	}
+	if passes := s.flusher.passes.Load() - passesBefore; passes != 1 {
+		t.Fatalf("%d fsync passes for %d queued puts, want 1", passes, n)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a callback ran twice: %+v", r)
+	default:
+	}
+	// A batch goes the same way.
+	got := make(chan asyncResult, 1)
+	s.PutMessagesAsync(context.Background(), []*message.MessageExt{newMsg("A", 0, "b1", ""), newMsg("A", 0, "b2", "")}, nil, func(r PutResult, err error) {
+		flushed, _ := s.flusher.state()
+		got <- asyncResult{r, err, flushed}
+	})
+	if r := <-got; r.err != nil || r.r.Status != PutOK || r.r.Count != 2 || r.flushed < r.r.CommitLogOffset+r.r.WroteBytes {
+		t.Fatalf("batch: %+v", r)
+	}
+	// Bad input is reported through the callback, on the caller's goroutine.
+	var badErr error
+	s.PutMessagesAsync(context.Background(), nil, nil, func(_ PutResult, err error) { badErr = err })
+	var iae *InvalidArgumentError
+	if !errors.As(badErr, &iae) {
+		t.Fatalf("empty batch: %v", badErr)
+	}
+}
+
+// TestPutMessageAsyncTimeout: with the fsync stuck, the deadline sweep completes a queued
+// put with FLUSH_DISK_TIMEOUT; the message is stored.
+func TestPutMessageAsyncTimeout(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	cfg.SyncFlushTimeout = 30 * time.Millisecond
+	cfg.FlushConsumeQueueInterval = time.Hour
+	s := openStore(t, cfg)
+	s.flusher.syncMu.Lock() // a disk that does not answer
+	got := make(chan asyncResult, 1)
+	s.PutMessageAsync(context.Background(), newMsg("TO", 0, "slow", ""), 0, func(r PutResult, err error) { got <- asyncResult{r: r, err: err} })
+	r := <-got
+	s.flusher.syncMu.Unlock()
+	if r.err != nil || r.r.Status != PutFlushDiskTimeout {
+		t.Fatalf("got %+v, want FLUSH_DISK_TIMEOUT", r)
+	}
+	if got := bodies(t, s, "TO", 0); len(got) != 1 {
+		t.Fatalf("stored: %v", got)
+	}
+}
+
+// TestCloseCompletesQueuedPuts: Close's final flush covers a queued put, which then
+// completes with PutOK; a put after Close fails with ErrClosed through the callback.
+func TestCloseCompletesQueuedPuts(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	cfg.SyncFlushTimeout = time.Hour
+	cfg.FlushConsumeQueueInterval = time.Hour
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.flusher.syncMu.Lock()
+	got := make(chan asyncResult, 1)
+	s.PutMessageAsync(context.Background(), newMsg("CL", 0, "x", ""), 0, func(r PutResult, err error) {
+		flushed, _ := s.flusher.state()
+		got <- asyncResult{r, err, flushed}
+	})
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	s.flusher.syncMu.Unlock()
+	if r := <-got; r.err != nil || r.r.Status != PutOK || r.flushed < r.r.CommitLogOffset+r.r.WroteBytes {
+		t.Fatalf("queued put at Close: %+v", r)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	var after error
+	s.PutMessageAsync(context.Background(), newMsg("CL", 0, "y", ""), 0, func(_ PutResult, err error) { after = err })
+	if !errors.Is(after, ErrClosed) {
+		t.Fatalf("put after Close: %v", after)
 	}
 }

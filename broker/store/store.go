@@ -116,6 +116,10 @@ func Open(cfg Config) (*Store, error) {
 	s.wg.Add(2)
 	go s.runCommitLogFlusher()
 	go s.runCheckpointer()
+	if s.cfg.FlushDiskType == SyncFlush {
+		s.wg.Add(1)
+		go s.runFlushSweeper()
+	}
 	return s, nil
 }
 
@@ -132,6 +136,7 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		err := s.checkpoint()
 		close(s.stopped)
+		s.flusher.closeWaiters() // after the final flush: true for what it covered
 		if cerr := s.cl.close(); err == nil && cerr != nil {
 			err = fmt.Errorf("store: close commitlog: %w", cerr)
 		}
@@ -240,7 +245,68 @@ func (s *Store) PutMessage(ctx context.Context, msg *message.MessageExt, tagsCod
 	if msg == nil {
 		return PutResult{}, &InvalidArgumentError{Field: "msg", Reason: "nil"}
 	}
-	return s.put(ctx, []*message.MessageExt{msg}, []int64{tagsCode})
+	return s.putWait(ctx, []*message.MessageExt{msg}, []int64{tagsCode})
+}
+
+// PutMessageAsync is [Store.PutMessage] without blocking for the fsync: it writes msg and
+// then calls done exactly once with what PutMessage would have returned. With SYNC_FLUSH,
+// done runs when the group commit's fsync covers the record, on the goroutine that ran
+// that fsync (or with Status PutFlushDiskTimeout after Config.SyncFlushTimeout, from the
+// store's deadline sweep, or when Close finds the record not fsynced); no goroutine or
+// timer is kept per call. Otherwise (ASYNC_FLUSH, an error, or bytes already fsynced)
+// done runs on the calling goroutine before PutMessageAsync returns. ctx counts only
+// until the record is written. done must not block: it delays every other SYNC_FLUSH
+// put waiting on the same fsync. A nil done is a no-op callback.
+func (s *Store) PutMessageAsync(ctx context.Context, msg *message.MessageExt, tagsCode int64, done func(PutResult, error)) {
+	if msg == nil {
+		callDone(done, PutResult{}, &InvalidArgumentError{Field: "msg", Reason: "nil"})
+		return
+	}
+	s.putAsync(ctx, []*message.MessageExt{msg}, []int64{tagsCode}, done)
+}
+
+// PutMessagesAsync is [Store.PutMessages] that reports through done, as
+// [Store.PutMessageAsync] does.
+func (s *Store) PutMessagesAsync(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64, done func(PutResult, error)) {
+	tagsCodes, err := checkBatch(msgs, tagsCodes)
+	if err != nil {
+		callDone(done, PutResult{}, err)
+		return
+	}
+	s.putAsync(ctx, msgs, tagsCodes, done)
+}
+
+func callDone(done func(PutResult, error), res PutResult, err error) {
+	if done != nil {
+		done(res, err)
+	}
+}
+
+// putWait writes and, with SYNC_FLUSH, waits on this goroutine for the fsync.
+func (s *Store) putWait(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+	res, end, err := s.put(ctx, msgs, tagsCodes)
+	if err != nil || s.cfg.FlushDiskType != SyncFlush {
+		return res, err
+	}
+	if !s.flusher.waitFlushed(ctx, end, s.cfg.SyncFlushTimeout, s.stopped) {
+		res.Status = PutFlushDiskTimeout
+	}
+	return res, nil
+}
+
+// putAsync writes and, with SYNC_FLUSH, queues done on the flusher.
+func (s *Store) putAsync(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64, done func(PutResult, error)) {
+	res, end, err := s.put(ctx, msgs, tagsCodes)
+	if err != nil || s.cfg.FlushDiskType != SyncFlush {
+		callDone(done, res, err)
+		return
+	}
+	s.flusher.await(end, time.Now().Add(s.cfg.SyncFlushTimeout).UnixNano(), func(ok bool) {
+		if !ok {
+			res.Status = PutFlushDiskTimeout
+		}
+		callDone(done, res, nil)
+	})
 }
 
 // PutMessages stores a batch atomically in one commitlog append: all records are written
@@ -250,8 +316,17 @@ func (s *Store) PutMessage(ctx context.Context, msg *message.MessageExt, tagsCod
 // OffsetMsgIDs has one id per message. Errors as PutMessage, plus *InvalidArgumentError for
 // an empty batch, mixed topics/queues or a tagsCodes length mismatch.
 func (s *Store) PutMessages(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+	tagsCodes, err := checkBatch(msgs, tagsCodes)
+	if err != nil {
+		return PutResult{}, err
+	}
+	return s.putWait(ctx, msgs, tagsCodes)
+}
+
+// checkBatch validates a batch for PutMessages and fills in nil tagsCodes.
+func checkBatch(msgs []*message.MessageExt, tagsCodes []int64) ([]int64, error) {
 	if len(msgs) == 0 {
-		return PutResult{}, &InvalidArgumentError{Field: "msgs", Reason: "empty batch"}
+		return nil, &InvalidArgumentError{Field: "msgs", Reason: "empty batch"}
 	}
 	if tagsCodes == nil {
 		tagsCodes = make([]int64, len(msgs))
@@ -262,18 +337,18 @@ func (s *Store) PutMessages(ctx context.Context, msgs []*message.MessageExt, tag
 		}
 	}
 	if len(tagsCodes) != len(msgs) {
-		return PutResult{}, &InvalidArgumentError{Field: "tagsCodes", Reason: fmt.Sprintf("%d tags codes for %d messages", len(tagsCodes), len(msgs))}
+		return nil, &InvalidArgumentError{Field: "tagsCodes", Reason: fmt.Sprintf("%d tags codes for %d messages", len(tagsCodes), len(msgs))}
 	}
 	for i, m := range msgs {
 		if m == nil {
-			return PutResult{}, &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is nil", i)}
+			return nil, &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is nil", i)}
 		}
 		if m.Topic != msgs[0].Topic || m.QueueID != msgs[0].QueueID {
-			return PutResult{}, &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is for %s/%d, the batch for %s/%d: one topic and queue per batch",
+			return nil, &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is for %s/%d, the batch for %s/%d: one topic and queue per batch",
 				i, m.Topic, m.QueueID, msgs[0].Topic, msgs[0].QueueID)}
 		}
 	}
-	return s.put(ctx, msgs, tagsCodes)
+	return tagsCodes, nil
 }
 
 func (s *Store) getBuf() *[]byte {
@@ -294,23 +369,23 @@ func (s *Store) putBuf(b *[]byte) {
 // put refuses writes with ErrDiskFull while the disk is full (checking the free space
 // again on each call: at least twice MaxMessageSize plus 1 MiB must be free), then runs
 // the write path; a write failing with ENOSPC marks the disk full.
-func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, int64, error) {
 	if s.diskFull.Load() {
 		free, err := freeBytes(s.cfg.Dir)
 		if err != nil || free < uint64(2*s.cfg.MaxMessageSize+1<<20) {
-			return PutResult{}, fmt.Errorf("%w: %d bytes free in %s", ErrDiskFull, free, s.cfg.Dir)
+			return PutResult{}, 0, fmt.Errorf("%w: %d bytes free in %s", ErrDiskFull, free, s.cfg.Dir)
 		}
 		s.diskFull.Store(false)
 		s.log.Info("store: free space is back, accepting writes", "free_bytes", free)
 	}
-	res, err := s.write(ctx, msgs, tagsCodes)
+	res, end, err := s.write(ctx, msgs, tagsCodes)
 	if errors.Is(err, syscall.ENOSPC) {
 		if s.diskFull.CompareAndSwap(false, true) {
 			s.log.Error("store: disk full: refusing writes until space is freed", "dir", s.cfg.Dir, "err", err)
 		}
 		err = fmt.Errorf("%w: %w", ErrDiskFull, err)
 	}
-	return res, err
+	return res, end, err
 }
 
 // freeBytes returns the bytes available to this process on dir's file system.
@@ -323,16 +398,16 @@ func freeBytes(dir string) (uint64, error) {
 }
 
 // write is the write path shared by PutMessage and PutMessages (see the package doc).
-func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, error) {
+func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, int64, error) {
 	if err := ctx.Err(); err != nil {
-		return PutResult{}, err
+		return PutResult{}, 0, err
 	}
 	topic, queueID := msgs[0].Topic, msgs[0].QueueID
 	if err := message.ValidateTopic(topic); err != nil {
-		return PutResult{}, &InvalidArgumentError{Field: "topic", Reason: "not a valid topic name", Err: err}
+		return PutResult{}, 0, &InvalidArgumentError{Field: "topic", Reason: "not a valid topic name", Err: err}
 	}
 	if queueID < 0 {
-		return PutResult{}, &InvalidArgumentError{Field: "queueId", Reason: fmt.Sprintf("%d is negative", queueID)}
+		return PutResult{}, 0, &InvalidArgumentError{Field: "queueId", Reason: fmt.Sprintf("%d is negative", queueID)}
 	}
 
 	// 1. Encode outside the lock; offsets and the store time are patched in below.
@@ -342,27 +417,27 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 	ends := make([]int, len(msgs)) // end of record i in buf
 	for i, m := range msgs {
 		if len(m.Body) > s.cfg.MaxMessageSize {
-			return PutResult{}, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
+			return PutResult{}, 0, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
 		}
 		props := message.MarshalProperties(m.Properties)
 		if strings.IndexByte(props, 0) >= 0 {
 			// Recovery treats a NUL in the properties as a zero-filled torn write.
-			return PutResult{}, &InvalidArgumentError{Field: "properties", Reason: "contains a NUL byte"}
+			return PutResult{}, 0, &InvalidArgumentError{Field: "properties", Reason: "contains a NUL byte"}
 		}
 		var err error
 		if buf, err = message.AppendRecord(buf, m, props); err != nil {
-			return PutResult{}, err
+			return PutResult{}, 0, err
 		}
 		ends[i] = len(buf)
 	}
 	*bp = buf
 	if int64(len(buf)) > s.cl.maxRecordBytes() {
-		return PutResult{}, &MessageTooLargeError{What: "record", Size: len(buf), Limit: int(s.cl.maxRecordBytes())}
+		return PutResult{}, 0, &MessageTooLargeError{What: "record", Size: len(buf), Limit: int(s.cl.maxRecordBytes())}
 	}
 
 	// 2. Under the writer lock: assign positions, write commitlog then consume queue, publish.
 	if err := s.begin(); err != nil {
-		return PutResult{}, err
+		return PutResult{}, 0, err
 	}
 	entries := make([]byte, 0, len(msgs)*cqEntrySize)
 	s.putMu.Lock()
@@ -377,7 +452,7 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 	if err != nil {
 		s.putMu.Unlock()
 		s.end()
-		return PutResult{}, err
+		return PutResult{}, 0, err
 	}
 	now := time.Now().UnixMilli()
 	var queueOffset int64
@@ -407,13 +482,13 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 	if err := s.cl.write(seg, buf, pos-seg.start); err != nil {
 		s.putMu.Unlock()
 		s.end()
-		return PutResult{}, err
+		return PutResult{}, 0, err
 	}
 	if cq != nil {
 		if err := cq.write(cq.max.Load(), entries); err != nil {
 			s.putMu.Unlock()
 			s.end()
-			return PutResult{}, err
+			return PutResult{}, 0, err
 		}
 	}
 	end := pos + int64(len(buf))
@@ -423,7 +498,7 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 		if err := s.index.add(msgs, end); err != nil {
 			s.putMu.Unlock()
 			s.end()
-			return PutResult{}, err
+			return PutResult{}, 0, err
 		}
 	}
 	// Publish: commitlog first, then the queue, so a reader that sees a queue entry can read its record.
@@ -434,7 +509,7 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 	s.putMu.Unlock()
 	s.end()
 
-	// 3. Results, hooks, and (SYNC_FLUSH) the wait for the fsync.
+	// 3. Results and hooks; the callers wait for the fsync under SYNC_FLUSH.
 	res := PutResult{
 		Status:          PutOK,
 		CommitLogOffset: msgs[0].CommitLogOffset,
@@ -466,12 +541,7 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 			}
 		}
 	}
-	if s.cfg.FlushDiskType == SyncFlush {
-		if !s.flusher.waitFlushed(ctx, end, s.cfg.SyncFlushTimeout, s.stopped) {
-			res.Status = PutFlushDiskTimeout
-		}
-	}
-	return res, nil
+	return res, end, nil
 }
 
 // OnDispatch registers f to be called after each message reaches its consume queue, with

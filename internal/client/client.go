@@ -313,6 +313,13 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *remoting.Rem
 	return c.rc.InvokeAsync(ctx, addr, req, cb)
 }
 
+// InvokeAsyncTimeout is InvokeAsync failing the call with remoting.ErrTimeout after
+// timeout, detected by the remoting client's sweep instead of a timer per call (see
+// remoting.Client.InvokeAsyncTimeout).
+func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *remoting.RemotingCommand, timeout time.Duration, cb func(*remoting.RemotingCommand, error)) error {
+	return c.rc.InvokeAsyncTimeout(ctx, addr, req, timeout, cb)
+}
+
 // InvokeOneway sends req to addr with the ONEWAY flag and waits for no response.
 func (c *Client) InvokeOneway(ctx context.Context, addr string, req *remoting.RemotingCommand) error {
 	return c.rc.InvokeOneway(ctx, addr, req)
