@@ -173,7 +173,11 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 }
 
 func TestNonReadingClientDoesNotStallOthers(t *testing.T) {
-	s := startServer(t, ServerConfig{WriteTimeout: 200 * time.Millisecond, WriteQueueSize: 2})
+	// The write timeout applies to every connection: short enough that the non-reading
+	// client is dropped well within the wait below, long enough that the good client's
+	// writer, starved of CPU for a moment under -race on loaded cores, is not taken for a
+	// peer that stopped reading (200 ms was not: its connection was closed at times).
+	s := startServer(t, ServerConfig{WriteTimeout: 2 * time.Second, WriteQueueSize: 2})
 	big := bytes.Repeat([]byte("x"), 1<<20)
 	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
 		resp := NewResponse(Success, "")
