@@ -283,58 +283,92 @@ type plan struct {
 	phase    string
 }
 
-// drive runs the workers: plan.inflight goroutines per sender, each with its own body
-// buffer and latency histogram. Sequence numbers 1..n go into the first 8 body bytes.
-// The first failure stops every worker and is returned.
-func drive(ctx context.Context, cfg *Config, senders []sendFunc, p plan) (*Result, error) {
+// run is the state drive and driveAsync share: the sequence counter, the stop flag (set
+// by the first failure, by the duration timer or by a sequence past plan.messages), the
+// first error, and the result the workers merge their histograms into under mu.
+type run struct {
+	next     atomic.Int64
+	stop     atomic.Bool
+	errOnce  sync.Once
+	firstErr error
+	mu       sync.Mutex
+	res      *Result
+	wg       sync.WaitGroup
+	start    time.Time
+	timer    *time.Timer
+	cancel   context.CancelFunc
+}
+
+// startRun announces the phase to cfg.Progress, starts the clock (and the duration
+// timer when plan.messages is 0) and returns the run with a context its first failure
+// cancels.
+func startRun(ctx context.Context, cfg *Config, p plan) (*run, context.Context) {
 	total := p.messages
 	if total == 0 {
 		total = -1
 	}
 	cfg.Progress.Phase(p.phase, total)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	var (
-		next     atomic.Int64
-		stop     atomic.Bool
-		firstErr error
-		errOnce  sync.Once
-		mu       sync.Mutex
-		res      = &Result{Kind: "produce"}
-		wg       sync.WaitGroup
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; stop.Store(true); cancel() })
-	}
-	start := time.Now()
+	r := &run{res: &Result{Kind: "produce"}}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.start = time.Now()
 	if p.messages == 0 {
-		t := time.AfterFunc(p.duration, func() { stop.Store(true) })
-		defer t.Stop()
+		r.timer = time.AfterFunc(p.duration, func() { r.stop.Store(true) })
 	}
+	return r, ctx
+}
+
+// fail records the first error, stops every worker and cancels the run's context.
+func (r *run) fail(err error) {
+	r.errOnce.Do(func() { r.firstErr = err; r.stop.Store(true); r.cancel() })
+}
+
+// finish waits for the workers, stops the timer and returns the result, or the first
+// error, or ctx's error when the caller's context ended the run.
+func (r *run) finish(ctx context.Context) (*Result, error) {
+	r.wg.Wait()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.res.Elapsed = time.Since(r.start)
+	r.res.Messages = int64(r.res.Latency.Count())
+	if r.firstErr != nil {
+		return nil, r.firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+// drive runs the workers: plan.inflight goroutines per sender, each with its own body
+// buffer and latency histogram. Sequence numbers 1..n go into the first 8 body bytes.
+// The first failure stops every worker and is returned.
+func drive(ctx context.Context, cfg *Config, senders []sendFunc, p plan) (*Result, error) {
+	r, ctx := startRun(ctx, cfg, p)
+	defer r.cancel()
 	for _, send := range senders {
 		for range p.inflight {
-			wg.Add(1)
+			r.wg.Add(1)
 			go func() {
-				defer wg.Done()
+				defer r.wg.Done()
 				body := makeBody(cfg.Size)
 				var h Histogram
 				var bytes int64
 				defer func() {
-					mu.Lock()
-					res.Latency.Merge(&h)
-					res.Bytes += bytes
-					mu.Unlock()
+					r.mu.Lock()
+					r.res.Latency.Merge(&h)
+					r.res.Bytes += bytes
+					r.mu.Unlock()
 				}()
-				for !stop.Load() {
-					seq := next.Add(1)
+				for !r.stop.Load() {
+					seq := r.next.Add(1)
 					if p.messages > 0 && seq > p.messages {
 						return
 					}
 					binary.BigEndian.PutUint64(body, uint64(seq))
 					t0 := time.Now()
 					if err := send(ctx, body); err != nil {
-						fail(fmt.Errorf("send %d: %w", seq, err))
+						r.fail(fmt.Errorf("send %d: %w", seq, err))
 						return
 					}
 					h.Record(time.Since(t0))
@@ -344,56 +378,24 @@ func drive(ctx context.Context, cfg *Config, senders []sendFunc, p plan) (*Resul
 			}()
 		}
 	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	res.Messages = int64(res.Latency.Count())
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return r.finish(ctx)
 }
 
 // driveAsync is drive for asynchronous senders: one goroutine per sender keeps up to
 // plan.inflight sends outstanding, each with its own body buffer (a slot), and waits for
 // all of them to complete before returning. The first failure stops every sender.
 func driveAsync(ctx context.Context, cfg *Config, senders []asyncSendFunc, p plan) (*Result, error) {
-	total := p.messages
-	if total == 0 {
-		total = -1
-	}
-	cfg.Progress.Phase(p.phase, total)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	var (
-		next     atomic.Int64
-		stop     atomic.Bool
-		firstErr error
-		errOnce  sync.Once
-		mu       sync.Mutex
-		res      = &Result{Kind: "produce"}
-		wg       sync.WaitGroup
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; stop.Store(true); cancel() })
-	}
-	start := time.Now()
-	if p.messages == 0 {
-		t := time.AfterFunc(p.duration, func() { stop.Store(true) })
-		defer t.Stop()
-	}
+	r, ctx := startRun(ctx, cfg, p)
+	defer r.cancel()
 	type slot struct {
 		body []byte
 		seq  int64
 		t0   time.Time
 	}
 	for _, send := range senders {
-		wg.Add(1)
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer r.wg.Done()
 			slots := make(chan *slot, p.inflight)
 			for range p.inflight {
 				slots <- &slot{body: makeBody(cfg.Size)}
@@ -407,19 +409,19 @@ func driveAsync(ctx context.Context, cfg *Config, senders []asyncSendFunc, p pla
 				for range p.inflight { // every outstanding send has completed
 					<-slots
 				}
-				mu.Lock()
-				res.Latency.Merge(&h)
-				res.Bytes += bytes
-				mu.Unlock()
+				r.mu.Lock()
+				r.res.Latency.Merge(&h)
+				r.res.Bytes += bytes
+				r.mu.Unlock()
 			}()
-			for !stop.Load() {
+			for !r.stop.Load() {
 				var sl *slot
 				select {
 				case sl = <-slots:
 				case <-ctx.Done():
 					return
 				}
-				sl.seq = next.Add(1)
+				sl.seq = r.next.Add(1)
 				if p.messages > 0 && sl.seq > p.messages {
 					slots <- sl
 					return
@@ -428,7 +430,7 @@ func driveAsync(ctx context.Context, cfg *Config, senders []asyncSendFunc, p pla
 				sl.t0 = time.Now()
 				err := send(ctx, sl.body, func(err error) {
 					if err != nil {
-						fail(fmt.Errorf("send %d: %w", sl.seq, err))
+						r.fail(fmt.Errorf("send %d: %w", sl.seq, err))
 					} else {
 						d := time.Since(sl.t0)
 						hmu.Lock()
@@ -440,23 +442,14 @@ func driveAsync(ctx context.Context, cfg *Config, senders []asyncSendFunc, p pla
 					slots <- sl
 				})
 				if err != nil {
-					fail(fmt.Errorf("send %d: %w", sl.seq, err))
+					r.fail(fmt.Errorf("send %d: %w", sl.seq, err))
 					slots <- sl
 					return
 				}
 			}
 		}()
 	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	res.Messages = int64(res.Latency.Count())
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return r.finish(ctx)
 }
 
 // makeBody returns a body of size bytes: an 8-byte sequence slot, then filler.
