@@ -22,6 +22,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
@@ -142,7 +143,7 @@ func TestSendAndConsumeThroughOfficialClient(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = Component(c).Shutdown(context.Background()) }()
+	defer func() { _ = Component(officialclient.Quiesced(c)).Shutdown(context.Background()) }()
 	testkit.WaitFor(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == n }, func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprintf("%d of %d received", len(got), n) })
 	mu.Lock()
 	defer mu.Unlock()

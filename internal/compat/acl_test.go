@@ -16,6 +16,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -150,6 +151,6 @@ func TestOfficialClientWithCredentials(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Shutdown() })
+	t.Cleanup(func() { _ = officialclient.ShutdownConsumer(c) })
 	testkit.WaitFor(t, 45*time.Second, func() bool { return got.Load() >= 10 }, "the signed official consumer to receive 10 messages")
 }

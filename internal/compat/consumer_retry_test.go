@@ -20,6 +20,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -111,7 +112,7 @@ func crOfficialConsumer(t *testing.T, b *broker.Broker, group, topic string, max
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Shutdown() })
+	t.Cleanup(func() { _ = officialclient.ShutdownConsumer(c) })
 }
 
 func crSend(t *testing.T, b *broker.Broker, topic, body string) {

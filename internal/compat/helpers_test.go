@@ -32,6 +32,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -615,7 +616,7 @@ func officialConsumer(t *testing.T, e *env, group, instance, topic, expr string,
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			if err := c.Shutdown(); err != nil {
+			if err := officialclient.ShutdownConsumer(c); err != nil {
 				t.Errorf("official consumer %s shutdown: %v", instance, err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -188,7 +189,7 @@ func officialConsumerAt(t *testing.T, ns, group, instance, topic string, sel rmq
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Shutdown() })
+	t.Cleanup(func() { _ = officialclient.ShutdownConsumer(c) })
 }
 
 // TestOfficialSQL92Selector: the official client's SQL92 selector receives exactly the

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -171,7 +172,7 @@ func pcOfficialConsumer(t *testing.T, b *broker.Broker, group, instance, topic s
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Shutdown() })
+	t.Cleanup(func() { _ = officialclient.ShutdownConsumer(c) })
 }
 
 // pcSluiceConsumer starts Sluice's push consumer of group on topic from the first

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -162,6 +163,6 @@ func TestOfficialTLSChild(t *testing.T) {
 	if err := oc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer oc.Shutdown()
+	defer func() { _ = officialclient.ShutdownConsumer(oc) }()
 	testkit.WaitFor(t, 40*time.Second, func() bool { return theirs.Load() >= 10 }, "the official consumer to receive 10 messages over TLS")
 }
