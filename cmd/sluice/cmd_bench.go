@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,7 @@ kafka, on a fresh topic of --queues partitions deleted afterwards.`,
 	pf.Int("queues", bench.DefaultQueues, "queue count the topic is created with")
 	pf.Bool("progress", true, "show a progress bar on stderr (when stderr is a terminal, or when the flag is given explicitly)")
 	pf.Bool("verbose", false, "show broker and client logs on stderr (level from --log-level)")
+	pf.String("cpuprofile", "", "write a CPU profile of the bench process (the clients; with --broker embedded also the broker) to this file, for go tool pprof")
 	pf.String("kafka", "", "Kafka bootstrap address(es) host:port,host:port for Kafka runs (default: an embedded in-process kfake cluster)")
 
 	produce := &cobra.Command{
@@ -108,6 +110,7 @@ type benchSetup struct {
 	process  *bench.Process
 	kfake    *bench.EmbeddedKafka
 	bar      *barProgress
+	profile  *os.File // --cpuprofile, stopped and closed by close
 }
 
 // benchBrokerCommand builds the child broker's command; nil runs this executable.
@@ -166,6 +169,17 @@ func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
 		s.bar = newBarProgress(cmd.ErrOrStderr())
 		c.Progress = s.bar
 	}
+	if path, _ := f.GetString("cpuprofile"); path != "" {
+		pf, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		s.profile = pf
+	}
 	return s, nil
 }
 
@@ -204,6 +218,11 @@ func (s *benchSetup) close() error {
 	if s.bar != nil {
 		s.bar.stop()
 	}
+	var profErr error
+	if s.profile != nil {
+		pprof.StopCPUProfile()
+		profErr = s.profile.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if s.process != nil {
@@ -218,6 +237,9 @@ func (s *benchSetup) close() error {
 	}
 	if s.kfake != nil {
 		_ = s.kfake.Shutdown(ctx)
+	}
+	if profErr != nil {
+		return fmt.Errorf("--cpuprofile: %w", profErr)
 	}
 	return nil
 }
