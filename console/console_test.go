@@ -387,3 +387,19 @@ func TestInconsistentGroupWarned(t *testing.T) {
 		t.Fatalf("no inconsistency warning: %.3000s", body)
 	}
 }
+
+// TestCreateTopicFailureStatus: a form the admin refuses is the user's error (400); a
+// broker that refuses the topic (here: a name its system topics use) is a failure
+// upstream (502), with the broker's reason shown.
+func TestCreateTopicFailureStatus(t *testing.T) {
+	e := newEnv(t, nil, broker.Config{})
+	form := url.Values{"topic": {"SCHEDULE_TOPIC_XXXX"}, "queues": {"2"}, "csrf": {csrfOf(t, e)}}
+	code, body, _ := do(t, "POST", e.base+"/topics", form, nil)
+	if code != http.StatusBadGateway || !strings.Contains(body, "conflict with system topic") {
+		t.Fatalf("create refused by the broker: %d, reason shown: %v", code, strings.Contains(body, "conflict with system topic"))
+	}
+	form.Set("topic", "bad topic")
+	if code, _, _ := do(t, "POST", e.base+"/topics", form, nil); code != http.StatusBadRequest {
+		t.Fatalf("create with a bad name: %d, want 400", code)
+	}
+}

@@ -294,7 +294,13 @@ func (c *Console) createTopic(w http.ResponseWriter, r *http.Request) {
 	spec := admin.TopicSpec{Topic: name, Queues: queues, Order: r.PostFormValue("order") == "on"}
 	res, err := c.cfg.Admin.CreateTopic(r.Context(), spec)
 	if err != nil {
-		c.topicsPage(w, r, http.StatusBadRequest, "", "create topic: "+err.Error())
+		// A bad form is the user's to fix (400); anything else failed on the way to or
+		// at the name server or brokers (502).
+		status := http.StatusBadGateway
+		if _, bad := errors.AsType[*admin.ConfigError](err); bad {
+			status = http.StatusBadRequest
+		}
+		c.topicsPage(w, r, status, "", "create topic: "+err.Error())
 		return
 	}
 	names := make([]string, len(res.Brokers))
