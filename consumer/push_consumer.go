@@ -404,7 +404,9 @@ func (c *PushConsumer) persistLoop() {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
-			if err := c.persistOffsets(c.ctx); err != nil {
+			// A persist cut short by Shutdown is not worth a warning: Shutdown persists
+			// the final offsets itself and reports its own failure.
+			if err := c.persistOffsets(c.ctx); err != nil && c.ctx.Err() == nil {
 				c.log.Warn("consumer: persisting offsets failed", "err", err)
 			}
 		}
