@@ -458,3 +458,32 @@ func TestPartitionAddedWhileRunning(t *testing.T) {
 	}
 	testkit.WaitFor(t, 25*time.Second, func() bool { return got.len() == 2 }, "the record on the added partition is consumed")
 }
+
+// A forwarder with fewer levels than a delay topic in the cluster refuses to start,
+// naming Levels and the topic, instead of leaving that topic's records unmoved.
+func TestDelayForwarderRefusesFewerLevelsThanTopics(t *testing.T) {
+	c := newCluster(t, 1)
+	brokers := c.ListenAddrs()
+	ctx := ctxT(t, 30*time.Second)
+	if err := EnsureTopicsAt(ctx, brokers, 1, DelayTopic(3)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewDelayForwarder(DelayForwarderConfig{Brokers: brokers, Levels: 2, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.Start(ctx)
+	ce, ok := errors.AsType[*ConfigError](err)
+	if !ok || ce.Field != "Levels" || !strings.Contains(ce.Reason, DelayTopic(3)) {
+		t.Fatalf("Start with Levels 2 and topic %s present: %v", DelayTopic(3), err)
+	}
+	// With enough levels it starts.
+	f3, err := NewDelayForwarder(DelayForwarderConfig{Brokers: brokers, Levels: 3, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f3.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shutdown(t, f3, 10*time.Second)
+}

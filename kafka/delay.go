@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -48,7 +51,8 @@ type DelayForwarderConfig struct {
 // consumer side's Dedup absorbs that). The forwarded copy keeps the body, key,
 // properties and UNIQ_KEY; DELAY, REAL_TOPIC and the due time are removed.
 type DelayForwarder struct {
-	c *Consumer
+	c      *Consumer
+	levels int // delay topics 1..levels are forwarded
 }
 
 // NewDelayForwarder validates cfg and returns a forwarder; Start runs it.
@@ -73,7 +77,7 @@ func NewDelayForwarder(cfg DelayForwarderConfig) (*DelayForwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &DelayForwarder{c: c}
+	f := &DelayForwarder{c: c, levels: cfg.Levels}
 	for lvl := 1; lvl <= cfg.Levels; lvl++ {
 		if err := c.subscribe(&subscription{topic: DelayTopic(lvl), raw: f.forward}); err != nil {
 			return nil, err
@@ -107,13 +111,45 @@ func (f *DelayForwarder) forward(ctx context.Context, r *Record) error {
 }
 
 // Start creates the delay topics when missing and starts forwarding (see
-// [Consumer.Start]).
+// [Consumer.Start]). It refuses to start, with a *ConfigError naming Levels, when the
+// cluster already has a delay topic above Levels ("sluice.delay.<n>", n > Levels: a
+// producer with a longer DelayLevels table wrote it), because this forwarder would
+// never move those records. A delay topic created after Start is not noticed: keep
+// Levels at least as long as every producer's DelayLevels.
 func (f *DelayForwarder) Start(ctx context.Context) error {
+	if err := f.checkLevels(ctx); err != nil {
+		f.c.abandon()
+		return err
+	}
 	if err := EnsureTopics(ctx, f.c.client, f.c.cfg.RetryPartitions, f.c.cfg.ReplicationFactor, f.topics()...); err != nil {
 		f.c.abandon()
 		return err
 	}
 	return f.c.Start(ctx)
+}
+
+// checkLevels lists the cluster's topics and fails on a delay topic above f.levels.
+func (f *DelayForwarder) checkLevels(ctx context.Context) error {
+	md, err := f.c.client.Metadata(ctx, &kafkago.MetadataRequest{})
+	if err != nil {
+		return fmt.Errorf("kafka: delay forwarder: list topics: %w", err)
+	}
+	var beyond []string
+	for _, t := range md.Topics {
+		rest, ok := strings.CutPrefix(t.Name, DelayTopicPrefix)
+		if !ok {
+			continue
+		}
+		if lvl, err := strconv.Atoi(rest); err == nil && lvl > f.levels {
+			beyond = append(beyond, t.Name)
+		}
+	}
+	if len(beyond) == 0 {
+		return nil
+	}
+	sort.Strings(beyond)
+	return &ConfigError{"Levels", fmt.Sprintf("%d, but the cluster has delay topic(s) %s above it, whose records this forwarder would never move; set Levels to at least the longest producer DelayLevels",
+		f.levels, strings.Join(beyond, ", "))}
 }
 
 func (f *DelayForwarder) topics() []string {
