@@ -67,12 +67,15 @@ type commitLog struct {
 // of the file writes back pages dirtied through the mapping too) and a process crash see
 // the same data. Pages behind the writer are released from the process's page tables
 // every releaseEvery bytes, so the mapping does not grow the resident set. Where mapping
-// fails (or outside Linux) the segment is written with pwrite as before.
+// fails (or outside Linux) the segment is written with pwrite as before; a write that
+// faults (the file system cannot back the page) is redone with pwrite, which returns the
+// file system's error, and the rest of that segment is written with pwrite.
 type writerMap struct {
 	seg      *segment
 	data     []byte
 	released int64    // pages below this segment-local offset are released
-	failed   *segment // mapping this segment failed: pwrite it
+	failed   *segment // mapping this segment failed or faulted: pwrite it
+	faults   int      // writes that faulted and went to pwrite instead (tests)
 }
 
 // releaseEvery is how many bytes the writer copies into its mapping between two
@@ -112,8 +115,17 @@ func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
 		return nil
 	}
 	end := off + int64(len(b))
-	if err := copyMapped(m.data[off:end], b); err != nil {
-		return err
+	if ferr := copyMapped(m.data[off:end], b); ferr != nil {
+		// The file system could not back a page (disk full, I/O error). Write the bytes
+		// with pwrite instead, which reports the file system's own error (ENOSPC makes
+		// the store refuse writes until space is back), and stop mapping this segment.
+		cl.unmapWriter()
+		m.failed = seg
+		m.faults++
+		if _, err := seg.f.WriteAt(b, off); err != nil {
+			return fmt.Errorf("store: write commitlog (%v): %w", ferr, err)
+		}
+		return nil
 	}
 	if end-m.released >= releaseEvery {
 		to := end &^ (pageSize - 1)
@@ -124,13 +136,14 @@ func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
 }
 
 // copyMapped copies src into mapped memory. A fault while doing so (the file system
-// cannot back the page: disk full, I/O error) becomes an error instead of a crash.
+// cannot back the page: disk full, I/O error, the file cut short) is returned as an error
+// instead of crashing the process.
 func copyMapped(dst, src []byte) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
-			err = fmt.Errorf("store: write commitlog through its memory mapping (disk full or I/O error?): %v", r)
+			err = fmt.Errorf("fault writing through a memory mapping: %v", r)
 		}
 	}()
 	copy(dst, src)

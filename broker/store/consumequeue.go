@@ -47,11 +47,28 @@ func getEntry(b []byte) cqEntry {
 
 // cqFile is one consume-queue file holding entries [start, start+entries). Its
 // descriptor is opened on demand and closed when idle (fdcache.go); use it through
-// acquire/release or with.
+// acquire/release or with. The writer fills it through a memory mapping while it is
+// among the mapped files (cqmap.go).
 type cqFile struct {
 	start   int64 // queue offset of its first entry
 	entries int64
 	*lazyFile
+	maps *cqMaps   // the store's consume-queue mappings
+	m    cqMapping // guarded by maps.mu
+}
+
+// pwrite writes b at byte offset off with one pwrite.
+func (f *cqFile) pwrite(b []byte, off int64) error {
+	return f.with(func(fd *os.File) error {
+		_, err := fd.WriteAt(b, off)
+		return err
+	})
+}
+
+// drop unmaps the file and marks it deleted (see lazyFile.drop).
+func (f *cqFile) drop() {
+	f.maps.unmap(f)
+	f.lazyFile.drop()
 }
 
 // consumeQueue is the index of one topic/queue id. Entries are written only by the single
@@ -63,6 +80,7 @@ type consumeQueue struct {
 	dir     string
 	perFile int64 // entries per newly created file
 	cache   *fdCache
+	maps    *cqMaps // the writer's mappings (cqmap.go)
 
 	files   atomic.Pointer[[]*cqFile] // immutable sorted slice, copy-on-write
 	min     atomic.Int64              // first readable queue offset
@@ -72,8 +90,8 @@ type consumeQueue struct {
 	flushed int64 // entries below this are fsynced; touched only by Store.checkpoint (cpMu)
 }
 
-func newConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fdCache) *consumeQueue {
-	cq := &consumeQueue{topic: topic, queueID: queueID, dir: dir, perFile: perFile, cache: cache}
+func newConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fdCache, maps *cqMaps) *consumeQueue {
+	cq := &consumeQueue{topic: topic, queueID: queueID, dir: dir, perFile: perFile, cache: cache, maps: maps}
 	cq.files.Store(&[]*cqFile{})
 	return cq
 }
@@ -168,13 +186,15 @@ func (cq *consumeQueue) createFile(start int64) (*cqFile, error) {
 		os.Remove(path)
 		return nil, err
 	}
-	nf := &cqFile{start: start, entries: cq.perFile, lazyFile: newLazyFile(path, cq.cache)}
+	nf := &cqFile{start: start, entries: cq.perFile, lazyFile: newLazyFile(path, cq.cache), maps: cq.maps}
 	nf.adopt(f)
 	return nf, nil
 }
 
 // write writes raw entries (a multiple of 20 bytes) starting at queue offset idx, creating
-// files as needed. It does not publish max.
+// files as needed, through the writer's mapping of the file or with pwrite (cqmap.go). It
+// does not publish max: the caller stores max after write returns, so a reader that sees
+// the new max reads the new entries.
 func (cq *consumeQueue) write(idx int64, b []byte) error {
 	for len(b) > 0 {
 		f := cq.fileFor(idx)
@@ -199,10 +219,7 @@ func (cq *consumeQueue) write(idx int64, b []byte) error {
 			f = nf
 		}
 		n := min(int64(len(b))/cqEntrySize, f.start+f.entries-idx)
-		if err := f.with(func(fd *os.File) error {
-			_, err := fd.WriteAt(b[:n*cqEntrySize], (idx-f.start)*cqEntrySize)
-			return err
-		}); err != nil {
+		if err := cq.maps.write(f, b[:n*cqEntrySize], (idx-f.start)*cqEntrySize); err != nil {
 			return fmt.Errorf("store: write consume queue %s/%d: %w", cq.topic, cq.queueID, err)
 		}
 		b = b[n*cqEntrySize:]
@@ -222,6 +239,7 @@ func (cq *consumeQueue) truncate(newMax int64) error {
 			keep = append(keep, f)
 		case f.start <= newMax:
 			local := (newMax - f.start) * cqEntrySize
+			cq.maps.unmap(f) // the writer maps it again on its next write
 			if err := f.with(func(fd *os.File) error {
 				if err := fd.Truncate(local); err != nil {
 					return err
@@ -306,8 +324,8 @@ func (cq *consumeQueue) close() {
 // entries are written in order, so the written part of the last file is a prefix of non-empty
 // entries, found by binary search. An error means the files are inconsistent; the caller
 // then discards them and rebuilds the queue from the commitlog.
-func loadConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fdCache) (*consumeQueue, error) {
-	cq := newConsumeQueue(dir, topic, queueID, perFile, cache)
+func loadConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fdCache, maps *cqMaps) (*consumeQueue, error) {
+	cq := newConsumeQueue(dir, topic, queueID, perFile, cache, maps)
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -340,7 +358,7 @@ func loadConsumeQueue(dir, topic string, queueID int32, perFile int64, cache *fd
 			}
 			size = perFile * cqEntrySize
 		}
-		files = append(files, &cqFile{start: byteOff / cqEntrySize, entries: size / cqEntrySize, lazyFile: newLazyFile(path, cache)})
+		files = append(files, &cqFile{start: byteOff / cqEntrySize, entries: size / cqEntrySize, lazyFile: newLazyFile(path, cache), maps: maps})
 		if size%cqEntrySize != 0 {
 			return fail(&CorruptError{Path: path, Reason: fmt.Sprintf("size %d is not a multiple of 20", size)})
 		}

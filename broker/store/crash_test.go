@@ -21,12 +21,12 @@ func snapshotDir(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()
 	err := filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
 		rel, _ := filepath.Rel(src, path)
 		if rel == "lock" || strings.HasSuffix(rel, ".tmp") {
-			return nil
+			return nil // not store state; a checkpoint's temp file may vanish (renamed) under the walk
+		}
+		if err != nil {
+			return err
 		}
 		target := filepath.Join(dst, rel)
 		if fi.IsDir() {

@@ -4,19 +4,26 @@ package store
 
 import (
 	"fmt"
+	"os"
 	"syscall"
 )
 
 // mapSegment maps the whole segment file shared and writable.
 func mapSegment(s *segment) ([]byte, error) {
-	b, err := syscall.Mmap(int(s.f.Fd()), 0, int(s.size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	b, err := mapFile(s.f, s.size)
 	if err != nil {
 		return nil, fmt.Errorf("store: map commitlog segment %d: %w", s.start, err)
 	}
 	return b, nil
 }
 
-// unmapSegment removes a mapping made by mapSegment.
+// mapFile maps the first size bytes of f shared and writable. The mapping holds its own
+// reference to the file: f may be closed while it lives.
+func mapFile(f *os.File, size int64) ([]byte, error) {
+	return syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+// unmapSegment removes a mapping made by mapSegment or mapFile.
 func unmapSegment(b []byte) error { return syscall.Munmap(b) }
 
 // releasePages drops b's pages from this process's page tables (MADV_DONTNEED): the data

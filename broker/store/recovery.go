@@ -182,13 +182,13 @@ func (s *Store) loadQueues(d, first int64, rebuildFrom map[queueKey]int64) error
 			}
 			queueID := int32(id)
 			dir := queueDir(s.cqRoot, topic, queueID)
-			cq, err := loadConsumeQueue(dir, topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds)
+			cq, err := loadConsumeQueue(dir, topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds, s.cqMaps)
 			if err != nil {
 				s.log.Warn("recovery: consume queue unreadable, rebuilding it from the commitlog", "topic", topic, "queueId", queueID, "err", err)
 				if err := os.RemoveAll(dir); err != nil {
 					return fmt.Errorf("store: remove broken consume queue: %w", err)
 				}
-				cq = newConsumeQueue(dir, topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds)
+				cq = newConsumeQueue(dir, topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds, s.cqMaps)
 				rebuildFrom[queueKey{topic, queueID}] = first
 			} else if dropped, err := cq.dropTailFrom(d); err != nil {
 				cq.close()

@@ -30,6 +30,7 @@ type Store struct {
 	flusher *flusher
 	cqRoot  string   // <Dir>/consumequeue
 	fds     *fdCache // open consume-queue files, at most Config.MaxOpenFiles idle ones (fdcache.go)
+	cqMaps  *cqMaps  // the writer's mappings of consume-queue files (cqmap.go)
 	index   *index   // key index (index.go); nil when Config.Index.Disable
 
 	lifeMu sync.RWMutex // read side: an operation is running; write side: Close
@@ -81,6 +82,7 @@ func Open(cfg Config) (*Store, error) {
 		cqRoot:  filepath.Join(cfg.Dir, "consumequeue"),
 		queues:  make(map[string]map[int32]*consumeQueue),
 		fds:     newFDCache(cfg.MaxOpenFiles),
+		cqMaps:  newCQMaps(defaultMappedCQFiles),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -175,7 +177,7 @@ func (s *Store) queueFor(topic string, queueID int32, create bool) *consumeQueue
 	if cq = s.queues[topic][queueID]; cq != nil {
 		return cq
 	}
-	cq = newConsumeQueue(queueDir(s.cqRoot, topic, queueID), topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds)
+	cq = newConsumeQueue(queueDir(s.cqRoot, topic, queueID), topic, queueID, int64(s.cfg.ConsumeQueueEntries), s.fds, s.cqMaps)
 	s.addQueueLocked(cq)
 	return cq
 }
