@@ -31,10 +31,18 @@
 // of the segment being filled (on Linux, for writes under 16 KiB; pwrite for larger batches,
 // where a page fault per fresh page costs more than the system call, elsewhere, or when
 // mapping fails; pages behind the writer are released from the process every 8 MiB, so the
-// resident set does not grow), appends the consume-queue entry, and only then publishes the new write position and queue
-// length. Readers never look past the published positions, so a half-written record is never
-// served, and since the mapping shares the file's page cache, reads (pread) see new data
-// before any fsync, fsync of the file writes it back, and a crashed process loses none of it.
+// resident set does not grow), appends the consume-queue entry the same way, by a copy into
+// a shared mapping of the consume-queue file being filled (no system call per put; at most
+// 256 files are mapped at once, least recently written ones unmapped first, and with more
+// busy queues than that a file is mapped again only after 64 pwrites; pages behind the
+// writer are released every 16 KiB; pwrite where mapping fails or outside Linux), and only
+// then publishes the new write position and queue length. Readers never look past the
+// published positions, so a half-written record or entry is never served, and since the
+// mappings share the files' page cache, reads (pread) see new data before any fsync, fsync
+// of a file writes it back, and a crashed process loses none of it. A write through a
+// mapping that faults (the file system cannot back the page: disk full, I/O error) is
+// redone with pwrite, which returns the file system's error (ENOSPC becomes
+// [ErrDiskFull]), and that file is written with pwrite from then on.
 // Half messages and rolled-back transactional messages (transaction type PREPARED or
 // ROLLBACK in the sysflag) are written to the commitlog only: they get queue offset 0 and no
 // consume-queue entry (PROTOCOL §4.2). After the lock is released, the [Store.OnDispatch]
@@ -134,7 +142,8 @@
 //
 // All methods are safe for concurrent use. Lock order: Store.lifeMu (read side held by every
 // operation, write side by Close) → Store.putMu (the single writer) → Store.queuesMu →
-// consumeQueue.mu; Store.putMu → index.mu; Store.cpMu → index.flushMu → index.mu. The
+// consumeQueue.mu; Store.putMu → index.mu; Store.putMu → cqMaps.mu → fdCache.mu;
+// Store.cpMu → index.flushMu → index.mu. The
 // flush lock (flusher.syncMu) is taken without holding any of them. Queries take no index
 // lock.
 package store
