@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -157,5 +158,34 @@ func BenchmarkConsumeQueueRead(b *testing.B) {
 			b.Fatalf("read %d bytes at %d: %v", len(got), off, err)
 		}
 		off = (off + 32) % (n - 32)
+	}
+}
+
+// BenchmarkConsumeQueueWrite appends one 20-byte consume-queue entry per operation, as
+// every put does: through the writer's mapping of the file (mapped) and with one pwrite
+// each (pwrite, where mapping fails or outside Linux).
+func BenchmarkConsumeQueueWrite(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		maps int
+	}{{"mapped", defaultMappedCQFiles}, {"pwrite", 0}} {
+		b.Run(mode.name, func(b *testing.B) {
+			const perFile = 1 << 20 // 20 MiB files
+			cq := newConsumeQueue(filepath.Join(b.TempDir(), "B", "0"), "B", 0, perFile, newFDCache(8), newCQMaps(mode.maps))
+			b.Cleanup(cq.close)
+			var e [cqEntrySize]byte
+			b.SetBytes(cqEntrySize)
+			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
+			idx := int64(0)
+			for b.Loop() {
+				putEntry(e[:], cqEntry{phy: idx * 1100, size: 1100, tags: 7})
+				if err := cq.write(idx, e[:]); err != nil {
+					b.Fatal(err)
+				}
+				idx++
+				cq.max.Store(idx)
+			}
+		})
 	}
 }
