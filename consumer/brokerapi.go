@@ -184,7 +184,9 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	}
 	r.nextBegin, r.minOffset, r.maxOffset = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if r.code == remoting.Success {
-		if r.msgs, err = message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true, MaxDecompressedSize: b.maxBody}); err != nil {
+		// The response frame is this call's own (never reused): bodies stay in it.
+		opts := message.DecodeOptions{Decompress: true, MaxDecompressedSize: b.maxBody, ShareBody: true}
+		if r.msgs, err = message.DecodeRecords(resp.Body, opts); err != nil {
 			return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err)}
 		}
 		for _, m := range r.msgs {

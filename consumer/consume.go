@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
@@ -19,13 +21,19 @@ import (
 // to the workers. It returns false if ctx ended first; undispatched messages stay
 // unfinished, so the committed offset does not pass them.
 func (c *PushConsumer) dispatch(ctx context.Context, pq *processQueue, msgs []*message.MessageExt) bool {
+	// One allocation for the pull's requests: at most one per message, usually
+	// len/ConsumeMessageBatchMaxSize rounded up.
+	reqs := make([]consumeRequest, 0, (len(msgs)+c.cfg.ConsumeMessageBatchMaxSize-1)/c.cfg.ConsumeMessageBatchMaxSize)
 	for i := 0; i < len(msgs); {
 		j := i + 1
 		for j < len(msgs) && j-i < c.cfg.ConsumeMessageBatchMaxSize && msgs[j].Topic == msgs[i].Topic {
 			j++
 		}
-		req := &consumeRequest{pq: pq, msgs: msgs[i:j], topic: msgs[i].Topic}
-		if !c.submit(ctx, req) {
+		if len(reqs) == cap(reqs) {
+			reqs = make([]consumeRequest, 0, len(msgs)-i) // a topic change split a batch
+		}
+		reqs = append(reqs, consumeRequest{pq: pq, msgs: msgs[i:j:j], topic: msgs[i].Topic})
+		if !c.submit(ctx, &reqs[len(reqs)-1]) {
 			return false
 		}
 		i = j
@@ -132,6 +140,9 @@ func (c *PushConsumer) consume(req *consumeRequest) {
 // others (nil when none is left). One whose move fails is retried locally later; a
 // broadcasting consumer, which has no DLQ, logs and skips it.
 func (c *PushConsumer) deadLetterUndecodable(req *consumeRequest) *consumeRequest {
+	if !slices.ContainsFunc(req.msgs, func(m *message.MessageExt) bool { return m.DecodeErr != nil }) {
+		return req // the usual case: nothing to sort out
+	}
 	var good, bad, failed []*message.MessageExt
 	for _, m := range req.msgs {
 		if m.DecodeErr == nil {
@@ -172,7 +183,7 @@ func (c *PushConsumer) run(topic string, msgs []*message.MessageExt) (message.Co
 			return message.ReconsumeLater, fmt.Errorf("message %s at offset %d: %w", m.MsgID, m.QueueOffset, m.DecodeErr)
 		}
 	}
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	now := c.startStamp.format(time.Now().UnixMilli())
 	for _, m := range msgs {
 		m.SetProperty(message.PropertyConsumeStartTimestamp, now)
 	}
@@ -307,4 +318,25 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 		return &BrokerError{Request: remoting.SendMessageV2, Broker: addr, Code: resp.ResponseCode(), Remark: resp.Remark}
 	}
 	return nil
+}
+
+// msStamp formats unix-millisecond timestamps as decimal strings (the
+// CONSUME_START_TIME property), reusing the last string while the millisecond is the
+// same: at high rates most handler calls of a millisecond share one string instead of
+// allocating one each. Safe for concurrent use; the zero value is ready.
+type msStamp struct{ last atomic.Pointer[stamp] }
+
+type stamp struct {
+	ms int64
+	s  string
+}
+
+// format returns ms in decimal.
+func (t *msStamp) format(ms int64) string {
+	if p := t.last.Load(); p != nil && p.ms == ms {
+		return p.s
+	}
+	p := &stamp{ms: ms, s: strconv.FormatInt(ms, 10)}
+	t.last.Store(p)
+	return p.s
 }

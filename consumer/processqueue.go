@@ -84,13 +84,13 @@ func (pq *processQueue) take(n int) []*message.MessageExt {
 }
 
 // put records msgs (ascending queue offsets, as pulled) as in flight, moves high to next
-// (nextBeginOffset) and returns the messages it accepted. Messages below the previous
-// high (already pulled), at or above next, not above the last in-flight offset, or
-// already in flight are left out.
+// (nextBeginOffset) and returns the messages it accepted, in msgs' own array (msgs is
+// overwritten). Messages below the previous high (already pulled), at or above next, not
+// above the last in-flight offset, or already in flight are left out.
 func (pq *processQueue) put(msgs []*message.MessageExt, next int64) []*message.MessageExt {
 	pq.mu.Lock()
 	defer pq.mu.Unlock()
-	var accepted []*message.MessageExt
+	accepted := msgs[:0]
 	for _, m := range msgs {
 		if _, dup := pq.msgs[m.QueueOffset]; dup || m.QueueOffset >= next || m.QueueOffset < pq.high {
 			continue

@@ -122,6 +122,8 @@ type PushConsumer struct {
 
 	rebalanceKick chan struct{} // buffered 1
 
+	startStamp msStamp // CONSUME_START_TIME strings (run)
+
 	consistencyLast string // rebalance goroutine only: the last logged subscription differences
 }
 

@@ -210,6 +210,11 @@ type DecodeOptions struct {
 	MaxDecompressedSize int
 	// SkipBody leaves Body nil (cheaper for index and recovery scans).
 	SkipBody bool
+	// ShareBody makes Body a slice of the decoded buffer (its capacity clipped to the
+	// body) instead of a copy: for callers that own the buffer and never reuse it, such
+	// as a consumer decoding a PULL_MESSAGE response frame. A message then keeps the whole
+	// buffer alive. A decompressed body is always a fresh buffer. Default false (copy).
+	ShareBody bool
 }
 
 type reader struct {
@@ -260,22 +265,33 @@ func (r *reader) host(v6 bool) netip.AddrPort {
 // that is not a record, ErrShortRecord when b ends early or TOTALSIZE disagrees with the
 // fields, and ErrBodyCRC when opts.CheckCRC is set and the body does not match.
 func DecodeRecord(b []byte, opts DecodeOptions) (*MessageExt, int, error) {
+	m := new(MessageExt)
+	n, err := decodeRecordInto(m, b, opts, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	return m, n, nil
+}
+
+// decodeRecordInto is DecodeRecord into m. lastTopic, when not nil, holds the topic of the
+// previous record of a batch: a record of the same topic shares its string.
+func decodeRecordInto(m *MessageExt, b []byte, opts DecodeOptions, lastTopic *string) (int, error) {
 	if len(b) < 8 {
-		return nil, 0, ErrShortRecord
+		return 0, ErrShortRecord
 	}
 	total := int(int32(binary.BigEndian.Uint32(b)))
 	magic := binary.BigEndian.Uint32(b[4:])
 	if magic == BlankMagicCode {
-		return nil, 0, ErrBlank
+		return 0, ErrBlank
 	}
 	if magic != MagicCode {
-		return nil, 0, ErrBadMagic
+		return 0, ErrBadMagic
 	}
 	if total < 8 || total > len(b) {
-		return nil, 0, ErrShortRecord
+		return 0, ErrShortRecord
 	}
 	r := &reader{b: b[:total], off: 8}
-	m := &MessageExt{StoreSize: int32(total)}
+	m.StoreSize = int32(total)
 	m.BodyCRC = int32(r.u32())
 	m.QueueID = int32(r.u32())
 	m.Flag = int32(r.u32())
@@ -301,18 +317,30 @@ func DecodeRecord(b []byte, opts DecodeOptions) (*MessageExt, int, error) {
 	}
 	props := r.take(propLen)
 	if r.err != nil {
-		return nil, 0, r.err
+		return 0, r.err
 	}
 	if r.off != total {
-		return nil, 0, fmt.Errorf("%w: total size %d but fields end at %d", ErrShortRecord, total, r.off)
+		return 0, fmt.Errorf("%w: total size %d but fields end at %d", ErrShortRecord, total, r.off)
 	}
 	if opts.CheckCRC && BodyCRC(body) != m.BodyCRC {
-		return nil, 0, ErrBodyCRC
+		return 0, ErrBodyCRC
 	}
-	m.Topic = string(topic)
-	m.Properties = UnmarshalProperties(string(props))
+	switch {
+	case lastTopic == nil:
+		m.Topic = string(topic)
+	case *lastTopic != "" && string(topic) == *lastTopic: // the comparison does not allocate
+		m.Topic = *lastTopic
+	default:
+		m.Topic = string(topic)
+		*lastTopic = m.Topic
+	}
+	m.Properties = unmarshalProperties(string(props), consumerProperties)
 	if !opts.SkipBody {
-		m.Body = append([]byte(nil), body...)
+		if opts.ShareBody {
+			m.Body = body[:len(body):len(body)]
+		} else {
+			m.Body = append([]byte(nil), body...)
+		}
 		if opts.Decompress && m.SysFlag&SysFlagCompressed != 0 {
 			limit := opts.MaxDecompressedSize
 			if limit <= 0 {
@@ -331,22 +359,52 @@ func DecodeRecord(b []byte, opts DecodeOptions) (*MessageExt, int, error) {
 	if m.MsgID == "" {
 		m.MsgID = m.OffsetMsgID
 	}
-	return m, total, nil
+	return total, nil
 }
 
 // DecodeRecords decodes back-to-back stored records (a PULL_MESSAGE response body, RocketMQ
-// request code 11). It fails on the first record that does not decode.
+// request code 11). It fails on the first record that does not decode, returning the
+// messages before it. The messages of one call are allocated together (a message kept
+// alive keeps its batch's structs alive, and with opts.ShareBody the buffer b), and
+// consecutive records of one topic share the Topic string.
 func DecodeRecords(b []byte, opts DecodeOptions) ([]*MessageExt, error) {
-	var out []*MessageExt
+	n := countRecords(b)
+	if n == 0 && len(b) > 0 {
+		n = 1 // the first record is malformed: decode it for its error
+	}
+	out := make([]*MessageExt, 0, n)
+	slab := make([]MessageExt, n)
+	var topic string
 	for len(b) > 0 {
-		m, n, err := DecodeRecord(b, opts)
+		var m *MessageExt
+		if len(out) < len(slab) {
+			m = &slab[len(out)]
+		} else {
+			m = new(MessageExt) // the record countRecords stopped at: it fails to decode
+		}
+		k, err := decodeRecordInto(m, b, opts, &topic)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, m)
-		b = b[n:]
+		b = b[k:]
 	}
 	return out, nil
+}
+
+// countRecords counts the records of b by their TOTALSIZE fields, up to the first that
+// cannot be a record (too short, past the end, or not starting with MagicCode).
+func countRecords(b []byte) int {
+	n := 0
+	for len(b) >= 8 && binary.BigEndian.Uint32(b[4:]) == MagicCode {
+		total := int(int32(binary.BigEndian.Uint32(b)))
+		if total < 8 || total > len(b) {
+			break
+		}
+		n++
+		b = b[total:]
+	}
+	return n
 }
 
 // maxInflate bounds a decompressed body for Inflate (64 MiB).

@@ -17,20 +17,28 @@ import (
 // (int64) — 32 characters for IPv4, 56 for IPv6 (Java MessageDecoder.createMessageId).
 func OffsetMsgID(storeHost netip.AddrPort, commitLogOffset int64) string {
 	a := storeHost.Addr().Unmap()
+	var raw [16 + 4 + 8]byte
 	var b []byte
 	if a.Is4() {
 		x := a.As4()
-		b = append(b, x[:]...)
+		b = append(raw[:0], x[:]...)
 	} else if a.Is6() {
 		x := a.As16()
-		b = append(b, x[:]...)
+		b = append(raw[:0], x[:]...)
 	} else {
-		b = append(b, 0, 0, 0, 0)
+		b = append(raw[:0], 0, 0, 0, 0)
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(storeHost.Port()))
 	b = binary.BigEndian.AppendUint64(b, uint64(commitLogOffset))
-	return strings.ToUpper(hex.EncodeToString(b))
+	var out [2 * len(raw)]byte
+	for i, c := range b {
+		out[2*i], out[2*i+1] = upperHex[c>>4], upperHex[c&0x0f]
+	}
+	return string(out[:2*len(b)])
 }
+
+// upperHex is the digit set of message ids.
+const upperHex = "0123456789ABCDEF"
 
 // ParseOffsetMsgID decodes an offset message id into the store host and commitlog offset.
 // It returns a *ValidationError with Field "msgId" when the id is not 32 or 56 hex

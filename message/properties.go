@@ -53,11 +53,18 @@ func MarshalProperties(p map[string]string) string {
 // (no trailing 0x02) and the Go client's form (a 0x02 after every pair) and, like the Java
 // parser, skips pieces that are not name 0x01 value with both parts non-empty. It never
 // fails: malformed pieces are dropped. It returns nil for "".
-func UnmarshalProperties(s string) map[string]string {
+func UnmarshalProperties(s string) map[string]string { return unmarshalProperties(s, 0) }
+
+// consumerProperties is how many properties a push consumer adds to a pulled message
+// (MIN_OFFSET, MAX_OFFSET, CONSUME_START_TIME): decoded maps are sized for them.
+const consumerProperties = 3
+
+// unmarshalProperties is UnmarshalProperties with room for extra more entries.
+func unmarshalProperties(s string, extra int) map[string]string {
 	if s == "" {
 		return nil
 	}
-	m := make(map[string]string)
+	m := make(map[string]string, strings.Count(s, "\x02")+1+extra) // "\x02" is PropertySeparator
 	for len(s) > 0 {
 		var piece string
 		if i := strings.IndexByte(s, PropertySeparator); i >= 0 {
