@@ -271,19 +271,20 @@ func (b *Broker) recoverTagsCode(m *message.MessageExt) int64 {
 	return message.TagHashCode(m.Tag())
 }
 
-// spawn runs f in a goroutine the broker waits for on Shutdown. Once Shutdown has begun
-// waiting, f is not started.
-func (b *Broker) spawn(f func()) {
+// spawn runs f in a goroutine the broker waits for on Shutdown and reports whether it
+// did. Once Shutdown has begun waiting, f is not started.
+func (b *Broker) spawn(f func()) bool {
 	b.spawnMu.Lock()
 	defer b.spawnMu.Unlock()
 	if b.waiting {
-		return
+		return false
 	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		f()
 	}()
+	return true
 }
 
 // Addr returns the broker's advertised address "ip:port" (after Start).

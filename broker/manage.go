@@ -30,7 +30,7 @@ func (b *Broker) registerProcessors() {
 		s.HandleInline(remoting.SendMessageV2, b.timedSend(b.handleSend(true)))
 		s.HandleInline(remoting.SendBatchMessage, b.timedSend(b.handleSendBatch))
 	}
-	s.Handle(remoting.PullMessage, b.timedPull(b.handlePull))
+	s.HandleAsync(remoting.PullMessage, b.timedPull(b.handlePull)) // first lookup on the reader; held pulls in a goroutine
 	s.Handle(remoting.ConsumerSendMsgBack, b.handleSendBack)
 	s.Handle(remoting.HeartBeat, b.handleHeartbeat)
 	s.Handle(remoting.UnregisterClient, b.handleUnregisterClient)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -75,42 +76,51 @@ func (b *Broker) pullFilter(h *wire.PullHeader) (store.Filter, *remoting.Remotin
 	return sub.filter, nil
 }
 
-// handlePull serves PULL_MESSAGE (RocketMQ request code 11) with long polling.
-func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+// pullRequest is a PULL_MESSAGE that passed handlePull's checks.
+type pullRequest struct {
+	h       wire.PullHeader
+	f       store.Filter
+	maxNums int
+	start   time.Time // arrival: a hold ends suspendTimeoutMillis after it
+}
+
+// checkPull parses and checks a PULL_MESSAGE (PROTOCOL §3.4) and stores the commit
+// offset it carries; it returns the request or the error response.
+func (b *Broker) checkPull(req *remoting.RemotingCommand) (*pullRequest, *remoting.RemotingCommand) {
 	h, err := wire.ParsePullHeader(req)
 	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
+		return nil, errResponse(remoting.SystemError, "%v", err)
 	}
 	if b.cfg.BrokerPermission&permRead == 0 {
-		return errResponse(remoting.NoPermission, "the broker[%s] pulling message is forbidden", b.cfg.BrokerName)
+		return nil, errResponse(remoting.NoPermission, "the broker[%s] pulling message is forbidden", b.cfg.BrokerName)
 	}
 	if resp := groupError("consumerGroup", h.ConsumerGroup); resp != nil {
-		return resp
+		return nil, resp
 	}
 	g := b.groups.find(h.ConsumerGroup)
 	if g == nil {
-		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", h.ConsumerGroup)
+		return nil, errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", h.ConsumerGroup)
 	}
 	if !g.ConsumeEnable {
-		return errResponse(remoting.NoPermission, "subscription group no permission, %s", h.ConsumerGroup)
+		return nil, errResponse(remoting.NoPermission, "subscription group no permission, %s", h.ConsumerGroup)
 	}
 	switch h.Topic {
 	case message.ScheduleTopic, message.TransHalfTopic, message.TransOpHalfTopic:
-		return errResponse(remoting.NoPermission, "the topic[%s] is an internal system topic and cannot be consumed", h.Topic)
+		return nil, errResponse(remoting.NoPermission, "the topic[%s] is an internal system topic and cannot be consumed", h.Topic)
 	}
 	tc := b.topics.get(h.Topic)
 	if tc == nil {
-		return errResponse(remoting.TopicNotExist, "topic[%s] not exist, apply first please!", h.Topic)
+		return nil, errResponse(remoting.TopicNotExist, "topic[%s] not exist, apply first please!", h.Topic)
 	}
 	if tc.Perm&permRead == 0 {
-		return errResponse(remoting.NoPermission, "the topic[%s] pulling message is forbidden", h.Topic)
+		return nil, errResponse(remoting.NoPermission, "the topic[%s] pulling message is forbidden", h.Topic)
 	}
 	if h.QueueID < 0 || int(h.QueueID) >= tc.ReadQueueNums {
-		return errResponse(remoting.SystemError, "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d]", h.QueueID, h.Topic, tc.ReadQueueNums)
+		return nil, errResponse(remoting.SystemError, "queueId[%d] is illegal, topic:[%s] topicConfig.readQueueNums:[%d]", h.QueueID, h.Topic, tc.ReadQueueNums)
 	}
 	f, resp := b.pullFilter(&h)
 	if resp != nil {
-		return resp
+		return nil, resp
 	}
 	if h.SysFlag&wire.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 {
 		b.offsets.commit(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
@@ -119,35 +129,86 @@ func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting
 	if maxNums <= 0 || maxNums > maxPullMessages {
 		maxNums = maxPullMessages
 	}
+	return &pullRequest{h: h, f: f, maxNums: maxNums, start: time.Now()}, nil
+}
 
-	var hold time.Duration
-	if h.SysFlag&wire.PullFlagSuspend != 0 && b.held.enter() {
-		defer b.held.leave()
-		hold = time.Duration(b.cfg.ShortPollingTimeMills) * time.Millisecond
-		if boolOr(b.cfg.LongPollingEnable, true) {
-			hold = min(time.Duration(h.SuspendTimeoutMillis)*time.Millisecond, maxSuspend)
-		}
+// lookup reads what p asks for into buf's array (see store.GetMessageAppend) and maps it
+// to the answer.
+func (b *Broker) lookup(p *pullRequest, buf []byte) *remoting.RemotingCommand {
+	res, err := b.store.GetMessageAppend(buf, p.h.Topic, p.h.QueueID, p.h.QueueOffset, p.maxNums, maxPullBytes, p.f)
+	if err != nil {
+		return errResponse(remoting.SystemError, "get message: %v", err)
 	}
-	deadline := time.Now().Add(hold)
+	return pullResponse(p.h.QueueOffset, res)
+}
+
+// handlePull serves PULL_MESSAGE (RocketMQ request code 11) with long polling, as a
+// remoting.AsyncHandler. The checks and the first lookup run on the connection's reader,
+// into a pooled buffer: a pull that finds messages (or an error) is answered from there,
+// with no goroutine of its own, and the buffer goes back to the pool once reply has
+// encoded the answer (the frame holds a copy of the body; TestPullBufferReuse pins it).
+// Every "nothing yet" answer (PULL_NOT_FOUND: at the end of the queue, or an empty queue
+// read from 0) of a pull with the SUSPEND bit is held, as Java does — answering at once
+// would make an idle client re-pull in a tight loop —: a goroutine of the broker waits
+// for a matching arrival, the hold time (suspendTimeoutMillis from the request's arrival,
+// at most 25 s; shortPollingTimeMills without longPollingEnable), the broker stopping or
+// the connection closing.
+func (b *Broker) handlePull(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
+	p, resp := b.checkPull(req)
+	if resp != nil {
+		reply(resp)
+		return
+	}
+	buf := pullBufs.Get().(*[]byte)
+	resp = b.lookup(p, (*buf)[:0])
+	if resp.ResponseCode() != remoting.PullNotFound || p.h.SysFlag&wire.PullFlagSuspend == 0 || !b.held.enter() {
+		reply(resp) // encodes resp: its body, in buf, is copied into the frame
+		if body := resp.Body; cap(body) > 0 && cap(body) <= maxPooledPullBuffer {
+			*buf = body[:0] // GetMessageAppend may have grown it
+		}
+		pullBufs.Put(buf)
+		return
+	}
+	pullBufs.Put(buf) // PULL_NOT_FOUND carries no body
+	if !b.spawn(func() {
+		defer b.held.leave()
+		defer func() {
+			if r := recover(); r != nil { // as the remoting server does for its handlers
+				b.log.Error("held pull panicked", "topic", p.h.Topic, "queueId", p.h.QueueID, "panic", r, "stack", string(debug.Stack()))
+				reply(errResponse(remoting.SystemError, "handler panic: %v", r))
+			}
+		}()
+		reply(b.holdPull(ctx, p))
+	}) {
+		b.held.leave()
+		reply(resp) // the broker is stopping
+	}
+}
+
+// pullBufs holds the buffers handlePull reads records into (*[]byte).
+var pullBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledPullBuffer is the largest buffer pullBufs keeps: 512 KiB (a pull reads at most
+// maxPullBytes, or one larger record).
+const maxPooledPullBuffer = 512 << 10
+
+// holdPull holds pull p, which found nothing yet, and returns its answer: the first
+// lookup that finds something (woken by an arrival its filter matches), or the last one
+// when the hold time is over or the broker stops; nil when ctx ends (the connection
+// closed).
+func (b *Broker) holdPull(ctx context.Context, p *pullRequest) *remoting.RemotingCommand {
+	hold := time.Duration(b.cfg.ShortPollingTimeMills) * time.Millisecond
+	if boolOr(b.cfg.LongPollingEnable, true) {
+		hold = min(time.Duration(p.h.SuspendTimeoutMillis)*time.Millisecond, maxSuspend)
+	}
+	deadline := p.start.Add(hold)
 	var timer *time.Timer
 	for {
 		// Watch before reading, so an arrival between the read and the wait is not missed.
-		var arrived <-chan struct{}
-		forget := func() {}
-		if hold > 0 {
-			arrived, forget = b.arrivals.watch(h.Topic, h.QueueID, f) // woken only by a message f matches
-		}
-		res, err := b.store.GetMessage(h.Topic, h.QueueID, h.QueueOffset, maxNums, maxPullBytes, f)
-		if err != nil {
-			forget()
-			return errResponse(remoting.SystemError, "get message: %v", err)
-		}
+		arrived, forget := b.arrivals.watch(p.h.Topic, p.h.QueueID, p.f) // woken only by a message f matches
+		resp := b.lookup(p, nil)
 		wait := time.Until(deadline)
-		resp := pullResponse(h.QueueOffset, res)
-		// Hold every "nothing yet" answer (PULL_NOT_FOUND: at the end of the queue, or an
-		// empty queue read from 0), as Java does; answering at once would make an idle
-		// client re-pull in a tight loop.
-		if resp.ResponseCode() != remoting.PullNotFound || hold <= 0 || wait <= 0 {
+		if resp.ResponseCode() != remoting.PullNotFound || wait <= 0 {
 			forget()
 			return resp
 		}

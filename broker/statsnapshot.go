@@ -171,23 +171,29 @@ func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time
 
 // timedPull wraps the PULL_MESSAGE handler: it observes the pull latency (request to
 // answer, a long-polling hold included) and counts the messages and bytes a group got
-// per topic.
-func (b *Broker) timedPull(h remoting.Handler) remoting.Handler {
-	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+// per topic. It reads the answer before passing it on (handlePull reuses the body's
+// buffer once reply returned).
+func (b *Broker) timedPull(h remoting.AsyncHandler) remoting.AsyncHandler {
+	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
 		start := time.Now()
-		resp := h(ctx, conn, req)
-		if resp == nil {
-			return nil
-		}
-		b.traffic.pullLatency.observe(time.Since(start))
-		if resp.ResponseCode() != remoting.Success || len(resp.Body) == 0 {
-			return resp
-		}
-		c := pairFor(&b.traffic.gets, groupTopic{req.ExtFields["consumerGroup"], req.ExtFields["topic"]})
-		c.a.Add(int64(countRecords(resp.Body)))
-		c.b.Add(int64(len(resp.Body)))
-		return resp
+		h(ctx, conn, req, func(resp *remoting.RemotingCommand) {
+			if resp != nil {
+				b.recordPull(req, resp, start)
+			}
+			reply(resp)
+		})
 	}
+}
+
+// recordPull observes one pull's latency and counts what it delivered.
+func (b *Broker) recordPull(req, resp *remoting.RemotingCommand, start time.Time) {
+	b.traffic.pullLatency.observe(time.Since(start))
+	if resp.ResponseCode() != remoting.Success || len(resp.Body) == 0 {
+		return
+	}
+	c := pairFor(&b.traffic.gets, groupTopic{req.ExtFields["consumerGroup"], req.ExtFields["topic"]})
+	c.a.Add(int64(countRecords(resp.Body)))
+	c.b.Add(int64(len(resp.Body)))
 }
 
 // countRecords counts the stored records in a pull body: each begins with its total

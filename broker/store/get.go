@@ -40,7 +40,17 @@ const (
 //	consume-queue file gone   OFFSET_FOUND_NULL       start of the next file
 //
 // It returns ErrClosed after Close and an error for I/O failures; statuses are not errors.
+// Body is freshly allocated; see GetMessageAppend to read into a buffer of the caller's.
 func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums int, maxBytes int, f Filter) (GetResult, error) {
+	return s.GetMessageAppend(nil, topic, queueID, offset, maxMsgNums, maxBytes, f)
+}
+
+// GetMessageAppend is GetMessage reading the records into buf's array (from buf[:0],
+// growing it when it is too small): a caller that answers a pull and then no longer needs
+// the records (the response frame holds a copy) can reuse one buffer for many pulls
+// instead of allocating a body each time. Body and Records alias buf's array when it was
+// large enough.
+func (s *Store) GetMessageAppend(buf []byte, topic string, queueID int32, offset int64, maxMsgNums int, maxBytes int, f Filter) (GetResult, error) {
 	if err := s.begin(); err != nil {
 		return GetResult{}, err
 	}
@@ -97,7 +107,7 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 			bufs.window = rr.win[:0]
 		}
 	}()
-	body := make([]byte, 0, bodySizeHint(entries, maxMsgNums, maxBytes, s.cl.maxRecordBytes()))
+	body := slices.Grow(buf[:0], bodySizeHint(entries, maxMsgNums, maxBytes, s.cl.maxRecordBytes()))
 	var ends []int
 	n := int64(len(entries) / cqEntrySize)
 	i := int64(0)
@@ -169,7 +179,7 @@ func (s *Store) GetMessage(topic string, queueID int32, offset int64, maxMsgNums
 }
 
 // getBuffers are GetMessage's scratch buffers (consume-queue entries, read-ahead window),
-// pooled; the returned body is always freshly allocated.
+// pooled; the returned body is the caller's (GetMessageAppend) or freshly allocated.
 type getBuffers struct{ entries, window []byte }
 
 var getBufs = sync.Pool{New: func() any { return new(getBuffers) }}
