@@ -15,6 +15,11 @@
 //
 // Every consumer owns its own connections and goroutines (no process-wide client
 // table, no global logger); Shutdown releases all of them.
+//
+// A delivered message's Body is a slice of the pull response it arrived in (no copy per
+// message; its capacity is clipped, so appending to it copies). A handler that keeps a
+// message, or its Body, after returning keeps that whole response in memory (up to
+// PullBatchSize messages); copy the Body (bytes.Clone) to keep it alone.
 package consumer
 
 import (
