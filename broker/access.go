@@ -53,7 +53,7 @@ type nameRef struct {
 // RocketMQ's PlainAccessValidator asks for each (0 = validated only). Absent optional
 // fields are skipped; the handlers still refuse absent required ones.
 func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {
-	ext := func(k string) string { return req.ExtFields[k] }
+	ext := func(k string) string { v, _ := req.Ext(k); return v } // SEND_MESSAGE(_V2) arrive in list form
 	var refs []nameRef
 	add := func(field, name string, group bool, perm acl.Perm) {
 		if name != "" {

@@ -218,7 +218,10 @@ func (b *Broker) Start() (err error) {
 		MaxConns: b.cfg.MaxConnections, MaxConnsPerHost: b.cfg.MaxConnectionsPerAddress,
 		MaxInFlightPerConn: b.cfg.MaxInFlightPerConnection, MaxInFlightBytesPerConn: b.cfg.MaxInFlightBytesPerConnection,
 		MaxQueuedBytesPerConn: b.cfg.MaxQueuedBytesPerConnection,
-		FrameReadTimeout:      time.Duration(b.cfg.FrameReadTimeoutMillis) * time.Millisecond, TLS: serverTLS})
+		FrameReadTimeout:      time.Duration(b.cfg.FrameReadTimeoutMillis) * time.Millisecond, TLS: serverTLS,
+		// Send requests keep their ext fields in a list: ParseSendHeader reads it in one
+		// pass, and Before (access.go, acl) and statsnapshot.go use the accessors.
+		ExtListCodes: []remoting.RequestCode{remoting.SendMessage, remoting.SendMessageV2, remoting.SendBatchMessage}})
 	if err != nil {
 		return err
 	}

@@ -19,9 +19,13 @@ func errResponse(code remoting.ResponseCode, format string, args ...any) *remoti
 }
 
 // sendResponse adds the ext fields every send response carries (MSG_REGION, TRACE_ON).
+// The response is in list form (ExtList, room for putResponse's three fields): encoding
+// it needs no map and no key sort.
 func (b *Broker) sendResponse(code remoting.ResponseCode, remark string) *remoting.RemotingCommand {
 	r := remoting.NewResponse(code, remark)
-	r.SetExt(message.PropertyMsgRegion, b.cfg.RegionID).SetExt(message.PropertyTraceSwitch, "true")
+	r.ExtList = append(make([]remoting.ExtField, 0, 5),
+		remoting.ExtField{Key: message.PropertyMsgRegion, Value: b.cfg.RegionID},
+		remoting.ExtField{Key: message.PropertyTraceSwitch, Value: "true"})
 	return r
 }
 
@@ -285,9 +289,10 @@ func (b *Broker) putResponse(res store.PutResult, queueID int32) *remoting.Remot
 		code = remoting.FlushDiskTimeout
 	}
 	r := b.sendResponse(code, "")
-	r.SetExt("msgId", strings.Join(res.OffsetMsgIDs, ","))
-	r.SetExt("queueId", strconv.Itoa(int(queueID)))
-	r.SetExt("queueOffset", strconv.FormatInt(res.QueueOffset, 10))
+	r.ExtList = append(r.ExtList,
+		remoting.ExtField{Key: "msgId", Value: strings.Join(res.OffsetMsgIDs, ",")},
+		remoting.ExtField{Key: "queueId", Value: strconv.Itoa(int(queueID))},
+		remoting.ExtField{Key: "queueOffset", Value: strconv.FormatInt(res.QueueOffset, 10)})
 	return r
 }
 

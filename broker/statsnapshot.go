@@ -156,13 +156,14 @@ func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time
 	if !sendOK(resp) {
 		return
 	}
-	topic := req.ExtFields["topic"]
+	topic, _ := req.Ext("topic") // the request and response may be in list form (ExtList)
 	if topic == "" {
-		topic = req.ExtFields["b"]
+		topic, _ = req.Ext("b")
 	}
 	n := int64(1)
 	if remoting.RequestCode(req.Code) == remoting.SendBatchMessage {
-		n = int64(strings.Count(resp.ExtFields["msgId"], ",") + 1)
+		msgID, _ := resp.Ext("msgId")
+		n = int64(strings.Count(msgID, ",") + 1)
 	}
 	c := pairFor(&b.traffic.puts, topic)
 	c.a.Add(n)

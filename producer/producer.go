@@ -408,7 +408,9 @@ func (p *Producer) request(pr *prepared, mq message.MessageQueue) (string, *remo
 	h.QueueID = int32(mq.QueueID)
 	h.BrokerName = mq.BrokerName
 	h.Batch = pr.code == remoting.SendBatchMessage
-	return addr, remoting.NewRequest(pr.code, h.Ext(), pr.body), nil
+	req := remoting.NewRequest(pr.code, nil, pr.body)
+	req.ExtList = h.ExtList() // list form: no map, no key sort when encoding
+	return addr, req, nil
 }
 
 // outcome turns one attempt's response (or transport error err) into its result or

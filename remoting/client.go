@@ -46,6 +46,12 @@ type ClientConfig struct {
 	// InvokeAsync, InvokeOneway) with RocketMQ plain ACL 1.0 (see [Credentials.Sign]).
 	// Default: none (requests are not signed).
 	Credentials Credentials
+	// ExtListCodes lists request codes whose responses keep their ext fields in
+	// RemotingCommand.ExtList (wire order, ExtFields nil) instead of a map: for hot calls
+	// whose callers read the response with the accessors (RemotingCommand.Ext, ExtString,
+	// ...), which then cost no map assignments. Callers of these codes that need the map
+	// call RemotingCommand.ExtMap. Default: none (every response gets ExtFields).
+	ExtListCodes []RequestCode
 }
 
 func (c *ClientConfig) setDefaults() {
@@ -185,6 +191,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		spawn:        c.spawn,
 		serve:        c.serve,
 		onClose:      c.onConnClose,
+
+		extListResponses: newCodeSet(cfg.ExtListCodes),
 	}
 	return c, nil
 }

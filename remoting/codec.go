@@ -51,7 +51,7 @@ func (t SerializeType) String() string {
 // encoding/json (control characters and <, >, & as \u00XX; invalid UTF-8 becomes U+FFFD).
 // It fails with a [*FrameError] if the header exceeds 16 MiB-1 or the frame exceeds 2 GiB-1.
 func (c *RemotingCommand) Encode() ([]byte, error) {
-	buf := make([]byte, 8, 8+160+len(c.Remark)+extSizeHint(c.ExtFields)+len(c.Body))
+	buf := make([]byte, 8, 8+160+len(c.Remark)+c.extSizeHint()+len(c.Body))
 	buf = c.appendJSONHeader(buf)
 	return finishFrame(buf, SerializeJSON, c.Body)
 }
@@ -61,7 +61,7 @@ func (c *RemotingCommand) Encode() ([]byte, error) {
 // [*HeaderError] for an ext key longer than 32767 bytes and a [*FrameError] for an
 // oversized header or frame.
 func (c *RemotingCommand) EncodeBinary() ([]byte, error) {
-	buf := make([]byte, 8, 8+25+len(c.Remark)+extSizeHint(c.ExtFields)+len(c.Body))
+	buf := make([]byte, 8, 8+25+len(c.Remark)+c.extSizeHint()+len(c.Body))
 	var err error
 	buf, err = c.appendBinaryHeader(buf)
 	if err != nil {
@@ -78,10 +78,13 @@ func (c *RemotingCommand) EncodeAs(t SerializeType) ([]byte, error) {
 	return c.Encode()
 }
 
-func extSizeHint(m map[string]string) int {
+func (c *RemotingCommand) extSizeHint() int {
 	n := 0
-	for k, v := range m {
+	for k, v := range c.ExtFields {
 		n += len(k) + len(v) + 8
+	}
+	for _, f := range c.ExtList {
+		n += len(f.Key) + len(f.Value) + 8
 	}
 	return n
 }
@@ -116,18 +119,32 @@ func (c *RemotingCommand) appendJSONHeader(b []byte) []byte {
 	b = append(b, `,"remark":`...)
 	b = appendJSONString(b, c.Remark)
 	b = append(b, `,"extFields":`...)
-	if c.ExtFields == nil {
+	if !c.hasExt() {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '{')
-		var kb [32]string
-		for i, k := range sortedKeys(kb[:0], c.ExtFields) {
-			if i > 0 {
+		start := len(b)
+		for _, f := range c.ExtList {
+			if c.listShadowed(f) {
+				continue
+			}
+			if len(b) > start {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = appendJSONString(b, f.Key)
 			b = append(b, ':')
-			b = appendJSONString(b, c.ExtFields[k])
+			b = appendJSONString(b, f.Value)
+		}
+		if len(c.ExtFields) > 0 {
+			var kb [32]string
+			for _, k := range sortedKeys(kb[:0], c.ExtFields) {
+				if len(b) > start {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, k)
+				b = append(b, ':')
+				b = appendJSONString(b, c.ExtFields[k])
+			}
 		}
 		b = append(b, '}')
 	}
@@ -208,60 +225,114 @@ func (c *RemotingCommand) appendBinaryHeader(b []byte) ([]byte, error) {
 	b = append(b, c.Remark...)
 	lenPos := len(b)
 	b = append(b, 0, 0, 0, 0)
-	var kb [32]string
-	for _, k := range sortedKeys(kb[:0], c.ExtFields) {
-		v := c.ExtFields[k]
-		if len(k) > math.MaxInt16 {
-			return nil, &HeaderError{Field: "extFields", Reason: fmt.Sprintf("key of %d bytes exceeds the binary header limit %d", len(k), math.MaxInt16)}
+	var err error
+	for _, f := range c.ExtList {
+		if c.listShadowed(f) {
+			continue
 		}
-		if len(b)+len(k)+len(v) > maxHeaderLen+8 {
-			return nil, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header exceeds %d bytes", maxHeaderLen)}
+		if b, err = appendBinaryExt(b, f.Key, f.Value); err != nil {
+			return nil, err
 		}
-		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
-		b = append(b, k...)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-		b = append(b, v...)
+	}
+	if len(c.ExtFields) > 0 {
+		var kb [32]string
+		for _, k := range sortedKeys(kb[:0], c.ExtFields) {
+			if b, err = appendBinaryExt(b, k, c.ExtFields[k]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	binary.BigEndian.PutUint32(b[lenPos:], uint32(len(b)-lenPos-4))
 	return b, nil
 }
 
+// appendBinaryExt appends one ext field of a binary header: 2-byte key length, key,
+// 4-byte value length, value (PROTOCOL.md §1.3).
+func appendBinaryExt(b []byte, k, v string) ([]byte, error) {
+	if len(k) > math.MaxInt16 {
+		return nil, &HeaderError{Field: "extFields", Reason: fmt.Sprintf("key of %d bytes exceeds the binary header limit %d", len(k), math.MaxInt16)}
+	}
+	if len(b)+len(k)+len(v) > maxHeaderLen+8 {
+		return nil, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header exceeds %d bytes", maxHeaderLen)}
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+	b = append(b, k...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...), nil
+}
+
 // DecodeFrame decodes one frame given WITHOUT its leading 4-byte length field (as
 // returned by [ReadFrame]): [type<<24|headerLen][header][body]. It accepts JSON headers
 // as written by Java (fastjson: sorted keys, extra keys such as serializeTypeCurrentRPC,
-// no remark) and by the Go client, and ROCKETMQ binary headers. The returned Body aliases
-// frame. Errors: [*FrameError] for a frame shorter than 4 bytes, a header length beyond
-// the frame or an unknown serialize type; [*HeaderError] for an invalid header.
+// no remark) and by the Go client, and ROCKETMQ binary headers. Ext fields go into
+// ExtFields (nil when the header has none). The returned Body aliases frame; the header
+// strings do not. Errors: [*FrameError] for a frame shorter than 4 bytes, a header
+// length beyond the frame or an unknown serialize type; [*HeaderError] for an invalid
+// header.
 func DecodeFrame(frame []byte) (*RemotingCommand, SerializeType, error) {
+	var buf [16]ExtField
+	cmd, st, ext, hasExt, err := decodeFrameExt(frame, buf[:0])
+	if err != nil {
+		return nil, st, err
+	}
+	if hasExt {
+		cmd.ExtFields = extMapOf(ext)
+	}
+	return cmd, st, nil
+}
+
+// DecodeFrameExtList is [DecodeFrame] with the ext fields left in ExtList, in wire order
+// (ExtFields nil; an empty, non-nil ExtList when the header has an empty extFields
+// object): no map is built. [RemotingCommand.ExtMap] gives the map DecodeFrame would
+// have returned. Same errors as DecodeFrame.
+func DecodeFrameExtList(frame []byte) (*RemotingCommand, SerializeType, error) {
+	var buf [16]ExtField
+	cmd, st, ext, hasExt, err := decodeFrameExt(frame, buf[:0])
+	if err != nil {
+		return nil, st, err
+	}
+	if hasExt {
+		cmd.ExtList = extListOf(ext)
+	}
+	return cmd, st, nil
+}
+
+// decodeFrameExt decodes frame as DecodeFrame does, except that the ext fields are
+// appended to ext (in wire order; from encoding/json's map, the rare fallback, in
+// sorted key order) and neither ExtFields nor ExtList is set; hasExt reports whether the
+// header has an extFields object. The returned list aliases ext's array (a caller's
+// scratch buffer): the caller copies what it keeps.
+func decodeFrameExt(frame []byte, ext []ExtField) (*RemotingCommand, SerializeType, []ExtField, bool, error) {
 	if len(frame) < 4 {
-		return nil, 0, &FrameError{Field: "length", Reason: fmt.Sprintf("frame of %d bytes is shorter than the 4-byte header-length field", len(frame))}
+		return nil, 0, ext, false, &FrameError{Field: "length", Reason: fmt.Sprintf("frame of %d bytes is shorter than the 4-byte header-length field", len(frame))}
 	}
 	x := binary.BigEndian.Uint32(frame)
 	st := SerializeType(x >> 24)
 	headerLen := int(x & maxHeaderLen)
 	if headerLen > len(frame)-4 {
-		return nil, st, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header length %d exceeds the %d bytes left in the frame", headerLen, len(frame)-4)}
+		return nil, st, ext, false, &FrameError{Field: "headerLength", Reason: fmt.Sprintf("header length %d exceeds the %d bytes left in the frame", headerLen, len(frame)-4)}
 	}
 	header := frame[4 : 4+headerLen]
 	var (
-		cmd *RemotingCommand
-		err error
+		cmd    *RemotingCommand
+		hasExt bool
+		err    error
 	)
 	switch st {
 	case SerializeJSON:
-		cmd, err = decodeJSONHeader(header)
+		cmd, ext, hasExt, err = decodeJSONHeader(header, ext)
 	case SerializeRocketMQ:
-		cmd, err = decodeBinaryHeader(header)
+		cmd, ext, hasExt, err = decodeBinaryHeader(header, ext)
 	default:
-		return nil, st, &FrameError{Field: "serializeType", Reason: fmt.Sprintf("unknown serialize type %d (want 0 JSON or 1 ROCKETMQ)", byte(st))}
+		return nil, st, ext, false, &FrameError{Field: "serializeType", Reason: fmt.Sprintf("unknown serialize type %d (want 0 JSON or 1 ROCKETMQ)", byte(st))}
 	}
 	if err != nil {
-		return nil, st, err
+		return nil, st, ext, false, err
 	}
 	if body := frame[4+headerLen:]; len(body) > 0 {
 		cmd.Body = body
 	}
-	return cmd, st, nil
+	return cmd, st, ext, hasExt, nil
 }
 
 type jsonHeader struct {
@@ -274,14 +345,26 @@ type jsonHeader struct {
 	ExtFields map[string]string `json:"extFields"`
 }
 
-func decodeJSONHeader(h []byte) (*RemotingCommand, error) {
+// decodeJSONHeader decodes a JSON header, appending its ext fields to ext (see
+// decodeFrameExt).
+func decodeJSONHeader(h []byte, ext []ExtField) (*RemotingCommand, []ExtField, bool, error) {
 	if len(bytes.TrimSpace(h)) == 0 {
-		return nil, &HeaderError{Field: "header", Reason: "empty JSON header"}
+		return nil, ext, false, &HeaderError{Field: "header", Reason: "empty JSON header"}
 	}
-	if cmd, ok := decodeJSONHeaderFast(h); ok {
-		return cmd, nil
+	if cmd, list, hasExt, ok := decodeJSONHeaderFast(h, ext); ok {
+		return cmd, list, hasExt, nil
 	}
-	return decodeJSONHeaderStd(h)
+	cmd, err := decodeJSONHeaderStd(h)
+	if err != nil {
+		return nil, ext, false, err
+	}
+	m := cmd.ExtFields
+	cmd.ExtFields = nil
+	var kb [32]string
+	for _, k := range sortedKeys(kb[:0], m) {
+		ext = append(ext, ExtField{Key: k, Value: m[k]})
+	}
+	return cmd, ext, m != nil, nil
 }
 
 // decodeJSONHeaderStd decodes with encoding/json: the reference behaviour, and the path
@@ -360,7 +443,9 @@ func (r *binReader) bytes(n int, field string) []byte {
 	return v
 }
 
-func decodeBinaryHeader(h []byte) (*RemotingCommand, error) {
+// decodeBinaryHeader decodes a ROCKETMQ binary header, appending its ext fields to ext
+// (see decodeFrameExt).
+func decodeBinaryHeader(h []byte, ext0 []ExtField) (*RemotingCommand, []ExtField, bool, error) {
 	r := &binReader{b: h}
 	cmd := &RemotingCommand{}
 	cmd.Code = int16(r.u16("code"))
@@ -373,26 +458,30 @@ func decodeBinaryHeader(h []byte) (*RemotingCommand, error) {
 	extLen := int32(r.u32("extFields"))
 	ext := r.bytes(int(extLen), "extFields")
 	if r.err != nil {
-		return nil, r.err
+		return nil, ext0, false, r.err
 	}
 	if len(r.b) != 0 {
-		return nil, &HeaderError{Field: "header", Reason: fmt.Sprintf("%d trailing bytes after the extFields block", len(r.b))}
+		return nil, ext0, false, &HeaderError{Field: "header", Reason: fmt.Sprintf("%d trailing bytes after the extFields block", len(r.b))}
 	}
-	if len(ext) > 0 {
-		er := &binReader{b: ext}
-		cmd.ExtFields = make(map[string]string)
-		for len(er.b) > 0 {
-			kl := int16(er.u16("extFields"))
-			k := er.bytes(int(kl), "extFields")
-			vl := int32(er.u32("extFields"))
-			v := er.bytes(int(vl), "extFields")
-			if er.err != nil {
-				return nil, er.err
-			}
-			cmd.ExtFields[string(k)] = string(v)
+	if len(ext) == 0 {
+		return cmd, ext0, false, nil
+	}
+	list := ext0
+	er := &binReader{b: ext}
+	s := string(ext) // keys and values are substrings of it: one allocation per header
+	for len(er.b) > 0 {
+		kl := int16(er.u16("extFields"))
+		kAt := len(ext) - len(er.b)
+		k := er.bytes(int(kl), "extFields")
+		vl := int32(er.u32("extFields"))
+		vAt := len(ext) - len(er.b)
+		v := er.bytes(int(vl), "extFields")
+		if er.err != nil {
+			return nil, ext0, false, er.err
 		}
+		list = append(list, ExtField{Key: s[kAt : kAt+len(k)], Value: s[vAt : vAt+len(v)]})
 	}
-	return cmd, nil
+	return cmd, list, true, nil
 }
 
 // ReadFrame reads one frame from r: the 4-byte big-endian length, then that many bytes,

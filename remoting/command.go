@@ -30,7 +30,21 @@ type RemotingCommand struct {
 	Flag      int32             // bit0 [FlagResponse], bit1 [FlagOneway]
 	Remark    string            // error text on responses; "" when absent
 	ExtFields map[string]string // custom header; ALL values are strings on the wire
-	Body      []byte            // payload, not part of the header; may be nil
+	// ExtList holds ext fields as an ordered list, the map-free form of the custom header
+	// used on hot paths (SEND_MESSAGE_V2 and its response). A command carries its ext
+	// fields in ExtFields, in ExtList, or in both:
+	//   - Encoding writes ExtList in its order (no map, no sort), then the ExtFields keys
+	//     sorted; a key present in both is written once, with its ExtFields value.
+	//   - Decoding fills ExtFields and leaves ExtList nil, except for the codes listed in
+	//     ClientConfig.ExtListCodes and ServerConfig.ExtListCodes, whose ext fields stay
+	//     in ExtList in wire order (ExtFields nil), so that a parser reads them in one
+	//     pass; an empty extFields object gives an empty, non-nil ExtList.
+	//   - [RemotingCommand.Ext], ExtString, ExtInt64, ExtInt32, ExtBool and SetExt work
+	//     on either form; code that needs the map calls [RemotingCommand.ExtMap].
+	// A list may hold a key more than once (a JSON object with a repeated key): lookups
+	// and ExtMap take the last, as decoding into a map does.
+	ExtList []ExtField
+	Body    []byte // payload, not part of the header; may be nil
 }
 
 // NewRequest returns a request with the given code, ext fields and body, language GO and
@@ -80,8 +94,20 @@ func (c *RemotingCommand) ResponseErr() error {
 	return &ResponseError{Code: ResponseCode(c.Code), Remark: c.Remark}
 }
 
-// SetExt sets ext field key to value, creating the map if needed, and returns c for chaining.
+// SetExt sets ext field key to value and returns c for chaining. A command in list form
+// (ExtList set, ExtFields nil) stays in it: the last entry with key is replaced, or one
+// is appended. Otherwise the value goes into ExtFields, which is created if needed.
 func (c *RemotingCommand) SetExt(key, value string) *RemotingCommand {
+	if c.ExtFields == nil && c.ExtList != nil {
+		for i := len(c.ExtList) - 1; i >= 0; i-- {
+			if c.ExtList[i].Key == key {
+				c.ExtList[i].Value = value
+				return c
+			}
+		}
+		c.ExtList = append(c.ExtList, ExtField{Key: key, Value: value})
+		return c
+	}
 	if c.ExtFields == nil {
 		c.ExtFields = make(map[string]string, 8)
 	}
@@ -92,7 +118,7 @@ func (c *RemotingCommand) SetExt(key, value string) *RemotingCommand {
 // ExtString returns ext field key. A missing key gives "" and, if required, a
 // [*HeaderError] naming the key. A present empty value is returned as "" without error.
 func (c *RemotingCommand) ExtString(key string, required bool) (string, error) {
-	v, ok := c.ExtFields[key]
+	v, ok := c.Ext(key)
 	if !ok && required {
 		return "", &HeaderError{Field: key, Reason: "required ext field is missing"}
 	}
@@ -103,7 +129,7 @@ func (c *RemotingCommand) ExtString(key string, required bool) (string, error) {
 // gives 0 and, if required, a [*HeaderError]; a value that does not parse or is out of
 // range gives a [*HeaderError] naming the key and the value.
 func (c *RemotingCommand) ExtInt64(key string, required bool) (int64, error) {
-	v := c.ExtFields[key]
+	v, _ := c.Ext(key)
 	if v == "" {
 		if required {
 			return 0, &HeaderError{Field: key, Reason: "required ext field is missing"}
@@ -121,7 +147,7 @@ func (c *RemotingCommand) ExtInt64(key string, required bool) (int64, error) {
 // Missing or empty: 0 and, if required, a [*HeaderError]; unparsable or out of range: a
 // [*HeaderError] naming the key and the value.
 func (c *RemotingCommand) ExtInt32(key string, required bool) (int32, error) {
-	v := c.ExtFields[key]
+	v, _ := c.Ext(key)
 	if v == "" {
 		if required {
 			return 0, &HeaderError{Field: key, Reason: "required ext field is missing"}
@@ -138,7 +164,7 @@ func (c *RemotingCommand) ExtInt32(key string, required bool) (int32, error) {
 // ExtBool parses ext field key as a Java boolean: "true" or "false" in any case.
 // A missing or empty value gives false; any other value gives a [*HeaderError].
 func (c *RemotingCommand) ExtBool(key string) (bool, error) {
-	v := c.ExtFields[key]
+	v, _ := c.Ext(key)
 	switch {
 	case v == "":
 		return false, nil

@@ -78,6 +78,11 @@ type connOptions struct {
 	serve func(ctx context.Context, c *Conn, req *RemotingCommand) *RemotingCommand
 	// onClose is called once after the conn closed (step 5 of the stop order).
 	onClose func(c *Conn)
+	// extListRequests: incoming requests with these codes keep their ext fields in
+	// ExtList (ServerConfig.ExtListCodes); extListResponses: so do the responses to
+	// outgoing requests with these codes (ClientConfig.ExtListCodes).
+	extListRequests  codeSet
+	extListResponses codeSet
 }
 
 // Conn is one remoting TCP connection, on either side. A [Server] hands it to handlers so
@@ -211,6 +216,8 @@ type pendingCall struct {
 	// (Client.InvokeAsyncTimeout); 0: none. req names the call in that error.
 	deadline int64
 	req      *RemotingCommand
+	// extList: the response keeps its ext fields in ExtList (connOptions.extListResponses).
+	extList bool
 }
 
 func (c *Conn) register(opaque int32, p *pendingCall) error {
@@ -485,8 +492,23 @@ func (c *Conn) awaitFrame(br *bufio.Reader) error {
 	}
 }
 
+// setExt gives cmd the ext fields decoded into ext (hasExt: the header had an extFields
+// object): as a map, or, with list, as a list cmd owns.
+func setExt(cmd *RemotingCommand, ext []ExtField, hasExt, list bool) {
+	switch {
+	case !hasExt:
+	case list:
+		cmd.ExtList = extListOf(ext)
+	default:
+		cmd.ExtFields = extMapOf(ext)
+	}
+}
+
 func (c *Conn) readLoop() {
 	br := bufio.NewReaderSize(c.nc, 8<<10)
+	// scratch receives each frame's ext fields before they become the command's map or
+	// list; it is cleared after every frame so that it keeps no header alive.
+	var scratch [32]ExtField
 	for {
 		err := c.awaitFrame(br)
 		var frame []byte
@@ -501,7 +523,7 @@ func (c *Conn) readLoop() {
 			c.closeWith(fmt.Errorf("read: %w", err))
 			return
 		}
-		cmd, st, err := DecodeFrame(frame)
+		cmd, st, ext, hasExt, err := decodeFrameExt(frame, scratch[:0])
 		if err != nil {
 			c.logReadErr(err)
 			c.closeWith(fmt.Errorf("read: %w", err))
@@ -509,6 +531,10 @@ func (c *Conn) readLoop() {
 		}
 		if cmd.IsResponse() {
 			p, stop := c.take(cmd.Opaque)
+			if p != nil {
+				setExt(cmd, ext, hasExt, p.extList)
+			}
+			clear(scratch[:min(len(ext), len(scratch))])
 			if p == nil {
 				c.opts.log.Debug("remoting: dropping response without pending request", "remote", c.remote, "conn", c.id, "opaque", cmd.Opaque, "code", cmd.Code)
 				continue
@@ -519,6 +545,8 @@ func (c *Conn) readLoop() {
 			p.complete(cmd, nil)
 			continue
 		}
+		setExt(cmd, ext, hasExt, c.opts.extListRequests.has(cmd.Code))
+		clear(scratch[:min(len(ext), len(scratch))])
 		c.dispatch(cmd, st)
 	}
 }
@@ -761,7 +789,8 @@ func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingComma
 	}
 	ch := make(chan result, 1)
 	op := req.Opaque
-	p := &pendingCall{complete: func(cmd *RemotingCommand, err error) { ch <- result{cmd, err} }}
+	p := &pendingCall{complete: func(cmd *RemotingCommand, err error) { ch <- result{cmd, err} },
+		extList: c.opts.extListResponses.has(req.Code)}
 	if err := c.register(op, p); err != nil {
 		return nil, err
 	}
@@ -803,7 +832,7 @@ func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool,
 		return err
 	}
 	op := req.Opaque
-	p := &pendingCall{deadline: deadline, req: req}
+	p := &pendingCall{deadline: deadline, req: req, extList: c.opts.extListResponses.has(req.Code)}
 	if serial {
 		p.complete = func(cmd *RemotingCommand, err error) { c.queueCallback(asyncCallback{cb, cmd, err}) }
 	} else {

@@ -118,10 +118,13 @@ func FuzzJSONFastPath(f *testing.F) {
 		f.Add([]byte(h))
 	}
 	f.Fuzz(func(t *testing.T, h []byte) {
-		fast, ok := decodeJSONHeaderFast(h)
+		fast, ext, hasExt, ok := decodeJSONHeaderFast(h, nil)
 		std, err := decodeJSONHeaderStd(h)
 		if !ok {
 			return
+		}
+		if hasExt {
+			fast.ExtFields = extMapOf(ext)
 		}
 		if err != nil {
 			t.Fatalf("fast path accepted %q, encoding/json: %v", h, err)

@@ -16,6 +16,10 @@ type fastJSON struct {
 	b []byte
 	s string // b as one string: unescaped strings are substrings of it (one allocation per header)
 	i int
+	// ext receives the ext fields in wire order; hasExt is set when the header has an
+	// extFields object (null or absent leaves it false).
+	ext    []ExtField
+	hasExt bool
 }
 
 func (p *fastJSON) ws() {
@@ -196,9 +200,17 @@ func (p *fastJSON) strEscaped(start int) (string, bool) {
 
 var knownHeaderKeys = [...]string{"code", "language", "version", "opaque", "flag", "remark", "extFields"}
 
-// decodeJSONHeaderFast returns ok=false whenever it is not certain to match encoding/json.
-func decodeJSONHeaderFast(h []byte) (*RemotingCommand, bool) {
-	p := &fastJSON{b: h, s: string(h)}
+// decodeJSONHeaderFast decodes header h with its ext fields appended to ext (see
+// decodeFrameExt). It returns ok=false whenever it is not certain to match encoding/json.
+func decodeJSONHeaderFast(h []byte, ext []ExtField) (cmd *RemotingCommand, _ []ExtField, hasExt, ok bool) {
+	p := &fastJSON{b: h, s: string(h), ext: ext}
+	if cmd, ok = p.header(); !ok {
+		return nil, ext, false, false
+	}
+	return cmd, p.ext, p.hasExt, true
+}
+
+func (p *fastJSON) header() (*RemotingCommand, bool) {
 	cmd := &RemotingCommand{}
 	var seen uint8
 	p.ws()
@@ -309,7 +321,7 @@ func (p *fastJSON) value(idx int, key string, cmd *RemotingCommand) bool {
 		if p.lit("null") {
 			return true
 		}
-		return p.extFields(cmd)
+		return p.extFields()
 	}
 	// Unknown key (e.g. Java's serializeTypeCurrentRPC): skip a simple value.
 	for _, r := range key {
@@ -328,13 +340,12 @@ func (p *fastJSON) value(idx int, key string, cmd *RemotingCommand) bool {
 	return p.lit("true") || p.lit("false") || p.lit("null")
 }
 
-func (p *fastJSON) extFields(cmd *RemotingCommand) bool {
+func (p *fastJSON) extFields() bool {
 	if p.peek() != '{' {
 		return false
 	}
 	p.i++
-	m := make(map[string]string, 8)
-	cmd.ExtFields = m
+	p.hasExt = true
 	p.ws()
 	if p.peek() == '}' {
 		p.i++
@@ -356,7 +367,7 @@ func (p *fastJSON) extFields(cmd *RemotingCommand) bool {
 		if !ok {
 			return false
 		}
-		m[k] = v
+		p.ext = append(p.ext, ExtField{Key: k, Value: v})
 		p.ws()
 		switch p.peek() {
 		case ',':

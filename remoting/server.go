@@ -64,6 +64,13 @@ type ServerConfig struct {
 	// requests get no answer either way). The broker and the name server use it for
 	// name validation and access control. Default: none.
 	Before Handler
+	// ExtListCodes lists request codes whose requests reach Before and their handler
+	// with the ext fields in RemotingCommand.ExtList (wire order, ExtFields nil) instead
+	// of a map: for hot requests (SEND_MESSAGE_V2) whose handlers read the header with
+	// the accessors (RemotingCommand.Ext, ExtString, ...) or in one pass over the list.
+	// Code that needs the map calls RemotingCommand.ExtMap. Default: none (every request
+	// gets ExtFields).
+	ExtListCodes []RequestCode
 }
 
 func (c *ServerConfig) setDefaults() {
@@ -210,6 +217,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		before:           cfg.Before,
 		serve:            s.serve,
 		onClose:          s.onConnClose,
+		extListRequests:  newCodeSet(cfg.ExtListCodes),
 	}
 	return s, nil
 }

@@ -32,10 +32,12 @@ func (c Credentials) Enabled() bool { return c.AccessKey != "" && c.SecretKey !=
 // Sign adds AccessKey (and SecurityToken when set) to cmd's ext fields and then the
 // Signature computed over them with [Signature], as RocketMQ's AclClientRPCHook does.
 // Signing again (a retry) gives the same result. Nothing happens when c is not Enabled.
+// A request in list form (ExtList) is converted to a map first ([RemotingCommand.ExtMap]).
 func (c Credentials) Sign(cmd *RemotingCommand) {
 	if !c.Enabled() || cmd == nil {
 		return
 	}
+	cmd.ExtMap() // a request in list form is signed over all its fields
 	if cmd.ExtFields == nil {
 		cmd.ExtFields = make(map[string]string, 3)
 	}
@@ -72,16 +74,18 @@ func Signature(secretKey string, ext map[string]string, body []byte, withoutToke
 // VerifySignature reports whether cmd carries a Signature made with secretKey over its
 // ext fields and body, accepting both the Java content (SecurityToken included) and the
 // official Go client's (SecurityToken left out). The comparison is constant-time.
+// A command in list form (ExtList) is converted to a map first ([RemotingCommand.ExtMap]).
 func VerifySignature(secretKey string, cmd *RemotingCommand) bool {
-	got := cmd.ExtFields[ExtSignature]
+	ext := cmd.ExtMap()
+	got := ext[ExtSignature]
 	if got == "" {
 		return false
 	}
-	if hmac.Equal([]byte(got), []byte(Signature(secretKey, cmd.ExtFields, cmd.Body, false))) {
+	if hmac.Equal([]byte(got), []byte(Signature(secretKey, ext, cmd.Body, false))) {
 		return true
 	}
-	if _, ok := cmd.ExtFields[ExtSecurityToken]; ok {
-		return hmac.Equal([]byte(got), []byte(Signature(secretKey, cmd.ExtFields, cmd.Body, true)))
+	if _, ok := ext[ExtSecurityToken]; ok {
+		return hmac.Equal([]byte(got), []byte(Signature(secretKey, ext, cmd.Body, true)))
 	}
 	return false
 }

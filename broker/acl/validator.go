@@ -241,7 +241,7 @@ func (v *Validator) Check(remote string, cmd *remoting.RemotingCommand, admin bo
 			return nil
 		}
 	}
-	ak := cmd.ExtFields[remoting.ExtAccessKey]
+	ak, _ := cmd.Ext(remoting.ExtAccessKey)
 	if ak == "" {
 		return fmt.Errorf("%w: no accessKey is configured (request code %d from %s)", ErrDenied, cmd.Code, host)
 	}

@@ -28,7 +28,8 @@ func SendStored(code remoting.ResponseCode) bool {
 // queueId and queueOffset, RegionID from MSG_REGION (default "DefaultRegion"),
 // TransactionID from transactionId. msgID is the client's UNIQ_KEY and mq the queue the
 // message was sent to (its QueueID is replaced by the response's when present). It
-// returns a *remoting.HeaderError when queueOffset does not parse.
+// returns a *remoting.HeaderError when queueOffset does not parse. resp may be in list
+// form (remoting.ClientConfig.ExtListCodes): no map is needed.
 func ParseSendResponse(resp *remoting.RemotingCommand, mq message.MessageQueue, msgID string) (*message.SendResult, error) {
 	r := &message.SendResult{MsgID: msgID, Queue: mq, RegionID: "DefaultRegion"}
 	switch resp.ResponseCode() {
@@ -42,17 +43,19 @@ func ParseSendResponse(resp *remoting.RemotingCommand, mq message.MessageQueue, 
 		r.Status = message.SendOK
 	}
 	r.OffsetMsgID, _ = resp.ExtString("msgId", false)
-	if qid, err := resp.ExtInt32("queueId", false); err == nil && resp.ExtFields["queueId"] != "" {
-		r.Queue.QueueID = int(qid)
+	if qid, err := resp.ExtInt32("queueId", false); err == nil {
+		if v, _ := resp.Ext("queueId"); v != "" {
+			r.Queue.QueueID = int(qid)
+		}
 	}
 	off, err := resp.ExtInt64("queueOffset", false)
 	if err != nil {
 		return nil, err
 	}
 	r.QueueOffset = off
-	if v := resp.ExtFields[message.PropertyMsgRegion]; v != "" {
+	if v, _ := resp.Ext(message.PropertyMsgRegion); v != "" {
 		r.RegionID = v
 	}
-	r.TransactionID = resp.ExtFields["transactionId"]
+	r.TransactionID, _ = resp.Ext("transactionId")
 	return r, nil
 }

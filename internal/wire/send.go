@@ -2,6 +2,7 @@ package wire
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -85,41 +86,169 @@ func (h SendHeader) Ext() map[string]string {
 	return ext
 }
 
+// ExtList returns the header as SEND_MESSAGE_V2 ext fields in key order a..n, the same
+// fields and values as [SendHeader.Ext], for a request in list form
+// (remoting.RemotingCommand.ExtList): building it costs one slice and no map.
+func (h SendHeader) ExtList() []remoting.ExtField {
+	ext := make([]remoting.ExtField, 0, len(SendHeaderKeys))
+	add := func(i int, v string) { ext = append(ext, remoting.ExtField{Key: v2Key(i), Value: v}) }
+	add(sendKeyProducerGroup, h.ProducerGroup)
+	add(sendKeyTopic, h.Topic)
+	add(sendKeyDefaultTopic, h.DefaultTopic)
+	add(sendKeyDefaultTopicQueueNums, strconv.FormatInt(int64(h.DefaultTopicQueueNums), 10))
+	add(sendKeyQueueID, strconv.FormatInt(int64(h.QueueID), 10))
+	add(sendKeySysFlag, strconv.FormatInt(int64(h.SysFlag), 10))
+	add(sendKeyBornTimestamp, strconv.FormatInt(h.BornTimestamp, 10))
+	add(sendKeyFlag, strconv.FormatInt(int64(h.Flag), 10))
+	if h.Properties != "" {
+		add(sendKeyProperties, h.Properties)
+	}
+	add(sendKeyReconsumeTimes, strconv.FormatInt(int64(h.ReconsumeTimes), 10))
+	add(sendKeyUnitMode, strconv.FormatBool(h.UnitMode))
+	add(sendKeyMaxReconsumeTimes, strconv.FormatInt(int64(h.MaxReconsumeTimes), 10))
+	add(sendKeyBatch, strconv.FormatBool(h.Batch))
+	if h.BrokerName != "" {
+		add(sendKeyBrokerName, h.BrokerName)
+	}
+	return ext
+}
+
 // ParseSendHeader reads the send header of req: the long keys of SEND_MESSAGE (10)
 // when v2 is false, the one-letter keys of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE
 // (310 / 320) when true. producerGroup, topic, defaultTopic, defaultTopicQueueNums,
 // queueId, sysFlag, bornTimestamp and flag are required; MaxReconsumeTimes is -1 when
-// absent. Errors: a [*remoting.HeaderError] naming the first missing or malformed
-// field.
+// absent. A request in list form (ExtList, as the broker receives SEND_MESSAGE_V2) is
+// read in one pass, with no map; the result and errors are the same as from the map.
+// Errors: a [*remoting.HeaderError] naming the first missing or malformed field, as the
+// remoting.RemotingCommand accessors (ExtString, ExtInt32, ...) report it.
 func ParseSendHeader(req *remoting.RemotingCommand, v2 bool) (SendHeader, error) {
 	col := 0
 	if v2 {
 		col = 1
 	}
-	k := func(i int) string { return SendHeaderKeys[i][col] }
-	r := extReader{req: req}
+	var r sendFields
+	if req.ExtFields == nil {
+		for _, f := range req.ExtList { // a repeated key: the last wins, as in a map
+			if i := sendKeyIndex(f.Key, v2); i >= 0 {
+				r.val[i], r.present = f.Value, r.present|1<<i
+			}
+		}
+	} else {
+		for i := range SendHeaderKeys {
+			if v, ok := req.Ext(SendHeaderKeys[i][col]); ok {
+				r.val[i], r.present = v, r.present|1<<i
+			}
+		}
+	}
+	r.col = col
 	h := SendHeader{
-		ProducerGroup:         r.str(k(sendKeyProducerGroup), true),
-		Topic:                 r.str(k(sendKeyTopic), true),
-		DefaultTopic:          r.str(k(sendKeyDefaultTopic), true),
-		DefaultTopicQueueNums: r.i32(k(sendKeyDefaultTopicQueueNums), true),
-		QueueID:               r.i32(k(sendKeyQueueID), true),
-		SysFlag:               r.i32(k(sendKeySysFlag), true),
-		BornTimestamp:         r.i64(k(sendKeyBornTimestamp), true),
-		Flag:                  r.i32(k(sendKeyFlag), true),
-		Properties:            r.str(k(sendKeyProperties), false),
-		ReconsumeTimes:        r.i32(k(sendKeyReconsumeTimes), false),
-		UnitMode:              r.bool(k(sendKeyUnitMode)),
+		ProducerGroup:         r.str(sendKeyProducerGroup, true),
+		Topic:                 r.str(sendKeyTopic, true),
+		DefaultTopic:          r.str(sendKeyDefaultTopic, true),
+		DefaultTopicQueueNums: r.i32(sendKeyDefaultTopicQueueNums, true),
+		QueueID:               r.i32(sendKeyQueueID, true),
+		SysFlag:               r.i32(sendKeySysFlag, true),
+		BornTimestamp:         r.i64(sendKeyBornTimestamp, true),
+		Flag:                  r.i32(sendKeyFlag, true),
+		Properties:            r.str(sendKeyProperties, false),
+		ReconsumeTimes:        r.i32(sendKeyReconsumeTimes, false),
+		UnitMode:              r.bool(sendKeyUnitMode),
 		MaxReconsumeTimes:     -1,
 	}
-	if _, ok := req.ExtFields[k(sendKeyMaxReconsumeTimes)]; ok {
-		h.MaxReconsumeTimes = r.i32(k(sendKeyMaxReconsumeTimes), false)
+	if r.present&(1<<sendKeyMaxReconsumeTimes) != 0 {
+		h.MaxReconsumeTimes = r.i32(sendKeyMaxReconsumeTimes, false)
 	}
-	h.Batch = r.bool(k(sendKeyBatch))
-	h.BrokerName = r.str(k(sendKeyBrokerName), false)
+	h.Batch = r.bool(sendKeyBatch)
+	h.BrokerName = r.str(sendKeyBrokerName, false)
 	return h, r.err
 }
 
+// sendKeyIndex returns the [SendHeaderKeys] index of ext key k (one-letter V2 keys when
+// v2, else the long keys), or -1 for another key.
+func sendKeyIndex(k string, v2 bool) int {
+	if v2 {
+		if len(k) == 1 && k[0] >= 'a' && int(k[0]-'a') < len(SendHeaderKeys) {
+			return int(k[0] - 'a')
+		}
+		return -1
+	}
+	for i := range SendHeaderKeys {
+		if SendHeaderKeys[i][0] == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// sendFields holds the raw send-header values by [SendHeaderKeys] index and parses
+// them, keeping the first error (later reads return zero values). Its errors are those
+// of the remoting.RemotingCommand accessors for the same values.
+type sendFields struct {
+	val     [len(SendHeaderKeys)]string
+	present uint32 // bit i: field i is present
+	col     int    // 0: SEND_MESSAGE keys, 1: V2 keys (for error field names)
+	err     error
+}
+
+func (r *sendFields) key(i int) string { return SendHeaderKeys[i][r.col] }
+
+func (r *sendFields) missing(i int) {
+	r.err = &remoting.HeaderError{Field: r.key(i), Reason: "required ext field is missing"}
+}
+
+func (r *sendFields) str(i int, required bool) string {
+	if r.err != nil {
+		return ""
+	}
+	if r.present&(1<<i) == 0 && required {
+		r.missing(i)
+	}
+	return r.val[i]
+}
+
+func (r *sendFields) i32(i int, required bool) int32 {
+	return int32(r.int(i, required, 32, "int32"))
+}
+
+func (r *sendFields) i64(i int, required bool) int64 {
+	return r.int(i, required, 64, "int64")
+}
+
+func (r *sendFields) int(i int, required bool, bits int, kind string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v := r.val[i]
+	if v == "" {
+		if required {
+			r.missing(i)
+		}
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, bits)
+	if err != nil {
+		r.err = &remoting.HeaderError{Field: r.key(i), Reason: "value " + strconv.Quote(v) + " is not a decimal " + kind, Err: err}
+		return 0
+	}
+	return n
+}
+
+func (r *sendFields) bool(i int) bool {
+	if r.err != nil {
+		return false
+	}
+	switch v := r.val[i]; {
+	case v == "":
+		return false
+	case strings.EqualFold(v, "true"):
+		return true
+	case strings.EqualFold(v, "false"):
+		return false
+	default:
+		r.err = &remoting.HeaderError{Field: r.key(i), Reason: "value " + strconv.Quote(v) + ` is not "true" or "false"`}
+		return false
+	}
+}
 // extReader reads ext fields of a request and keeps the first error; later reads
 // after an error return zero values.
 type extReader struct {
