@@ -53,8 +53,13 @@ type nameRef struct {
 // RocketMQ's PlainAccessValidator asks for each (0 = validated only). Absent optional
 // fields are skipped; the handlers still refuse absent required ones.
 func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {
+	return appendRequestNames(nil, req)
+}
+
+// appendRequestNames is requestNames appending to refs (beforeRequest passes a stack
+// buffer: no allocation per send).
+func appendRequestNames(refs []nameRef, req *remoting.RemotingCommand) ([]nameRef, error) {
 	ext := func(k string) string { v, _ := req.Ext(k); return v } // SEND_MESSAGE(_V2) arrive in list form
-	var refs []nameRef
 	add := func(field, name string, group bool, perm acl.Perm) {
 		if name != "" {
 			refs = append(refs, nameRef{field: field, name: name, group: group, perm: perm})
@@ -191,7 +196,8 @@ func (b *Broker) beforeRequest(_ context.Context, conn *remoting.Conn, req *remo
 		b.counters.RefusedLimits.Add(1)
 		return errResponse(remoting.SystemError, "request body of %d bytes is too large for request code %d (limit %d bytes)", len(req.Body), req.Code, limit)
 	}
-	refs, err := requestNames(req)
+	var buf [4]nameRef
+	refs, err := appendRequestNames(buf[:0], req)
 	if err != nil {
 		b.counters.RefusedNames.Add(1)
 		var ve *message.ValidationError

@@ -107,7 +107,11 @@ func (m *Message) SetKeys(keys ...string) *Message {
 
 // DelayLevel returns the delay level (property DELAY), 0 when none or unparsable.
 func (m *Message) DelayLevel() int {
-	n, err := strconv.Atoi(m.Property(PropertyDelayTimeLevel))
+	v := m.Property(PropertyDelayTimeLevel)
+	if v == "" {
+		return 0 // the common case, without Atoi's error allocation
+	}
+	n, err := strconv.Atoi(v)
 	if err != nil {
 		return 0
 	}

@@ -218,6 +218,9 @@ type pendingCall struct {
 	req      *RemotingCommand
 	// extList: the response keeps its ext fields in ExtList (connOptions.extListResponses).
 	extList bool
+	// ctx of a call with a deadline whose context can end: the sweep fails the call when
+	// ctx is done (instead of a context.AfterFunc registration per call).
+	ctx context.Context
 }
 
 func (c *Conn) register(opaque int32, p *pendingCall) error {
@@ -248,27 +251,41 @@ func (c *Conn) take(opaque int32) (*pendingCall, func() bool) {
 	return p, p.stop
 }
 
-// sweepExpired fails every pending call whose deadline (unix ns) is at or before now
-// with ErrTimeout (the Client's deadline sweep, see Client.InvokeAsyncTimeout).
+// sweepExpired fails every pending call whose deadline (unix ns) is at or before now,
+// or whose context (pendingCall.ctx) is done, with ErrTimeout (the Client's deadline
+// sweep, see Client.InvokeAsyncTimeout).
 func (c *Conn) sweepExpired(now int64) {
 	if c.timed.Load() == 0 {
 		return
 	}
-	var expired []*pendingCall
+	type failed struct {
+		p   *pendingCall
+		err error
+	}
+	var expired []failed
 	c.mu.Lock()
 	for op, p := range c.pending {
-		if p.deadline != 0 && p.deadline <= now {
+		if p.deadline == 0 {
+			continue
+		}
+		var cause error
+		if p.deadline <= now {
+			cause = context.DeadlineExceeded
+		} else if p.ctx != nil {
+			cause = p.ctx.Err() // takes only the context's own lock, never calls out
+		}
+		if cause != nil {
 			delete(c.pending, op)
 			c.timed.Add(-1)
-			expired = append(expired, p)
+			expired = append(expired, failed{p, cause})
 		}
 	}
 	c.mu.Unlock()
-	for _, p := range expired {
-		if p.stop != nil {
-			p.stop()
+	for _, f := range expired {
+		if f.p.stop != nil {
+			f.p.stop()
 		}
-		p.complete(nil, timeoutErr(c.remote, p.req, context.DeadlineExceeded))
+		f.p.complete(nil, timeoutErr(c.remote, f.p.req, f.err))
 	}
 }
 
@@ -843,10 +860,13 @@ func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool,
 			}
 		}
 	}
+	if deadline != 0 && ctx.Done() != nil {
+		p.ctx = ctx // the sweep watches it
+	}
 	if err := c.register(op, p); err != nil {
 		return err
 	}
-	if ctx.Done() != nil {
+	if deadline == 0 && ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() {
 			if p, _ := c.take(op); p != nil {
 				p.complete(nil, timeoutErr(c.remote, req, ctx.Err()))

@@ -32,6 +32,8 @@ func fuzzSeeds() [][]byte {
 
 // FuzzDecodeFrame: DecodeFrame never panics, and whatever it accepts re-encodes to a
 // frame that decodes to the same command (encode∘decode is idempotent after one pass).
+// DecodeFrameExtList accepts and refuses the same frames, its list gives DecodeFrame's
+// map, and the list form re-encodes to a frame that decodes to that map.
 func FuzzDecodeFrame(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		if len(s) >= 4 {
@@ -39,13 +41,31 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 		f.Add(s)
 	}
+	f.Add(jsonFrame(`{"code":310,"extFields":{"a":"1","b":"\u0001x","a":"3"}}`, []byte("b")))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		cmd, st, err := DecodeFrame(frame)
+		lcmd, lst, lerr := DecodeFrameExtList(frame)
+		if (err == nil) != (lerr == nil) || st != lst {
+			t.Fatalf("map decode %v (%v), list decode %v (%v)", err, st, lerr, lst)
+		}
 		if err != nil {
-			if cmd != nil {
+			if cmd != nil || lcmd != nil {
 				t.Fatal("command returned with an error")
 			}
 			return
+		}
+		if lcmd.ExtFields != nil {
+			t.Fatal("list decode set ExtFields")
+		}
+		if lenc, err := lcmd.EncodeAs(st); err == nil {
+			back, _, err := DecodeFrame(lenc[4:])
+			if err != nil || !reflect.DeepEqual(back.ExtFields, cmd.ExtFields) {
+				t.Fatalf("list form re-encoded: %v\n%v\nwant %v", err, back.ExtFields, cmd.ExtFields)
+			}
+		}
+		lcmd.ExtMap()
+		if !reflect.DeepEqual(lcmd, cmd) {
+			t.Fatalf("list decode + ExtMap\n%#v\nmap decode\n%#v", lcmd, cmd)
 		}
 		enc1, err := cmd.EncodeAs(st)
 		if err != nil {

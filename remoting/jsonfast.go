@@ -4,6 +4,7 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // A reflection-free parser for the JSON header shapes that Java and the Go client
@@ -16,10 +17,6 @@ type fastJSON struct {
 	b []byte
 	s string // b as one string: unescaped strings are substrings of it (one allocation per header)
 	i int
-	// ext receives the ext fields in wire order; hasExt is set when the header has an
-	// extFields object (null or absent leaves it false).
-	ext    []ExtField
-	hasExt bool
 }
 
 func (p *fastJSON) ws() {
@@ -110,14 +107,15 @@ func (p *fastJSON) str() (string, bool) {
 	}
 	p.i++
 	start := p.i
-	// Fast scan: no escapes, ASCII or valid UTF-8.
+	// Fast scan: no escapes, ASCII or valid UTF-8 (checked only when a byte is >= 0x80).
+	high := false
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		switch {
 		case c == '"':
 			s := p.b[start:p.i]
 			p.i++
-			if !utf8.Valid(s) {
+			if high && !utf8.Valid(s) {
 				return "", false
 			}
 			return p.s[start : p.i-1], true
@@ -125,15 +123,24 @@ func (p *fastJSON) str() (string, bool) {
 			return p.strEscaped(start)
 		case c < 0x20:
 			return "", false
-		default:
-			p.i++
+		case c >= utf8.RuneSelf:
+			high = true
 		}
+		p.i++
 	}
 	return "", false
 }
 
 func (p *fastJSON) strEscaped(start int) (string, bool) {
-	out := make([]byte, 0, p.i-start+16)
+	// The unescaped string is no longer than the raw one up to the closing quote.
+	end := p.i
+	for end < len(p.b) && p.b[end] != '"' {
+		if p.b[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	out := make([]byte, 0, min(end, len(p.b))-start)
 	out = append(out, p.b[start:p.i]...)
 	for p.i < len(p.b) {
 		c := p.b[p.i]
@@ -143,12 +150,21 @@ func (p *fastJSON) strEscaped(start int) (string, bool) {
 			if !utf8.Valid(out) {
 				return "", false
 			}
-			return string(out), true
+			if len(out) == 0 {
+				return "", true
+			}
+			// out is never written again: the string may share its bytes.
+			return unsafe.String(&out[0], len(out)), true
 		case c < 0x20:
 			return "", false
 		case c != '\\':
-			out = append(out, c)
-			p.i++
+			// Copy the run of plain bytes up to the next quote, backslash or control byte.
+			j := p.i + 1
+			for j < len(p.b) && p.b[j] != '"' && p.b[j] != '\\' && p.b[j] >= 0x20 {
+				j++
+			}
+			out = append(out, p.b[p.i:j]...)
+			p.i = j
 			continue
 		}
 		if p.i+1 >= len(p.b) {
@@ -200,22 +216,46 @@ func (p *fastJSON) strEscaped(start int) (string, bool) {
 
 var knownHeaderKeys = [...]string{"code", "language", "version", "opaque", "flag", "remark", "extFields"}
 
+// knownHeaderKey returns the index in knownHeaderKeys of key spelled exactly, or -1.
+func knownHeaderKey(key string) int {
+	switch key {
+	case "code":
+		return 0
+	case "language":
+		return 1
+	case "version":
+		return 2
+	case "opaque":
+		return 3
+	case "flag":
+		return 4
+	case "remark":
+		return 5
+	case "extFields":
+		return 6
+	}
+	return -1
+}
+
 // decodeJSONHeaderFast decodes header h with its ext fields appended to ext (see
 // decodeFrameExt). It returns ok=false whenever it is not certain to match encoding/json.
 func decodeJSONHeaderFast(h []byte, ext []ExtField) (cmd *RemotingCommand, _ []ExtField, hasExt, ok bool) {
-	p := &fastJSON{b: h, s: string(h), ext: ext}
-	if cmd, ok = p.header(); !ok {
+	p := &fastJSON{b: h, s: string(h)}
+	list := ext
+	if cmd, list, hasExt, ok = p.header(list); !ok {
 		return nil, ext, false, false
 	}
-	return cmd, p.ext, p.hasExt, true
+	return cmd, list, hasExt, true
 }
 
-func (p *fastJSON) header() (*RemotingCommand, bool) {
+// header parses the header object, appending the ext fields to ext (passed and
+// returned rather than kept in p, so that a caller's stack buffer stays on the stack).
+func (p *fastJSON) header(ext []ExtField) (_ *RemotingCommand, _ []ExtField, hasExt, ok bool) {
 	cmd := &RemotingCommand{}
 	var seen uint8
 	p.ws()
 	if p.peek() != '{' {
-		return nil, false
+		return nil, ext, false, false
 	}
 	p.i++
 	p.ws()
@@ -226,32 +266,37 @@ func (p *fastJSON) header() (*RemotingCommand, bool) {
 			p.ws()
 			key, ok := p.str()
 			if !ok {
-				return nil, false
+				return nil, ext, false, false
 			}
 			p.ws()
 			if p.peek() != ':' {
-				return nil, false
+				return nil, ext, false, false
 			}
 			p.i++
 			p.ws()
-			idx := -1
-			for k, known := range knownHeaderKeys {
-				if key == known {
-					idx = k
-					break
-				}
-				if strings.EqualFold(key, known) {
-					return nil, false // encoding/json matches keys case-insensitively
+			idx := knownHeaderKey(key)
+			if idx < 0 {
+				for _, known := range knownHeaderKeys {
+					if strings.EqualFold(key, known) {
+						return nil, ext, false, false // encoding/json matches keys case-insensitively
+					}
 				}
 			}
 			if idx >= 0 {
 				if seen&(1<<idx) != 0 {
-					return nil, false // duplicate key
+					return nil, ext, false, false // duplicate key
 				}
 				seen |= 1 << idx
 			}
-			if !p.value(idx, key, cmd) {
-				return nil, false
+			if idx == 6 { // extFields
+				if !p.lit("null") {
+					if ext, ok = p.extFields(ext); !ok {
+						return nil, ext, false, false
+					}
+					hasExt = true
+				}
+			} else if !p.value(idx, key, cmd) {
+				return nil, ext, false, false
 			}
 			p.ws()
 			switch p.peek() {
@@ -261,16 +306,16 @@ func (p *fastJSON) header() (*RemotingCommand, bool) {
 			case '}':
 				p.i++
 			default:
-				return nil, false
+				return nil, ext, false, false
 			}
 			break
 		}
 	}
 	p.ws()
 	if p.i != len(p.b) {
-		return nil, false
+		return nil, ext, false, false
 	}
-	return cmd, true
+	return cmd, ext, hasExt, true
 }
 
 // value parses the value of header key number idx (-1: unknown key) into cmd.
@@ -317,11 +362,6 @@ func (p *fastJSON) value(idx int, key string, cmd *RemotingCommand) bool {
 		s, ok := p.str()
 		cmd.Remark = s
 		return ok
-	case 6: // extFields
-		if p.lit("null") {
-			return true
-		}
-		return p.extFields()
 	}
 	// Unknown key (e.g. Java's serializeTypeCurrentRPC): skip a simple value.
 	for _, r := range key {
@@ -340,43 +380,43 @@ func (p *fastJSON) value(idx int, key string, cmd *RemotingCommand) bool {
 	return p.lit("true") || p.lit("false") || p.lit("null")
 }
 
-func (p *fastJSON) extFields() bool {
+// extFields parses the extFields object, appending its fields to ext.
+func (p *fastJSON) extFields(ext []ExtField) ([]ExtField, bool) {
 	if p.peek() != '{' {
-		return false
+		return ext, false
 	}
 	p.i++
-	p.hasExt = true
 	p.ws()
 	if p.peek() == '}' {
 		p.i++
-		return true
+		return ext, true
 	}
 	for {
 		p.ws()
 		k, ok := p.str()
 		if !ok {
-			return false
+			return ext, false
 		}
 		p.ws()
 		if p.peek() != ':' {
-			return false
+			return ext, false
 		}
 		p.i++
 		p.ws()
 		v, ok := p.str() // a non-string value (null, number) goes to encoding/json
 		if !ok {
-			return false
+			return ext, false
 		}
-		p.ext = append(p.ext, ExtField{Key: k, Value: v})
+		ext = append(ext, ExtField{Key: k, Value: v})
 		p.ws()
 		switch p.peek() {
 		case ',':
 			p.i++
 		case '}':
 			p.i++
-			return true
+			return ext, true
 		default:
-			return false
+			return ext, false
 		}
 	}
 }

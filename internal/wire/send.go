@@ -249,6 +249,7 @@ func (r *sendFields) bool(i int) bool {
 		return false
 	}
 }
+
 // extReader reads ext fields of a request and keeps the first error; later reads
 // after an error return zero values.
 type extReader struct {

@@ -2,7 +2,9 @@ package wire
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/sluicemq/sluice/remoting"
@@ -89,6 +91,11 @@ func FuzzParseSendHeader(f *testing.F) {
 		ext := map[string]string{"a": group, "b": topic, "c": "TBW102", "d": queueNums, "e": queueID, "f": sysFlag,
 			"g": born, "h": "0", "i": props, "l": maxRe, "m": batch}
 		h, err := ParseSendHeader(remoting.NewRequest(remoting.SendMessageV2, ext, nil), true)
+		// The list form (a stale value first: the last of a repeated key wins) reads the same.
+		lh, lerr := ParseSendHeader(listRequest(ext, remoting.ExtField{Key: "d", Value: "stale"}), true)
+		if lh != h || !sameHeaderError(err, lerr) {
+			t.Fatalf("map %+v %v\nlist %+v %v", h, err, lh, lerr)
+		}
 		if err != nil {
 			var he *remoting.HeaderError
 			if !errors.As(err, &he) {
@@ -100,5 +107,84 @@ func FuzzParseSendHeader(f *testing.F) {
 		if err != nil || again != h {
 			t.Fatalf("round trip %+v -> %+v %v", h, again, err)
 		}
+		req := remoting.NewRequest(remoting.SendMessageV2, nil, nil)
+		req.ExtList = h.ExtList()
+		if again, err := ParseSendHeader(req, true); err != nil || again != h {
+			t.Fatalf("list round trip %+v -> %+v %v", h, again, err)
+		}
 	})
+}
+
+// listRequest returns a request carrying first and then ext as an ExtList (sorted keys).
+func listRequest(ext map[string]string, first ...remoting.ExtField) *remoting.RemotingCommand {
+	req := remoting.NewRequest(remoting.SendMessageV2, nil, nil)
+	req.ExtList = append([]remoting.ExtField{}, first...)
+	for _, k := range slices.Sorted(maps.Keys(ext)) {
+		req.ExtList = append(req.ExtList, remoting.ExtField{Key: k, Value: ext[k]})
+	}
+	return req
+}
+
+// sameHeaderError reports whether a and b are both nil or both *remoting.HeaderError
+// with the same text.
+func sameHeaderError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var ha, hb *remoting.HeaderError
+	return errors.As(a, &ha) && errors.As(b, &hb) && ha.Error() == hb.Error()
+}
+
+func TestSendHeaderExtList(t *testing.T) {
+	for _, h := range []SendHeader{benchSendHeader, {ProducerGroup: "g", Topic: "T", UnitMode: true, Batch: true}} {
+		list := h.ExtList()
+		m := map[string]string{}
+		for i, f := range list {
+			if i > 0 && list[i-1].Key >= f.Key {
+				t.Fatalf("keys not in order a..n: %v", list)
+			}
+			m[f.Key] = f.Value
+		}
+		if want := h.Ext(); !reflect.DeepEqual(m, want) {
+			t.Fatalf("ExtList %v\nExt %v", m, want)
+		}
+	}
+}
+
+// TestParseSendHeaderListMatchesMap: the one-pass list reader gives the map reader's
+// header and errors, for valid, missing, malformed and repeated fields and both key sets.
+func TestParseSendHeaderListMatchesMap(t *testing.T) {
+	valid := benchSendHeader.Ext()
+	cases := []map[string]string{valid, {}, {"a": "pg"}}
+	for key, value := range map[string]string{"d": "x", "e": "99999999999", "g": "1.5", "l": "many", "m": "yes", "k": "maybe", "b": "", "j": "", "i": "", "n": "-"} {
+		ext := maps.Clone(valid)
+		ext[key] = value
+		cases = append(cases, ext)
+		ext = maps.Clone(valid)
+		delete(ext, key)
+		cases = append(cases, ext)
+	}
+	v1 := map[string]string{}
+	for k, v := range valid {
+		v1[SendHeaderKeys[k[0]-'a'][0]] = v
+	}
+	for _, ext := range cases {
+		for _, v2 := range []bool{true, false} {
+			want, werr := ParseSendHeader(remoting.NewRequest(remoting.SendMessageV2, ext, nil), v2)
+			got, gerr := ParseSendHeader(listRequest(ext, remoting.ExtField{Key: "a", Value: "stale"}), v2)
+			if ext["a"] == "" && v2 {
+				continue // the stale first entry is then the only one
+			}
+			if got != want || !sameHeaderError(werr, gerr) {
+				t.Fatalf("%v (v2 %v):\nmap  %+v %v\nlist %+v %v", ext, v2, want, werr, got, gerr)
+			}
+		}
+	}
+	want, err := ParseSendHeader(remoting.NewRequest(remoting.SendMessage, v1, nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ParseSendHeader(listRequest(v1), false); err != nil || got != want {
+		t.Fatalf("SEND_MESSAGE keys in a list: %+v %v, want %+v", got, err, want)
+	}
 }
