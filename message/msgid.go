@@ -86,9 +86,30 @@ func init() {
 // process for 65536 ids per ms; safe for concurrent use.
 func NewUniqID() string {
 	now := time.Now()
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
 	var b [6]byte
-	binary.BigEndian.PutUint32(b[:], uint32(now.Sub(month).Milliseconds()))
+	binary.BigEndian.PutUint32(b[:], uint32(now.Sub(monthStart(now)).Milliseconds()))
 	binary.BigEndian.PutUint16(b[4:], uint16(uniqCounter.Add(1)))
-	return uniqPrefix + strings.ToUpper(hex.EncodeToString(b[:]))
+	var out [32]byte // uniqPrefix is 20 hex digits
+	n := copy(out[:], uniqPrefix)
+	for _, c := range b {
+		out[n], out[n+1] = upperHex[c>>4], upperHex[c&0x0f]
+		n += 2
+	}
+	return string(out[:n])
+}
+
+// month is the local month [start, next) that NewUniqID last counted from.
+type month struct{ start, next time.Time }
+
+var curMonth atomic.Pointer[month]
+
+// monthStart returns the start of now's month in local time, computing it (time.Date with
+// a zone lookup) only when now leaves the month cached last.
+func monthStart(now time.Time) time.Time {
+	if m := curMonth.Load(); m != nil && !now.Before(m.start) && now.Before(m.next) {
+		return m.start
+	}
+	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
+	curMonth.Store(&month{start: start, next: start.AddDate(0, 1, 0)})
+	return start
 }
