@@ -3,6 +3,7 @@ package wire
 import (
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -59,6 +60,7 @@ func BenchmarkSendRequestFrame(b *testing.B) {
 		}
 		b.Run(name+"/encode", func(b *testing.B) {
 			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
 			for b.Loop() {
 				req := remoting.NewRequest(remoting.SendMessageV2, nil, body)
 				if list {
@@ -81,6 +83,7 @@ func BenchmarkSendRequestFrame(b *testing.B) {
 				decode = remoting.DecodeFrameExtList
 			}
 			b.ReportAllocs()
+			defer testkit.ReportCPU(b)()
 			for b.Loop() {
 				req, _, err := decode(f[4:])
 				if err != nil {
