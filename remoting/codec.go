@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -51,7 +52,7 @@ func (t SerializeType) String() string {
 // encoding/json (control characters and <, >, & as \u00XX; invalid UTF-8 becomes U+FFFD).
 // It fails with a [*FrameError] if the header exceeds 16 MiB-1 or the frame exceeds 2 GiB-1.
 func (c *RemotingCommand) Encode() ([]byte, error) {
-	buf := make([]byte, 8, 8+160+len(c.Remark)+c.extSizeHint()+len(c.Body))
+	buf := frameBuf(8 + 160 + len(c.Remark) + c.extSizeHint() + len(c.Body))
 	buf = c.appendJSONHeader(buf)
 	return finishFrame(buf, SerializeJSON, c.Body)
 }
@@ -61,7 +62,7 @@ func (c *RemotingCommand) Encode() ([]byte, error) {
 // [*HeaderError] for an ext key longer than 32767 bytes and a [*FrameError] for an
 // oversized header or frame.
 func (c *RemotingCommand) EncodeBinary() ([]byte, error) {
-	buf := make([]byte, 8, 8+25+len(c.Remark)+c.extSizeHint()+len(c.Body))
+	buf := frameBuf(8 + 25 + len(c.Remark) + c.extSizeHint() + len(c.Body))
 	var err error
 	buf, err = c.appendBinaryHeader(buf)
 	if err != nil {
@@ -76,6 +77,48 @@ func (c *RemotingCommand) EncodeAs(t SerializeType) ([]byte, error) {
 		return c.EncodeBinary()
 	}
 	return c.Encode()
+}
+
+// maxPooledFrame is the largest frame buffer (capacity, bytes) that is recycled.
+const maxPooledFrame = 64 << 10
+
+// smallFrame separates the two size classes of recycled frame buffers: answers and
+// small requests (capacity up to 1 KiB) and the rest (up to maxPooledFrame).
+const smallFrame = 1 << 10
+
+// framePools hold frame buffers, by size class, that a connection's writer has written
+// (Conn.writeLoop recycles every frame of its outgoing queue, which owns them), for the
+// next Encode.
+var framePools [2]sync.Pool // of *[]byte
+
+func frameClass(n int) int {
+	if n <= smallFrame {
+		return 0
+	}
+	return 1
+}
+
+// frameBuf returns a buffer of length 8 (the frame prefix, filled in by finishFrame)
+// with room for n bytes: a recycled one when its size class has one large enough.
+func frameBuf(n int) []byte {
+	if n <= maxPooledFrame {
+		pool := &framePools[frameClass(n)]
+		if p, _ := pool.Get().(*[]byte); p != nil {
+			if cap(*p) >= n {
+				return (*p)[:8]
+			}
+			pool.Put(p) // too small for this frame, not for the next one
+		}
+	}
+	return make([]byte, 8, n)
+}
+
+// recycleFrame gives a written frame's buffer back to its size class. The caller must
+// own the frame and hold no other reference to it.
+func recycleFrame(f []byte) {
+	if cap(f) >= 64 && cap(f) <= maxPooledFrame {
+		framePools[frameClass(cap(f))].Put(&f)
+	}
 }
 
 func (c *RemotingCommand) extSizeHint() int {
@@ -163,6 +206,15 @@ func sortedKeys(dst []string, m map[string]string) []string {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonSafe[c] reports whether ASCII byte c is written as is in a JSON string (not a
+// control character, quote, backslash or one of encoding/json's HTML escapes <, >, &).
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string with encoding/json's escaping (HTML-safe).
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
@@ -170,7 +222,7 @@ func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonSafe[c] {
 				i++
 				continue
 			}

@@ -418,6 +418,10 @@ const (
 
 func (c *Conn) writeLoop() {
 	batch := make([][]byte, 0, maxBatchFrames)
+	// bufs is what writev consumes (net.Buffers.WriteTo clears the entries it wrote), a
+	// copy of batch so that the written frames can be recycled afterwards.
+	bufArr := make(net.Buffers, 0, maxBatchFrames)
+	bufs := new(net.Buffers) // one allocation per connection, not per write
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -443,8 +447,13 @@ func (c *Conn) writeLoop() {
 				if c.opts.writeTimeout > 0 {
 					_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
 				}
-				bufs := net.Buffers(batch)
+				*bufs = append(bufArr[:0], batch...)
 				_, err = bufs.WriteTo(c.nc)
+			}
+			if err == nil {
+				for _, f := range batch {
+					recycleFrame(f) // the queue owned it, and it is written
+				}
 			}
 			clear(batch) // drop references to written frames
 			if err == nil && size > 0 {

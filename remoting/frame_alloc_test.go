@@ -2,11 +2,16 @@ package remoting
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestReadFrameAllocatesWithData: a peer that announces a 16 MiB frame and sends 10
@@ -46,5 +51,50 @@ func TestReadFrameAllocatesWithData(t *testing.T) {
 		if _, err := ReadFrame(bytes.NewReader(in[:len(in)-1]), 0); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("frame of %d bytes cut short by one: %v", n, err)
 		}
+	}
+}
+
+// TestRecycledFramesKeepTheirBytes: the writer recycles the frames it wrote for the next
+// Encode; many concurrent calls of mixed sizes (both size classes) must still each get
+// their own body and header back.
+func TestRecycledFramesKeepTheirBytes(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.Handle(SendMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		k, _ := req.Ext("k")
+		r := NewResponse(Success, "")
+		r.ExtList = []ExtField{{"k", k}}
+		r.Body = req.Body
+		return r
+	})
+	c := newClient(t, ClientConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				key := strconv.Itoa(g*1000 + i)
+				body := bytes.Repeat([]byte(key+","), 1+(i*37)%600) // 2 B .. 4 KB
+				req := NewRequest(SendMessage, nil, body)
+				req.ExtList = []ExtField{{"k", key}}
+				resp, err := c.InvokeSync(ctx, s.Addr(), req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if k, _ := resp.Ext("k"); k != key || !bytes.Equal(resp.Body, body) {
+					errs <- fmt.Errorf("call %s: answer k=%q with %d body bytes, want %d", key, k, len(resp.Body), len(body))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
