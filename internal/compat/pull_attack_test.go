@@ -1,0 +1,199 @@
+package compat_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rocketmq "github.com/apache/rocketmq-client-go/v2"
+	rmqconsumer "github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/sluicemq/sluice/consumer"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/officialclient"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/producer"
+)
+
+func atkBody(seq int) []byte {
+	size := 9 + int(uint64(seq)*2654435761%30000)
+	if seq == 250 {
+		size = 4<<20 - 8192
+	}
+	b := make([]byte, 8, size)
+	binary.BigEndian.PutUint64(b, uint64(seq))
+	if seq%3 == 0 {
+		for len(b) < size {
+			b = append(b, fmt.Sprintf("seq=%d;", seq)...)
+		}
+		return b[:size]
+	}
+	r := rand.New(rand.NewPCG(uint64(seq), 5))
+	for len(b) < size {
+		b = binary.LittleEndian.AppendUint64(b, r.Uint64())
+	}
+	return b[:size]
+}
+
+func atkSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// TestOfficialAndSluiceConsumersUnderPullLoad: a Sluice producer sends checksummed
+// bodies (plain, zlib-compressed, one near 4 MiB) while an official Go push consumer and
+// a Sluice push consumer (separate groups) consume them from the Sluice broker; each
+// keeps what it got and every body and property is checked on delivery and again at
+// the end.
+func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
+	e := newEnv(t)
+	const topic, n = "PullAtk", 600
+	e.createTopic(topic, 6)
+
+	type got struct {
+		mu   sync.Mutex
+		seen map[int]int
+		errs []string
+		keep []func() error // re-checks of kept messages
+	}
+	off, slu := &got{seen: map[int]int{}}, &got{seen: map[int]int{}}
+	check := func(g *got, seqS, sum string, body []byte, reCheck func() []byte) {
+		seq, err := strconv.Atoi(seqS)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err != nil {
+			g.errs = append(g.errs, "bad seq "+seqS)
+			return
+		}
+		want := atkBody(seq)
+		if !bytes.Equal(body, want) || sum != atkSum(want) {
+			g.errs = append(g.errs, fmt.Sprintf("seq %d: body %d bytes (want %d), sum %q", seq, len(body), len(want), sum))
+		}
+		g.seen[seq]++
+		g.keep = append(g.keep, func() error {
+			if !bytes.Equal(reCheck(), want) {
+				return fmt.Errorf("kept message seq %d changed", seq)
+			}
+			return nil
+		})
+	}
+
+	oc, err := rocketmq.NewPushConsumer(
+		rmqconsumer.WithNameServer(primitive.NamesrvAddr{e.ns()}),
+		rmqconsumer.WithGroupName("gOfficial"),
+		rmqconsumer.WithInstance(clientInstance(t, "official")),
+		rmqconsumer.WithConsumerModel(rmqconsumer.Clustering),
+		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = oc.Subscribe(topic, rmqconsumer.MessageSelector{Type: rmqconsumer.TAG, Expression: "*"},
+		func(_ context.Context, msgs ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
+			for _, m := range msgs {
+				check(off, m.GetProperty("seq"), m.GetProperty("sum"), m.Body, func() []byte { return m.Body })
+			}
+			return rmqconsumer.ConsumeSuccess, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stopOnce sync.Once
+	stopOfficial := func() {
+		stopOnce.Do(func() {
+			if err := officialclient.ShutdownConsumer(oc); err != nil {
+				t.Errorf("official consumer shutdown: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stopOfficial)
+
+	sc, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{e.ns()}, Group: "gSluice",
+		InstanceName: clientInstance(t, "sluice"), ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		for _, m := range msgs {
+			check(slu, m.Property("seq"), m.Property("sum"), m.Body, func() []byte { return m.Body })
+		}
+		return message.ConsumeSuccess, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopSluice := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := sc.Shutdown(ctx); err != nil {
+			t.Errorf("sluice consumer shutdown: %v", err)
+		}
+	}
+	t.Cleanup(stopSluice)
+
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	for w := range 3 {
+		p, err := producer.New(producer.Config{NamesrvAddrs: []string{e.ns()}, Group: "pgAtk", InstanceName: clientInstance(t, "p"+strconv.Itoa(w)), Logger: e.log, SendTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = p.Shutdown(ctx)
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := w; seq < n; seq += 3 {
+				body := atkBody(seq)
+				m := message.NewMessage(topic, body)
+				m.SetTag("T"+strconv.Itoa(seq%4)).SetProperty("seq", strconv.Itoa(seq)).SetProperty("sum", atkSum(body))
+				if _, err := p.SendSync(context.Background(), m); err != nil {
+					t.Errorf("send seq %d (%d bytes): %v", seq, len(body), err)
+					continue
+				}
+				sent.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	all := func(g *got) func() bool {
+		return func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return len(g.seen) == int(sent.Load())
+		}
+	}
+	testkit.WaitFor(t, 90*time.Second, func() bool { return all(off)() && all(slu)() }, "both groups get every message")
+	stopOfficial()
+	stopSluice()
+	for name, g := range map[string]*got{"official": off, "sluice": slu} {
+		for _, s := range g.errs[:min(len(g.errs), 10)] {
+			t.Errorf("%s: %s", name, s)
+		}
+		for _, f := range g.keep {
+			if err := f(); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		t.Logf("%s: %d deliveries, %d distinct, %d kept and re-checked", name, len(g.keep), len(g.seen), len(g.keep))
+	}
+	t.Logf("sent %d", sent.Load())
+}
