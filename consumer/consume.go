@@ -193,7 +193,9 @@ func (c *PushConsumer) run(topic string, msgs []*message.MessageExt) (message.Co
 	if sub == nil || sub.handler == nil {
 		return message.ReconsumeLater, fmt.Errorf("no subscription for topic %q", topic)
 	}
-	return c.call(sub, msgs)
+	// The handler gets its own slice: one that reorders or nils its elements must not
+	// change which messages the consumer then finishes or sends back.
+	return c.call(sub, slices.Clone(msgs))
 }
 
 // call runs the handler, turning a panic into an error.

@@ -21,7 +21,7 @@ type processQueue struct {
 	mq message.MessageQueue
 
 	mu    sync.Mutex
-	msgs  map[int64]*message.MessageExt // in flight, by queue offset
+	msgs  map[int64]inflight // in flight, by queue offset
 	order []int64                       // in-flight offsets ascending; finished ones are popped lazily from the front
 	high  int64                         // next offset to pull; -1 before the start offset is known
 	bytes int64                         // body bytes in flight
@@ -38,8 +38,14 @@ type processQueue struct {
 	lockedUntil atomic.Int64  // unix ns until which the broker lock counts as held; 0 = not locked
 }
 
+// inflight is a message in flight and the body size put counted for it.
+type inflight struct {
+	m    *message.MessageExt
+	size int64
+}
+
 func newProcessQueue(mq message.MessageQueue, start int64) *processQueue {
-	return &processQueue{mq: mq, msgs: make(map[int64]*message.MessageExt), high: start, done: make(chan struct{}),
+	return &processQueue{mq: mq, msgs: make(map[int64]inflight), high: start, done: make(chan struct{}),
 		ready: make(chan struct{}, 1), consumeDone: make(chan struct{})}
 }
 
@@ -68,10 +74,11 @@ func (pq *processQueue) take(n int) []*message.MessageExt {
 	pq.commitOffsetLocked() // pops finished offsets from the front
 	var out []*message.MessageExt
 	for _, off := range pq.order {
-		m, ok := pq.msgs[off]
+		f, ok := pq.msgs[off]
 		if !ok {
 			continue
 		}
+		m := f.m
 		if len(out) > 0 && m.Topic != out[0].Topic {
 			break
 		}
@@ -98,9 +105,10 @@ func (pq *processQueue) put(msgs []*message.MessageExt, next int64) []*message.M
 		if n := len(pq.order); n > 0 && pq.order[n-1] >= m.QueueOffset {
 			continue // out of order or replayed: never regress the accounting
 		}
-		pq.msgs[m.QueueOffset] = m
+		size := int64(len(m.Body))
+		pq.msgs[m.QueueOffset] = inflight{m: m, size: size}
 		pq.order = append(pq.order, m.QueueOffset)
-		pq.bytes += int64(len(m.Body))
+		pq.bytes += size
 		accepted = append(accepted, m)
 	}
 	if next > pq.high {
@@ -124,8 +132,8 @@ func (pq *processQueue) remove(msgs []*message.MessageExt) int64 {
 	pq.mu.Lock()
 	defer pq.mu.Unlock()
 	for _, m := range msgs {
-		if old, ok := pq.msgs[m.QueueOffset]; ok {
-			pq.bytes -= int64(len(old.Body))
+		if f, ok := pq.msgs[m.QueueOffset]; ok {
+			pq.bytes -= f.size // as counted by put: a handler may have changed the body since
 			delete(pq.msgs, m.QueueOffset)
 		}
 	}

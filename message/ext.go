@@ -392,13 +392,19 @@ func DecodeRecords(b []byte, opts DecodeOptions) ([]*MessageExt, error) {
 	return out, nil
 }
 
+// minRecordSize is the smallest possible stored record (IPv4 hosts, empty body, topic
+// and properties).
+var minRecordSize = RecordSize(0, 0, 0, 0)
+
 // countRecords counts the records of b by their TOTALSIZE fields, up to the first that
-// cannot be a record (too short, past the end, or not starting with MagicCode).
+// cannot be a record (shorter than the smallest record, past the end, or not starting
+// with MagicCode). The count sizes one allocation, so a body of tiny fake records must
+// not count more records than could really fit.
 func countRecords(b []byte) int {
 	n := 0
 	for len(b) >= 8 && binary.BigEndian.Uint32(b[4:]) == MagicCode {
 		total := int(int32(binary.BigEndian.Uint32(b)))
-		if total < 8 || total > len(b) {
+		if total < minRecordSize || total > len(b) {
 			break
 		}
 		n++

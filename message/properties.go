@@ -64,7 +64,9 @@ func unmarshalProperties(s string, extra int) map[string]string {
 	if s == "" {
 		return nil
 	}
-	m := make(map[string]string, strings.Count(s, "\x02")+1+extra) // "\x02" is PropertySeparator
+	// Size hint from the separators, capped: a string of bare separators must not
+	// reserve map room for thousands of entries it does not have.
+	m := make(map[string]string, min(strings.Count(s, "\x02")+1, 16)+extra) // "\x02" is PropertySeparator
 	for len(s) > 0 {
 		var piece string
 		if i := strings.IndexByte(s, PropertySeparator); i >= 0 {
