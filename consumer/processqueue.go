@@ -22,9 +22,9 @@ type processQueue struct {
 
 	mu    sync.Mutex
 	msgs  map[int64]inflight // in flight, by queue offset
-	order []int64                       // in-flight offsets ascending; finished ones are popped lazily from the front
-	high  int64                         // next offset to pull; -1 before the start offset is known
-	bytes int64                         // body bytes in flight
+	order []int64            // in-flight offsets ascending; finished ones are popped lazily from the front
+	high  int64              // next offset to pull; -1 before the start offset is known
+	bytes int64              // body bytes in flight
 
 	dropped    atomic.Bool
 	running    atomic.Int32       // handler calls in progress for this queue
