@@ -20,33 +20,92 @@ func MarshalProperties(p map[string]string) string {
 	if len(p) == 0 {
 		return ""
 	}
-	// Keys on the stack for the usual handful of properties, and one allocation of the
-	// exact size for the result.
-	var arr [16]string
-	keys := arr[:0]
+	var arr [smallProperties]property
+	pairs, n := collectProperties(arr[:0], p)
+	if len(pairs) == 0 {
+		return ""
+	}
+	var b strings.Builder // one allocation of the exact size
+	b.Grow(n)
+	for i, kv := range pairs {
+		if i > 0 {
+			b.WriteByte(PropertySeparator)
+		}
+		b.WriteString(kv.name)
+		b.WriteByte(NameValueSeparator)
+		b.WriteString(kv.value)
+	}
+	return b.String()
+}
+
+// AppendProperties appends the encoding of p that MarshalProperties returns to dst and
+// returns the extended slice, without building the string.
+func AppendProperties(dst []byte, p map[string]string) []byte {
+	if len(p) == 0 {
+		return dst
+	}
+	var arr [smallProperties]property
+	pairs, _ := collectProperties(arr[:0], p)
+	return appendPropertyPairs(dst, pairs)
+}
+
+// EncodedPropertiesLen returns len(MarshalProperties(p)) without encoding.
+func EncodedPropertiesLen(p map[string]string) int {
 	n := 0
+	for k, v := range p {
+		if k != "" && v != "" {
+			n += len(k) + len(v) + 2
+		}
+	}
+	return max(n-1, 0)
+}
+
+// smallProperties is how many properties the encoders keep on the stack.
+const smallProperties = 16
+
+// property is one name/value pair of a properties string.
+type property struct{ name, value string }
+
+// collectProperties appends p's pairs with a non-empty name and value to dst in name
+// order and returns them with their encoded length (0 when there are none). One pass over
+// the map, no second lookup per name; an insertion sort, as messages have a handful.
+func collectProperties(dst []property, p map[string]string) ([]property, int) {
+	lo, n := len(dst), 0
 	for k, v := range p {
 		if k == "" || v == "" {
 			continue
 		}
-		keys = append(keys, k)
+		dst = append(dst, property{k, v})
 		n += len(k) + len(v) + 2
 	}
-	if len(keys) == 0 {
-		return ""
+	sortProperties(dst[lo:])
+	return dst, max(n-1, 0)
+}
+
+// sortProperties sorts pairs by name (byte order); names are distinct.
+func sortProperties(pairs []property) {
+	if len(pairs) > 12 {
+		slices.SortFunc(pairs, func(a, b property) int { return strings.Compare(a.name, b.name) })
+		return
 	}
-	slices.Sort(keys)
-	var b strings.Builder
-	b.Grow(n - 1)
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(PropertySeparator)
+	for i := 1; i < len(pairs); i++ {
+		for j := i; j > 0 && pairs[j].name < pairs[j-1].name; j-- {
+			pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
 		}
-		b.WriteString(k)
-		b.WriteByte(NameValueSeparator)
-		b.WriteString(p[k])
 	}
-	return b.String()
+}
+
+// appendPropertyPairs appends name 0x01 value, separated by 0x02, to dst.
+func appendPropertyPairs(dst []byte, pairs []property) []byte {
+	for i, kv := range pairs {
+		if i > 0 {
+			dst = append(dst, PropertySeparator)
+		}
+		dst = append(dst, kv.name...)
+		dst = append(dst, NameValueSeparator)
+		dst = append(dst, kv.value...)
+	}
+	return dst
 }
 
 // UnmarshalProperties decodes a RocketMQ properties string. It accepts both the Java form

@@ -136,21 +136,36 @@ func ValidateTag(tag string) error {
 	return nil
 }
 
-// validateProperties checks names and values for separators and the encoded length.
-func validateProperties(p map[string]string) (string, error) {
+// validateProperties checks names and values for separators and the encoded length,
+// which it returns (len(MarshalProperties(p)), computed without encoding).
+func validateProperties(p map[string]string) (int, error) {
+	n := 0
 	for k, v := range p {
 		if k == "" {
-			return "", &ValidationError{Field: "properties", Reason: "a property has an empty name"}
+			return 0, &ValidationError{Field: "properties", Reason: "a property has an empty name"}
 		}
-		if strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02") {
-			return "", &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q contains a separator (0x01 or 0x02)", k)}
+		if hasSeparator(k) || hasSeparator(v) {
+			return 0, &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q contains a separator (0x01 or 0x02)", k)}
+		}
+		if v != "" {
+			n += len(k) + len(v) + 2
 		}
 	}
-	s := MarshalProperties(p)
-	if len(s) > MaxPropertiesLength {
-		return "", &ValidationError{Field: "properties", Reason: "encoded properties too long", Limit: MaxPropertiesLength, Value: len(s)}
+	n = max(n-1, 0)
+	if n > MaxPropertiesLength {
+		return 0, &ValidationError{Field: "properties", Reason: "encoded properties too long", Limit: MaxPropertiesLength, Value: n}
 	}
-	return s, nil
+	return n, nil
+}
+
+// hasSeparator reports whether s contains a property separator, 0x01 or 0x02.
+func hasSeparator(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i]-1 < 2 { // 0x01 or 0x02
+			return true
+		}
+	}
+	return false
 }
 
 // Validate checks m before it is sent: topic rules, tag rules, keys without separators,
@@ -174,11 +189,11 @@ func Validate(m *Message, maxMessageSize int) error {
 	if len(m.Body) == 0 {
 		return &ValidationError{Field: "body", Reason: "empty"}
 	}
-	props, err := validateProperties(m.Properties)
+	propsLen, err := validateProperties(m.Properties)
 	if err != nil {
 		return err
 	}
-	if size := len(m.Body) + len(props); size > maxMessageSize {
+	if size := len(m.Body) + propsLen; size > maxMessageSize {
 		return &ValidationError{Field: "body", Reason: "message (body + encoded properties) too large", Limit: maxMessageSize, Value: size}
 	}
 	return nil

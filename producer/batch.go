@@ -56,7 +56,7 @@ func (p *Producer) prepareBatch(msgs []*message.Message) (*prepared, error) {
 	if err := checkBatchMessages(msgs); err != nil {
 		return nil, err
 	}
-	assigned := assignUniqKeys(msgs)
+	assigned, joined := assignUniqKeys(msgs)
 	body, err := message.EncodeBatch(msgs, p.cfg.MaxMessageSize)
 	if err != nil {
 		for _, m := range assigned {
@@ -64,9 +64,16 @@ func (p *Producer) prepareBatch(msgs []*message.Message) (*prepared, error) {
 		}
 		return nil, err
 	}
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.UniqKey()
+	msgID := joined // every message got a new id: their ids joined by ","
+	if len(assigned) < len(msgs) {
+		var b strings.Builder
+		for i, m := range msgs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(m.UniqKey())
+		}
+		msgID = b.String()
 	}
 	return &prepared{
 		code: remoting.SendBatchMessage,
@@ -79,7 +86,7 @@ func (p *Producer) prepareBatch(msgs []*message.Message) (*prepared, error) {
 			Batch:                 true,
 		},
 		body:   body,
-		msgID:  strings.Join(ids, ","),
+		msgID:  msgID,
 		selMsg: msgs[0],
 	}, nil
 }
@@ -101,16 +108,25 @@ func checkBatchMessages(msgs []*message.Message) error {
 	return nil
 }
 
-// assignUniqKeys gives every message without a UNIQ_KEY a new one and returns those.
-func assignUniqKeys(msgs []*message.Message) []*message.Message {
-	var assigned []*message.Message
-	for _, m := range msgs {
+// assignUniqKeys gives every message without a UNIQ_KEY a new one (all made by one
+// message.NewUniqIDs) and returns those messages and the new ids joined by ",".
+func assignUniqKeys(msgs []*message.Message) ([]*message.Message, string) {
+	var arr [64]int
+	missing := arr[:0]
+	for i, m := range msgs {
 		if m.UniqKey() == "" {
-			m.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, message.NewUniqID())
-			assigned = append(assigned, m)
+			missing = append(missing, i)
 		}
 	}
-	return assigned
+	if len(missing) == 0 {
+		return nil, ""
+	}
+	ids, joined := message.NewUniqIDs(len(missing))
+	assigned := make([]*message.Message, len(missing))
+	for j, i := range missing {
+		assigned[j] = msgs[i].SetProperty(message.PropertyUniqClientMessageIDKeyIdx, ids[j])
+	}
+	return assigned, joined
 }
 
 // SplitBatch cuts msgs into consecutive batches, in order, each with an encoded size
@@ -134,7 +150,7 @@ func SplitBatch(msgs []*message.Message, maxBatchSize int) ([][]*message.Message
 	if err := checkBatchMessages(msgs); err != nil {
 		return nil, err
 	}
-	assigned := assignUniqKeys(msgs)
+	assigned, _ := assignUniqKeys(msgs)
 	sizes, err := batchRecordSizes(msgs, maxBatchSize)
 	if err != nil {
 		for _, m := range assigned {
@@ -173,7 +189,7 @@ func batchRecordSizes(msgs []*message.Message, maxBatchSize int) ([]int, error) 
 		case message.IsRetryTopic(m.Topic) || message.IsDLQTopic(m.Topic):
 			return nil, &message.ValidationError{Field: "batch", Reason: fmt.Sprintf("topic %q is a retry or DLQ topic", m.Topic)}
 		}
-		sizes[i] = message.BatchRecordSize(len(m.Body), len(message.MarshalProperties(m.Properties)))
+		sizes[i] = message.BatchRecordSize(len(m.Body), message.EncodedPropertiesLen(m.Properties))
 		if sizes[i] > maxBatchSize {
 			return nil, &message.ValidationError{Field: "batch", Reason: fmt.Sprintf("message %d alone encodes larger than the batch limit", i),
 				Limit: maxBatchSize, Value: sizes[i]}
