@@ -353,39 +353,42 @@ func (b *Broker) prepareBatch(conn *remoting.Conn, req *remoting.RemotingCommand
 		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, why)
 	}
 	outer := message.UnmarshalProperties(h.Properties)
+	bornHost := hostOf(conn.RemoteAddr())
+	exts := make([]message.MessageExt, len(items)) // one allocation for the batch's messages
 	msgs := make([]*message.MessageExt, len(items))
 	codes := make([]int64, len(items))
 	for i, it := range items {
 		props := message.UnmarshalProperties(it.Properties)
 		if props == nil {
-			props = map[string]string{}
+			props = make(map[string]string, len(outer)+1)
 		}
 		for k, v := range outer {
 			props[k] = v
 		}
 		delete(props, message.PropertyWaitStoreMsgOK)
 		props[message.PropertyCluster] = b.cfg.BrokerClusterName
-		if props[message.PropertyDelayTimeLevel] != "" && props[message.PropertyDelayTimeLevel] != "0" {
+		if d := props[message.PropertyDelayTimeLevel]; d != "" && d != "0" {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d has a delay level: batches cannot be delayed", i))
 		}
 		if props[message.PropertyTransactionPrepared] == "true" {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d is transactional: batches cannot be", i))
 		}
-		if len(message.MarshalProperties(props)) > message.MaxPropertiesLength {
+		if message.EncodedPropertiesLen(props) > message.MaxPropertiesLength {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
 		}
 		if len(it.Body) == 0 {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d: the message body is empty", i))
 		}
-		msgs[i] = &message.MessageExt{
+		exts[i] = message.MessageExt{
 			Message:        message.Message{Topic: h.Topic, Flag: it.Flag, Body: it.Body, Properties: props},
 			QueueID:        h.QueueID,
 			SysFlag:        h.SysFlag,
 			BornTimestamp:  h.BornTimestamp,
-			BornHost:       hostOf(conn.RemoteAddr()),
+			BornHost:       bornHost,
 			StoreHost:      b.storeHost,
 			ReconsumeTimes: h.ReconsumeTimes,
 		}
+		msgs[i] = &exts[i]
 		codes[i] = message.TagHashCode(props[message.PropertyTags])
 	}
 	return msgs, codes, h.QueueID, nil

@@ -156,14 +156,36 @@ func appendHost(dst []byte, h netip.AddrPort, v6 bool) []byte {
 // *ValidationError when the topic is longer than 127 bytes or the properties longer than
 // 32767 bytes.
 func AppendRecord(dst []byte, m *MessageExt, propertiesString string) ([]byte, error) {
+	dst, err := appendRecordHead(dst, m, len(propertiesString))
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, propertiesString...), nil
+}
+
+// AppendRecordProperties is AppendRecord(dst, m, MarshalProperties(m.Properties)) without
+// the properties string: they are encoded from the map straight into dst.
+func AppendRecordProperties(dst []byte, m *MessageExt) ([]byte, error) {
+	var arr [smallProperties]property
+	pairs, n := collectProperties(arr[:0], m.Properties)
+	dst, err := appendRecordHead(dst, m, n)
+	if err != nil {
+		return dst, err
+	}
+	return appendPropertyPairs(dst, pairs), nil
+}
+
+// appendRecordHead appends m's record up to and including the PROPERTIES length, for
+// properties of propertiesLen bytes that the caller appends next (see AppendRecord).
+func appendRecordHead(dst []byte, m *MessageExt, propertiesLen int) ([]byte, error) {
 	if len(m.Topic) > MaxTopicLength {
 		return dst, &ValidationError{Field: "topic", Limit: MaxTopicLength, Value: len(m.Topic), Reason: "longer than the record allows"}
 	}
-	if len(propertiesString) > MaxPropertiesLength {
-		return dst, &ValidationError{Field: "properties", Limit: MaxPropertiesLength, Value: len(propertiesString), Reason: "encoded properties too long"}
+	if propertiesLen > MaxPropertiesLength {
+		return dst, &ValidationError{Field: "properties", Limit: MaxPropertiesLength, Value: propertiesLen, Reason: "encoded properties too long"}
 	}
 	m.SysFlag = hostFlags(m.SysFlag, m.BornHost, m.StoreHost)
-	size := RecordSize(m.SysFlag, len(m.Body), len(m.Topic), len(propertiesString))
+	size := RecordSize(m.SysFlag, len(m.Body), len(m.Topic), propertiesLen)
 	m.StoreSize = int32(size)
 	m.BodyCRC = BodyCRC(m.Body)
 	be := binary.BigEndian
@@ -185,8 +207,7 @@ func AppendRecord(dst []byte, m *MessageExt, propertiesString string) ([]byte, e
 	dst = append(dst, m.Body...)
 	dst = append(dst, byte(len(m.Topic)))
 	dst = append(dst, m.Topic...)
-	dst = be.AppendUint16(dst, uint16(len(propertiesString)))
-	dst = append(dst, propertiesString...)
+	dst = be.AppendUint16(dst, uint16(propertiesLen))
 	return dst, nil
 }
 

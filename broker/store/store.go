@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -421,14 +421,16 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 		if len(m.Body) > s.cfg.MaxMessageSize {
 			return PutResult{}, 0, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
 		}
-		props := message.MarshalProperties(m.Properties)
-		if strings.IndexByte(props, 0) >= 0 {
+		start := len(buf)
+		var err error
+		if buf, err = message.AppendRecordProperties(buf, m); err != nil {
+			return PutResult{}, 0, err
+		}
+		// The properties are the record's last field.
+		props := buf[start+message.RecordSize(m.SysFlag, len(m.Body), len(m.Topic), 0):]
+		if bytes.IndexByte(props, 0) >= 0 {
 			// Recovery treats a NUL in the properties as a zero-filled torn write.
 			return PutResult{}, 0, &InvalidArgumentError{Field: "properties", Reason: "contains a NUL byte"}
-		}
-		var err error
-		if buf, err = message.AppendRecord(buf, m, props); err != nil {
-			return PutResult{}, 0, err
 		}
 		ends[i] = len(buf)
 	}
