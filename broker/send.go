@@ -353,6 +353,10 @@ func (b *Broker) prepareBatch(conn *remoting.Conn, req *remoting.RemotingCommand
 		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, why)
 	}
 	outer := message.UnmarshalProperties(h.Properties)
+	// An item's encoded properties are at most its raw string (parsing only drops pieces)
+	// plus the batch's own and CLUSTER, each with a separator: below the limit, no message
+	// needs measuring.
+	added := message.EncodedPropertiesLen(outer) + 1 + len(message.PropertyCluster) + 1 + len(b.cfg.BrokerClusterName) + 1
 	bornHost := hostOf(conn.RemoteAddr())
 	exts := make([]message.MessageExt, len(items)) // one allocation for the batch's messages
 	msgs := make([]*message.MessageExt, len(items))
@@ -373,7 +377,7 @@ func (b *Broker) prepareBatch(conn *remoting.Conn, req *remoting.RemotingCommand
 		if props[message.PropertyTransactionPrepared] == "true" {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d is transactional: batches cannot be", i))
 		}
-		if message.EncodedPropertiesLen(props) > message.MaxPropertiesLength {
+		if len(it.Properties)+added > message.MaxPropertiesLength && message.EncodedPropertiesLen(props) > message.MaxPropertiesLength {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
 		}
 		if len(it.Body) == 0 {

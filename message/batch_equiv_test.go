@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -353,4 +354,24 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAppendRecordPropertiesMatchesAppendRecord: encoding the properties from the map
+// into the record gives the bytes of AppendRecord with MarshalProperties, and the same
+// error for properties over the limit.
+func TestAppendRecordPropertiesMatchesAppendRecord(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for iter := range 500 {
+		m := randomMessage(r, "T", r.IntN(20))
+		ext := func() *MessageExt {
+			return &MessageExt{Message: *m.Clone(), QueueID: 3, SysFlag: 0, BornTimestamp: 7,
+				BornHost: netip.MustParseAddrPort("10.0.0.1:5"), StoreHost: netip.MustParseAddrPort("[::1]:9")}
+		}
+		a, b := ext(), ext()
+		want, werr := AppendRecord([]byte("pre"), a, MarshalProperties(a.Properties))
+		got, gerr := AppendRecordProperties([]byte("pre"), b)
+		if !sameError(werr, gerr) || !bytes.Equal(got, want) || a.StoreSize != b.StoreSize || a.SysFlag != b.SysFlag {
+			t.Fatalf("iteration %d: %d bytes, %v; AppendRecord %d bytes, %v", iter, len(got), gerr, len(want), werr)
+		}
+	}
 }
