@@ -3,6 +3,7 @@ package producer
 import (
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -15,6 +16,7 @@ func BenchmarkPrepareBatch(b *testing.B) {
 	msgs := make([]*message.Message, 64)
 	b.SetBytes(int64(len(msgs) * len(body)))
 	b.ReportAllocs()
+	defer testkit.ReportCPU(b)()
 	for b.Loop() {
 		for i := range msgs {
 			msgs[i] = message.NewMessage("BenchTopic", body)
