@@ -352,6 +352,13 @@ func (b *Broker) prepareBatch(conn *remoting.Conn, req *remoting.RemotingCommand
 	if why := checkSendSysFlag(h.SysFlag, false); why != "" {
 		return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, why)
 	}
+	// Empty bodies first, before allocating per item: a body of bare 22-byte record
+	// headers is refused without building a message for each.
+	for i, it := range items {
+		if len(it.Body) == 0 {
+			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d: the message body is empty", i))
+		}
+	}
 	outer := message.UnmarshalProperties(h.Properties)
 	// An item's encoded properties are at most its raw string (parsing only drops pieces)
 	// plus the batch's own and CLUSTER, each with a separator: below the limit, no message
@@ -379,9 +386,6 @@ func (b *Broker) prepareBatch(conn *remoting.Conn, req *remoting.RemotingCommand
 		}
 		if len(it.Properties)+added > message.MaxPropertiesLength && message.EncodedPropertiesLen(props) > message.MaxPropertiesLength {
 			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d properties exceed %d bytes", i, message.MaxPropertiesLength))
-		}
-		if len(it.Body) == 0 {
-			return nil, nil, 0, b.sendResponse(remoting.MessageIllegal, fmt.Sprintf("batch message %d: the message body is empty", i))
 		}
 		exts[i] = message.MessageExt{
 			Message:        message.Message{Topic: h.Topic, Flag: it.Flag, Body: it.Body, Properties: props},

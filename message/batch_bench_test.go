@@ -13,7 +13,7 @@ var batchProps = map[string]string{
 	message.PropertyTags:    "TagA",
 	message.PropertyKeys:    "order-1234567",
 	message.PropertyCluster: "DefaultCluster",
-	"region":        "eu-west",
+	"region":                "eu-west",
 }
 
 // benchBatch returns 64 messages of 1 KiB with a UNIQ_KEY each, plus the properties of
