@@ -233,15 +233,20 @@ func (b *Broker) Start() (err error) {
 		}
 		b.notifyLater(groups)
 	})
-	if err = b.server.Start(); err != nil {
+	// The address (and the store host it gives every stored record) is set before the
+	// first request is served: a client reconnecting at once to a restarted broker must
+	// not have a send handled before it.
+	err = b.server.StartWith(func(addr string) error {
+		ap, perr := netip.ParseAddrPort(addr)
+		if perr != nil {
+			return fmt.Errorf("broker address %q: %w", addr, perr)
+		}
+		b.addr, b.storeHost = addr, ap
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("listen %s: %w", b.cfg.ListenAddr, err)
 	}
-	b.addr = b.server.Addr()
-	ap, perr := netip.ParseAddrPort(b.addr)
-	if perr != nil {
-		return fmt.Errorf("broker address %q: %w", b.addr, perr)
-	}
-	b.storeHost = ap
 
 	regCtx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
 	b.registerAll(regCtx)

@@ -21,6 +21,23 @@ const DefaultMaxFrameSize = 16 << 20
 // maxHeaderLen is the largest header the 24-bit header-length field can express.
 const maxHeaderLen = 1<<24 - 1
 
+// MaxExtFields is the most ext fields a received header may carry (JSON or binary,
+// repeated keys counted each time): a header with more is refused with a
+// [*HeaderError] (Field "extFields") before they are collected. RocketMQ's requests
+// carry a few dozen at most; the limit keeps a header of millions of tiny or repeated
+// fields from costing many times its size in memory. Sluice's own limit, not
+// RocketMQ's.
+const MaxExtFields = 1024
+
+// maxFallbackHeader is the largest JSON header decoded with encoding/json, which the
+// rare headers the fast path does not take (null or numeric values, keys needing case
+// folding) go to: its memory is a multiple of the header's size.
+const maxFallbackHeader = 64 << 10
+
+func tooManyExtFields() error {
+	return &HeaderError{Field: "extFields", Reason: fmt.Sprintf("more than %d fields (MaxExtFields)", MaxExtFields)}
+}
+
 // SerializeType selects the header encoding; it is the top byte of the 4-byte
 // header-length field (PROTOCOL.md §1.1).
 type SerializeType byte
@@ -82,20 +99,26 @@ func (c *RemotingCommand) EncodeAs(t SerializeType) ([]byte, error) {
 // maxPooledFrame is the largest frame buffer (capacity, bytes) that is recycled.
 const maxPooledFrame = 64 << 10
 
-// smallFrame separates the two size classes of recycled frame buffers: answers and
-// small requests (capacity up to 1 KiB) and the rest (up to maxPooledFrame).
-const smallFrame = 1 << 10
+// frameClassMax are the upper capacity bounds (bytes) of the size classes of recycled
+// frame buffers: a frame of n bytes takes a buffer from n's class, so a buffer is at
+// most 4 times (1 KiB for the smallest class) the frame it holds. The outgoing queue's
+// byte limits count frame lengths, so this also bounds how much more than those limits
+// a stuck connection's queue can hold.
+var frameClassMax = [...]int{1 << 10, 4 << 10, 16 << 10, maxPooledFrame}
 
 // framePools hold frame buffers, by size class, that a connection's writer has written
 // (Conn.writeLoop recycles every frame of its outgoing queue, which owns them), for the
 // next Encode.
-var framePools [2]sync.Pool // of *[]byte
+var framePools [len(frameClassMax)]sync.Pool // of *[]byte
 
+// frameClass returns the size class of a frame or buffer of n bytes (n <= maxPooledFrame).
 func frameClass(n int) int {
-	if n <= smallFrame {
-		return 0
+	for i, m := range frameClassMax {
+		if n <= m {
+			return i
+		}
 	}
-	return 1
+	return len(frameClassMax) - 1
 }
 
 // frameBuf returns a buffer of length 8 (the frame prefix, filled in by finishFrame)
@@ -320,7 +343,8 @@ func appendBinaryExt(b []byte, k, v string) ([]byte, error) {
 // ExtFields (nil when the header has none). The returned Body aliases frame; the header
 // strings do not. Errors: [*FrameError] for a frame shorter than 4 bytes, a header
 // length beyond the frame or an unknown serialize type; [*HeaderError] for an invalid
-// header.
+// header, one with more than [MaxExtFields] ext fields, or a JSON header over 64 KiB that
+// only the general JSON decoder takes (null or numeric values, case-folded keys).
 func DecodeFrame(frame []byte) (*RemotingCommand, SerializeType, error) {
 	var buf [16]ExtField
 	cmd, st, ext, hasExt, err := decodeFrameExt(frame, buf[:0])
@@ -403,14 +427,24 @@ func decodeJSONHeader(h []byte, ext []ExtField) (*RemotingCommand, []ExtField, b
 	if len(bytes.TrimSpace(h)) == 0 {
 		return nil, ext, false, &HeaderError{Field: "header", Reason: "empty JSON header"}
 	}
-	if cmd, list, hasExt, ok := decodeJSONHeaderFast(h, ext); ok {
+	cmd, list, hasExt, ok, tooMany := decodeJSONHeaderFast(h, ext)
+	if ok {
 		return cmd, list, hasExt, nil
+	}
+	if tooMany {
+		return nil, ext, false, tooManyExtFields()
+	}
+	if len(h) > maxFallbackHeader {
+		return nil, ext, false, &HeaderError{Field: "header", Reason: fmt.Sprintf("a %d-byte JSON header with null, numeric or case-folded fields; such headers are taken up to %d bytes", len(h), maxFallbackHeader)}
 	}
 	cmd, err := decodeJSONHeaderStd(h)
 	if err != nil {
 		return nil, ext, false, err
 	}
 	m := cmd.ExtFields
+	if len(m) > MaxExtFields {
+		return nil, ext, false, tooManyExtFields()
+	}
 	cmd.ExtFields = nil
 	var kb [32]string
 	for _, k := range sortedKeys(kb[:0], m) {
@@ -530,6 +564,9 @@ func decodeBinaryHeader(h []byte, ext0 []ExtField) (*RemotingCommand, []ExtField
 		v := er.bytes(int(vl), "extFields")
 		if er.err != nil {
 			return nil, ext0, false, er.err
+		}
+		if len(list)-len(ext0) >= MaxExtFields {
+			return nil, ext0, false, tooManyExtFields()
 		}
 		list = append(list, ExtField{Key: s[kAt : kAt+len(k)], Value: s[vAt : vAt+len(v)]})
 	}

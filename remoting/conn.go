@@ -560,7 +560,7 @@ func (c *Conn) readLoop() {
 			if p != nil {
 				setExt(cmd, ext, hasExt, p.extList)
 			}
-			clear(scratch[:min(len(ext), len(scratch))])
+			releaseScratch(&scratch)
 			if p == nil {
 				c.opts.log.Debug("remoting: dropping response without pending request", "remote", c.remote, "conn", c.id, "opaque", cmd.Opaque, "code", cmd.Code)
 				continue
@@ -572,10 +572,15 @@ func (c *Conn) readLoop() {
 			continue
 		}
 		setExt(cmd, ext, hasExt, c.opts.extListRequests.has(cmd.Code))
-		clear(scratch[:min(len(ext), len(scratch))])
+		releaseScratch(&scratch)
 		c.dispatch(cmd, st)
 	}
 }
+
+// releaseScratch clears all of readLoop's scratch array after a frame, not just the
+// entries the decode returned: a fast decode that gave up for encoding/json may have
+// filled more, and each entry aliases the frame's header.
+func releaseScratch(scratch *[32]ExtField) { clear(scratch[:]) }
 
 func (c *Conn) logReadErr(err error) {
 	var fe *FrameError

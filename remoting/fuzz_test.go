@@ -138,7 +138,7 @@ func FuzzJSONFastPath(f *testing.F) {
 		f.Add([]byte(h))
 	}
 	f.Fuzz(func(t *testing.T, h []byte) {
-		fast, ext, hasExt, ok := decodeJSONHeaderFast(h, nil)
+		fast, ext, hasExt, ok, _ := decodeJSONHeaderFast(h, nil)
 		std, err := decodeJSONHeaderStd(h)
 		if !ok {
 			return

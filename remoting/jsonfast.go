@@ -14,9 +14,11 @@ import (
 // that both agree whenever the fast path accepts an input.
 
 type fastJSON struct {
-	b []byte
-	s string // b as one string: unescaped strings are substrings of it (one allocation per header)
-	i int
+	b       []byte
+	s       string // b as one string: unescaped strings are substrings of it (one allocation per header)
+	i       int
+	extBase int  // len(ext) before this header's fields
+	tooMany bool // gave up at MaxExtFields ext fields: refuse, do not fall back
 }
 
 func (p *fastJSON) ws() {
@@ -239,13 +241,13 @@ func knownHeaderKey(key string) int {
 
 // decodeJSONHeaderFast decodes header h with its ext fields appended to ext (see
 // decodeFrameExt). It returns ok=false whenever it is not certain to match encoding/json.
-func decodeJSONHeaderFast(h []byte, ext []ExtField) (cmd *RemotingCommand, _ []ExtField, hasExt, ok bool) {
-	p := &fastJSON{b: h, s: string(h)}
+func decodeJSONHeaderFast(h []byte, ext []ExtField) (cmd *RemotingCommand, _ []ExtField, hasExt, ok, tooMany bool) {
+	p := &fastJSON{b: h, s: string(h), extBase: len(ext)}
 	list := ext
 	if cmd, list, hasExt, ok = p.header(list); !ok {
-		return nil, ext, false, false
+		return nil, ext, false, false, p.tooMany
 	}
-	return cmd, list, hasExt, true
+	return cmd, list, hasExt, true, false
 }
 
 // header parses the header object, appending the ext fields to ext (passed and
@@ -405,6 +407,10 @@ func (p *fastJSON) extFields(ext []ExtField) ([]ExtField, bool) {
 		p.ws()
 		v, ok := p.str() // a non-string value (null, number) goes to encoding/json
 		if !ok {
+			return ext, false
+		}
+		if len(ext)-p.extBase >= MaxExtFields {
+			p.tooMany = true
 			return ext, false
 		}
 		ext = append(ext, ExtField{Key: k, Value: v})

@@ -389,7 +389,14 @@ func (s *Server) onConnClose(c *Conn) {
 
 // Start listens on cfg.Addr and serves in background goroutines owned by the server,
 // then returns. Errors: listen failure, or a second Start / Start after Shutdown.
-func (s *Server) Start() error {
+func (s *Server) Start() error { return s.StartWith(nil) }
+
+// StartWith is [Server.Start] with ready called between listening and accepting, with
+// the actual listen address "ip:port": whatever handlers read that depends on the address
+// (a port-0 listener's port) can be set there before the first request is served. An
+// error from ready closes the listener and is returned; the server may then be started
+// again.
+func (s *Server) StartWith(ready func(addr string) error) error {
 	if !s.state.CompareAndSwap(0, 1) {
 		return errors.New("remoting: server already started or shut down")
 	}
@@ -402,6 +409,13 @@ func (s *Server) Start() error {
 	if err != nil {
 		s.state.CompareAndSwap(1, 0) // allow another Start
 		return fmt.Errorf("remoting: listen %s: %w", s.cfg.Addr, err)
+	}
+	if ready != nil {
+		if err := ready(ln.Addr().String()); err != nil {
+			ln.Close()
+			s.state.CompareAndSwap(1, 0)
+			return err
+		}
 	}
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
