@@ -379,7 +379,8 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 // error wrapping [ErrTimeout] and context.DeadlineExceeded when no response arrived
 // within timeout, or wrapping ctx's error when ctx ends first; both are detected by one
 // sweep per client every 10 ms (so between timeout and timeout + 10 ms, and within
-// 10 ms of ctx ending), which costs no timer and no context registration per call.
+// 10 ms of ctx ending, plus the wait behind the connection's earlier callbacks and for
+// a CPU on a loaded machine), which costs no timer and no context registration per call.
 // timeout must be positive. The dial, when addr has no connection yet, is bounded by
 // ctx and DialTimeout.
 func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration, cb func(*RemotingCommand, error)) error {
