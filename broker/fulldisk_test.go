@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,42 +12,10 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// mountTmpfs mounts a tmpfs of size bytes on a fresh directory, or skips the test when
-// that is not possible (not root, no mount(8), a container without the capability).
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a full disk is simulated by filling it)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
-// fillDisk writes a file until the file system is full.
-func fillDisk(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for range 1 << 16 { // at most 4 GiB
-		if _, err := f.Write(buf); err != nil {
-			return
-		}
-	}
-	t.Fatal("the file system did not fill up")
-}
-
 // TestStartOnFullDisk: a broker started on a full disk used to refuse to start. It now
 // starts, serves the messages it has, and refuses sends with a clear error.
 func TestStartOnFullDisk(t *testing.T) {
-	dir := mountTmpfs(t, "48m")
+	dir := testkit.MountTmpfs(t, "48m")
 	store := filepath.Join(dir, "store")
 	mod := func(c *Config) { c.MappedFileSizeCommitLog = 8 << 20 }
 	b := startBroker(t, store, mod)
@@ -62,7 +29,7 @@ func TestStartOnFullDisk(t *testing.T) {
 	if err := b.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	fillDisk(t, dir)
+	testkit.FillDisk(t, dir)
 	cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: store, Logger: testkit.Quiet()}
 	mod(&cfg)
 	b2, err := New(cfg)

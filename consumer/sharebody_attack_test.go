@@ -3,9 +3,6 @@ package consumer
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -33,22 +30,8 @@ func attackBody(seq int) []byte {
 	case 701:
 		size = 600 << 10
 	}
-	b := make([]byte, 8, size)
-	binary.BigEndian.PutUint64(b, uint64(seq))
-	if seq%3 == 0 {
-		for len(b) < size {
-			b = append(b, fmt.Sprintf("seq=%d;", seq)...)
-		}
-		return b[:size]
-	}
-	r := rand.New(rand.NewPCG(uint64(seq), 77))
-	for len(b) < size {
-		b = binary.LittleEndian.AppendUint64(b, r.Uint64())
-	}
-	return b[:size]
+	return testkit.SeqBody(seq, size, 77)
 }
-
-func attackSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 func attackLongProp(seq int) string { return strings.Repeat(strconv.Itoa(seq)+"p", 150) }
 
@@ -62,7 +45,7 @@ func attackCheck(m *message.MessageExt, wantTopic func(int) string) (int, error)
 	if !bytes.Equal(m.Body, want) {
 		return seq, fmt.Errorf("seq %d: body of %d bytes differs from the %d sent (first bytes %x)", seq, len(m.Body), len(want), m.Body[:min(16, len(m.Body))])
 	}
-	if got := m.Property("sum"); got != attackSum(want) {
+	if got := m.Property("sum"); got != testkit.Sum(want) {
 		return seq, fmt.Errorf("seq %d: sum property %q", seq, got)
 	}
 	if got := m.Property("long"); got != attackLongProp(seq) {
@@ -366,7 +349,7 @@ func TestShareBodyAttack(t *testing.T) {
 			for seq := w; seq < n; seq += 4 {
 				body := attackBody(seq)
 				m := message.NewMessage(topicOf(seq), body)
-				m.SetProperty("seq", strconv.Itoa(seq)).SetProperty("sum", attackSum(body)).
+				m.SetProperty("seq", strconv.Itoa(seq)).SetProperty("sum", testkit.Sum(body)).
 					SetProperty("long", attackLongProp(seq)).SetProperty("bucket", strconv.Itoa(seq%10))
 				if seq%10 == 0 {
 					m.SetTag("A")

@@ -8,12 +8,13 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // mappedFilesUnder counts this process's memory mappings of files under dir, from
@@ -165,49 +166,17 @@ func TestCQMapFaultFallsBackToPwrite(t *testing.T) {
 	checkTestEntries(t, cq, 1000, 1002)
 }
 
-// mountTmpfs mounts a tmpfs of size bytes on a fresh directory, or skips the test when
-// that is not possible (not root, no mount(8), a container without the capability).
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a full disk is simulated by filling it)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
-// fillDisk writes a file in dir until its file system is full.
-func fillDisk(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for range 1 << 16 { // at most 4 GiB
-		if _, err := f.Write(buf); err != nil {
-			return
-		}
-	}
-	t.Fatal("the file system did not fill up")
-}
-
 // TestMappedWritesOnFullDisk: on a full file system, a write through a mapping (commitlog
 // segment or consume-queue file) to a page the file system cannot back faults; the store
 // turns that into the file system's ENOSPC (ErrDiskFull from PutMessage), not a crash.
 func TestMappedWritesOnFullDisk(t *testing.T) {
 	t.Run("consume queue", func(t *testing.T) {
-		dir := mountTmpfs(t, "1m")
+		dir := testkit.MountTmpfs(t, "1m")
 		cq := newTestQueue(t, dir, 4096) // 80 KiB file, sparse
 		if err := writeTestEntries(t, cq, 0, 1); err != nil {
 			t.Fatal(err)
 		}
-		fillDisk(t, dir)
+		testkit.FillDisk(t, dir)
 		err := writeTestEntries(t, cq, 1000, 1001) // a page not backed yet
 		cq.maps.mu.Lock()
 		faults := cq.maps.faults
@@ -218,11 +187,11 @@ func TestMappedWritesOnFullDisk(t *testing.T) {
 		checkTestEntries(t, cq, 0, 1)
 	})
 	t.Run("store", func(t *testing.T) {
-		dir := mountTmpfs(t, "2m")
+		dir := testkit.MountTmpfs(t, "2m")
 		cfg := testConfig(filepath.Join(dir, "store"))
 		s := openStore(t, cfg)
 		put(t, s, newMsg("F", 0, "before", ""))
-		fillDisk(t, dir)
+		testkit.FillDisk(t, dir)
 		body := string(bytes.Repeat([]byte("x"), 1024))
 		var err error
 		for i := 0; i < 64 && err == nil; i++ { // 64 KiB: past the pages already backed

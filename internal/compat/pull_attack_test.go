@@ -3,11 +3,7 @@ package compat_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,22 +26,8 @@ func atkBody(seq int) []byte {
 	if seq == 250 {
 		size = 4<<20 - 8192
 	}
-	b := make([]byte, 8, size)
-	binary.BigEndian.PutUint64(b, uint64(seq))
-	if seq%3 == 0 {
-		for len(b) < size {
-			b = append(b, fmt.Sprintf("seq=%d;", seq)...)
-		}
-		return b[:size]
-	}
-	r := rand.New(rand.NewPCG(uint64(seq), 5))
-	for len(b) < size {
-		b = binary.LittleEndian.AppendUint64(b, r.Uint64())
-	}
-	return b[:size]
+	return testkit.SeqBody(seq, size, 5)
 }
-
-func atkSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // TestOfficialAndSluiceConsumersUnderPullLoad: a Sluice producer sends checksummed
 // bodies (plain, zlib-compressed, one near 4 MiB) while an official Go push consumer and
@@ -73,7 +55,7 @@ func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
 			return
 		}
 		want := atkBody(seq)
-		if !bytes.Equal(body, want) || sum != atkSum(want) {
+		if !bytes.Equal(body, want) || sum != testkit.Sum(want) {
 			g.errs = append(g.errs, fmt.Sprintf("seq %d: body %d bytes (want %d), sum %q", seq, len(body), len(want), sum))
 		}
 		g.seen[seq]++
@@ -164,7 +146,7 @@ func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
 			for seq := w; seq < n; seq += 3 {
 				body := atkBody(seq)
 				m := message.NewMessage(topic, body)
-				m.SetTag("T"+strconv.Itoa(seq%4)).SetProperty("seq", strconv.Itoa(seq)).SetProperty("sum", atkSum(body))
+				m.SetTag("T"+strconv.Itoa(seq%4)).SetProperty("seq", strconv.Itoa(seq)).SetProperty("sum", testkit.Sum(body))
 				if _, err := p.SendSync(context.Background(), m); err != nil {
 					t.Errorf("send seq %d (%d bytes): %v", seq, len(body), err)
 					continue
