@@ -83,7 +83,8 @@ type Config struct {
 	// ("<ip>@<InstanceName>"). Default: unique per Producer.
 	InstanceName string
 	// SendTimeout bounds one send attempt (route lookup excluded); the caller's context
-	// bounds the whole send with its retries. Default: 3s.
+	// bounds the whole send with its retries. An expired attempt is noticed by the
+	// remoting client's deadline sweep, within 10 ms after the timeout. Default: 3s.
 	SendTimeout time.Duration
 	// RetryTimesWhenSendFailed is how many more attempts SendSync and SendBatch make
 	// after a failed one (transport error or a retryable response code: 1, 2, 14, 16,

@@ -387,11 +387,11 @@ func (p *Producer) attempt(ctx context.Context, pr *prepared, mq message.Message
 	if se != nil {
 		return nil, se, true
 	}
-	actx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	// SendTimeout is enforced by the remoting client's deadline sweep: no timer and no
+	// derived context per attempt.
 	start := time.Now()
-	resp, err := p.cl.InvokeSync(actx, addr, req)
+	resp, err := p.cl.InvokeSyncTimeout(ctx, addr, req, p.cfg.SendTimeout)
 	latency := time.Since(start)
-	cancel()
 	return p.outcome(ctx, pr, mq, addr, resp, err, latency)
 }
 

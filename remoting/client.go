@@ -353,6 +353,26 @@ func (c *Client) InvokeSync(ctx context.Context, addr string, req *RemotingComma
 	return conn.Invoke(ctx, req)
 }
 
+// InvokeSyncTimeout is [Client.InvokeSync] with a timeout that costs no timer and no
+// derived context per call: the client's deadline sweep (see
+// [Client.InvokeAsyncTimeout]) fails the call with an error wrapping [ErrTimeout] and
+// context.DeadlineExceeded between timeout and timeout + 10 ms after it was sent. ctx
+// ending first fails it at once with an error wrapping [ErrTimeout] and ctx.Err().
+// timeout must be positive. The dial, when addr has no connection yet, is bounded by
+// ctx and DialTimeout.
+func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration) (*RemotingCommand, error) {
+	if timeout <= 0 {
+		return nil, fmt.Errorf("remoting: InvokeSyncTimeout: timeout %v: must be positive", timeout)
+	}
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
+	c.cfg.Credentials.Sign(req)
+	return conn.invoke(ctx, time.Now().Add(timeout).UnixNano(), req)
+}
+
 // InvokeAsync sends req to addr and returns once it is queued; cb is then called exactly
 // once, in its own goroutine, with the response or an error (ErrTimeout when ctx
 // expires, *ConnError on connection loss, ErrClosed on Close). If InvokeAsync itself

@@ -3,6 +3,7 @@ package remoting
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,10 @@ import (
 // owner's WaitGroup, so Client.Close / Server.Shutdown wait for them):
 //   - one reader (readLoop): reads frames, completes pending calls, dispatches requests;
 //   - one writer (writeLoop): drains the bounded outgoing queue onto the socket;
+//     frames that are likely alone (a sync call's request, a handler's answer, the
+//     answers the reader produced for a burst of inline requests) are written by the
+//     goroutine that has them when nothing is queued or being written (writeDirect), with
+//     one non-blocking attempt whose rest, if any, the writer writes before anything else;
 //   - one goroutine per incoming request being handled (bounded by maxInFlight on servers),
 //     except for the codes a Server handles inline (Server.HandleInline): those run on the
 //     reader itself, and the codes of Server.HandleAsync, which start on the reader and
@@ -39,7 +44,8 @@ import (
 //     Client: drop from the connection cache so the next call re-dials).
 //
 // Locks: Conn.mu guards pending/closed/closeErr only and is never held while calling out
-// (callbacks, socket I/O, owner locks). Owner locks (Client.mu, Server.mu) are never held
+// (callbacks, socket I/O, owner locks). Conn.wmu is held only around a socket write
+// (the writer's batch or one direct attempt) and takes no other lock. Owner locks (Client.mu, Server.mu) are never held
 // while taking Conn.mu either, so there is no lock nesting.
 
 // opaqueSeq is the process-wide request id counter; the first id is 1 (as the Go client).
@@ -117,6 +123,25 @@ type Conn struct {
 	slotFree  chan struct{}   // (cap 1) signalled when a handler finishes
 	lastWrite atomic.Int64    // unix nanoseconds of the last completed socket write
 
+	// Direct writes (writeDirect): a goroutine with a frame to send writes it to the
+	// socket itself when nothing is queued or being written, instead of waking the
+	// writer. wmu is held by whoever writes to the socket (the writer for a batch, a
+	// direct writer for one attempt) and guards the fields below.
+	wmu      sync.Mutex
+	raw      *rawWriter    // non-blocking write attempts; nil: no direct writes (TLS, not Linux)
+	one      [1][]byte     // the frame of a one-frame direct write (no slice allocation)
+	leftover [][]byte      // what a direct write could not write at once; the writer writes it first
+	kick     chan struct{} // (cap 1) tells the writer that leftover is waiting
+
+	// replies are the encoded answers of the requests handled on the reader (inline
+	// handlers, SYSTEM_BUSY), written in one go when the reader has no complete frame
+	// left to handle (flushReplies). Only the reader touches them.
+	replies     [][]byte
+	repliesSize int
+	// heldReplies counts the answers in replies (Shutdown waits for them as for
+	// requests in flight); the reader writes it, anyone reads it.
+	heldReplies atomic.Int32
+
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall
 	closed   bool
@@ -138,7 +163,9 @@ func newConn(nc net.Conn, remote string, opts *connOptions) *Conn {
 		flushed:  make(chan struct{}),
 		slotFree: make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
 		pending:  make(map[int32]*pendingCall),
+		raw:      newRawWriter(nc),
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
 	return c
@@ -340,6 +367,20 @@ func (c *Conn) send(ctx context.Context, frame []byte) error {
 	return nil
 }
 
+// sendDirect is send that first tries writing frame from the calling goroutine
+// (writeDirect), for a frame that is likely alone: a sync call's request, a handler's
+// answer. Bursts of frames from one goroutine (async calls, one-way requests) use send,
+// so that the writer coalesces them.
+func (c *Conn) sendDirect(ctx context.Context, frame []byte) error {
+	if len(frame) > c.opts.maxFrameSize {
+		return &FrameError{Field: "length", Reason: fmt.Sprintf("outgoing frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
+	}
+	if done, err := c.writeDirect1(frame); done {
+		return err
+	}
+	return c.send(ctx, frame)
+}
+
 // signalRoom wakes one sender waiting for queue room.
 func (c *Conn) signalRoom() {
 	select {
@@ -423,60 +464,171 @@ func (c *Conn) writeLoop() {
 	bufArr := make(net.Buffers, 0, maxBatchFrames)
 	bufs := new(net.Buffers) // one allocation per connection, not per write
 	for {
+		var f []byte
+		got := false
 		select {
 		case <-c.ctx.Done():
 			return
-		case f := <-c.out:
-			// Coalesce what is already queued (bounded) into one writev call.
-			batch = batch[:0]
-			size, marker := 0, false
-			for {
-				if f == nil { // flushQueued's marker
-					marker = true
-				} else {
-					batch = append(batch, f)
-					size += len(f)
-				}
-				if len(batch) >= maxBatchFrames || size >= maxBatchBytes || len(c.out) == 0 {
-					break
-				}
-				f = <-c.out // only this goroutine receives, and len > 0: does not block
+		case f = <-c.out:
+			got = true
+		case <-c.kick: // a direct write left a rest (c.leftover)
+		}
+		c.wmu.Lock()
+		// The rest of a direct write goes first: it was accepted before anything queued
+		// now, and half a frame must not be followed by another one.
+		batch = append(batch[:0], c.leftover...)
+		clear(c.leftover)
+		c.leftover = c.leftover[:0]
+		rest := len(batch) // batch[:rest] are parts of frames: not recycled
+		size, marker := 0, false
+		for _, b := range batch {
+			size += len(b)
+		}
+		// Coalesce what is already queued (bounded) into one writev call.
+		for got {
+			if f == nil { // flushQueued's marker
+				marker = true
+			} else {
+				batch = append(batch, f)
+				size += len(f)
 			}
-			var err error
-			if len(batch) > 0 {
-				if c.opts.writeTimeout > 0 {
-					_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
-				}
-				*bufs = append(bufArr[:0], batch...)
-				_, err = bufs.WriteTo(c.nc)
+			if len(batch) >= maxBatchFrames || size >= maxBatchBytes || len(c.out) == 0 {
+				break
 			}
-			if err == nil {
-				for _, f := range batch {
-					recycleFrame(f) // the queue owned it, and it is written
-				}
+			f = <-c.out // only this goroutine receives, and len > 0: does not block
+		}
+		var err error
+		if len(batch) > 0 {
+			if c.opts.writeTimeout > 0 {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.writeTimeout))
 			}
-			clear(batch) // drop references to written frames
-			if err == nil && size > 0 {
+			*bufs = append(bufArr[:0], batch...)
+			_, err = bufs.WriteTo(c.nc)
+		}
+		if err == nil {
+			for _, f := range batch[rest:] {
+				recycleFrame(f) // the queue owned it, and it is written
+			}
+			if size > 0 {
 				c.outBytes.Add(-int64(size))
-				c.signalRoom()
 			}
-			if err != nil {
-				c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
-				c.closeWith(fmt.Errorf("write: %w", err))
-				return
-			}
-			if marker {
-				close(c.flushed) // only one marker is ever sent (flushOnce)
-			}
+		}
+		c.wmu.Unlock()
+		clear(batch) // drop references to written frames
+		if err == nil && size > 0 {
+			c.signalRoom()
+		}
+		if err != nil {
+			c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+			c.closeWith(fmt.Errorf("write: %w", err))
+			return
+		}
+		if marker {
+			close(c.flushed) // only one marker is ever sent (flushOnce)
+		}
+		if len(batch) > 0 {
 			c.lastWrite.Store(time.Now().UnixNano())
 		}
 	}
 }
 
+// writeDirect1 is writeDirect of one frame.
+func (c *Conn) writeDirect1(frame []byte) (bool, error) {
+	if c.raw == nil || c.outBytes.Load() != 0 || !c.wmu.TryLock() {
+		return false, nil
+	}
+	c.one[0] = frame
+	done, rest, err := c.writeDirectLocked(c.one[:])
+	c.one[0] = nil
+	c.wmu.Unlock()
+	return c.afterDirect(done, rest, err)
+}
+
+// writeDirect writes frames (encoded frames the caller owns and hands over) on the
+// calling goroutine when the connection's write side is idle: no frame is queued or
+// being written (outBytes is zero) and no other goroutine writes (wmu is free). This
+// saves waking the writer goroutine, which costs a thread wake-up per frame when the
+// connection carries one request at a time. It makes one non-blocking write attempt:
+// what the socket does not take at once is handed to the writer (c.leftover, written
+// before anything queued later), so the caller never waits for a slow peer and the
+// write timeout and the outgoing-queue limits keep applying to it. false: the write side
+// is busy (or direct writes are unsupported), nothing was written, the caller queues the
+// frames. A socket error closes the connection and is returned (with true).
+func (c *Conn) writeDirect(frames [][]byte) (bool, error) {
+	if c.raw == nil || c.outBytes.Load() != 0 || !c.wmu.TryLock() {
+		return false, nil
+	}
+	done, rest, err := c.writeDirectLocked(frames)
+	c.wmu.Unlock()
+	return c.afterDirect(done, rest, err)
+}
+
+// writeDirectLocked is the write of writeDirect, under wmu. It reports whether it took
+// the frames (false: nothing written, the caller queues them), whether a rest was left
+// for the writer, and a socket error.
+func (c *Conn) writeDirectLocked(frames [][]byte) (done, rest bool, err error) {
+	// Frames counted in outBytes are queued or being written by the writer, which
+	// subtracts them only after writing, under wmu: zero here means every frame sent
+	// before this one is on the socket, so the write order is kept.
+	if c.outBytes.Load() != 0 || c.ctx.Err() != nil {
+		return false, false, nil
+	}
+	total := 0
+	for _, f := range frames {
+		total += len(f)
+	}
+	n, err := c.raw.write(frames)
+	if err != nil {
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return true, false, err
+		}
+		// The writer's last write deadline has passed: not a failure of this write; the
+		// writer writes it all under a fresh deadline.
+		n = 0
+	}
+	if n == total {
+		for _, f := range frames {
+			recycleFrame(f)
+		}
+		return true, false, nil
+	}
+	// The socket buffer is full: the writer writes the rest, under the write timeout.
+	c.outBytes.Add(int64(total - n))
+	for _, f := range frames {
+		if n >= len(f) {
+			n -= len(f)
+			recycleFrame(f)
+			continue
+		}
+		c.leftover = append(c.leftover, f[n:])
+		n = 0
+	}
+	return true, true, nil
+}
+
+// afterDirect finishes a direct write once wmu is released: it closes the connection on
+// a socket error and wakes the writer for a rest.
+func (c *Conn) afterDirect(done, rest bool, err error) (bool, error) {
+	switch {
+	case err != nil:
+		c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+		c.closeWith(fmt.Errorf("write: %w", err))
+		return true, &ConnError{Addr: c.remote, Op: "write", Err: err}
+	case rest:
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	case done:
+		c.lastWrite.Store(time.Now().UnixNano())
+	}
+	return done, nil
+}
+
 // busy reports whether an idle read timeout should be ignored: requests are being
 // handled, calls await responses, or we wrote recently (Java counts reads and writes).
 func (c *Conn) busy() bool {
-	return c.inFlight.Load() > 0 || c.pendingLen() > 0 ||
+	return c.inFlight.Load() > 0 || c.heldReplies.Load() > 0 || c.pendingLen() > 0 ||
 		time.Since(time.Unix(0, c.lastWrite.Load())) < c.opts.idleTimeout
 }
 
@@ -531,11 +683,15 @@ func setExt(cmd *RemotingCommand, ext []ExtField, hasExt, list bool) {
 }
 
 func (c *Conn) readLoop() {
+	defer c.dropReplies() // the connection is closing: no answer is written any more
 	br := bufio.NewReaderSize(c.nc, 8<<10)
 	// scratch receives each frame's ext fields before they become the command's map or
 	// list; it is cleared after every frame so that it keeps no header alive.
 	var scratch [32]ExtField
 	for {
+		if len(c.replies) > 0 && !frameBuffered(br) {
+			c.flushReplies() // about to wait for input: answer what was handled
+		}
 		err := c.awaitFrame(br)
 		var frame []byte
 		if err == nil {
@@ -582,6 +738,60 @@ func (c *Conn) readLoop() {
 // filled more, and each entry aliases the frame's header.
 func releaseScratch(scratch *[32]ExtField) { clear(scratch[:]) }
 
+// frameBuffered reports whether br holds a whole frame, so that reading it does not wait.
+func frameBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n < 4 {
+		return false
+	}
+	b, _ := br.Peek(4)
+	return int64(binary.BigEndian.Uint32(b))+4 <= int64(n)
+}
+
+// Replies handled on the reader are written together once this many are waiting (or
+// this many bytes), even when more complete frames are buffered.
+const (
+	maxReplyBatch      = 64
+	maxReplyBatchBytes = 64 << 10
+)
+
+// replyOnReader queues an encoded answer produced on the reader goroutine; it is
+// written with the other answers of the same burst of requests (flushReplies).
+func (c *Conn) replyOnReader(frame []byte) {
+	c.replies = append(c.replies, frame)
+	c.repliesSize += len(frame)
+	c.heldReplies.Add(1)
+	if len(c.replies) >= maxReplyBatch || c.repliesSize >= maxReplyBatchBytes {
+		c.flushReplies()
+	}
+}
+
+// flushReplies writes the answers queued by replyOnReader: directly from the reader in
+// one write when the connection's write side is idle, else through the writer's queue
+// (waiting for room as any sender does). Only the reader calls it.
+func (c *Conn) flushReplies() {
+	done, err := c.writeDirect(c.replies)
+	if !done {
+		for _, f := range c.replies {
+			if err = c.send(c.ctx, f); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		c.opts.log.Debug("remoting: responses not sent", "remote", c.remote, "conn", c.id, "err", err)
+	}
+	c.dropReplies()
+}
+
+// dropReplies forgets the answers flushReplies did not write (the reader is ending).
+func (c *Conn) dropReplies() {
+	clear(c.replies)
+	c.replies = c.replies[:0]
+	c.repliesSize = 0
+	c.heldReplies.Store(0)
+}
+
 func (c *Conn) logReadErr(err error) {
 	var fe *FrameError
 	var he *HeaderError
@@ -602,7 +812,11 @@ func (c *Conn) logReadErr(err error) {
 func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	if c.opts.inline != nil && c.opts.inline(req.Code) {
 		c.inFlight.Add(1) // Shutdown and the idle check see it being handled
-		c.handle(req, st)
+		if resp := c.safeServe(req); resp != nil && !req.IsOneway() {
+			if frame := c.encodeReply(req, resp, st); frame != nil {
+				c.replyOnReader(frame)
+			}
+		}
 		c.inFlight.Add(-1)
 		return
 	}
@@ -625,12 +839,17 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	if why := full(); why != "" {
 		c.opts.log.Debug("remoting: connection busy", "remote", c.remote, "conn", c.id, "reason", why)
 		if !req.IsOneway() {
-			c.reply(req, NewResponse(SystemBusy, "[OVERLOAD]system busy, "+why), st)
+			if frame := c.encodeReply(req, NewResponse(SystemBusy, "[OVERLOAD]system busy, "+why), st); frame != nil {
+				c.replyOnReader(frame)
+			}
 			return
 		}
 		// A one-way request cannot be told "busy": stop reading this connection until a
 		// handler finishes, so TCP flow control slows the sender instead of the request
 		// being dropped.
+		if len(c.replies) > 0 {
+			c.flushReplies()
+		}
 		for full() != "" {
 			select {
 			case <-c.slotFree:
@@ -780,7 +999,7 @@ func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
 	if frame == nil {
 		return
 	}
-	if err := c.send(c.ctx, frame); err != nil {
+	if err := c.sendDirect(c.ctx, frame); err != nil {
 		c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
 	}
 }
@@ -811,6 +1030,32 @@ type result struct {
 // until the response arrives or the connection closes. Connection loss gives a
 // [*ConnError]; an encoding problem a [*HeaderError] or [*FrameError].
 func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingCommand, error) {
+	return c.invoke(ctx, 0, req)
+}
+
+// syncCall is the state of one synchronous call, recycled (syncCalls) once nothing can
+// complete it any more: its channel was received from, or its pending entry was taken
+// back before anyone completed it.
+type syncCall struct {
+	ch chan result
+	p  pendingCall
+}
+
+var syncCalls = sync.Pool{New: func() any {
+	sc := &syncCall{ch: make(chan result, 1)}
+	sc.p.complete = func(cmd *RemotingCommand, err error) { sc.ch <- result{cmd, err} }
+	return sc
+}}
+
+// done recycles sc; only after its channel was received from or its entry taken back.
+func (sc *syncCall) done() {
+	sc.p.req, sc.p.deadline = nil, 0
+	syncCalls.Put(sc)
+}
+
+// invoke is Invoke with, when deadline (unix ns) is not zero, a timeout enforced by the
+// client's deadline sweep (Client.InvokeSyncTimeout) instead of by ctx.
+func (c *Conn) invoke(ctx context.Context, deadline int64, req *RemotingCommand) (*RemotingCommand, error) {
 	if err := ctx.Err(); err != nil { // do not send what nobody waits for
 		return nil, timeoutErr(c.remote, req, err)
 	}
@@ -818,28 +1063,37 @@ func (c *Conn) Invoke(ctx context.Context, req *RemotingCommand) (*RemotingComma
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan result, 1)
+	sc := syncCalls.Get().(*syncCall)
+	sc.p.extList = c.opts.extListResponses.has(req.Code)
+	sc.p.deadline = deadline
+	if deadline != 0 {
+		sc.p.req = req // the sweep names it in its timeout error
+	}
 	op := req.Opaque
-	p := &pendingCall{complete: func(cmd *RemotingCommand, err error) { ch <- result{cmd, err} },
-		extList: c.opts.extListResponses.has(req.Code)}
-	if err := c.register(op, p); err != nil {
+	if err := c.register(op, &sc.p); err != nil {
+		sc.done()
 		return nil, err
 	}
-	if err := c.send(ctx, frame); err != nil {
+	if err := c.sendDirect(ctx, frame); err != nil {
 		if p, _ := c.take(op); p == nil {
-			r := <-ch // completed by a concurrent close
+			r := <-sc.ch // completed by a concurrent close or the sweep
+			sc.done()
 			return r.cmd, r.err
 		}
+		sc.done()
 		return nil, err
 	}
 	select {
-	case r := <-ch:
+	case r := <-sc.ch:
+		sc.done()
 		return r.cmd, r.err
 	case <-ctx.Done():
 		if p, _ := c.take(op); p != nil {
+			sc.done()
 			return nil, timeoutErr(c.remote, req, ctx.Err())
 		}
-		r := <-ch // the response or a close won the race
+		r := <-sc.ch // the response or a close won the race
+		sc.done()
 		return r.cmd, r.err
 	}
 }

@@ -240,9 +240,11 @@ func (s *Server) Handle(code RequestCode, h Handler) {
 // network, a timer or another request (a SEND_MESSAGE stored without waiting for an
 // fsync, say): h runs on the connection's reader goroutine instead of a goroutine of its
 // own, so requests of this code from one connection are handled one after another, in
-// arrival order, while the reader does not read; their responses still go through the
-// connection's writer, which coalesces them into one write per burst. This saves a
-// goroutine start and two hand-offs per request. A handler that blocks stalls its whole
+// arrival order, while the reader does not read; their responses are written together
+// once the reader has handled every complete request it holds: by the reader itself, in
+// one non-blocking write, when nothing else is queued or being written on the
+// connection, else through the connection's writer. This saves a goroutine start and
+// the hand-offs to a handler and to the writer per request. A handler that blocks stalls its whole
 // connection (every other request on it waits), and one that calls back into the same
 // connection with [Conn.Invoke] deadlocks until the call times out: use Handle for those.
 // Inline requests are not counted against MaxInFlightPerConn. A nil h removes the handler.
@@ -539,7 +541,7 @@ func waitHandlers(ctx context.Context, conns []*Conn, grace time.Duration) {
 	for {
 		busy := false
 		for _, c := range conns {
-			if c.inFlight.Load() > 0 {
+			if c.inFlight.Load() > 0 || c.heldReplies.Load() > 0 {
 				busy = true
 				break
 			}

@@ -307,6 +307,13 @@ func (c *Client) InvokeSync(ctx context.Context, addr string, req *remoting.Remo
 	return c.rc.InvokeSync(ctx, addr, req)
 }
 
+// InvokeSyncTimeout is InvokeSync failing the call with remoting.ErrTimeout after
+// timeout, detected by the remoting client's sweep instead of a timer and a derived
+// context per call (see remoting.Client.InvokeSyncTimeout).
+func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *remoting.RemotingCommand, timeout time.Duration) (*remoting.RemotingCommand, error) {
+	return c.rc.InvokeSyncTimeout(ctx, addr, req, timeout)
+}
+
 // InvokeAsync sends req to addr and returns once it is queued; cb then gets the response
 // or an error exactly once, in a goroutine of the remoting client (see
 // remoting.Client.InvokeAsync: ctx bounds the wait, and when InvokeAsync returns an
