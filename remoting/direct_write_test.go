@@ -236,3 +236,50 @@ func TestInvokeSyncTimeout(t *testing.T) {
 		t.Fatal("timeout 0 accepted")
 	}
 }
+
+// TestInlineAnswersOfABurstAreWrittenBeforeTheReaderWaits: requests written in one burst
+// to an inline handler are answered together, and when the reader stops in the middle of
+// the next frame (waiting for the rest of it) the answers it holds are already written.
+func TestInlineAnswersOfABurstAreWrittenBeforeTheReaderWaits(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.HandleInline(SendMessage, echoHandler)
+	nc := rawDial(t, s.Addr())
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	const burst = 10
+	var out []byte
+	for i := 0; i <= burst; i++ {
+		req := NewRequest(SendMessage, map[string]string{"i": strconv.Itoa(i)}, []byte("body"))
+		req.Opaque = int32(i + 1)
+		f, err := req.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f...)
+	}
+	lastLen := len(out) / (burst + 1) // all frames have the same size up to the index digits
+	half := len(out) - lastLen/2      // the burst and half of the last request
+	if _, err := nc.Write(out[:half]); err != nil {
+		t.Fatal(err)
+	}
+	readAnswer := func(i int) {
+		t.Helper()
+		f, err := ReadFrame(nc, 0)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		resp, _, err := DecodeFrame(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Opaque != int32(i+1) || resp.ExtFields["i"] != strconv.Itoa(i) {
+			t.Fatalf("answer %d: opaque %d, ext %v", i, resp.Opaque, resp.ExtFields)
+		}
+	}
+	for i := 0; i < burst; i++ {
+		readAnswer(i) // written while the last request is incomplete
+	}
+	if _, err := nc.Write(out[half:]); err != nil {
+		t.Fatal(err)
+	}
+	readAnswer(burst)
+}
