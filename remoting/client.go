@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -284,6 +285,37 @@ func (c *Client) conn(ctx context.Context, addr string) (*Conn, error) {
 	return e.conn, nil // closed again right after dialing; the call reports the ConnError
 }
 
+// connWithin is conn with the dial, when addr has no usable connection yet, also bounded
+// by timeout: the timeout of a call covers connecting too. A ready connection costs no
+// derived context.
+func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Duration) (*Conn, error) {
+	c.mu.Lock()
+	e := c.conns[addr]
+	c.mu.Unlock()
+	if e != nil {
+		select {
+		case <-e.ready:
+			if e.err == nil && e.conn.ctx.Err() == nil {
+				return e.conn, nil
+			}
+		default:
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return c.conn(dctx, addr)
+}
+
+// deadlineAfter returns the unix-ns time timeout from now, saturated at the largest
+// int64 (a timeout of centuries must not wrap around into the past).
+func deadlineAfter(timeout time.Duration) int64 {
+	now := time.Now().UnixNano()
+	if timeout >= time.Duration(math.MaxInt64-now) {
+		return math.MaxInt64
+	}
+	return now + int64(timeout)
+}
+
 // closedConn reports whether the entry holds a dialed connection that has closed.
 func (e *clientEntry) closedConn() bool {
 	select {
@@ -358,19 +390,19 @@ func (c *Client) InvokeSync(ctx context.Context, addr string, req *RemotingComma
 // [Client.InvokeAsyncTimeout]) fails the call with an error wrapping [ErrTimeout] and
 // context.DeadlineExceeded between timeout and timeout + 10 ms after it was sent. ctx
 // ending first fails it at once with an error wrapping [ErrTimeout] and ctx.Err().
-// timeout must be positive. The dial, when addr has no connection yet, is bounded by
-// ctx and DialTimeout.
+// timeout must be positive (one of centuries means no deadline). The dial, when addr has
+// no connection yet, is bounded by timeout too, and by ctx and DialTimeout.
 func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration) (*RemotingCommand, error) {
 	if timeout <= 0 {
 		return nil, fmt.Errorf("remoting: InvokeSyncTimeout: timeout %v: must be positive", timeout)
 	}
-	conn, err := c.conn(ctx, addr)
+	conn, err := c.connWithin(ctx, addr, timeout)
 	if err != nil {
 		return nil, err
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)
-	return conn.invoke(ctx, time.Now().Add(timeout).UnixNano(), req)
+	return conn.invoke(ctx, deadlineAfter(timeout), req)
 }
 
 // InvokeAsync sends req to addr and returns once it is queued; cb is then called exactly
@@ -401,8 +433,8 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 // sweep per client every 10 ms (so between timeout and timeout + 10 ms, and within
 // 10 ms of ctx ending, plus the wait behind the connection's earlier callbacks and for
 // a CPU on a loaded machine), which costs no timer and no context registration per call.
-// timeout must be positive. The dial, when addr has no connection yet, is bounded by
-// ctx and DialTimeout.
+// timeout must be positive (one of centuries means no deadline). The dial, when addr has
+// no connection yet, is bounded by timeout too, and by ctx and DialTimeout.
 func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration, cb func(*RemotingCommand, error)) error {
 	if cb == nil {
 		return errors.New("remoting: InvokeAsyncTimeout needs a callback")
@@ -410,13 +442,13 @@ func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *Remot
 	if timeout <= 0 {
 		return fmt.Errorf("remoting: InvokeAsyncTimeout: timeout %v: must be positive", timeout)
 	}
-	conn, err := c.conn(ctx, addr)
+	conn, err := c.connWithin(ctx, addr, timeout)
 	if err != nil {
 		return err
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)
-	return conn.invokeAsyncWith(ctx, time.Now().Add(timeout).UnixNano(), true, req, cb)
+	return conn.invokeAsyncWith(ctx, deadlineAfter(timeout), true, req, cb)
 }
 
 // InvokeOneway sends req to addr with the ONEWAY flag bit (bit1) set and waits for
