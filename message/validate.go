@@ -30,6 +30,8 @@ type ValidationError struct {
 	Value  int // the offending size in bytes (0 when not a size rule)
 }
 
+// Error implements error: "invalid <Field>: <Reason>", with the size and the limit for a
+// size rule.
 func (e *ValidationError) Error() string {
 	if e.Limit > 0 {
 		return fmt.Sprintf("invalid %s: %s (%d bytes, limit %d)", e.Field, e.Reason, e.Value, e.Limit)
