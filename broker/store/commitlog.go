@@ -59,6 +59,11 @@ type commitLog struct {
 	writePos atomic.Int64
 
 	wmap writerMap // the writer's mapping of the segment it fills; only the writer uses it
+
+	// pwriteOnly writes every record with pwrite instead of through wmap (SYNC_FLUSH):
+	// each group commit's fsync cleans the page being filled, and the next copy into the
+	// mapping faults on it again (page_mkwrite), which costs more than a system call.
+	pwriteOnly bool
 }
 
 // writerMap is the shared, writable memory mapping of the segment the writer is filling.
@@ -94,7 +99,7 @@ var pageSize = int64(os.Getpagesize())
 // through the writer's mapping (see writerMap) or with pwrite. Only the writer calls it.
 func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
 	m := &cl.wmap
-	if len(b) >= directWriteMin {
+	if len(b) >= directWriteMin || cl.pwriteOnly {
 		if _, err := seg.f.WriteAt(b, off); err != nil {
 			return fmt.Errorf("store: write commitlog: %w", err)
 		}

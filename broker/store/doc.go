@@ -28,10 +28,11 @@
 // lock, assigns the commitlog offset (the write position, rolling to a new segment if
 // needed), the queue offset (the consume queue's next entry) and the store timestamp, patches
 // those three fields into the encoded bytes, copies the record into a shared memory mapping
-// of the segment being filled (on Linux, for writes under 16 KiB; pwrite for larger batches,
-// where a page fault per fresh page costs more than the system call, elsewhere, or when
-// mapping fails; pages behind the writer are released from the process every 8 MiB, so the
-// resident set does not grow), appends the consume-queue entry the same way, by a copy into
+// of the segment being filled (on Linux, for writes under 16 KiB with ASYNC_FLUSH; pwrite for
+// larger batches, where a page fault per fresh page costs more than the system call, with
+// SYNC_FLUSH, where every group commit's fsync cleans the page being filled and the next
+// copy would fault on it again, elsewhere, or when mapping fails; pages behind the writer
+// are released from the process every 8 MiB, so the resident set does not grow), appends the consume-queue entry the same way, by a copy into
 // a shared mapping of the consume-queue file being filled (no system call per put; at most
 // 256 files are mapped at once, least recently written ones unmapped first, and with more
 // busy queues than that a file is mapped again only after 64 pwrites; pages behind the

@@ -5,6 +5,7 @@ package store
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -135,5 +136,30 @@ func TestWriterMapFaultFallsBackToPwrite(t *testing.T) {
 	back := make([]byte, len(data))
 	if err := cl.readAt(back, seg.start+512<<10); err != nil || !bytes.Equal(back, data) {
 		t.Fatalf("the bytes of the faulted write do not read back: %v", err)
+	}
+}
+
+// TestSyncFlushWritesWithPwrite: a SYNC_FLUSH store writes its commitlog with pwrite (no
+// writer mapping: each group commit would clean the page being filled and the next copy
+// fault on it again); an ASYNC_FLUSH store writes small records through the mapping.
+func TestSyncFlushWritesWithPwrite(t *testing.T) {
+	for _, ft := range []FlushDiskType{SyncFlush, AsyncFlush} {
+		s, err := Open(Config{Dir: t.TempDir(), CommitLogSegmentSize: 1 << 20, FlushDiskType: ft})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if _, err := s.PutMessage(context.Background(), newMsg("T", 0, fmt.Sprint("body ", i), "A"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mapped := s.cl.wmap.data != nil
+		if got, err := s.GetMessage("T", 0, 0, 32, 1<<20, nil); err != nil || len(got.Records) != 10 {
+			t.Fatalf("%v: read back %d messages: %v", ft, len(got.Records), err)
+		}
+		s.Close()
+		if mapped != (ft == AsyncFlush) {
+			t.Errorf("%v: writer mapping in use %v", ft, mapped)
+		}
 	}
 }

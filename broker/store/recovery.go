@@ -43,6 +43,7 @@ func (s *Store) recover() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	cl.pwriteOnly = s.cfg.FlushDiskType == SyncFlush
 	s.cl = cl
 	first := cl.minOffset()
 	var dataEnd int64 = first
