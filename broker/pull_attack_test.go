@@ -116,6 +116,9 @@ func TestPullAttackRetentionAndDelete(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// One deletion per tick: paced so that there are records left to read.
+		pace := time.NewTicker(15 * time.Millisecond)
+		defer pace.Stop()
 		for i := 0; i < 4000 && !stop.Load(); i++ {
 			n, err := b.store.DeleteExpiredFiles(time.Now().Add(time.Hour), 1)
 			if err != nil {
@@ -123,7 +126,7 @@ func TestPullAttackRetentionAndDelete(t *testing.T) {
 				return
 			}
 			deleted.Add(int64(n))
-			time.Sleep(15 * time.Millisecond) // pacing of the attack (keeps records to read), not synchronisation
+			<-pace.C
 		}
 	}()
 	clients := []*remoting.Client{newClient(t), newClient(t), newClient(t)}
