@@ -22,21 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = testkit.Quiet()
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
-func shutdown(t *testing.T, f func(context.Context) error) {
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := f(c); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-}
+func ctx(t *testing.T) context.Context { return testkit.Context(t, 10*time.Second) }
 
 func startNS(t *testing.T) *namesrv.NameServer {
 	t.Helper()
@@ -47,7 +33,7 @@ func startNS(t *testing.T) *namesrv.NameServer {
 	if err := ns.Start(); err != nil {
 		t.Fatal(err)
 	}
-	shutdown(t, ns.Shutdown)
+	testkit.ShutdownOnCleanup(t, ns.Shutdown)
 	return ns
 }
 
@@ -83,7 +69,7 @@ func startFakeBroker(t *testing.T, ns, cluster, name string) *fakeBroker {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	shutdown(t, srv.Shutdown)
+	testkit.ShutdownOnCleanup(t, srv.Shutdown)
 	t.Cleanup(func() { cli.Close() })
 	if err := b.register(ctx(t)); err != nil {
 		t.Fatal(err)

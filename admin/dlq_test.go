@@ -36,7 +36,7 @@ func newDLQEnv(t *testing.T) *dlqEnv {
 	if err := e.p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	shutdown(t, e.p.Shutdown)
+	testkit.ShutdownOnCleanup(t, e.p.Shutdown)
 	if e.rc, err = remoting.NewClient(remoting.ClientConfig{Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if err := pc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, pc.Shutdown)
+	testkit.ShutdownOnCleanup(t, pc.Shutdown)
 	for q := range 2 {
 		mq := message.MessageQueue{Topic: "Orders", BrokerName: e.b.Name(), QueueID: q}
 		if _, err := pc.Pull(ctx(t), consumer.PullRequest{Queue: mq, Offset: 0, MaxNums: 1}); err != nil {

@@ -279,7 +279,7 @@ func TestPagesOverHTTP(t *testing.T) {
 	if err := pc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, pc.Shutdown)
+	testkit.ShutdownOnCleanup(t, pc.Shutdown)
 	mq := message.MessageQueue{Topic: "Orders", BrokerName: e.b.Name(), QueueID: 0}
 	if _, err := pc.Pull(ctx(t), consumer.PullRequest{Queue: mq, Offset: 0, MaxNums: 1}); err != nil {
 		t.Fatal(err)
@@ -376,7 +376,7 @@ func TestInconsistentGroupWarned(t *testing.T) {
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		cleanup(t, c.Shutdown)
+		testkit.ShutdownOnCleanup(t, c.Shutdown)
 	}
 	var body string
 	testkit.WaitFor(t, 10*time.Second, func() bool {

@@ -22,21 +22,7 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
-func cleanup(t *testing.T, f func(context.Context) error) {
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := f(c); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-}
+func ctx(t *testing.T) context.Context { return testkit.Context(t, 20*time.Second) }
 
 // env is an ephemeral broker, an admin client, a producer, a raw remoting client and a
 // running console.
@@ -57,7 +43,7 @@ func newEnv(t *testing.T, mod func(*console.Config), bcfg broker.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, stop)
+	testkit.ShutdownOnCleanup(t, stop)
 	e := &env{b: b}
 	if e.a, err = admin.New(admin.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Timeout: 15 * time.Second, Logger: quiet}); err != nil {
 		t.Fatal(err)
@@ -76,7 +62,7 @@ func newEnv(t *testing.T, mod func(*console.Config), bcfg broker.Config) *env {
 	if err := e.c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, e.c.Shutdown)
+	testkit.ShutdownOnCleanup(t, e.c.Shutdown)
 	e.base = "http://" + e.c.Addr()
 	return e
 }
@@ -93,7 +79,7 @@ func (e *env) producer(t *testing.T) *producer.Producer {
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, p.Shutdown)
+	testkit.ShutdownOnCleanup(t, p.Shutdown)
 	e.p = p
 	return p
 }

@@ -49,7 +49,7 @@ func TestParkedSends(t *testing.T) {
 		}
 		c.Parked = task
 	}, broker.Config{})
-	cleanup(t, task.Shutdown)
+	testkit.ShutdownOnCleanup(t, task.Shutdown)
 	sendVia.Store(e.producer(t).AsSendFunc())
 	if _, err := e.a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "Orders", Queues: 1}); err != nil {
 		t.Fatal(err)

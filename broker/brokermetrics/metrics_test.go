@@ -27,21 +27,7 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
-func cleanup(t *testing.T, f func(context.Context) error) {
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := f(c); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-}
+func ctx(t *testing.T) context.Context { return testkit.Context(t, 10*time.Second) }
 
 // httpc keeps no idle connections, so no goroutine of it outlives a test.
 var httpc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
@@ -102,13 +88,13 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, stop)
+	testkit.ShutdownOnCleanup(t, stop)
 	ms, err := brokermetrics.Start(brokermetrics.Config{Addr: "127.0.0.1:0", Pprof: true, Logger: quiet,
 		Collectors: []prometheus.Collector{brokermetrics.NewCollector(b), brokermetrics.NewNameServerCollector(b.EmbeddedNameServer())}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, ms.Shutdown)
+	testkit.ShutdownOnCleanup(t, ms.Shutdown)
 	url := "http://" + ms.Addr()
 
 	a, err := admin.New(admin.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Logger: quiet})
@@ -129,7 +115,7 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, p.Shutdown)
+	testkit.ShutdownOnCleanup(t, p.Shutdown)
 	bodyBytes := 0
 	var first *message.SendResult
 	for i := range 5 {
@@ -155,7 +141,7 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if err := pc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, pc.Shutdown)
+	testkit.ShutdownOnCleanup(t, pc.Shutdown)
 	mq := message.MessageQueue{Topic: "T", BrokerName: b.Name(), QueueID: 0}
 	res, err := pc.Pull(ctx(t), consumer.PullRequest{Queue: mq, Offset: 0})
 	if err != nil || len(res.Messages) != 5 {
@@ -301,7 +287,7 @@ func TestPprofOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cleanup(t, ms.Shutdown)
+	testkit.ShutdownOnCleanup(t, ms.Shutdown)
 	resp, err := httpc.Get("http://" + ms.Addr() + "/debug/pprof/")
 	if err != nil {
 		t.Fatal(err)

@@ -57,11 +57,7 @@ func newClient(t *testing.T) *remoting.Client {
 	return c
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t *testing.T) context.Context { return testkit.Context(t, 5*time.Second) }
 
 func topics(version int64, tcs ...*wire.TopicConfig) wire.TopicConfigSerializeWrapper {
 	w := wire.TopicConfigSerializeWrapper{

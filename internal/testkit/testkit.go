@@ -148,3 +148,22 @@ func HasReason(rs []middleware.Reason, r middleware.Reason) bool {
 	}
 	return false
 }
+
+// Context returns a context that ends after d or when the test ends, whichever is first.
+func Context(t testing.TB, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
+
+// ShutdownOnCleanup registers f to run when the test ends, with a context of 5 s, and
+// reports its error as a test error: for anything with a Shutdown(ctx) error.
+func ShutdownOnCleanup(t testing.TB, f func(context.Context) error) {
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f(c); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+}
