@@ -112,19 +112,8 @@ func TestOfficialClientWithCredentials(t *testing.T) {
 		t.Fatal("the wrong secret was not refused by the ACL")
 	}
 
-	sp, err := producer.New(producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_acl_sluice", Logger: log,
+	sp := startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_acl_sluice", Logger: log,
 		InstanceName: clientInstance(t, "sluice"), Credentials: remoting.Credentials{AccessKey: "appKey01", SecretKey: "appSecret01"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sp.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = sp.Shutdown(c)
-	})
 	for i := range 5 {
 		if res, err := sp.SendSync(ctx, message.NewMessage(topic, []byte{'s', byte('0' + i)})); err != nil || res.Status != message.SendOK {
 			t.Fatalf("sluice send with credentials: %v %v", res, err)

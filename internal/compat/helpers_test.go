@@ -549,15 +549,11 @@ func officialProducer(t *testing.T, e *env, instance string) sendFunc {
 	}
 }
 
-func sluiceProducer(t *testing.T, e *env, instance string) sendFunc {
+// startSluiceProducer creates and starts a Sluice producer with cfg and shuts it down
+// (reporting a failure) when the test ends.
+func startSluiceProducer(t *testing.T, cfg producer.Config) *producer.Producer {
 	t.Helper()
-	p, err := producer.New(producer.Config{
-		NamesrvAddrs: []string{e.ns()},
-		Group:        "compat_sluice_producer",
-		InstanceName: clientInstance(t, instance),
-		SendTimeout:  5 * time.Second,
-		Logger:       e.log,
-	})
+	p, err := producer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,6 +566,18 @@ func sluiceProducer(t *testing.T, e *env, instance string) sendFunc {
 		if err := p.Shutdown(ctx); err != nil {
 			t.Errorf("sluice producer shutdown: %v", err)
 		}
+	})
+	return p
+}
+
+func sluiceProducer(t *testing.T, e *env, instance string) sendFunc {
+	t.Helper()
+	p := startSluiceProducer(t, producer.Config{
+		NamesrvAddrs: []string{e.ns()},
+		Group:        "compat_sluice_producer",
+		InstanceName: clientInstance(t, instance),
+		SendTimeout:  5 * time.Second,
+		Logger:       e.log,
 	})
 	return func(ctx context.Context, m testMsg) error {
 		msg := message.NewMessage(m.topic, m.body)

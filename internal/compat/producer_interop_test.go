@@ -80,21 +80,7 @@ func pcOfficialProducer(t *testing.T, b *broker.Broker, instance string, opts ..
 
 func pcSluiceProducer(t *testing.T, b *broker.Broker, instance string) *producer.Producer {
 	t.Helper()
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, InstanceName: instance, Logger: pcQuiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("producer shutdown: %v", err)
-		}
-	})
-	return p
+	return startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, InstanceName: instance, Logger: pcQuiet})
 }
 
 // pcArrival is one delivered message in client-neutral form, with its arrival time.

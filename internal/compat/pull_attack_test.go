@@ -128,18 +128,7 @@ func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	var sent atomic.Int64
 	for w := range 3 {
-		p, err := producer.New(producer.Config{NamesrvAddrs: []string{e.ns()}, Group: "pgAtk", InstanceName: clientInstance(t, "p"+strconv.Itoa(w)), Logger: e.log, SendTimeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = p.Shutdown(ctx)
-		})
+		p := startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{e.ns()}, Group: "pgAtk", InstanceName: clientInstance(t, "p"+strconv.Itoa(w)), Logger: e.log, SendTimeout: 20 * time.Second})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -71,19 +71,8 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sp, err := producer.New(producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_tls_sluice", Logger: log,
+	sp := startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_tls_sluice", Logger: log,
 		InstanceName: clientInstance(t, "sluice-producer"), TLS: clientTLS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sp.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = sp.Shutdown(c)
-	})
 	for i := range 5 {
 		if res, err := sp.SendSync(ctx, message.NewMessage(topic, []byte{'s', byte('0' + i)})); err != nil || res.Status != message.SendOK {
 			t.Fatalf("sluice send over TLS: %v %v", res, err)
