@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -122,6 +123,7 @@ type Conn struct {
 	room      chan struct{}   // (cap 1) signalled when the writer wrote a batch
 	slotFree  chan struct{}   // (cap 1) signalled when a handler finishes
 	lastWrite atomic.Int64    // unix nanoseconds of the last completed socket write
+	readBuf   atomic.Int32    // size of the reader's buffer (tests)
 
 	// Direct writes (writeDirect): a goroutine with a frame to send writes it to the
 	// socket itself when nothing is queued or being written, instead of waking the
@@ -637,6 +639,9 @@ func (c *Conn) busy() bool {
 // byte is there, the rest of the frame must arrive within the frame timeout (a
 // half-sent frame does not hold the connection open for ever).
 func (c *Conn) awaitFrame(br *bufio.Reader) error {
+	if frameBuffered(br) {
+		return nil // the whole frame is in memory: reading it cannot wait
+	}
 	frameTimeout := c.opts.frameTimeout
 	if frameTimeout <= 0 || (c.opts.idleTimeout > 0 && c.opts.idleTimeout < frameTimeout) {
 		frameTimeout = c.opts.idleTimeout
@@ -684,13 +689,19 @@ func setExt(cmd *RemotingCommand, ext []ExtField, hasExt, list bool) {
 
 func (c *Conn) readLoop() {
 	defer c.dropReplies() // the connection is closing: no answer is written any more
-	br := bufio.NewReaderSize(c.nc, 8<<10)
+	src := &readSource{nc: c.nc}
+	br := bufio.NewReaderSize(src, readBufSmall)
+	c.readBuf.Store(readBufSmall)
 	// scratch receives each frame's ext fields before they become the command's map or
 	// list; it is cleared after every frame so that it keeps no header alive.
 	var scratch [32]ExtField
 	for {
 		if len(c.replies) > 0 && !frameBuffered(br) {
 			c.flushReplies() // about to wait for input: answer what was handled
+		}
+		if src.full && br.Size() < readBufLarge {
+			br = growReader(br, src)
+			c.readBuf.Store(int32(br.Size()))
 		}
 		err := c.awaitFrame(br)
 		var frame []byte
@@ -731,6 +742,43 @@ func (c *Conn) readLoop() {
 		releaseScratch(&scratch)
 		c.dispatch(cmd, st)
 	}
+}
+
+// A connection reads through a buffer of readBufSmall bytes until a read fills
+// readBurst bytes or more of room in one go (the socket held more than that: requests
+// arrive in bursts), and through one of readBufLarge bytes from then on, so that a busy
+// connection takes a burst of requests in one system call (64 KiB: about 50 sends of
+// 1 KiB) while the many quiet connections of a broker keep a small buffer.
+const (
+	readBufSmall = 8 << 10
+	readBufLarge = 64 << 10
+	readBurst    = 4 << 10
+)
+
+// readSource is what a connection's read buffer reads from: the socket, noting when a
+// read filled readBurst bytes of room or more (full).
+type readSource struct {
+	nc   net.Conn
+	full bool
+}
+
+func (r *readSource) Read(p []byte) (int, error) {
+	n, err := r.nc.Read(p)
+	if n == len(p) && n >= readBurst {
+		r.full = true
+	}
+	return n, err
+}
+
+// growReader returns a reader of readBufLarge bytes that yields what br holds and then
+// reads from src.
+func growReader(br *bufio.Reader, src io.Reader) *bufio.Reader {
+	var r io.Reader = src
+	if n := br.Buffered(); n > 0 {
+		held, _ := br.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(held)), src)
+	}
+	return bufio.NewReaderSize(r, readBufLarge)
 }
 
 // releaseScratch clears all of readLoop's scratch array after a frame, not just the
