@@ -191,6 +191,13 @@ type Config struct {
 	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
 	// TCP).
 	TLS *tls.Config
+	// JSONHeaders makes the consumer send RocketMQ's JSON request headers instead of the
+	// binary ones (serialize type ROCKETMQ, PROTOCOL.md §1.3). Default false: binary
+	// headers, which RocketMQ brokers and name servers have decoded since 4.0 (Java
+	// clients send them with -Drocketmq.serialize.type=ROCKETMQ) and which cost less CPU
+	// to encode and decode on both sides; servers answer in the request's encoding. Set it
+	// for a server or proxy that reads only JSON headers.
+	JSONHeaders bool
 	// MaxDecompressedSize bounds one message body after decompression, in bytes. A body
 	// flagged compressed that is larger, or not valid zlib, is never handed to a handler
 	// (nor inflated past the limit): the push consumer moves it to %DLQ%<group> with an

@@ -37,6 +37,13 @@ type PullConfig struct {
 	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
 	// TCP).
 	TLS *tls.Config
+	// JSONHeaders makes the consumer send RocketMQ's JSON request headers instead of the
+	// binary ones (serialize type ROCKETMQ, PROTOCOL.md §1.3). Default false: binary
+	// headers, which RocketMQ brokers and name servers have decoded since 4.0 (Java
+	// clients send them with -Drocketmq.serialize.type=ROCKETMQ) and which cost less CPU
+	// to encode and decode on both sides; servers answer in the request's encoding. Set it
+	// for a server or proxy that reads only JSON headers.
+	JSONHeaders bool
 	// MaxDecompressedSize bounds one message body after decompression, in bytes. A body
 	// flagged compressed that is larger, or not valid zlib, is never handed to a handler
 	// (nor inflated past the limit): the push consumer moves it to %DLQ%<group> with an
@@ -157,7 +164,7 @@ func NewPullConsumer(cfg PullConfig) (*PullConsumer, error) {
 		cfg.Logger = slog.Default()
 	}
 	cl, err := client.New(client.Config{NamesrvAddrs: cfg.NamesrvAddrs, InstanceName: cfg.InstanceName, Logger: cfg.Logger,
-		Credentials: cfg.Credentials, TLS: cfg.TLS})
+		Credentials: cfg.Credentials, TLS: cfg.TLS, SerializeType: client.HeaderEncoding(cfg.JSONHeaders)})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}

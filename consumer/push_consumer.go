@@ -158,6 +158,7 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 		Logger:               cfg.Logger,
 		Credentials:          cfg.Credentials,
 		TLS:                  cfg.TLS,
+		SerializeType:        client.HeaderEncoding(cfg.JSONHeaders),
 		RouteRefreshInterval: cfg.routeRefreshInterval,
 		HeartbeatInterval:    cfg.HeartbeatInterval,
 		Heartbeat:            c.heartbeatData,

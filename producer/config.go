@@ -154,6 +154,13 @@ type Config struct {
 	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
 	// TCP).
 	TLS *tls.Config
+	// JSONHeaders makes the producer send RocketMQ's JSON request headers instead of the
+	// binary ones (serialize type ROCKETMQ, PROTOCOL.md §1.3). Default false: binary
+	// headers, which RocketMQ brokers and name servers have decoded since 4.0 (Java
+	// clients send them with -Drocketmq.serialize.type=ROCKETMQ) and which cost less CPU
+	// to encode and decode on both sides; servers answer in the request's encoding. Set it
+	// for a server or proxy that reads only JSON headers.
+	JSONHeaders bool
 
 	// Test hooks (zero = production default).
 	routeRefreshInterval time.Duration                            // 30s

@@ -89,6 +89,7 @@ func New(cfg Config) (*Producer, error) {
 		Logger:               cfg.Logger,
 		Credentials:          cfg.Credentials,
 		TLS:                  cfg.TLS,
+		SerializeType:        client.HeaderEncoding(cfg.JSONHeaders),
 		RouteRefreshInterval: cfg.routeRefreshInterval,
 		HeartbeatInterval:    cfg.heartbeatInterval,
 		Heartbeat: func() wire.HeartbeatData {

@@ -90,6 +90,9 @@ type connOptions struct {
 	// outgoing requests with these codes (ClientConfig.ExtListCodes).
 	extListRequests  codeSet
 	extListResponses codeSet
+	// serializeType is the header encoding of the requests this side sends
+	// (ClientConfig.SerializeType; a server's calls to clients use JSON).
+	serializeType SerializeType
 }
 
 // Conn is one remoting TCP connection, on either side. A [Server] hands it to handlers so
@@ -1052,14 +1055,15 @@ func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
 	}
 }
 
-// prepare assigns a fresh opaque and the flag bits and encodes req as JSON.
-func prepare(req *RemotingCommand, oneway bool) ([]byte, error) {
+// prepare assigns a fresh opaque and the flag bits and encodes req with the header
+// encoding st.
+func prepare(req *RemotingCommand, oneway bool, st SerializeType) ([]byte, error) {
 	req.Opaque = nextOpaque()
 	req.Flag &^= FlagResponse | FlagOneway
 	if oneway {
 		req.Flag |= FlagOneway
 	}
-	return req.Encode()
+	return req.EncodeAs(st)
 }
 
 func timeoutErr(remote string, req *RemotingCommand, err error) error {
@@ -1107,7 +1111,7 @@ func (c *Conn) invoke(ctx context.Context, deadline int64, req *RemotingCommand)
 	if err := ctx.Err(); err != nil { // do not send what nobody waits for
 		return nil, timeoutErr(c.remote, req, err)
 	}
-	frame, err := prepare(req, false)
+	frame, err := prepare(req, false, c.opts.serializeType)
 	if err != nil {
 		return nil, err
 	}
@@ -1160,7 +1164,7 @@ func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool,
 	if err := ctx.Err(); err != nil {
 		return timeoutErr(c.remote, req, err)
 	}
-	frame, err := prepare(req, false)
+	frame, err := prepare(req, false, c.opts.serializeType)
 	if err != nil {
 		return err
 	}
@@ -1296,7 +1300,7 @@ func (c *Conn) InvokeOneway(ctx context.Context, req *RemotingCommand) error {
 	if err := ctx.Err(); err != nil {
 		return timeoutErr(c.remote, req, err)
 	}
-	frame, err := prepare(req, true)
+	frame, err := prepare(req, true, c.opts.serializeType)
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,9 @@ type Config struct {
 	// configuration (crypto/tls; e.g. RootCAs with the servers' CA). Default: nil (plain
 	// TCP).
 	TLS *tls.Config
+	// SerializeType is the header encoding of the requests sent
+	// (remoting.ClientConfig.SerializeType). Default: JSON.
+	SerializeType remoting.SerializeType
 }
 
 func (c *Config) setDefaults() {
@@ -190,7 +193,7 @@ func New(cfg Config) (*Client, error) {
 	// Send responses stay in list form: ParseSendResponse reads them with the accessors,
 	// and building a map per send was a measurable share of a producer's CPU time.
 	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: cfg.Logger, OnConnect: c.connected, Credentials: cfg.Credentials,
-		TLS: cfg.TLS, ExtListCodes: []remoting.RequestCode{remoting.SendMessage, remoting.SendMessageV2, remoting.SendBatchMessage}})
+		TLS: cfg.TLS, SerializeType: cfg.SerializeType, ExtListCodes: []remoting.RequestCode{remoting.SendMessage, remoting.SendMessageV2, remoting.SendBatchMessage}})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -622,4 +625,14 @@ func (c *Client) Close() error {
 		_ = c.rc.Close()
 	})
 	return nil
+}
+
+// HeaderEncoding is the request header encoding of an SDK client whose configuration
+// says jsonHeaders (producer.Config.JSONHeaders and the consumers' equivalents): JSON
+// when set, the binary ROCKETMQ encoding otherwise.
+func HeaderEncoding(jsonHeaders bool) remoting.SerializeType {
+	if jsonHeaders {
+		return remoting.SerializeJSON
+	}
+	return remoting.SerializeRocketMQ
 }

@@ -172,3 +172,58 @@ func TestFetchRouteNoNameServer(t *testing.T) {
 		t.Fatalf("want ErrNoNameServer, got %v", err)
 	}
 }
+
+// TestRequestHeaderEncoding: the client writes its requests with the header encoding
+// of its configuration (here a route lookup, read off the wire by a bare listener), and
+// HeaderEncoding gives the SDKs' default, binary, unless JSON headers are asked for.
+func TestRequestHeaderEncoding(t *testing.T) {
+	if HeaderEncoding(false) != remoting.SerializeRocketMQ || HeaderEncoding(true) != remoting.SerializeJSON {
+		t.Fatalf("HeaderEncoding(false) = %v, HeaderEncoding(true) = %v", HeaderEncoding(false), HeaderEncoding(true))
+	}
+	for _, st := range []remoting.SerializeType{remoting.SerializeJSON, remoting.SerializeRocketMQ} {
+		t.Run(st.String(), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			type seen struct {
+				st    remoting.SerializeType
+				topic string
+			}
+			got := make(chan seen, 1)
+			go func() { // owned by the test: serves one request on one connection
+				nc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer nc.Close()
+				_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+				f, err := remoting.ReadFrame(nc, 0)
+				if err != nil {
+					return
+				}
+				req, rst, err := remoting.DecodeFrame(f)
+				if err != nil {
+					return
+				}
+				got <- seen{rst, req.ExtFields["topic"]}
+				resp := remoting.NewResponse(remoting.TopicNotExist, "no route")
+				resp.Opaque = req.Opaque
+				out, _ := resp.EncodeAs(rst)
+				_, _ = nc.Write(out)
+			}()
+			c, err := New(Config{NamesrvAddrs: []string{ln.Addr().String()}, SerializeType: st, Logger: testkit.Quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.FetchRoute(context.Background(), "EncodedTopic"); err == nil {
+				t.Fatal("route of a topic the name server does not know: no error")
+			}
+			if s := <-got; s.st != st || s.topic != "EncodedTopic" {
+				t.Fatalf("route request written as %v for topic %q, want %v for EncodedTopic", s.st, s.topic, st)
+			}
+		})
+	}
+}
