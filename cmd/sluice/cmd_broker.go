@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -21,7 +23,13 @@ func newBrokerCmd() *cobra.Command {
 		Short: "Run a broker (with an embedded name server unless --namesrv is given) until SIGINT/SIGTERM",
 		Long: `Run a broker. Settings come from a RocketMQ-style broker.conf (-c) and are
 overridden by the flags that are given. Without --namesrv (and without namesrvAddr in
-the file) the broker starts an embedded name server on --namesrv-listen.`,
+the file) the broker starts an embedded name server on --namesrv-listen.
+
+Unless the GOGC environment variable is set, the broker runs Go's garbage collector
+with GOGC=400 instead of Go's default 100: its heap is small (tens of MiB) and mostly
+the short-lived garbage of requests, so collecting a quarter as often costs about
+30 MiB more resident memory and saves about 14% of the broker's CPU time per send
+(README, "Performance"). Set GOGC (e.g. GOGC=100) to choose otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: runBroker,
 	}
@@ -73,11 +81,27 @@ func brokerConfig(cmd *cobra.Command) (broker.Config, error) {
 	return cfg, nil
 }
 
+// brokerGOGC is the garbage collector's GOGC the broker runs with when the GOGC
+// environment variable is not set (see the command's help).
+const brokerGOGC = 400
+
+// setBrokerGC applies brokerGOGC unless the environment chose a GOGC (getenv: os.Getenv).
+// It returns the GOGC in effect afterwards, for the log.
+func setBrokerGC(getenv func(string) string) string {
+	if v := getenv("GOGC"); v != "" {
+		return v
+	}
+	debug.SetGCPercent(brokerGOGC)
+	return strconv.Itoa(brokerGOGC)
+}
+
 func runBroker(cmd *cobra.Command, _ []string) error {
+	gogc := setBrokerGC(os.Getenv)
 	log, err := newLogger(cmd)
 	if err != nil {
 		return err
 	}
+	log.Info("garbage collector", "GOGC", gogc)
 	cfg, err := brokerConfig(cmd)
 	if err != nil {
 		return err
