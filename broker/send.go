@@ -136,7 +136,9 @@ func (b *Broker) handleSend(v2 bool) remoting.Handler {
 		if resp != nil {
 			return resp
 		}
-		return b.put(ctx, m, tagsCode, queueID)
+		resp = b.put(ctx, m, tagsCode, queueID)
+		req.ReleaseBody() // the store copied the body; nothing keeps m
+		return resp
 	}
 }
 
@@ -157,6 +159,7 @@ func (b *Broker) handleSendAsync(v2 bool) remoting.AsyncHandler {
 			}
 			reply(b.putResponse(res, queueID))
 		})
+		req.ReleaseBody() // written before PutMessageAsync returns; the answer needs only res
 	}
 }
 
@@ -304,6 +307,7 @@ func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *
 		return resp
 	}
 	res, err := b.store.PutMessages(ctx, msgs, codes)
+	req.ReleaseBody() // the store copied the bodies; nothing keeps msgs
 	if err != nil {
 		return b.putError(err)
 	}
@@ -324,6 +328,7 @@ func (b *Broker) handleSendBatchAsync(ctx context.Context, conn *remoting.Conn, 
 		}
 		reply(b.putResponse(res, queueID))
 	})
+	req.ReleaseBody() // written before PutMessagesAsync returns; the answer needs only res
 }
 
 // prepareBatch checks a SEND_BATCH_MESSAGE request and builds the messages to store with

@@ -130,9 +130,9 @@ func sendOK(resp *remoting.RemotingCommand) bool {
 // the comma-separated msgId of the answer.
 func (b *Broker) timedSend(h remoting.Handler) remoting.Handler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-		start := time.Now()
+		start, size := time.Now(), int64(len(req.Body))
 		resp := h(ctx, conn, req)
-		b.recordSend(req, resp, start)
+		b.recordSend(req, resp, start, size)
 		return resp
 	}
 }
@@ -141,17 +141,19 @@ func (b *Broker) timedSend(h remoting.Handler) remoting.Handler {
 // the latency runs from the request to the answer, the fsync wait included.
 func (b *Broker) timedSendAsync(h remoting.AsyncHandler) remoting.AsyncHandler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
-		start := time.Now()
+		// The body's size is taken now: the handler releases the body (ReleaseBody)
+		// before the answer of a SYNC_FLUSH send comes.
+		start, size := time.Now(), int64(len(req.Body))
 		h(ctx, conn, req, func(resp *remoting.RemotingCommand) {
-			b.recordSend(req, resp, start)
+			b.recordSend(req, resp, start, size)
 			reply(resp)
 		})
 	}
 }
 
 // recordSend observes one send's latency and, when it was stored, counts its messages
-// and body bytes for its topic.
-func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time) {
+// and body bytes (size, the request body's length) for its topic.
+func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time, size int64) {
 	b.traffic.sendLatency.observe(time.Since(start))
 	if !sendOK(resp) {
 		return
@@ -167,7 +169,7 @@ func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time
 	}
 	c := pairFor(&b.traffic.puts, topic)
 	c.a.Add(n)
-	c.b.Add(int64(len(req.Body)))
+	c.b.Add(size)
 }
 
 // timedPull wraps the PULL_MESSAGE handler: it observes the pull latency (request to

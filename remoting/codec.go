@@ -97,14 +97,14 @@ func (c *RemotingCommand) EncodeAs(t SerializeType) ([]byte, error) {
 }
 
 // maxPooledFrame is the largest frame buffer (capacity, bytes) that is recycled.
-const maxPooledFrame = 64 << 10
+const maxPooledFrame = 128 << 10
 
 // frameClassMax are the upper capacity bounds (bytes) of the size classes of recycled
 // frame buffers: a frame of n bytes takes a buffer from n's class, so a buffer is at
 // most 4 times (1 KiB for the smallest class) the frame it holds. The outgoing queue's
 // byte limits count frame lengths, so this also bounds how much more than those limits
 // a stuck connection's queue can hold.
-var frameClassMax = [...]int{1 << 10, 4 << 10, 16 << 10, maxPooledFrame}
+var frameClassMax = [...]int{1 << 10, 4 << 10, 16 << 10, 64 << 10, maxPooledFrame}
 
 // framePools hold frame buffers, by size class, that a connection's writer has written
 // (Conn.writeLoop recycles every frame of its outgoing queue, which owns them), for the
@@ -605,8 +605,15 @@ func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
 	// Allocate with the data actually received (at most twice what arrived), so that a
 	// peer announcing a large frame and sending little cannot make us hold the announced
 	// size: the first 64 KiB at once, then a buffer twice as large each time it is full.
+	// A frame announced at maxPooledFrame (128 KiB) or less gets its whole buffer at once,
+	// a recycled one when one is free (RemotingCommand.ReleaseBody gives them back).
 	const eagerAlloc = 64 << 10
-	frame := make([]byte, min(length, eagerAlloc))
+	var frame []byte
+	if length <= maxPooledFrame {
+		frame = frameBuf(max(int(length), 8))[:length] // frameBuf's buffers hold at least 8 bytes
+	} else {
+		frame = make([]byte, eagerAlloc)
+	}
 	_, err := io.ReadFull(r, frame)
 	for err == nil && int64(len(frame)) < length {
 		grown := make([]byte, min(length, 2*int64(len(frame))))

@@ -45,7 +45,22 @@ type RemotingCommand struct {
 	// and ExtMap take the last, as decoding into a map does.
 	ExtList []ExtField
 	Body    []byte // payload, not part of the header; may be nil
+
+	// frame is the buffer a received request was read into (Body is a slice of it), and
+	// bodyReleased says its handler called ReleaseBody: see there.
+	frame        []byte
+	bodyReleased bool
 }
+
+// ReleaseBody tells the connection that read this request that its handler is done with
+// Body: nothing keeps Body, a slice of it or anything pointing into it once the handler
+// returns. The buffer the frame was read into is then reused for a later frame, which
+// spares a server reading many large requests (batches) an allocation and the zeroing
+// of the buffer per request. It has an effect only for requests served on the reader
+// (Server.HandleInline and Server.HandleAsync handlers, which must call it before they
+// return) whose frame was at most 128 KiB; elsewhere it does nothing. Header fields
+// (ext fields, remark) never point into the frame: they may be kept.
+func (c *RemotingCommand) ReleaseBody() { c.bodyReleased = true }
 
 // NewRequest returns a request with the given code, ext fields and body, language GO and
 // version [DefaultVersion]. ext and body are used as given (not copied); ext may be nil.

@@ -743,6 +743,7 @@ func (c *Conn) readLoop() {
 		}
 		setExt(cmd, ext, hasExt, c.opts.extListRequests.has(cmd.Code))
 		releaseScratch(&scratch)
+		cmd.frame = frame
 		c.dispatch(cmd, st)
 	}
 }
@@ -869,6 +870,7 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 			}
 		}
 		c.inFlight.Add(-1)
+		reuseFrame(req)
 		return
 	}
 	var ah AsyncHandler
@@ -913,6 +915,7 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	c.inBytes.Add(size)
 	if ah != nil {
 		c.serveAsync(req, st, ah, size)
+		reuseFrame(req)
 		return
 	}
 	if !c.opts.spawn(func() {
@@ -920,6 +923,16 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		c.handle(req, st)
 	}) {
 		c.releaseSlot(size)
+	}
+}
+
+// reuseFrame recycles the buffer req was read into when its handler, which ran on the
+// reader and has returned, released the body (RemotingCommand.ReleaseBody).
+func reuseFrame(req *RemotingCommand) {
+	if req.bodyReleased && req.frame != nil {
+		f := req.frame
+		req.frame, req.Body = nil, nil
+		recycleFrame(f)
 	}
 }
 
