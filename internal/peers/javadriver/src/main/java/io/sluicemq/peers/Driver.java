@@ -19,6 +19,7 @@ import com.alibaba.fastjson.JSON;
 import com.alibaba.fastjson.JSONArray;
 import com.alibaba.fastjson.JSONObject;
 
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -47,6 +48,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *      [--timeout MS] [--linger MS]
  * java -cp driver.jar:lib/* io.sluicemq.peers.Driver consume --namesrv ADDR --group G --topic T [--filter tag|sql] [--expr E]
  *      [--orderly] [--from first|last] [--later-keys k1,k2] [--later-times N] [--max-reconsume N] [--threads N]
+ * java -cp driver.jar:lib/* io.sluicemq.peers.Driver pull --namesrv ADDR --group G --topic T [--expr E] [--from first|last]
  * </pre>
  *
  * produce reads one JSON object a line from stdin, each a send: topic, tags, keys (blank
@@ -61,10 +63,14 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *
  * consume prints {"event":"started"} once the push consumer runs, then one line
  * {"event":"msg",...} per delivery (topic, queueId, queueOffset, msgId, keys, tags,
- * reconsumeTimes, body, result). Messages whose keys are in --later-keys are answered
+ * reconsumeTimes, body, props (all the message's properties), result). Messages whose keys are in --later-keys are answered
  * RECONSUME_LATER (orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT) while their reconsumeTimes is
  * below --later-times (-1: always). It stops when stdin closes and prints
  * {"event":"done"}.
+ *
+ * pull runs a lite pull consumer (subscription, offsets committed automatically) and
+ * prints the same "msg" lines (result SUCCESS) for what its polls return, until stdin
+ * closes.
  */
 public final class Driver {
     private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
@@ -85,6 +91,9 @@ public final class Driver {
             case "consume":
                 rc = consume(a);
                 break;
+            case "pull":
+                rc = pull(a);
+                break;
             default:
                 usage("unknown command " + argv[0]);
                 rc = 2;
@@ -93,7 +102,7 @@ public final class Driver {
     }
 
     private static void usage(String why) {
-        System.err.println("driver: " + why + "; usage: driver produce|consume --namesrv ADDR ...");
+        System.err.println("driver: " + why + "; usage: driver produce|consume|pull --namesrv ADDR ...");
         System.exit(2);
     }
 
@@ -344,6 +353,7 @@ public final class Driver {
         o.put("tags", m.getTags() == null ? "" : m.getTags());
         o.put("reconsumeTimes", m.getReconsumeTimes());
         o.put("body", new String(m.getBody(), StandardCharsets.UTF_8));
+        o.put("props", m.getProperties());
         o.put("result", result);
         return o;
     }
@@ -403,6 +413,14 @@ public final class Driver {
         }
         c.start();
         emit(event("started"));
+        stdinClosed().await();
+        c.shutdown();
+        emit(event("done"));
+        return 0;
+    }
+
+    /** A latch counted down when stdin reaches its end (the input is only a stop signal). */
+    private static CountDownLatch stdinClosed() {
         CountDownLatch eof = new CountDownLatch(1);
         Thread t = new Thread(() -> {
             try {
@@ -416,7 +434,29 @@ public final class Driver {
         });
         t.setDaemon(true);
         t.start();
-        eof.await();
+        return eof;
+    }
+
+    // ---- pull -------------------------------------------------------------------------
+
+    private static int pull(Map<String, String> a) throws Exception {
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getOrDefault("group", "driver-pull"));
+        c.setNamesrvAddr(a.get("namesrv"));
+        c.setVipChannelEnabled(false);
+        c.setInstanceName("driver-" + ProcessHandle.current().pid());
+        c.setPollNameServerInterval(1000);
+        c.setHeartbeatBrokerInterval(1000);
+        c.setAutoCommitIntervalMillis(1000);
+        c.setConsumeFromWhere("last".equals(a.get("from")) ? ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET : ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(a.get("topic"), a.getOrDefault("expr", "*"));
+        c.start();
+        emit(event("started"));
+        CountDownLatch eof = stdinClosed();
+        while (eof.getCount() > 0) {
+            for (MessageExt m : c.poll(200)) {
+                emit(delivery(m, "SUCCESS"));
+            }
+        }
         c.shutdown();
         emit(event("done"));
         return 0;
