@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -53,5 +54,45 @@ func TestSendBatchSeparatorPropertiesDoNotAmplify(t *testing.T) {
 	// records). 16 times the body leaves ample room for that.
 	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(16*len(body)); got > limit {
 		t.Fatalf("a %d-byte batch of %d items allocated %d MiB in this process (limit %d MiB)", len(body), items, got>>20, limit>>20)
+	}
+}
+
+// TestSendPropertiesOverLimitAfterBrokerAdditions: a message whose properties are at
+// most 32767 bytes as sent, but go over once the broker adds its own (CLUSTER on every
+// message; REAL_TOPIC and REAL_QID on a delayed one), is answered MESSAGE_ILLEGAL (13)
+// with the limit in the remark, as Apache RocketMQ answers PROPERTIES_SIZE_EXCEEDED:
+// not SYSTEM_ERROR, which producers retry. One that still fits after the additions is
+// stored.
+func TestSendPropertiesOverLimitAfterBrokerAdditions(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "PropsEdge", 1)
+	send := func(props string) *remoting.RemotingCommand {
+		ext := map[string]string{"a": "pg", "b": "PropsEdge", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+			"g": strconv.FormatInt(time.Now().UnixMilli(), 10), "h": "0", "i": props, "j": "0", "k": "false"}
+		return invoke(t, c, b.Addr(), remoting.NewRequest(remoting.SendMessageV2, ext, []byte("x")))
+	}
+	// withLen returns properties of n bytes: the given ones, then a padding property.
+	withLen := func(n int, props string) string {
+		return props + "pad\x01" + strings.Repeat("p", n-len(props)-len("pad\x01"))
+	}
+	cluster := len(message.PropertyCluster) + 1 + len(b.cfg.BrokerClusterName) + 1
+	for _, tc := range []struct {
+		name  string
+		props string
+		ok    bool
+	}{
+		{"fits with CLUSTER", withLen(message.MaxPropertiesLength-cluster, ""), true},
+		{"full as sent", withLen(message.MaxPropertiesLength, ""), false},
+		{"over with CLUSTER", withLen(message.MaxPropertiesLength-cluster+1, ""), false},
+		{"delayed, over with REAL_TOPIC", withLen(message.MaxPropertiesLength-cluster, "DELAY\x012\x02"), false},
+	} {
+		resp := send(tc.props)
+		switch {
+		case tc.ok && resp.ResponseCode() != remoting.Success:
+			t.Errorf("%s: %d %s, want SUCCESS", tc.name, resp.Code, resp.Remark)
+		case !tc.ok && (resp.ResponseCode() != remoting.MessageIllegal || !strings.Contains(resp.Remark, strconv.Itoa(message.MaxPropertiesLength))):
+			t.Errorf("%s: %d %s, want MESSAGE_ILLEGAL naming the limit", tc.name, resp.Code, resp.Remark)
+		}
 	}
 }

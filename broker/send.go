@@ -273,9 +273,14 @@ func (b *Broker) put(ctx context.Context, m *message.MessageExt, tagsCode int64,
 	return b.putResponse(res, queueID)
 }
 
+// putError answers a failed put. A message the store cannot encode (its properties over
+// 32767 bytes once the broker added its own, such as CLUSTER or a delayed message's
+// REAL_TOPIC and REAL_QID: a *message.ValidationError) is MESSAGE_ILLEGAL, as Apache
+// RocketMQ answers PROPERTIES_SIZE_EXCEEDED, so that producers do not retry it.
 func (b *Broker) putError(err error) *remoting.RemotingCommand {
+	var ve *message.ValidationError
 	switch {
-	case errors.Is(err, store.ErrMessageTooLarge):
+	case errors.Is(err, store.ErrMessageTooLarge), errors.As(err, &ve):
 		return b.sendResponse(remoting.MessageIllegal, err.Error())
 	case errors.Is(err, store.ErrClosed):
 		return b.sendResponse(remoting.ServiceNotAvailable, "the message store is closed")
