@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // The encoders before the one-pass rewrite, kept as the reference the new ones must
@@ -49,6 +50,9 @@ func validateRef(m *Message, maxMessageSize int) error {
 		}
 		if strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02") {
 			return &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q contains a separator (0x01 or 0x02)", k)}
+		}
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q is not valid UTF-8 text", k)}
 		}
 	}
 	s := marshalPropertiesRef(m.Properties)

@@ -101,6 +101,10 @@ func TestValidate(t *testing.T) {
 		{"empty body", &Message{Topic: "T"}, "body"},
 		{"too large", &Message{Topic: "T", Body: make([]byte, DefaultMaxMessageSize+1)}, "body"},
 		{"separator", (&Message{Topic: "T", Body: []byte("x")}).SetProperty("k", "a\x01b"), "properties"},
+		{"value not UTF-8", (&Message{Topic: "T", Body: []byte("x")}).SetProperty("k", "a\xffb"), "properties"},
+		{"name not UTF-8", (&Message{Topic: "T", Body: []byte("x")}).SetProperty("k\xe4\xb8", "v"), "properties"},
+		{"tag not UTF-8", (&Message{Topic: "T", Body: []byte("x")}).SetTag("\xc3"), "properties"},
+		{"key not UTF-8", (&Message{Topic: "T", Body: []byte("x")}).SetKeys("ok", "\x80"), "properties"},
 	}
 	for _, c := range cases {
 		err := Validate(c.m, 0)

@@ -138,8 +138,8 @@ func ValidateTag(tag string) error {
 	return nil
 }
 
-// validateProperties checks names and values for separators and the encoded length,
-// which it returns (len(MarshalProperties(p)), computed without encoding).
+// validateProperties checks names and values for separators and UTF-8 and the encoded
+// length, which it returns (len(MarshalProperties(p)), computed without encoding).
 func validateProperties(p map[string]string) (int, error) {
 	n := 0
 	for k, v := range p {
@@ -148,6 +148,9 @@ func validateProperties(p map[string]string) (int, error) {
 		}
 		if hasSeparator(k) || hasSeparator(v) {
 			return 0, &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q contains a separator (0x01 or 0x02)", k)}
+		}
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return 0, &ValidationError{Field: "properties", Reason: fmt.Sprintf("property %q is not valid UTF-8 text", k)}
 		}
 		if v != "" {
 			n += len(k) + len(v) + 2
@@ -171,7 +174,10 @@ func hasSeparator(s string) bool {
 }
 
 // Validate checks m before it is sent: topic rules, tag rules, keys without separators,
-// a non-empty body, properties without separators and at most 32767 encoded bytes, and the
+// a non-empty body, properties (tag and keys included) of valid UTF-8 text without
+// separators and at most 32767 encoded bytes (RocketMQ properties are text: a JSON
+// request header would turn other bytes into U+FFFD, a binary one would carry them
+// as they are, and Java clients decode them as UTF-8), and the
 // encoded size (body bytes + encoded properties bytes) at most maxMessageSize bytes
 // (DefaultMaxMessageSize when maxMessageSize <= 0). It returns a *ValidationError naming
 // the field and the limit.

@@ -262,8 +262,17 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 	if err := p.checkMessage(msg); err != nil {
 		return nil, err
 	}
-	if msg.UniqKey() == "" {
+	added := msg.UniqKey() == ""
+	if added {
 		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, message.NewUniqID())
+	}
+	props := message.MarshalProperties(msg.Properties)
+	if len(props) > message.MaxPropertiesLength { // only the UNIQ_KEY just added can do that
+		if added {
+			msg.RemoveProperty(message.PropertyUniqClientMessageIDKeyIdx)
+		}
+		return nil, &message.ValidationError{Field: "properties", Reason: "encoded properties too long with the " +
+			message.PropertyUniqClientMessageIDKeyIdx + " property the producer adds", Limit: message.MaxPropertiesLength, Value: len(props)}
 	}
 	body := msg.Body
 	var sysFlag int32
@@ -287,7 +296,7 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 			SysFlag:               sysFlag,
 			BornTimestamp:         time.Now().UnixMilli(),
 			Flag:                  msg.Flag,
-			Properties:            message.MarshalProperties(msg.Properties),
+			Properties:            props,
 		},
 		body:   body,
 		msgID:  msg.UniqKey(),
