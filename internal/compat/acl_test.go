@@ -2,8 +2,11 @@ package compat_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/message"
@@ -142,4 +146,186 @@ func TestOfficialClientWithCredentials(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = officialclient.ShutdownConsumer(c) })
 	testkit.WaitFor(t, 45*time.Second, func() bool { return got.Load() >= 10 }, "the signed official consumer to receive 10 messages")
+}
+
+// awkwardProps are property values the JSON header escapes (quotes, backslashes,
+// control characters, HTML characters, U+2028) or that are long and not ASCII; a
+// request's signature covers them.
+var awkwardProps = map[string]string{
+	"quotes":  `"quoted" \back\slash\ <b>&amp;</b>`,
+	"control": "tab\tline\nfeed\r\x03\x1f\x7f",
+	"unicode": "héllo 世界 🎉 \u2028",
+	"ключ":    "значение",
+	"long":    strings.Repeat("é", 10000),
+}
+
+// TestSDKHeaderEncodingsWithCredentials: against a broker with aclEnable, Sluice's
+// producer, pull consumer and push consumer sign their requests with binary headers
+// (the default) and with JSONHeaders; the signatures, over ext values the two encodings
+// write differently, verify with the right secret, and every request with a wrong
+// secret is refused. Messages arrive with their properties unchanged, and the pull
+// consumer's signed offset commit reads back.
+func TestSDKHeaderEncodingsWithCredentials(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	aclFile := filepath.Join(dir, "plain_acl.yml")
+	if err := os.WriteFile(aclFile, []byte(compatACL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := testLogger(t)
+	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
+		StorePathRootDir: filepath.Join(dir, "store"), Logger: log,
+		AclEnable: true, AclFile: aclFile, AccessKey: "adminKey", SecretKey: "adminSecret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+	})
+	ns := []string{b.NamesrvAddr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm, err := admin.New(admin.Config{NamesrvAddrs: ns, Logger: log, Credentials: remoting.Credentials{AccessKey: "adminKey", SecretKey: "adminSecret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	good := remoting.Credentials{AccessKey: "appKey01", SecretKey: "appSecret01"}
+	bad := remoting.Credentials{AccessKey: "appKey01", SecretKey: "wrong-secret"}
+
+	for _, jsonHeaders := range []bool{false, true} {
+		t.Run(fmt.Sprintf("JSONHeaders=%v", jsonHeaders), func(t *testing.T) {
+			topic := fmt.Sprintf("CompatACLHeaders%v", jsonHeaders)
+			if _, err := adm.CreateTopic(ctx, admin.TopicSpec{Topic: topic, Queues: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := adm.WaitTopicRoute(ctx, topic); err != nil {
+				t.Fatal(err)
+			}
+			p := startSluiceProducer(t, producer.Config{NamesrvAddrs: ns, Group: "compat_acl_headers", Logger: log,
+				InstanceName: clientInstance(t, "good"), Credentials: good, JSONHeaders: jsonHeaders})
+			const n = 4
+			for i := range n {
+				m := message.NewMessage(topic, []byte(fmt.Sprintf("m%d", i))).SetTag("标签").SetKeys(fmt.Sprintf("ключ-%d", i))
+				for k, v := range awkwardProps {
+					m.SetProperty(k, v)
+				}
+				if _, err := p.SendSync(ctx, m); err != nil {
+					t.Fatalf("signed send %d: %v", i, err)
+				}
+			}
+
+			refused := b.Stats().RefusedACL
+			pb, err := producer.New(producer.Config{NamesrvAddrs: ns, Group: "compat_acl_headers", Logger: log,
+				InstanceName: clientInstance(t, "bad"), Credentials: bad, JSONHeaders: jsonHeaders, RetryTimesWhenSendFailed: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pb.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = pb.Shutdown(context.Background()) }) // its unregistration is refused too
+			if _, err := pb.SendSync(ctx, message.NewMessage(topic, []byte("forged")).SetProperty("quotes", awkwardProps["quotes"])); err == nil {
+				t.Fatal("send signed with a wrong secret accepted")
+			}
+			if b.Stats().RefusedACL == refused {
+				t.Fatal("the send with a wrong secret was not refused by the ACL")
+			}
+
+			check := func(who string, m *message.MessageExt) {
+				t.Helper()
+				if !strings.HasPrefix(m.Keys()[0], "ключ-") || m.Tag() != "标签" {
+					t.Errorf("%s: %s keys %v tag %q", who, m.Body, m.Keys(), m.Tag())
+				}
+				for k, v := range awkwardProps {
+					if got := m.Property(k); got != v {
+						t.Errorf("%s: %s property %q = %.60q (%d bytes), want %d bytes", who, m.Body, k, got, len(got), len(v))
+					}
+				}
+			}
+
+			pull := func(cred remoting.Credentials) *consumer.PullConsumer {
+				pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: ns, Group: fmt.Sprintf("compat_acl_pull_%v", jsonHeaders),
+					Logger: log, Credentials: cred, JSONHeaders: jsonHeaders})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := pc.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = pc.Shutdown(context.Background()) })
+				return pc
+			}
+			pc := pull(good)
+			mqs, err := pc.MessageQueues(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for _, mq := range mqs {
+				res, err := pc.Pull(ctx, consumer.PullRequest{Queue: mq, Expression: "标签"})
+				if err != nil {
+					t.Fatalf("signed pull of %v: %v", mq, err)
+				}
+				for _, m := range res.Messages {
+					check("pull", m)
+				}
+				got += len(res.Messages)
+				if err := pc.CommitOffset(ctx, mq, res.NextBeginOffset); err != nil {
+					t.Fatalf("signed offset commit: %v", err)
+				}
+				if off, err := pc.CommittedOffset(ctx, mq); err != nil || off != res.NextBeginOffset {
+					t.Fatalf("committed offset of %v: %d %v, want %d", mq, off, err, res.NextBeginOffset)
+				}
+			}
+			if got != n {
+				t.Fatalf("signed pulls returned %d messages, want %d", got, n)
+			}
+			badPull := pull(bad)
+			refused = b.Stats().RefusedACL
+			if _, err := badPull.Pull(ctx, consumer.PullRequest{Queue: mqs[0]}); err == nil {
+				t.Fatal("pull signed with a wrong secret accepted")
+			}
+			if b.Stats().RefusedACL == refused {
+				t.Fatal("the pull with a wrong secret was not refused by the ACL")
+			}
+
+			var mu sync.Mutex
+			pushed := map[string]bool{}
+			c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: ns, Group: fmt.Sprintf("compat_acl_push_%v", jsonHeaders),
+				ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log, Credentials: good, JSONHeaders: jsonHeaders})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Subscribe(topic, "*", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, m := range ms {
+					check("push", m)
+					pushed[string(m.Body)] = true
+				}
+				return message.ConsumeSuccess, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				sctx, scancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer scancel()
+				_ = c.Shutdown(sctx)
+			})
+			testkit.WaitFor(t, 30*time.Second, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(pushed) == n
+			}, "the signed push consumer to receive every message")
+		})
+	}
 }
