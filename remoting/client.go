@@ -58,7 +58,9 @@ type ClientConfig struct {
 	// or SerializeRocketMQ, the binary header RocketMQ servers have decoded since 4.0
 	// (Java clients: -Drocketmq.serialize.type=ROCKETMQ; PROTOCOL.md §1.3), which costs
 	// less to encode and to decode than JSON. Servers answer in the request's encoding.
-	// Any other value is refused by Validate.
+	// Binary requests leave out ext fields whose value is empty: RocketMQ servers decode
+	// an empty binary value as null (an absent field), and their ACL check would sign it
+	// as "null". Any other value is refused by Validate.
 	SerializeType SerializeType
 }
 

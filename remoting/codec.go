@@ -78,10 +78,21 @@ func (c *RemotingCommand) Encode() ([]byte, error) {
 // PROTOCOL.md §1.3). Ext fields are written in sorted key order. It fails with a
 // [*HeaderError] for an ext key longer than 32767 bytes and a [*FrameError] for an
 // oversized header or frame.
-func (c *RemotingCommand) EncodeBinary() ([]byte, error) {
+func (c *RemotingCommand) EncodeBinary() ([]byte, error) { return c.encodeBinary(false) }
+
+// encodeBinaryRequest is EncodeBinary for a request a client sends: ext fields with an
+// empty value are left out. RocketMQ's binary decoder (4.9.x RocketMQSerializable)
+// reads a zero-length value as null, which for its request headers is an absent field;
+// but its ACL check (PlainAccessValidator) appends a null value to the signed content
+// as the text "null", where the client signed nothing, and refuses the request. Left
+// out, the field is absent on every server, and the signature (over the values, where
+// an empty one adds nothing) is unchanged.
+func (c *RemotingCommand) encodeBinaryRequest() ([]byte, error) { return c.encodeBinary(true) }
+
+func (c *RemotingCommand) encodeBinary(skipEmpty bool) ([]byte, error) {
 	buf := frameBuf(8 + 25 + len(c.Remark) + c.extSizeHint() + len(c.Body))
 	var err error
-	buf, err = c.appendBinaryHeader(buf)
+	buf, err = c.appendBinaryHeader(buf, skipEmpty)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +298,9 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func (c *RemotingCommand) appendBinaryHeader(b []byte) ([]byte, error) {
+// appendBinaryHeader appends c's binary header to b, without the ext fields whose value
+// is empty when skipEmpty.
+func (c *RemotingCommand) appendBinaryHeader(b []byte, skipEmpty bool) ([]byte, error) {
 	b = binary.BigEndian.AppendUint16(b, uint16(c.Code))
 	b = append(b, byte(c.Language))
 	b = binary.BigEndian.AppendUint16(b, uint16(c.Version))
@@ -302,7 +315,7 @@ func (c *RemotingCommand) appendBinaryHeader(b []byte) ([]byte, error) {
 	b = append(b, 0, 0, 0, 0)
 	var err error
 	for _, f := range c.ExtList {
-		if c.listShadowed(f) {
+		if c.listShadowed(f) || skipEmpty && f.Value == "" {
 			continue
 		}
 		if b, err = appendBinaryExt(b, f.Key, f.Value); err != nil {
@@ -312,7 +325,11 @@ func (c *RemotingCommand) appendBinaryHeader(b []byte) ([]byte, error) {
 	if len(c.ExtFields) > 0 {
 		var kb [32]string
 		for _, k := range sortedKeys(kb[:0], c.ExtFields) {
-			if b, err = appendBinaryExt(b, k, c.ExtFields[k]); err != nil {
+			v := c.ExtFields[k]
+			if skipEmpty && v == "" {
+				continue
+			}
+			if b, err = appendBinaryExt(b, k, v); err != nil {
 				return nil, err
 			}
 		}

@@ -1069,14 +1069,18 @@ func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
 }
 
 // prepare assigns a fresh opaque and the flag bits and encodes req with the header
-// encoding st.
+// encoding st (binary: without the ext fields whose value is empty, see
+// encodeBinaryRequest).
 func prepare(req *RemotingCommand, oneway bool, st SerializeType) ([]byte, error) {
 	req.Opaque = nextOpaque()
 	req.Flag &^= FlagResponse | FlagOneway
 	if oneway {
 		req.Flag |= FlagOneway
 	}
-	return req.EncodeAs(st)
+	if st == SerializeRocketMQ {
+		return req.encodeBinaryRequest()
+	}
+	return req.Encode()
 }
 
 func timeoutErr(remote string, req *RemotingCommand, err error) error {

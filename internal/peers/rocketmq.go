@@ -45,6 +45,10 @@ type RocketMQOptions struct {
 	// autoCreateTopicEnable (true), enablePropertyFilter (true) and
 	// mappedFileSizeCommitLog (64 MiB).
 	BrokerConf map[string]string
+	// ConfFiles are written into the RocketMQ home's conf directory before the start,
+	// by file name: e.g. "plain_acl.yml" with BrokerConf aclEnable=true (the broker reads
+	// its ACL accounts from <home>/conf/plain_acl.yml). Default: none.
+	ConfFiles map[string]string
 	// Log receives both processes' output as it comes (nil: kept only for errors).
 	Log io.Writer
 	// StartTimeout bounds the start, until the broker is registered. Default 90 s.
@@ -130,6 +134,14 @@ func launchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error)
 	}
 	for _, f := range []string{"logback_namesrv.xml", "logback_broker.xml", "logback_tools.xml"} {
 		if err := os.WriteFile(filepath.Join(dir, "conf", f), []byte(logbackConf), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for name, content := range opt.ConfFiles {
+		if name != filepath.Base(name) {
+			return nil, fmt.Errorf("peers: ConfFiles name %q must be a plain file name", name)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "conf", name), []byte(content), 0o644); err != nil {
 			return nil, err
 		}
 	}
