@@ -112,6 +112,9 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 	good := newClient(t, ClientConfig{})
 	bg := startBackgroundCaller(t, good, s.Addr())
 	testkit.WaitFor(t, 3*time.Second, func() bool { return bg.ok.Load() > 0 }, "first good call")
+	goodBinary := newClient(t, ClientConfig{SerializeType: SerializeRocketMQ})
+	bgBinary := startBackgroundCaller(t, goodBinary, s.Addr())
+	testkit.WaitFor(t, 3*time.Second, func() bool { return bgBinary.ok.Load() > 0 }, "first good binary call")
 
 	be32 := func(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 	frameWith := func(typeAndHeaderLen uint32, rest []byte) []byte {
@@ -125,6 +128,7 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 		halfClose bool
 		wantFrame bool // cause is a *FrameError (else *HeaderError)
 		wantIOEOF bool
+		field     string // the *HeaderError's Field, when set
 	}{
 		{name: "negative length", data: be32(-8), wantFrame: true},
 		{name: "length below 4", data: be32(3), wantFrame: true},
@@ -135,6 +139,12 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 		{name: "invalid JSON header", data: frameWith(10, []byte(`{not json}`))},
 		{name: "truncated JSON header", data: frameWith(15, []byte(`{"code":10,"lan`))},
 		{name: "truncated binary header", data: frameWith(1<<24|5, []byte{0, 10, 9, 1, 61})},
+		{name: "binary remark length negative", data: binaryFrame(be32(-1), nil), field: "remark"},
+		{name: "binary remark beyond header", data: binaryFrame(append(be32(50), "short"...), nil), field: "remark"},
+		{name: "binary ext key beyond block", data: binaryFrame(be32(0), []byte{0, 40, 'k'}), field: "extFields"},
+		{name: "binary ext value length negative", data: binaryFrame(be32(0), append([]byte{0, 1, 'k'}, be32(-3)...)), field: "extFields"},
+		{name: "binary trailing bytes", data: lengthPrefix(append(binary.BigEndian.AppendUint32(nil, 1<<24|(13+4+4+1)),
+			append(append(append([]byte{0, 10, 9, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}, be32(0)...), be32(0)...), 0xEE)...)), field: "header"},
 		{name: "stream ends inside frame", data: append(be32(100), []byte("{\"code\"")...), halfClose: true, wantFrame: true, wantIOEOF: true},
 	}
 	for _, tc := range cases {
@@ -163,13 +173,27 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 				t.Fatalf("close cause %v, want a *HeaderError", cause)
 			case tc.wantIOEOF && !errors.Is(cause, io.ErrUnexpectedEOF):
 				t.Fatalf("close cause %v, want io.ErrUnexpectedEOF", cause)
+			case tc.field != "" && he.Field != tc.field:
+				t.Fatalf("close cause %v, want a *HeaderError for %s", cause, tc.field)
 			}
 		})
 	}
 	bg.finish(t)
-	if n := s.Conns(); n != 1 {
-		t.Fatalf("server has %d conns, want only the good client's", n)
+	bgBinary.finish(t)
+	if n := s.Conns(); n != 2 {
+		t.Fatalf("server has %d conns, want only the good clients' two", n)
 	}
+}
+
+// binaryFrame is a length-prefixed frame with a binary header: code 10, language 9,
+// version 0, opaque 1, flag 0, then remark (its length field and bytes, as given) and
+// the ext block ext with its length field.
+func binaryFrame(remark, ext []byte) []byte {
+	h := []byte{0, 10, 9, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}
+	h = append(h, remark...)
+	h = binary.BigEndian.AppendUint32(h, uint32(len(ext)))
+	h = append(h, ext...)
+	return lengthPrefix(append(binary.BigEndian.AppendUint32(nil, 1<<24|uint32(len(h))), h...))
 }
 
 func TestNonReadingClientDoesNotStallOthers(t *testing.T) {
