@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -102,5 +104,62 @@ func TestACLRetryTopicWithoutGroup(t *testing.T) {
 	}
 	if tc := b.topics.get(message.RetryGroupTopicPrefix); tc != nil {
 		t.Errorf("a refused send created topic %s", tc.TopicName)
+	}
+}
+
+// TestACLRepeatedExtKey: a header may repeat an ext key (a binary header carries any
+// list; a JSON object may repeat a name). An account with PUB on Mine only signs a
+// SEND_MESSAGE_V2 whose topic field "b" appears twice, in JSON and in binary: the ACL
+// check, the signature and the store all read the last occurrence, so naming Orders
+// last is refused, and naming Orders first and Mine last stores the message in Mine,
+// never in Orders.
+func TestACLRepeatedExtKey(t *testing.T) {
+	dir := t.TempDir()
+	path := writeACL(t, dir, `  - accessKey: narrowKey
+    secretKey: narrowSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Mine=PUB]
+`)
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+	admin := signedClient(t, "adminKey", "adminSecret")
+	createTopic(t, admin, b.Addr(), "Orders", 1)
+	createTopic(t, admin, b.Addr(), "Mine", 1)
+	// send signs a V2 send whose "b" fields are topics, in order, as the broker's
+	// reading (the last occurrence wins) sees it, and writes the list as it is.
+	send := func(st remoting.SerializeType, topics ...string) *remoting.RemotingCommand {
+		list := []remoting.ExtField{{Key: "a", Value: "pg"}}
+		for _, tp := range topics {
+			list = append(list, remoting.ExtField{Key: "b", Value: tp})
+		}
+		list = append(list, []remoting.ExtField{{Key: "c", Value: "TBW102"}, {Key: "d", Value: "4"}, {Key: "e", Value: "0"},
+			{Key: "f", Value: "0"}, {Key: "g", Value: strconv.FormatInt(time.Now().UnixMilli(), 10)}, {Key: "h", Value: "0"},
+			{Key: "i", Value: "KEYS\x01k"}, {Key: "j", Value: "0"}, {Key: "k", Value: "false"}, {Key: remoting.ExtAccessKey, Value: "narrowKey"}}...)
+		req := &remoting.RemotingCommand{Code: int16(remoting.SendMessageV2), Language: remoting.LanguageGo, ExtList: list, Body: []byte("x")}
+		view := map[string]string{}
+		for _, f := range list {
+			view[f.Key] = f.Value
+		}
+		req.ExtList = append(req.ExtList, remoting.ExtField{Key: remoting.ExtSignature, Value: remoting.Signature("narrowSecret", view, req.Body, false)})
+		c, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet(), SerializeType: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return invoke(t, c, b.Addr(), req)
+	}
+	for _, st := range []remoting.SerializeType{remoting.SerializeJSON, remoting.SerializeRocketMQ} {
+		if r := send(st, "Mine", "Orders"); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "Orders") {
+			t.Errorf("%v: topic Mine then Orders: %d %q, want a refusal naming Orders", st, r.Code, r.Remark)
+		}
+		if r := send(st, "Orders", "Mine"); r.ResponseCode() != remoting.Success {
+			t.Errorf("%v: topic Orders then Mine: %d %q, want it stored in Mine", st, r.Code, r.Remark)
+		}
+	}
+	if n := b.store.MaxOffset("Orders", 0); n != 0 {
+		t.Fatalf("Orders holds %d messages; the account may not publish there", n)
+	}
+	if n := b.store.MaxOffset("Mine", 0); n != 2 {
+		t.Fatalf("Mine holds %d messages, want 2", n)
 	}
 }
