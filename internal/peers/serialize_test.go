@@ -2,8 +2,8 @@ package peers_test
 
 // The binary (ROCKETMQ) header encoding between the RocketMQ Java client and the Sluice
 // broker: the Java client runs with -Drocketmq.serialize.type=ROCKETMQ, so the broker
-// decodes its binary requests and answers them in binary, and the client answers the
-// broker's JSON calls (transaction check-back) in binary.
+// decodes its binary requests and answers them in binary, and the client resolves the
+// broker's (JSON) transaction check-back with a binary END_TRANSACTION.
 
 import (
 	"encoding/binary"

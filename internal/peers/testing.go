@@ -72,9 +72,9 @@ type Driver struct {
 }
 
 // SerializeRocketMQ is the JVM flag that makes the RocketMQ Java client write its
-// request headers (and its answers to a server's requests) in the binary ROCKETMQ
-// encoding instead of JSON: RemotingCommand reads the system property
-// rocketmq.serialize.type once, when the class loads (PROTOCOL.md §1.3).
+// request headers in the binary ROCKETMQ encoding instead of JSON: RemotingCommand
+// reads the system property rocketmq.serialize.type once, when the class loads
+// (PROTOCOL.md §1.3).
 const SerializeRocketMQ = "-Drocketmq.serialize.type=ROCKETMQ"
 
 // WithJVMFlags returns a copy of d whose processes run with flags added to the JVM's
@@ -106,28 +106,30 @@ func JavaDriver(t testing.TB) *Driver {
 // (a transaction check-back), "msg" (a delivery) or "done". Fields are set as the event
 // has them (see the driver's class comment).
 type Event struct {
-	Event          string            `json:"event"`
-	I              int               `json:"i"`
-	OK             bool              `json:"ok"`
-	Status         string            `json:"status"`
-	MsgID          string            `json:"msgId"`
-	OffsetMsgID    string            `json:"offsetMsgId"`
-	QueueID        int               `json:"queueId"`
-	Broker         string            `json:"broker"`
-	QueueOffset    int64             `json:"queueOffset"`
-	TxnState       string            `json:"txnState"`
-	TransactionID  string            `json:"transactionId"`
-	Error          string            `json:"error"`
-	Exception      string            `json:"exception"`
-	Code           int               `json:"code"`
-	Topic          string            `json:"topic"`
-	Keys           string            `json:"keys"`
-	Tags           string            `json:"tags"`
-	Body           string            `json:"body"`
-	Result         string            `json:"result"`
-	Props          map[string]string `json:"props"`
-	Answer         string            `json:"answer"`
-	ReconsumeTimes int               `json:"reconsumeTimes"`
+	Event          string `json:"event"`
+	I              int    `json:"i"`
+	OK             bool   `json:"ok"`
+	Status         string `json:"status"`
+	MsgID          string `json:"msgId"`
+	OffsetMsgID    string `json:"offsetMsgId"`
+	QueueID        int    `json:"queueId"`
+	Broker         string `json:"broker"`
+	QueueOffset    int64  `json:"queueOffset"`
+	TxnState       string `json:"txnState"`
+	TransactionID  string `json:"transactionId"`
+	Error          string `json:"error"`
+	Exception      string `json:"exception"`
+	Code           int    `json:"code"`
+	Topic          string `json:"topic"`
+	Keys           string `json:"keys"`
+	Tags           string `json:"tags"`
+	Body           string `json:"body"`
+	Result         string `json:"result"`
+	Answer         string `json:"answer"`
+	ReconsumeTimes int    `json:"reconsumeTimes"`
+
+	// Props are a delivery's properties, system ones (KEYS, TAGS, UNIQ_KEY, ...) included.
+	Props map[string]string `json:"props"`
 }
 
 // Msg is one message for the driver's produce command: a line of its input.
