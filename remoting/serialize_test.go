@@ -1,7 +1,10 @@
 package remoting
 
 import (
+	"context"
+	"maps"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -116,6 +119,71 @@ func TestBinaryRequestLeavesOutEmptyValues(t *testing.T) {
 			}
 			if !VerifySignature("sk", r) {
 				t.Fatalf("%v request: signature does not verify; ext %v", st, r.ExtFields)
+			}
+		})
+	}
+}
+
+// TestEncodingsCarrySameValues: through a real server, a request and its answer carry
+// the same ext values and remark in both header encodings: quotes, backslashes, control
+// characters, HTML characters, U+2028, non-ASCII text and a 100 KiB value arrive
+// unchanged, and the answer comes back in the request's encoding. An empty ext value is
+// the one difference: a binary request leaves it out (see
+// TestBinaryRequestLeavesOutEmptyValues), so it reads as "" either way through Ext but
+// is absent in binary.
+func TestEncodingsCarrySameValues(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	const remark = `refused: "quoted" \ <b>&</b> ✓ — 日本語 🎉` + "\u2028\t\x01"
+	s.Handle(310, func(_ context.Context, _ *Conn, req *RemotingCommand) *RemotingCommand {
+		resp := NewResponse(SystemError, remark+req.ExtFields["quotes"])
+		resp.ExtFields = req.ExtFields
+		return resp
+	})
+	ext := map[string]string{
+		"quotes":  `"a" \b\ <c>&amp;`,
+		"control": "\x00\x01\x02\x1f\x7f\t\n\r",
+		"unicode": "ключ 世界 🎉 \u2028\u2029 é",
+		"json":    `{"extFields":{"x":"y"}}`,
+		"long":    strings.Repeat("ü", 50<<10),
+		"empty":   "",
+	}
+	for _, st := range []SerializeType{SerializeJSON, SerializeRocketMQ} {
+		t.Run(st.String(), func(t *testing.T) {
+			c := newClient(t, ClientConfig{SerializeType: st})
+			resp, err := c.InvokeSync(ctxTimeout(t, 5*time.Second), s.Addr(), NewRequest(310, maps.Clone(ext), nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Remark != remark+ext["quotes"] {
+				t.Errorf("remark %q, want %q", resp.Remark, remark+ext["quotes"])
+			}
+			for k, v := range ext {
+				got, ok := resp.Ext(k)
+				if got != v || ok != (v != "" || st == SerializeJSON) {
+					t.Errorf("ext %q: %.40q present %v (%d bytes), want %.40q (%d bytes)", k, got, ok, len(got), v, len(v))
+				}
+			}
+			// the server's answer, read off the wire, is in the request's encoding
+			nc := rawDial(t, s.Addr())
+			req := NewRequest(310, map[string]string{"quotes": ext["quotes"]}, nil)
+			frame, err := req.EncodeAs(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nc.Write(frame); err != nil {
+				t.Fatal(err)
+			}
+			_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			f, err := ReadFrame(nc, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, rst, err := DecodeFrame(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rst != st || r.Remark != remark+ext["quotes"] {
+				t.Fatalf("answer to a %v request: %v, remark %q", st, rst, r.Remark)
 			}
 		})
 	}
