@@ -10,13 +10,19 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -253,6 +259,72 @@ func checkDelivery(t *testing.T, who string, e peers.Event, props map[string]str
 	for k, v := range want {
 		if got := e.Props[k]; got != v {
 			t.Errorf("%s: %s property %q = %.80q (%d bytes), want %.80q (%d bytes)", who, e.Body, k, got, len(got), v, len(v))
+		}
+	}
+}
+
+// TestJavaBinaryHeadersWithACLAgainstSluice: the RocketMQ Java client with binary
+// headers signs its requests (AclClientRPCHook) against a Sluice broker with aclEnable:
+// its sends (sync and batch, with awkward property values), a push consumer and a lite
+// pull consumer are verified and served; a producer with a wrong secret is refused.
+func TestJavaBinaryHeadersWithACLAgainstSluice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four JVMs")
+	}
+	d := peers.JavaDriver(t).WithJVMFlags(peers.SerializeRocketMQ)
+	dir := t.TempDir()
+	aclFile := filepath.Join(dir, "plain_acl.yml")
+	if err := os.WriteFile(aclFile, []byte(apacheACL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := testbroker.Start(t, broker.Config{AclEnable: true, AclFile: aclFile, AccessKey: "peerAdmin", SecretKey: "peerAdminSecret"})
+	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Logger: testkit.Quiet(),
+		Credentials: remoting.Credentials{AccessKey: "peerAdmin", SecretKey: "peerAdminSecret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Close() })
+	tg := target{name: "sluice", namesrv: b.NamesrvAddr(), broker: b.Addr(), adm: adm}
+	topic := topicFor(t, "BinJavaACL")
+	createTopic(t, tg, topic, 2)
+	app := []string{"--access-key", "peerApp", "--secret-key", "peerAppSecret"}
+
+	push := consume(t, d, tg, "bin-acl-push", topic, app...)
+	pull := d.Start(t, append([]string{"pull", "--namesrv", tg.namesrv, "--group", "bin-acl-pull", "--topic", topic}, app...)...)
+	produce(t, d, tg, app,
+		peers.Msg{Topic: topic, Tags: "标签", Keys: "ключ", Body: "signed-sync", Props: awkward},
+		peers.Msg{Topic: topic, Mode: "batch", Batch: []peers.Msg{{Topic: topic, Body: "signed-batch-0", Props: awkward}, {Topic: topic, Body: "signed-batch-1"}}})
+	refused := b.Stats().RefusedACL
+	bad := d.Start(t, "produce", "--namesrv", tg.namesrv, "--retries", "0", "--access-key", "peerApp", "--secret-key", "wrong-secret")
+	bad.Send(peers.Msg{Topic: topic, Body: "forged", Props: awkward})
+	for _, e := range bad.Close() {
+		if e.Event == "sent" && e.OK {
+			t.Fatalf("a send signed with a wrong secret was stored: %+v", e)
+		}
+	}
+	if b.Stats().RefusedACL == refused {
+		t.Fatal("the ACL refused nothing from the producer with a wrong secret")
+	}
+	want := []string{"signed-batch-0", "signed-batch-1", "signed-sync"}
+	for _, c := range []struct {
+		name string
+		p    *peers.DriverProc
+	}{{"push", push}, {"pull", pull}} {
+		evs := c.p.WaitFor(60*time.Second, c.name+": every message", func(evs []peers.Event) bool {
+			return len(distinctBodies(evs)) >= len(want)
+		})
+		if got := distinctBodies(evs); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s consumer received %v, want %v", c.name, got, want)
+		}
+		for _, e := range msgs(evs) {
+			if e.Body == "signed-batch-1" {
+				continue
+			}
+			for k, v := range awkward {
+				if e.Props[k] != v {
+					t.Errorf("%s: %s property %q = %q, want %q", c.name, e.Body, k, e.Props[k], v)
+				}
+			}
 		}
 	}
 }

@@ -19,6 +19,8 @@ import com.alibaba.fastjson.JSON;
 import com.alibaba.fastjson.JSONArray;
 import com.alibaba.fastjson.JSONObject;
 
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
@@ -26,6 +28,7 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -39,6 +42,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * A command-line driver over the Apache RocketMQ Java client, for tests written in Go.
@@ -50,6 +54,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *      [--orderly] [--from first|last] [--later-keys k1,k2] [--later-times N] [--max-reconsume N] [--threads N]
  * java -cp driver.jar:lib/* io.sluicemq.peers.Driver pull --namesrv ADDR --group G --topic T [--expr E] [--from first|last]
  * </pre>
+ *
+ * Every command takes --access-key K --secret-key S to sign its requests (RocketMQ plain
+ * ACL, AclClientRPCHook).
  *
  * produce reads one JSON object a line from stdin, each a send: topic, tags, keys (blank
  * separated), body, props (object), delay (level), queueId (send to that queue of the
@@ -123,6 +130,14 @@ public final class Driver {
             usage("--namesrv is required");
         }
         return m;
+    }
+
+    /** The ACL signing hook of --access-key and --secret-key, or null. */
+    private static RPCHook aclHook(Map<String, String> a) {
+        if (!a.containsKey("access-key")) {
+            return null;
+        }
+        return new AclClientRPCHook(new SessionCredentials(a.get("access-key"), a.get("secret-key")));
     }
 
     static synchronized void emit(JSONObject o) {
@@ -215,7 +230,7 @@ public final class Driver {
         String group = a.getOrDefault("group", "driver-producer-" + ProcessHandle.current().pid());
         DefaultMQProducer p;
         if (mode.equals("txn")) {
-            TransactionMQProducer tp = new TransactionMQProducer(group);
+            TransactionMQProducer tp = new TransactionMQProducer(null, group, aclHook(a));
             tp.setTransactionListener(new TransactionListener() {
                 @Override
                 public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
@@ -237,7 +252,7 @@ public final class Driver {
             });
             p = tp;
         } else {
-            p = new DefaultMQProducer(group);
+            p = new DefaultMQProducer(group, aclHook(a));
         }
         p.setNamesrvAddr(a.get("namesrv"));
         p.setVipChannelEnabled(false);
@@ -359,7 +374,8 @@ public final class Driver {
     }
 
     private static int consume(Map<String, String> a) throws Exception {
-        DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.getOrDefault("group", "driver-consumer"));
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.getOrDefault("group", "driver-consumer"), aclHook(a),
+                new AllocateMessageQueueAveragely());
         c.setNamesrvAddr(a.get("namesrv"));
         c.setVipChannelEnabled(false);
         c.setInstanceName("driver-" + ProcessHandle.current().pid());
@@ -440,7 +456,7 @@ public final class Driver {
     // ---- pull -------------------------------------------------------------------------
 
     private static int pull(Map<String, String> a) throws Exception {
-        DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getOrDefault("group", "driver-pull"));
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getOrDefault("group", "driver-pull"), aclHook(a));
         c.setNamesrvAddr(a.get("namesrv"));
         c.setVipChannelEnabled(false);
         c.setInstanceName("driver-" + ProcessHandle.current().pid());
