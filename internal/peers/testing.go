@@ -3,6 +3,8 @@ package peers
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -96,10 +99,48 @@ func JavaDriver(t testing.TB) *Driver {
 	if err != nil {
 		skipOrFatal(t, "java driver", err)
 	}
+	if err := driverFresh(); err != nil {
+		t.Fatal(err)
+	}
 	cp, _ := classPath("driver", driverJar())
 	home := t.TempDir()
 	return &Driver{home: home, argv: []string{java, "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-Duser.home=" + home, "-Drocketmq.client.logRoot=" + filepath.Join(home, "logs"), "-cp", cp, "io.sluicemq.peers.Driver"}}
+}
+
+// driverFresh reports an error when the driver in [Dir] was built from other sources
+// than internal/peers/javadriver (a test's working directory is its package's): its
+// .stamp, written by .ci/peers, is the first 16 hex digits of the SHA-256 of pom.xml and
+// then every file under src, in sorted path order. A driver without a stamp, or a test
+// run from elsewhere, is taken as it is.
+func driverFresh() error {
+	stamp, err := os.ReadFile(filepath.Join(Dir(), "driver", ".stamp"))
+	if err != nil {
+		return nil
+	}
+	src := "javadriver"
+	var files []string
+	if err := filepath.WalkDir(filepath.Join(src, "src"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	}); err != nil {
+		return nil
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range append([]string{filepath.Join(src, "pom.xml")}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil
+		}
+		h.Write(b)
+	}
+	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != strings.TrimSpace(string(stamp)) {
+		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/javadriver: run bash .ci/peers", filepath.Join(Dir(), "driver"))
+	}
+	return nil
 }
 
 // Event is one JSON line the driver prints: "started", "sent" (a send's result), "check"
