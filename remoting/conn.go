@@ -71,7 +71,10 @@ type connOptions struct {
 	// frameTimeout bounds reading the rest of a frame once its first byte arrived
 	// (0: idleTimeout, or none).
 	frameTimeout time.Duration
-	log          *slog.Logger
+	// readBufIdle is how long a connection's large read buffer may stay empty before
+	// the reader swaps it for a small one (0: never).
+	readBufIdle time.Duration
+	log         *slog.Logger
 	// spawn runs f in a goroutine owned by the Client/Server; false if the owner is stopping.
 	spawn func(f func()) bool
 	// inline reports whether a request with this code is handled on the reader goroutine
