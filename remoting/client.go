@@ -198,6 +198,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		maxFrameSize: cfg.MaxFrameSize,
 		writeTimeout: cfg.WriteTimeout,
 		idleTimeout:  cfg.IdleTimeout,
+		readBufIdle:  defaultReadBufIdle,
 		queueLen:     cfg.WriteQueueSize,
 		log:          cfg.Logger,
 		spawn:        c.spawn,

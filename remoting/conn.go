@@ -643,8 +643,9 @@ func (c *Conn) busy() bool {
 // awaitFrame blocks until at least one byte of the next frame is readable. With an idle
 // timeout it closes connections that carried no traffic for that long. Once the first
 // byte is there, the rest of the frame must arrive within the frame timeout (a
-// half-sent frame does not hold the connection open for ever).
-func (c *Conn) awaitFrame(br *bufio.Reader) error {
+// half-sent frame does not hold the connection open for ever). The connection counts
+// as quiet since the given time (the reader may have waited already, see awaitQuiet).
+func (c *Conn) awaitFrame(br *bufio.Reader, since time.Time) error {
 	if frameBuffered(br) {
 		return nil // the whole frame is in memory: reading it cannot wait
 	}
@@ -664,7 +665,8 @@ func (c *Conn) awaitFrame(br *bufio.Reader) error {
 		return nil
 	}
 	for {
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.opts.idleTimeout))
+		_ = c.nc.SetReadDeadline(since.Add(c.opts.idleTimeout))
+		since = time.Now() // a busy connection waits a whole idle timeout again
 		_, err := br.Peek(1)
 		if err == nil {
 			_ = c.nc.SetReadDeadline(time.Now().Add(frameTimeout))
@@ -679,6 +681,32 @@ func (c *Conn) awaitFrame(br *bufio.Reader) error {
 		}
 		return err
 	}
+}
+
+// awaitQuiet waits, on a connection reading through the large buffer with nothing
+// buffered, up to readBufIdle from since for the next byte. It reports whether none
+// came: the connection is quiet, and the reader swaps the large buffer (64 KiB) for a
+// small one, so that connections that sent one burst long ago do not keep 64 KiB each.
+// With an idle timeout shorter than readBufIdle it waits only that long and reports
+// false (awaitFrame then applies the idle timeout). A read error other than the
+// deadline is returned.
+func (c *Conn) awaitQuiet(br *bufio.Reader, since time.Time) (bool, error) {
+	wait := c.opts.readBufIdle
+	if c.opts.idleTimeout > 0 && c.opts.idleTimeout < wait {
+		wait = c.opts.idleTimeout
+	}
+	_ = c.nc.SetReadDeadline(since.Add(wait))
+	_, err := br.Peek(1)
+	if c.opts.idleTimeout <= 0 && c.opts.frameTimeout <= 0 {
+		_ = c.nc.SetReadDeadline(time.Time{}) // awaitFrame sets none: reads may take their time
+	}
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, os.ErrDeadlineExceeded) && c.ctx.Err() == nil:
+		return wait == c.opts.readBufIdle, nil
+	}
+	return false, err
 }
 
 // setExt gives cmd the ext fields decoded into ext (hasExt: the header had an extFields
@@ -709,7 +737,21 @@ func (c *Conn) readLoop() {
 			br = growReader(br, src)
 			c.readBuf.Store(int32(br.Size()))
 		}
-		err := c.awaitFrame(br)
+		since := time.Now()
+		var err error
+		if c.opts.readBufIdle > 0 && br.Size() > readBufSmall && br.Buffered() == 0 {
+			var quiet bool
+			if quiet, err = c.awaitQuiet(br, since); quiet {
+				// Nothing is buffered, and the bytes growReader carried over were read
+				// (the wait would have returned them): the small buffer loses nothing.
+				br = bufio.NewReaderSize(src, readBufSmall)
+				src.full = false
+				c.readBuf.Store(readBufSmall)
+			}
+		}
+		if err == nil {
+			err = c.awaitFrame(br, since)
+		}
 		var frame []byte
 		if err == nil {
 			frame, err = ReadFrame(br, c.opts.maxFrameSize)
@@ -755,11 +797,14 @@ func (c *Conn) readLoop() {
 // readBurst bytes or more of room in one go (the socket held more than that: requests
 // arrive in bursts), and through one of readBufLarge bytes from then on, so that a busy
 // connection takes a burst of requests in one system call (64 KiB: about 50 sends of
-// 1 KiB) while the many quiet connections of a broker keep a small buffer.
+// 1 KiB) while the many quiet connections of a broker keep a small buffer. A connection
+// whose large buffer stays empty for readBufIdle (connOptions; defaultReadBufIdle) goes
+// back to a small one (awaitQuiet).
 const (
-	readBufSmall = 8 << 10
-	readBufLarge = 64 << 10
-	readBurst    = 4 << 10
+	defaultReadBufIdle = time.Second
+	readBufSmall       = 8 << 10
+	readBufLarge       = 64 << 10
+	readBurst          = 4 << 10
 )
 
 // readSource is what a connection's read buffer reads from: the socket, noting when a

@@ -50,6 +50,14 @@ type ServerConfig struct {
 	FrameReadTimeout time.Duration
 	// MaxConns bounds the open connections; a connection beyond it is closed at once
 	// (logged at warn, at most once a second). Default: 10000; negative: unlimited.
+	//
+	// It also bounds the reading memory: each connection reads through an 8 KiB buffer
+	// (64 KiB after a burst of input, back to 8 KiB once it has been quiet for a second)
+	// into the frame being read, which gets its whole buffer (a recycled one) as soon as
+	// its length arrives when that is 128 KiB or less, and grows with the bytes received
+	// beyond (64 KiB first). A peer that announces a frame and stalls thus holds up to
+	// 192 KiB on its connection until FrameReadTimeout closes it: at most about 1.9 GB at
+	// the default 10000 connections (MaxConnsPerHost bounds one address's share).
 	MaxConns int
 	// MaxConnsPerHost bounds the open connections from one remote IP address. Default:
 	// 1000; negative: unlimited.
@@ -205,6 +213,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		maxInFlightBytes: max(cfg.MaxInFlightBytesPerConn, 0),
 		maxQueuedBytes:   max(cfg.MaxQueuedBytesPerConn, 0),
 		frameTimeout:     max(cfg.FrameReadTimeout, 0),
+		readBufIdle:      defaultReadBufIdle,
 		maxFrameSize:     cfg.MaxFrameSize,
 		writeTimeout:     cfg.WriteTimeout,
 		idleTimeout:      idle,
