@@ -342,3 +342,34 @@ func TestReleasedFrameRecycledOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyEndsWithItsFrame: a request or response read into a recycled buffer (which
+// held another connection's frame, such as an answer carrying other topics' messages)
+// gets a Body whose capacity ends with the frame, so that neither reslicing nor an
+// append reaches the stale bytes after it.
+func TestBodyEndsWithItsFrame(t *testing.T) {
+	wire := mustEncode(t, NewRequest(500, map[string]string{"k": "v"}, bytes.Repeat([]byte("b"), 2000)))
+	recycledSeen := false
+	for range 100 {
+		old := frameBuf(4 << 10)[:4<<10]
+		copy(old, bytes.Repeat([]byte("S"), len(old))) // another frame's bytes
+		recycleFrame(old)
+		f, err := ReadFrame(bytes.NewReader(wire), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, _, err := DecodeFrame(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cap(f) > len(f) {
+			recycledSeen = true
+		}
+		if cap(cmd.Body) != len(cmd.Body) {
+			t.Fatalf("body of %d bytes has capacity %d: %q... after it", len(cmd.Body), cap(cmd.Body), cmd.Body[len(cmd.Body):cap(cmd.Body)][:8])
+		}
+	}
+	if !recycledSeen {
+		t.Fatal("no frame was read into a recycled buffer in 100 tries")
+	}
+}
