@@ -423,7 +423,8 @@ func decodeFrameExt(frame []byte, ext []ExtField) (*RemotingCommand, SerializeTy
 		return nil, st, ext, false, err
 	}
 	if body := frame[4+headerLen:]; len(body) > 0 {
-		cmd.Body = body
+		// Capacity ends with the frame: a recycled buffer's tail holds an earlier frame.
+		cmd.Body = body[:len(body):len(body)]
 	}
 	return cmd, st, ext, hasExt, nil
 }
@@ -598,6 +599,11 @@ func decodeBinaryHeader(h []byte, ext0 []ExtField) (*RemotingCommand, []ExtField
 // > maxFrameSize-4 (Field "length"), a header length beyond the frame (Field
 // "headerLength"), or a stream that ends inside the frame (Field "length" or "body",
 // wrapping io.ErrUnexpectedEOF); other read errors are returned as they are.
+//
+// The frame belongs to the caller: nothing else holds or reuses it. A frame of 128 KiB
+// or less may come in a recycled buffer (one the package's connections wrote or were
+// given back by [RemotingCommand.ReleaseBody]): its capacity may go beyond its length,
+// over bytes of an earlier frame ([DecodeFrame] caps the Body it returns at the frame's end).
 func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
 	if maxFrameSize <= 0 {
 		maxFrameSize = DefaultMaxFrameSize
