@@ -666,7 +666,6 @@ func (c *Conn) awaitFrame(br *bufio.Reader, since time.Time) error {
 	}
 	for {
 		_ = c.nc.SetReadDeadline(since.Add(c.opts.idleTimeout))
-		since = time.Now() // a busy connection waits a whole idle timeout again
 		_, err := br.Peek(1)
 		if err == nil {
 			_ = c.nc.SetReadDeadline(time.Now().Add(frameTimeout))
@@ -674,6 +673,7 @@ func (c *Conn) awaitFrame(br *bufio.Reader, since time.Time) error {
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && c.ctx.Err() == nil && c.busy() {
+			since = time.Now() // a busy connection waits a whole idle timeout again
 			continue
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -737,20 +737,22 @@ func (c *Conn) readLoop() {
 			br = growReader(br, src)
 			c.readBuf.Store(int32(br.Size()))
 		}
-		since := time.Now()
 		var err error
-		if c.opts.readBufIdle > 0 && br.Size() > readBufSmall && br.Buffered() == 0 {
-			var quiet bool
-			if quiet, err = c.awaitQuiet(br, since); quiet {
-				// Nothing is buffered, and the bytes growReader carried over were read
-				// (the wait would have returned them): the small buffer loses nothing.
-				br = bufio.NewReaderSize(src, readBufSmall)
-				src.full = false
-				c.readBuf.Store(readBufSmall)
+		if !frameBuffered(br) { // else reading the frame cannot wait
+			since := time.Now()
+			if c.opts.readBufIdle > 0 && br.Size() > readBufSmall && br.Buffered() == 0 {
+				var quiet bool
+				if quiet, err = c.awaitQuiet(br, since); quiet {
+					// Nothing is buffered, and the bytes growReader carried over were read
+					// (the wait would have returned them): the small buffer loses nothing.
+					br = bufio.NewReaderSize(src, readBufSmall)
+					src.full = false
+					c.readBuf.Store(readBufSmall)
+				}
 			}
-		}
-		if err == nil {
-			err = c.awaitFrame(br, since)
+			if err == nil {
+				err = c.awaitFrame(br, since)
+			}
 		}
 		var frame []byte
 		if err == nil {

@@ -373,3 +373,55 @@ func TestBodyEndsWithItsFrame(t *testing.T) {
 		t.Fatal("no frame was read into a recycled buffer in 100 tries")
 	}
 }
+
+// TestReleaseThenPanic: handlers on the reader (inline and async) that release their
+// body and then panic are answered SYSTEM_ERROR, their frames are recycled once, and the
+// echo requests pipelined between them on the same connection come back intact.
+func TestReleaseThenPanic(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.HandleInline(RequestCode(500), releasingEcho)
+	s.HandleInline(RequestCode(502), func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		req.ReleaseBody()
+		panic("inline handler fails after releasing its body")
+	})
+	s.HandleAsync(RequestCode(503), func(ctx context.Context, conn *Conn, req *RemotingCommand, reply func(*RemotingCommand)) {
+		req.ReleaseBody()
+		panic("async handler fails after releasing its body")
+	})
+	c := newClient(t, ClientConfig{})
+	const n = 600
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		code := RequestCode(500)
+		if i%3 == 1 {
+			code = 502
+		} else if i%3 == 2 {
+			code = 503
+		}
+		body := bytes.Repeat([]byte(fmt.Sprintf("%05d", i)), 50+(i*131)%3000) // 250 B .. 15 KiB
+		wg.Add(1)
+		err := c.InvokeAsync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(code, nil, body), func(resp *RemotingCommand, err error) {
+			defer wg.Done()
+			switch {
+			case err != nil:
+			case code == 500 && !bytes.Equal(resp.Body, body):
+				err = fmt.Errorf("echo %d: answer body of %d bytes is not the request's", i, len(resp.Body))
+			case code != 500 && resp.ResponseCode() != SystemError:
+				err = fmt.Errorf("request %d to a panicking handler: answer %d %q", i, resp.Code, resp.Remark)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+		if err != nil {
+			wg.Done()
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -91,13 +91,23 @@ func FuzzDecodeFrame(f *testing.F) {
 }
 
 // FuzzReadFrame: ReadFrame never panics, never returns a frame beyond the limit, and
-// always consumes exactly 4+len(frame) bytes per frame.
+// always consumes exactly 4+len(frame) bytes per frame, which it returns as they were
+// sent although each frame is recycled after use (as a released request's frame is), so
+// that the next one may be read into a buffer holding stale bytes. The limit is above
+// the largest pooled frame (128 KiB), so both allocation paths are taken.
 func FuzzReadFrame(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
 		f.Add(append(append([]byte{}, s...), s...))
 	}
-	const max = 1 << 16
+	f.Add(binary.BigEndian.AppendUint32(bytes.Repeat([]byte{0xAB}, 8), 5)) // a 5-byte frame after junk: refused
+	for _, n := range []int{4, 5, 7, 8, 64<<10 + 1, maxPooledFrame, maxPooledFrame + 1} {
+		fr := binary.BigEndian.AppendUint32(nil, uint32(n))
+		fr = append(fr, bytes.Repeat([]byte{byte(n)}, n)...)
+		binary.BigEndian.PutUint32(fr[4:], 0) // header length 0
+		f.Add(append(fr, fr...))
+	}
+	const max = 1 << 18
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
 		for i := 0; i < 1000; i++ {
@@ -112,10 +122,16 @@ func FuzzReadFrame(f *testing.F) {
 			if consumed := before - r.Len(); consumed != len(frame)+4 {
 				t.Fatalf("consumed %d bytes for a %d-byte frame", consumed, len(frame))
 			}
-			if int(binary.BigEndian.Uint32(data[len(data)-before:])) != len(frame) {
+			at := len(data) - before
+			if int(binary.BigEndian.Uint32(data[at:])) != len(frame) {
 				t.Fatal("frame length does not match the length field")
 			}
+			if !bytes.Equal(frame, data[at+4:at+4+len(frame)]) {
+				t.Fatalf("frame %d of %d bytes is not the bytes sent", i, len(frame))
+			}
 			_, _, _ = DecodeFrame(frame)
+			clear(frame) // leave a mark if the next frame is read into it unfilled
+			recycleFrame(frame)
 		}
 	})
 }
