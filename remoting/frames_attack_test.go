@@ -425,3 +425,58 @@ func TestReleaseThenPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKeptHeadersSurviveFrameReuse: a handler that releases its body may keep the
+// request's header (ext fields as a map or a list, remark): they never point into the
+// frame, which later requests overwrite. Both header encodings, with plain and escaped
+// JSON strings (the fast parser's two paths).
+func TestKeptHeadersSurviveFrameReuse(t *testing.T) {
+	s := startServer(t, ServerConfig{ExtListCodes: []RequestCode{505}})
+	type kept struct {
+		ext    map[string]string
+		list   []ExtField
+		remark string
+	}
+	var (
+		mu   sync.Mutex
+		keep []kept
+	)
+	keeper := func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		mu.Lock()
+		keep = append(keep, kept{ext: req.ExtFields, list: req.ExtList, remark: req.Remark})
+		mu.Unlock()
+		req.ReleaseBody()
+		return NewResponse(Success, "")
+	}
+	s.HandleInline(504, keeper)
+	s.HandleInline(505, keeper)
+	value := func(i int) string {
+		if i%2 == 0 {
+			return fmt.Sprintf("plain-%06d", i)
+		}
+		return fmt.Sprintf("esc\"aped\\-%06d-\u00e9", i) // escapes and non-ASCII
+	}
+	const n = 400
+	for _, st := range []SerializeType{SerializeJSON, SerializeRocketMQ} {
+		c := newClient(t, ClientConfig{SerializeType: st})
+		for i := range n {
+			req := NewRequest(RequestCode(504+i%2), map[string]string{"k": value(i), "n": fmt.Sprint(i)}, bytes.Repeat([]byte{byte(i)}, 1500))
+			req.Remark = value(i)
+			if _, err := c.InvokeSync(ctxTimeout(t, 10*time.Second), s.Addr(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keep) != 2*n {
+		t.Fatalf("%d requests kept, want %d", len(keep), 2*n)
+	}
+	for j, k := range keep {
+		i := j % n
+		got, _ := (&RemotingCommand{ExtFields: k.ext, ExtList: k.list}).Ext("k")
+		if got != value(i) || k.remark != value(i) {
+			t.Fatalf("request %d: kept ext k=%q remark %q, sent %q", j, got, k.remark, value(i))
+		}
+	}
+}
