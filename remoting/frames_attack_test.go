@@ -74,7 +74,8 @@ func sendBurst(t *testing.T, nc net.Conn, code RequestCode, n int) {
 // TestQuietConnectionGivesBackLargeReadBuffer: a connection that grew the 64 KiB read
 // buffer with a burst and then goes quiet reads through an 8 KiB one again (a broker with
 // thousands of producers that each sent one burst does not keep 64 KiB per connection),
-// and its next burst grows it again, every request answered intact.
+// twice in a row; every request, and a frame split around the quiet period, answered
+// intact.
 func TestQuietConnectionGivesBackLargeReadBuffer(t *testing.T) {
 	// With an idle timeout, with only the frame timeout, and with neither (no deadline
 	// may be left behind then: a frame may take its time).
@@ -121,6 +122,7 @@ func mustEncode(t *testing.T, req *RemotingCommand) []byte {
 func TestTimeoutsHoldWithBufferedFrames(t *testing.T) {
 	t.Run("partial frame after complete ones, large buffer", func(t *testing.T) {
 		s := startServer(t, ServerConfig{IdleTimeout: time.Hour, FrameReadTimeout: 150 * time.Millisecond})
+		s.opts.readBufIdle = time.Hour // keeps the large buffer, however slow the machine
 		s.HandleInline(RequestCode(500), releasingEcho)
 		nc := rawDial(t, s.Addr())
 		sendBurst(t, nc, 500, 300)
@@ -175,6 +177,7 @@ func TestTimeoutsHoldWithBufferedFrames(t *testing.T) {
 		// FrameReadTimeout defaults to the shorter IdleTimeout: a frame sent one byte at a
 		// time (for 10 s in all) is cut off long before it is complete.
 		s := startServer(t, ServerConfig{IdleTimeout: 200 * time.Millisecond})
+		s.opts.readBufIdle = time.Hour // keeps the large buffer
 		s.HandleInline(RequestCode(500), releasingEcho)
 		nc := rawDial(t, s.Addr())
 		sendBurst(t, nc, 500, 300) // the large buffer
