@@ -9,6 +9,43 @@ import (
 	"time"
 )
 
+// serveOnce listens on a free loopback port and answers the first request of the first
+// connection with what answer returns for it and its serialize type (in that type; nil:
+// no answer). The listener closes when the test ends.
+func serveOnce(t *testing.T, answer func(req *RemotingCommand, st SerializeType) *RemotingCommand) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	go func() { // owned by the test: serves one request, ends by the cleanup at the latest
+		defer close(done)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		f, err := ReadFrame(nc, 0)
+		if err != nil {
+			return
+		}
+		req, st, err := DecodeFrame(f)
+		if err != nil {
+			return
+		}
+		if resp := answer(req, st); resp != nil {
+			resp.Opaque = req.Opaque
+			resp.Flag |= FlagResponse
+			out, _ := resp.EncodeAs(st)
+			_, _ = nc.Write(out)
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // TestClientSerializeType: a client configured with SerializeRocketMQ writes its
 // requests with the binary header (type byte 1 on the wire, the fields intact) and reads
 // the server's binary answer; with the default it writes JSON. An unknown type is
@@ -19,37 +56,19 @@ func TestClientSerializeType(t *testing.T) {
 		want SerializeType
 	}{{0, SerializeJSON}, {SerializeRocketMQ, SerializeRocketMQ}} {
 		t.Run(tc.want.String(), func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			seen := make(chan SerializeType, 1)
-			go func() { // owned by the test: ends with the one connection it serves
-				nc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer nc.Close()
-				_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-				f, err := ReadFrame(nc, 0)
-				if err != nil {
-					return
-				}
-				req, st, err := DecodeFrame(f)
-				if err != nil || req.ExtFields["topic"] != "T" || string(req.Body) != "body" || req.Code != 310 {
+			addr := serveOnce(t, func(req *RemotingCommand, st SerializeType) *RemotingCommand {
+				if req.ExtFields["topic"] != "T" || string(req.Body) != "body" || req.Code != 310 {
 					seen <- 99
-					return
+					return nil
 				}
 				seen <- st
 				resp := NewResponse(Success, "stored")
-				resp.Opaque = req.Opaque
 				resp.ExtFields = map[string]string{"msgId": "M1"}
-				out, _ := resp.EncodeAs(st)
-				_, _ = nc.Write(out)
-			}()
+				return resp
+			})
 			c := newClient(t, ClientConfig{SerializeType: tc.cfg})
-			resp, err := c.InvokeSync(ctxTimeout(t, 5*time.Second), ln.Addr().String(), NewRequest(310, map[string]string{"topic": "T"}, []byte("body")))
+			resp, err := c.InvokeSync(ctxTimeout(t, 5*time.Second), addr, NewRequest(310, map[string]string{"topic": "T"}, []byte("body")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,37 +97,15 @@ func TestClientSerializeType(t *testing.T) {
 func TestBinaryRequestLeavesOutEmptyValues(t *testing.T) {
 	for _, st := range []SerializeType{SerializeJSON, SerializeRocketMQ} {
 		t.Run(st.String(), func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			got := make(chan *RemotingCommand, 1)
-			go func() { // owned by the test: ends with the one connection it serves
-				nc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer nc.Close()
-				_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-				f, err := ReadFrame(nc, 0)
-				if err != nil {
-					return
-				}
-				req, _, err := DecodeFrame(f)
-				if err != nil {
-					return
-				}
+			addr := serveOnce(t, func(req *RemotingCommand, _ SerializeType) *RemotingCommand {
 				got <- req
-				resp := NewResponse(Success, "")
-				resp.Opaque = req.Opaque
-				out, _ := resp.EncodeAs(st)
-				_, _ = nc.Write(out)
-			}()
+				return NewResponse(Success, "")
+			})
 			cred := Credentials{AccessKey: "ak", SecretKey: "sk"}
 			c := newClient(t, ClientConfig{SerializeType: st, Credentials: cred})
 			req := NewRequest(11, map[string]string{"subscription": "", "topic": "T", "expressionType": ""}, []byte("b"))
-			if _, err := c.InvokeSync(ctxTimeout(t, 5*time.Second), ln.Addr().String(), req); err != nil {
+			if _, err := c.InvokeSync(ctxTimeout(t, 5*time.Second), addr, req); err != nil {
 				t.Fatal(err)
 			}
 			r := <-got

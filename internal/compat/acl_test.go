@@ -3,10 +3,10 @@ package compat_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +21,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -36,17 +37,16 @@ const compatACL = `accounts:
     defaultGroupPerm: SUB
 `
 
-// TestOfficialClientWithCredentials: a broker with aclEnable accepts the official Go
-// client's signatures (WithCredentials) with the right secret and refuses them with a
-// wrong one (SYSTEM_ERROR, as RocketMQ does); Sluice's admin and producer sign too.
-func TestOfficialClientWithCredentials(t *testing.T) {
-	t.Parallel()
+// startACLBroker starts a broker (with an embedded name server) that has aclEnable and
+// the accounts of compatACL, its own admin account adminKey/adminSecret, logging to log;
+// it is shut down when the test ends.
+func startACLBroker(t *testing.T, log *slog.Logger) *broker.Broker {
+	t.Helper()
 	dir := t.TempDir()
 	aclFile := filepath.Join(dir, "plain_acl.yml")
 	if err := os.WriteFile(aclFile, []byte(compatACL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := testLogger(t)
 	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
 		StorePathRootDir: filepath.Join(dir, "store"), Logger: log,
 		AclEnable: true, AclFile: aclFile, AccessKey: "adminKey", SecretKey: "adminSecret"})
@@ -61,6 +61,16 @@ func TestOfficialClientWithCredentials(t *testing.T) {
 		defer cancel()
 		_ = b.Shutdown(ctx)
 	})
+	return b
+}
+
+// TestOfficialClientWithCredentials: a broker with aclEnable accepts the official Go
+// client's signatures (WithCredentials) with the right secret and refuses them with a
+// wrong one (SYSTEM_ERROR, as RocketMQ does); Sluice's admin and producer sign too.
+func TestOfficialClientWithCredentials(t *testing.T) {
+	t.Parallel()
+	log := testLogger(t)
+	b := startACLBroker(t, log)
 	ns := b.NamesrvAddr()
 	const topic, group = "CompatACL", "compat_acl_group"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -116,8 +126,8 @@ func TestOfficialClientWithCredentials(t *testing.T) {
 		t.Fatal("the wrong secret was not refused by the ACL")
 	}
 
-	sp := startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_acl_sluice", Logger: log,
-		InstanceName: clientInstance(t, "sluice"), Credentials: remoting.Credentials{AccessKey: "appKey01", SecretKey: "appSecret01"}})
+	sp := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_acl_sluice", Logger: log,
+		InstanceName: clientInstance(t, "sluice"), Credentials: remoting.Credentials{AccessKey: "appKey01", SecretKey: "appSecret01"}}, sdktest.MustShutDown)
 	for i := range 5 {
 		if res, err := sp.SendSync(ctx, message.NewMessage(topic, []byte{'s', byte('0' + i)})); err != nil || res.Status != message.SendOK {
 			t.Fatalf("sluice send with credentials: %v %v", res, err)
@@ -167,26 +177,8 @@ var awkwardProps = map[string]string{
 // consumer's signed offset commit reads back.
 func TestSDKHeaderEncodingsWithCredentials(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	aclFile := filepath.Join(dir, "plain_acl.yml")
-	if err := os.WriteFile(aclFile, []byte(compatACL), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	log := testLogger(t)
-	b, err := broker.New(broker.Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0",
-		StorePathRootDir: filepath.Join(dir, "store"), Logger: log,
-		AclEnable: true, AclFile: aclFile, AccessKey: "adminKey", SecretKey: "adminSecret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = b.Shutdown(ctx)
-	})
+	b := startACLBroker(t, log)
 	ns := []string{b.NamesrvAddr()}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -207,8 +199,8 @@ func TestSDKHeaderEncodingsWithCredentials(t *testing.T) {
 			if _, err := adm.WaitTopicRoute(ctx, topic); err != nil {
 				t.Fatal(err)
 			}
-			p := startSluiceProducer(t, producer.Config{NamesrvAddrs: ns, Group: "compat_acl_headers", Logger: log,
-				InstanceName: clientInstance(t, "good"), Credentials: good, JSONHeaders: jsonHeaders})
+			p := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: ns, Group: "compat_acl_headers", Logger: log,
+				InstanceName: clientInstance(t, "good"), Credentials: good, JSONHeaders: jsonHeaders}, sdktest.MustShutDown)
 			const n = 4
 			for i := range n {
 				m := message.NewMessage(topic, []byte(fmt.Sprintf("m%d", i))).SetTag("标签").SetKeys(fmt.Sprintf("ключ-%d", i))
@@ -221,15 +213,8 @@ func TestSDKHeaderEncodingsWithCredentials(t *testing.T) {
 			}
 
 			refused := b.Stats().RefusedACL
-			pb, err := producer.New(producer.Config{NamesrvAddrs: ns, Group: "compat_acl_headers", Logger: log,
-				InstanceName: clientInstance(t, "bad"), Credentials: bad, JSONHeaders: jsonHeaders, RetryTimesWhenSendFailed: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := pb.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = pb.Shutdown(context.Background()) }) // its unregistration is refused too
+			pb := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: ns, Group: "compat_acl_headers", Logger: log,
+				InstanceName: clientInstance(t, "bad"), Credentials: bad, JSONHeaders: jsonHeaders, RetryTimesWhenSendFailed: -1}, sdktest.MayFail)
 			if _, err := pb.SendSync(ctx, message.NewMessage(topic, []byte("forged")).SetProperty("quotes", awkwardProps["quotes"])); err == nil {
 				t.Fatal("send signed with a wrong secret accepted")
 			}
@@ -250,41 +235,16 @@ func TestSDKHeaderEncodingsWithCredentials(t *testing.T) {
 			}
 
 			pull := func(cred remoting.Credentials) *consumer.PullConsumer {
-				pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: ns, Group: fmt.Sprintf("compat_acl_pull_%v", jsonHeaders),
+				return sdktest.StartPullConsumer(t, consumer.PullConfig{NamesrvAddrs: ns, Group: fmt.Sprintf("compat_acl_pull_%v", jsonHeaders),
 					Logger: log, Credentials: cred, JSONHeaders: jsonHeaders})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := pc.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = pc.Shutdown(context.Background()) })
-				return pc
 			}
 			pc := pull(good)
+			if got := sdktest.PullEveryQueue(ctx, t, pc, topic, "标签", func(m *message.MessageExt) { check("pull", m) }); got != n {
+				t.Fatalf("signed pulls returned %d messages, want %d", got, n)
+			}
 			mqs, err := pc.MessageQueues(ctx, topic)
 			if err != nil {
 				t.Fatal(err)
-			}
-			got := 0
-			for _, mq := range mqs {
-				res, err := pc.Pull(ctx, consumer.PullRequest{Queue: mq, Expression: "标签"})
-				if err != nil {
-					t.Fatalf("signed pull of %v: %v", mq, err)
-				}
-				for _, m := range res.Messages {
-					check("pull", m)
-				}
-				got += len(res.Messages)
-				if err := pc.CommitOffset(ctx, mq, res.NextBeginOffset); err != nil {
-					t.Fatalf("signed offset commit: %v", err)
-				}
-				if off, err := pc.CommittedOffset(ctx, mq); err != nil || off != res.NextBeginOffset {
-					t.Fatalf("committed offset of %v: %d %v, want %d", mq, off, err, res.NextBeginOffset)
-				}
-			}
-			if got != n {
-				t.Fatalf("signed pulls returned %d messages, want %d", got, n)
 			}
 			badPull := pull(bad)
 			refused = b.Stats().RefusedACL
@@ -295,37 +255,9 @@ func TestSDKHeaderEncodingsWithCredentials(t *testing.T) {
 				t.Fatal("the pull with a wrong secret was not refused by the ACL")
 			}
 
-			var mu sync.Mutex
-			pushed := map[string]bool{}
-			c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: ns, Group: fmt.Sprintf("compat_acl_push_%v", jsonHeaders),
-				ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log, Credentials: good, JSONHeaders: jsonHeaders})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Subscribe(topic, "*", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, m := range ms {
-					check("push", m)
-					pushed[string(m.Body)] = true
-				}
-				return message.ConsumeSuccess, nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				sctx, scancel := context.WithTimeout(context.Background(), 15*time.Second)
-				defer scancel()
-				_ = c.Shutdown(sctx)
-			})
-			testkit.WaitFor(t, 30*time.Second, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(pushed) == n
-			}, "the signed push consumer to receive every message")
+			sdktest.PushReceives(t, consumer.Config{NamesrvAddrs: ns, Group: fmt.Sprintf("compat_acl_push_%v", jsonHeaders),
+				ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log, Credentials: good, JSONHeaders: jsonHeaders},
+				topic, n, 30*time.Second, func(m *message.MessageExt) { check("push", m) })
 		})
 	}
 }

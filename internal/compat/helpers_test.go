@@ -33,6 +33,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -549,36 +550,15 @@ func officialProducer(t *testing.T, e *env, instance string) sendFunc {
 	}
 }
 
-// startSluiceProducer creates and starts a Sluice producer with cfg and shuts it down
-// (reporting a failure) when the test ends.
-func startSluiceProducer(t *testing.T, cfg producer.Config) *producer.Producer {
-	t.Helper()
-	p, err := producer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("sluice producer shutdown: %v", err)
-		}
-	})
-	return p
-}
-
 func sluiceProducer(t *testing.T, e *env, instance string) sendFunc {
 	t.Helper()
-	p := startSluiceProducer(t, producer.Config{
+	p := sdktest.StartProducer(t, producer.Config{
 		NamesrvAddrs: []string{e.ns()},
 		Group:        "compat_sluice_producer",
 		InstanceName: clientInstance(t, instance),
 		SendTimeout:  5 * time.Second,
 		Logger:       e.log,
-	})
+	}, sdktest.MustShutDown)
 	return func(ctx context.Context, m testMsg) error {
 		msg := message.NewMessage(m.topic, m.body)
 		msg.SetTag(m.tag).SetKeys(m.keys...)

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -80,7 +81,7 @@ func pcOfficialProducer(t *testing.T, b *broker.Broker, instance string, opts ..
 
 func pcSluiceProducer(t *testing.T, b *broker.Broker, instance string) *producer.Producer {
 	t.Helper()
-	return startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, InstanceName: instance, Logger: pcQuiet})
+	return sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, InstanceName: instance, Logger: pcQuiet}, sdktest.MustShutDown)
 }
 
 // pcArrival is one delivered message in client-neutral form, with its arrival time.

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -128,7 +129,7 @@ func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	var sent atomic.Int64
 	for w := range 3 {
-		p := startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{e.ns()}, Group: "pgAtk", InstanceName: clientInstance(t, "p"+strconv.Itoa(w)), Logger: e.log, SendTimeout: 20 * time.Second})
+		p := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{e.ns()}, Group: "pgAtk", InstanceName: clientInstance(t, "p"+strconv.Itoa(w)), Logger: e.log, SendTimeout: 20 * time.Second}, sdktest.MustShutDown)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -71,8 +72,8 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sp := startSluiceProducer(t, producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_tls_sluice", Logger: log,
-		InstanceName: clientInstance(t, "sluice-producer"), TLS: clientTLS})
+	sp := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{ns}, Group: "compat_tls_sluice", Logger: log,
+		InstanceName: clientInstance(t, "sluice-producer"), TLS: clientTLS}, sdktest.MustShutDown)
 	for i := range 5 {
 		if res, err := sp.SendSync(ctx, message.NewMessage(topic, []byte{'s', byte('0' + i)})); err != nil || res.Status != message.SendOK {
 			t.Fatalf("sluice send over TLS: %v %v", res, err)

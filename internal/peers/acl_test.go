@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/peers"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -65,23 +65,11 @@ func TestSluiceSDKWithCredentialsAgainstApacheRocketMQ(t *testing.T) {
 			createTopic(t, tg, topic, 2)
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			newProducer := func(cred remoting.Credentials) *producer.Producer {
-				p, err := producer.New(producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "acl-producer", Logger: testkit.Quiet(),
-					Credentials: cred, JSONHeaders: jsonHeaders, RetryTimesWhenSendFailed: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := p.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					_ = p.Shutdown(ctx)
-				})
-				return p
+			newProducer := func(cred remoting.Credentials, sd sdktest.Shutdown) *producer.Producer {
+				return sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "acl-producer", Logger: testkit.Quiet(),
+					Credentials: cred, JSONHeaders: jsonHeaders, RetryTimesWhenSendFailed: -1}, sd)
 			}
-			p := newProducer(good)
+			p := newProducer(good, sdktest.MustShutDown)
 			mk := func(i int) *message.Message {
 				m := message.NewMessage(topic, []byte(fmt.Sprintf("m%d", i))).SetTag("标签").SetKeys(fmt.Sprintf("ключ-%d", i))
 				for k, v := range props {
@@ -96,7 +84,7 @@ func TestSluiceSDKWithCredentialsAgainstApacheRocketMQ(t *testing.T) {
 				t.Fatalf("signed batch: %v", err)
 			}
 			const n = 3
-			if _, err := newProducer(bad).SendSync(ctx, mk(99)); err == nil {
+			if _, err := newProducer(bad, sdktest.MayFail).SendSync(ctx, mk(99)); err == nil {
 				t.Fatal("Apache accepted a send signed with a wrong secret")
 			}
 
@@ -112,77 +100,24 @@ func TestSluiceSDKWithCredentialsAgainstApacheRocketMQ(t *testing.T) {
 				}
 			}
 			newPull := func(cred remoting.Credentials) *consumer.PullConsumer {
-				pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "acl-pull",
+				return sdktest.StartPullConsumer(t, consumer.PullConfig{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "acl-pull",
 					Logger: testkit.Quiet(), Credentials: cred, JSONHeaders: jsonHeaders})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := pc.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = pc.Shutdown(context.Background()) })
-				return pc
 			}
 			pc := newPull(good)
+			if got := sdktest.PullEveryQueue(ctx, t, pc, topic, "标签", func(m *message.MessageExt) { check("pull", m) }); got != n {
+				t.Fatalf("signed pulls returned %d messages, want %d", got, n)
+			}
 			mqs, err := pc.MessageQueues(ctx, topic)
 			if err != nil {
 				t.Fatal(err)
-			}
-			got := 0
-			for _, mq := range mqs {
-				res, err := pc.Pull(ctx, consumer.PullRequest{Queue: mq, Expression: "标签"})
-				if err != nil {
-					t.Fatalf("signed pull of %v: %v", mq, err)
-				}
-				for _, m := range res.Messages {
-					check("pull", m)
-				}
-				got += len(res.Messages)
-				if err := pc.CommitOffset(ctx, mq, res.NextBeginOffset); err != nil {
-					t.Fatalf("signed offset commit: %v", err)
-				}
-				if off, err := pc.CommittedOffset(ctx, mq); err != nil || off != res.NextBeginOffset {
-					t.Fatalf("committed offset of %v: %d %v, want %d", mq, off, err, res.NextBeginOffset)
-				}
-			}
-			if got != n {
-				t.Fatalf("signed pulls returned %d messages, want %d", got, n)
 			}
 			if _, err := newPull(bad).Pull(ctx, consumer.PullRequest{Queue: mqs[0]}); err == nil {
 				t.Fatal("Apache accepted a pull signed with a wrong secret")
 			}
 
-			var mu sync.Mutex
-			pushed := map[string]bool{}
-			c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: fmt.Sprintf("acl-push-%v", jsonHeaders),
-				ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: testkit.Quiet(), Credentials: good, JSONHeaders: jsonHeaders})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Subscribe(topic, "*", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, m := range ms {
-					check("push", m)
-					pushed[string(m.Body)] = true
-				}
-				return message.ConsumeSuccess, nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				defer cancel()
-				_ = c.Shutdown(ctx)
-			})
-			testkit.WaitFor(t, 60*time.Second, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(pushed) == n
-			}, "the signed push consumer to receive every message")
+			sdktest.PushReceives(t, consumer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: fmt.Sprintf("acl-push-%v", jsonHeaders),
+				ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: testkit.Quiet(), Credentials: good, JSONHeaders: jsonHeaders},
+				topic, n, 60*time.Second, func(m *message.MessageExt) { check("push", m) })
 		})
 	}
 }

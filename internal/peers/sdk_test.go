@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -72,23 +73,6 @@ func goConsumer(t *testing.T, ns, group, topic, expr string, orderly bool, handl
 	})
 }
 
-func goProducer(t *testing.T, ns string) *producer.Producer {
-	t.Helper()
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{ns}, Group: "sdk-producer", Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-	})
-	return p
-}
-
 // Sluice's producer sends sync, async, one-way, batch and delayed messages to Apache
 // RocketMQ; Sluice's concurrent push consumer (tag subscription) receives exactly the
 // matching ones, and a message answered ReconsumeLater comes back through Apache's retry
@@ -99,7 +83,7 @@ func TestSluiceSDKAgainstApacheRocketMQ(t *testing.T) {
 	tg := target{name: "apache", namesrv: r.NamesrvAddr, broker: r.BrokerAddr, adm: newAdmin(t, r.NamesrvAddr)}
 	topic := topicFor(t, "SdkTopic")
 	createTopic(t, tg, topic, 4)
-	p := goProducer(t, r.NamesrvAddr)
+	p := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-producer", Logger: testkit.Quiet()}, sdktest.MustShutDown)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	want := []string{}
@@ -209,7 +193,7 @@ func TestSluiceOrderlyConsumerAgainstApacheRocketMQ(t *testing.T) {
 	tg := target{name: "apache", namesrv: r.NamesrvAddr, broker: r.BrokerAddr, adm: newAdmin(t, r.NamesrvAddr)}
 	topic := topicFor(t, "SdkOrderly")
 	createTopic(t, tg, topic, 2)
-	p := goProducer(t, r.NamesrvAddr)
+	p := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-producer", Logger: testkit.Quiet()}, sdktest.MustShutDown)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mq := message.MessageQueue{Topic: topic, BrokerName: r.BrokerName, QueueID: 1}
@@ -324,7 +308,7 @@ func TestSluiceDLQAgainstApacheRocketMQ(t *testing.T) {
 	topic := topicFor(t, "SdkDLQ")
 	group := fmt.Sprintf("sdk-dlq-%d", time.Now().UnixNano()%1e6)
 	createTopic(t, tg, topic, 1)
-	p := goProducer(t, r.NamesrvAddr)
+	p := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-producer", Logger: testkit.Quiet()}, sdktest.MustShutDown)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte("doomed")).SetKeys("doomed")); err != nil {
@@ -363,7 +347,7 @@ func TestSluiceSQL92ConsumerAgainstApacheRocketMQ(t *testing.T) {
 	tg := target{name: "apache", namesrv: r.NamesrvAddr, broker: r.BrokerAddr, adm: newAdmin(t, r.NamesrvAddr)}
 	topic := topicFor(t, "SdkSQL")
 	createTopic(t, tg, topic, 2)
-	p := goProducer(t, r.NamesrvAddr)
+	p := sdktest.StartProducer(t, producer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-producer", Logger: testkit.Quiet()}, sdktest.MustShutDown)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := 1; i <= 6; i++ {
