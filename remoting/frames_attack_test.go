@@ -44,10 +44,11 @@ func burstFrames(t *testing.T, code RequestCode, n int) []byte {
 	return burst
 }
 
-// sendBurst writes the burst of n requests (burstFrames) in one write and checks the n
-// answers.
-func sendBurst(t *testing.T, nc net.Conn, code RequestCode, n int) {
+// sendBurst writes the burst of n requests (burstFrames) in one write, checks the n
+// answers' bodies and returns their opaques in the order they came.
+func sendBurst(t *testing.T, nc net.Conn, code RequestCode, n int) []int32 {
 	t.Helper()
+	order := make([]int32, 0, n)
 	burst := burstFrames(t, code, n)
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	writeErr := make(chan error, 1)
@@ -64,11 +65,13 @@ func sendBurst(t *testing.T, nc net.Conn, code RequestCode, n int) {
 		if want := bytes.Repeat([]byte{byte(resp.Opaque)}, 1024+(int(resp.Opaque)*37)%2048); !bytes.Equal(resp.Body, want) {
 			t.Fatalf("answer %d (opaque %d): body of %d bytes is not the request's", i, resp.Opaque, len(resp.Body))
 		}
+		order = append(order, resp.Opaque)
 	}
 	if err := <-writeErr; err != nil {
 		t.Fatal(err)
 	}
 	_ = nc.SetDeadline(time.Time{})
+	return order
 }
 
 // TestQuietConnectionGivesBackLargeReadBuffer: a connection that grew the 64 KiB read

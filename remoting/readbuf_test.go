@@ -1,7 +1,6 @@
 package remoting
 
 import (
-	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -59,39 +58,11 @@ func TestReadBufferGrowsForBursts(t *testing.T) {
 
 			// 300 requests of 1-3 KiB written at once: about 600 KiB, many buffer fills.
 			const n = 300
-			var burst []byte
-			for i := range n {
-				req := NewRequest(500, map[string]string{"i": fmt.Sprint(i)}, bytes.Repeat([]byte{byte(i)}, 1024+(i*37)%2048))
-				req.Opaque = int32(i)
-				frame, err := req.Encode()
-				if err != nil {
-					t.Fatal(err)
+			order := sendBurst(t, rawDial(t, s.Addr()), 500, n)
+			for i, op := range order {
+				if inline && op != int32(i) {
+					t.Fatalf("inline answers out of order: answer %d has opaque %d", i, op)
 				}
-				burst = append(burst, frame...)
-			}
-			nc := rawDial(t, s.Addr())
-			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-			writeErr := make(chan error, 1)
-			go func() { _, err := nc.Write(burst); writeErr <- err }()
-			for i := range n {
-				f, err := ReadFrame(nc, 0)
-				if err != nil {
-					t.Fatalf("answer %d: %v", i, err)
-				}
-				resp, _, err := DecodeFrame(f)
-				if err != nil {
-					t.Fatalf("answer %d: %v", i, err)
-				}
-				want := bytes.Repeat([]byte{byte(resp.Opaque)}, 1024+(int(resp.Opaque)*37)%2048)
-				if resp.ExtFields["i"] != fmt.Sprint(resp.Opaque) || !bytes.Equal(resp.Body, want) {
-					t.Fatalf("answer %d (opaque %d): ext %v, body of %d bytes does not match the request's", i, resp.Opaque, resp.ExtFields, len(resp.Body))
-				}
-				if inline && resp.Opaque != int32(i) {
-					t.Fatalf("inline answers out of order: answer %d has opaque %d", i, resp.Opaque)
-				}
-			}
-			if err := <-writeErr; err != nil {
-				t.Fatal(err)
 			}
 			if got := serverConnReadBuf(t, s); got != readBufLarge {
 				t.Fatalf("after a burst: read buffer %d bytes, want %d", got, readBufLarge)

@@ -166,31 +166,17 @@ func pcOfficialConsumer(t *testing.T, b *broker.Broker, group, instance, topic s
 // offset (orderly when asked), recording into in.
 func pcSluiceConsumer(t *testing.T, b *broker.Broker, group, instance, topic string, orderly bool, in *pcInbox) {
 	t.Helper()
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Group: group,
-		InstanceName: instance, ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Orderly: orderly, Logger: pcQuiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-		now := time.Now()
-		for _, m := range msgs {
-			in.add(pcArrival{body: m.Body, props: m.Properties, queueID: int(m.QueueID), offset: m.QueueOffset, at: now})
-		}
-		return message.ConsumeSuccess, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := c.Shutdown(ctx); err != nil {
-			t.Errorf("sluice consumer shutdown: %v", err)
-		}
-	})
+	sdktest.StartPushConsumer(t, consumer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Group: group,
+		InstanceName: instance, ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Orderly: orderly, Logger: pcQuiet},
+		func(c *consumer.PushConsumer) error {
+			return c.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+				now := time.Now()
+				for _, m := range msgs {
+					in.add(pcArrival{body: m.Body, props: m.Properties, queueID: int(m.QueueID), offset: m.QueueOffset, at: now})
+				}
+				return message.ConsumeSuccess, nil
+			})
+		}, sdktest.MustShutDown)
 }
 
 // pcDelay and pcSlack are the "5 s ± 1 s" of delay level 2 with the default table.

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 )
@@ -63,36 +64,21 @@ func (l *sdkTxnListener) count(body string) int {
 // subscription subscribe sets up with the given handler; shut down by t.Cleanup.
 func sluiceConsumerAt(t *testing.T, ns, group, instance string, subscribe func(*consumer.PushConsumer, func(context.Context, []*message.MessageExt) (message.ConsumeResult, error)) error, col *bodyCollector) {
 	t.Helper()
-	c, err := consumer.NewPushConsumer(consumer.Config{
+	sdktest.StartPushConsumer(t, consumer.Config{
 		NamesrvAddrs:          []string{ns},
 		Group:                 group,
 		InstanceName:          clientInstance(t, instance),
 		ConsumeFromWhere:      consumer.ConsumeFromFirstOffset,
 		PersistOffsetInterval: 100 * time.Millisecond,
 		Logger:                testLogger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = subscribe(c, func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-		for _, m := range msgs {
-			col.add(string(m.Body))
-		}
-		return message.ConsumeSuccess, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := c.Shutdown(ctx); err != nil {
-			t.Errorf("sluice consumer %s shutdown: %v", instance, err)
-		}
-	})
+	}, func(c *consumer.PushConsumer) error {
+		return subscribe(c, func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			for _, m := range msgs {
+				col.add(string(m.Body))
+			}
+			return message.ConsumeSuccess, nil
+		})
+	}, sdktest.MustShutDown)
 }
 
 // TestSluiceTransactionProducer: Sluice's TransactionProducer with commit, rollback,

@@ -47,30 +47,18 @@ func (l *dlog) list() []delivery {
 
 func goConsumer(t *testing.T, ns, group, topic, expr string, orderly bool, handler func(m *message.MessageExt) message.ConsumeResult) {
 	t.Helper()
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{ns}, Group: group, Orderly: orderly,
+	sdktest.StartPushConsumer(t, consumer.Config{NamesrvAddrs: []string{ns}, Group: group, Orderly: orderly,
 		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, SuspendCurrentQueueTime: 200 * time.Millisecond,
-		MaxReconsumeTimes: consumer.Retries(3), Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Subscribe(topic, expr, func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
-		for _, m := range ms {
-			if r := handler(m); r != message.ConsumeSuccess {
-				return r, nil
+		MaxReconsumeTimes: consumer.Retries(3), Logger: testkit.Quiet()}, func(c *consumer.PushConsumer) error {
+		return c.Subscribe(topic, expr, func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
+			for _, m := range ms {
+				if r := handler(m); r != message.ConsumeSuccess {
+					return r, nil
+				}
 			}
-		}
-		return message.ConsumeSuccess, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = c.Shutdown(ctx)
-	})
+			return message.ConsumeSuccess, nil
+		})
+	}, sdktest.MayFail)
 }
 
 // Sluice's producer sends sync, async, one-way, batch and delayed messages to Apache
@@ -356,28 +344,16 @@ func TestSluiceSQL92ConsumerAgainstApacheRocketMQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-sql",
-		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := &dlog{}
-	if err := c.SubscribeSQL(topic, "n > 2 AND region = 'eu'", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
-		for _, m := range ms {
-			log.add(m)
-		}
-		return message.ConsumeSuccess, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = c.Shutdown(ctx)
-	})
+	sdktest.StartPushConsumer(t, consumer.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Group: "sdk-sql",
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: testkit.Quiet()}, func(c *consumer.PushConsumer) error {
+		return c.SubscribeSQL(topic, "n > 2 AND region = 'eu'", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
+			for _, m := range ms {
+				log.add(m)
+			}
+			return message.ConsumeSuccess, nil
+		})
+	}, sdktest.MayFail)
 	testkit.WaitFor(t, 60*time.Second, func() bool { return len(log.list()) >= 2 }, func() string { return fmt.Sprintf("deliveries %v", log.list()) })
 	// the unmatched messages sit before and between the matched ones in the same queues:
 	// once both matches arrived, the pulls have passed them

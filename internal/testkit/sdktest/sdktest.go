@@ -96,27 +96,16 @@ func PullEveryQueue(ctx context.Context, t testing.TB, pc *consumer.PullConsumer
 	return got
 }
 
-// PushReceives starts a push consumer with cfg subscribed to every tag of topic, runs
-// check on every delivery, and waits up to timeout until it has received n messages with
-// distinct bodies (the test fails otherwise). The consumer is shut down (within 15 s)
-// when the test ends.
-func PushReceives(t testing.TB, cfg consumer.Config, topic string, n int, timeout time.Duration, check func(*message.MessageExt)) {
+// StartPushConsumer creates a push consumer with cfg, lets subscribe make its
+// subscriptions, starts it, and shuts it down (within 15 s) when the test ends, failing
+// the test on a shutdown error unless sd is MayFail.
+func StartPushConsumer(t testing.TB, cfg consumer.Config, subscribe func(*consumer.PushConsumer) error, sd Shutdown) *consumer.PushConsumer {
 	t.Helper()
-	var mu sync.Mutex
-	bodies := map[string]bool{}
 	c, err := consumer.NewPushConsumer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Subscribe(topic, "*", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, m := range ms {
-			check(m)
-			bodies[string(m.Body)] = true
-		}
-		return message.ConsumeSuccess, nil
-	}); err != nil {
+	if err := subscribe(c); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(); err != nil {
@@ -125,8 +114,32 @@ func PushReceives(t testing.TB, cfg consumer.Config, topic string, n int, timeou
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		_ = c.Shutdown(ctx)
+		if err := c.Shutdown(ctx); err != nil && sd == MustShutDown {
+			t.Errorf("push consumer shutdown: %v", err)
+		}
 	})
+	return c
+}
+
+// PushReceives starts a push consumer with cfg subscribed to every tag of topic, runs
+// check on every delivery, and waits up to timeout until it has received n messages with
+// distinct bodies (the test fails otherwise). The consumer is shut down (within 15 s)
+// when the test ends.
+func PushReceives(t testing.TB, cfg consumer.Config, topic string, n int, timeout time.Duration, check func(*message.MessageExt)) {
+	t.Helper()
+	var mu sync.Mutex
+	bodies := map[string]bool{}
+	StartPushConsumer(t, cfg, func(c *consumer.PushConsumer) error {
+		return c.Subscribe(topic, "*", func(_ context.Context, ms []*message.MessageExt) (message.ConsumeResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range ms {
+				check(m)
+				bodies[string(m.Body)] = true
+			}
+			return message.ConsumeSuccess, nil
+		})
+	}, MayFail)
 	testkit.WaitFor(t, timeout, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
