@@ -578,6 +578,15 @@ func sluiceProducer(t *testing.T, e *env, instance string) sendFunc {
 
 func officialConsumer(t *testing.T, e *env, group, instance, topic, expr string, col *collector) func() {
 	t.Helper()
+	return startOfficialConsumer(t, e, group, instance, topic, expr, func(m *primitive.MessageExt) { col.receive(instance, fromOfficial(m)) })
+}
+
+// startOfficialConsumer starts the official client's clustering push consumer of group
+// (from the first offset) on topic with the tag expression expr, calling handle for
+// every delivery; the returned stop (also run when the test ends, once) shuts it down
+// under the client's rebalance mutex (officialclient.ShutdownConsumer).
+func startOfficialConsumer(t *testing.T, e *env, group, instance, topic, expr string, handle func(*primitive.MessageExt)) func() {
+	t.Helper()
 	c, err := rocketmq.NewPushConsumer(
 		rmqconsumer.WithNameServer(primitive.NamesrvAddr{e.ns()}),
 		rmqconsumer.WithGroupName(group),
@@ -591,7 +600,7 @@ func officialConsumer(t *testing.T, e *env, group, instance, topic, expr string,
 	err = c.Subscribe(topic, rmqconsumer.MessageSelector{Type: rmqconsumer.TAG, Expression: expr},
 		func(_ context.Context, msgs ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
 			for _, m := range msgs {
-				col.receive(instance, fromOfficial(m))
+				handle(m)
 			}
 			return rmqconsumer.ConsumeSuccess, nil
 		})

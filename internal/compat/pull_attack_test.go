@@ -10,13 +10,10 @@ import (
 	"testing"
 	"time"
 
-	rocketmq "github.com/apache/rocketmq-client-go/v2"
-	rmqconsumer "github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
-	"github.com/sluicemq/sluice/internal/testkit/officialclient"
 	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -68,38 +65,9 @@ func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
 		})
 	}
 
-	oc, err := rocketmq.NewPushConsumer(
-		rmqconsumer.WithNameServer(primitive.NamesrvAddr{e.ns()}),
-		rmqconsumer.WithGroupName("gOfficial"),
-		rmqconsumer.WithInstance(clientInstance(t, "official")),
-		rmqconsumer.WithConsumerModel(rmqconsumer.Clustering),
-		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = oc.Subscribe(topic, rmqconsumer.MessageSelector{Type: rmqconsumer.TAG, Expression: "*"},
-		func(_ context.Context, msgs ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
-			for _, m := range msgs {
-				check(off, m.GetProperty("seq"), m.GetProperty("sum"), m.Body, func() []byte { return m.Body })
-			}
-			return rmqconsumer.ConsumeSuccess, nil
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := oc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stopOnce sync.Once
-	stopOfficial := func() {
-		stopOnce.Do(func() {
-			if err := officialclient.ShutdownConsumer(oc); err != nil {
-				t.Errorf("official consumer shutdown: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stopOfficial)
+	stopOfficial := startOfficialConsumer(t, e, "gOfficial", "official", topic, "*", func(m *primitive.MessageExt) {
+		check(off, m.GetProperty("seq"), m.GetProperty("sum"), m.Body, func() []byte { return m.Body })
+	})
 
 	sc, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{e.ns()}, Group: "gSluice",
 		InstanceName: clientInstance(t, "sluice"), ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: e.log})
