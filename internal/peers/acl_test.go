@@ -40,7 +40,7 @@ accounts:
 // a wrong secret is refused.
 func TestSluiceSDKWithCredentialsAgainstApacheRocketMQ(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts an Apache RocketMQ of its own (two JVMs)")
+		t.Skip("-short: starts an Apache RocketMQ of its own (two JVMs); run without -short")
 	}
 	r := peers.StartRocketMQ(t, peers.RocketMQOptions{BrokerConf: map[string]string{"aclEnable": "true"},
 		ConfFiles: map[string]string{"plain_acl.yml": apacheACL}})

@@ -137,7 +137,7 @@ var awkward = map[string]string{
 // server shows the client really wrote binary headers.
 func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts five JVMs")
+		t.Skip("-short: starts five JVMs (the Java driver and a name-server proxy beside Sluice); run without -short")
 	}
 	d := peers.JavaDriver(t).WithJVMFlags(peers.SerializeRocketMQ)
 	b := sluiceBroker(t)
@@ -269,7 +269,7 @@ func checkDelivery(t *testing.T, who string, e peers.Event, props map[string]str
 // pull consumer are verified and served; a producer with a wrong secret is refused.
 func TestJavaBinaryHeadersWithACLAgainstSluice(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts four JVMs")
+		t.Skip("-short: starts four JVMs; run without -short")
 	}
 	d := peers.JavaDriver(t).WithJVMFlags(peers.SerializeRocketMQ)
 	dir := t.TempDir()

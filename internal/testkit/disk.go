@@ -14,7 +14,7 @@ import (
 func MountTmpfs(t testing.TB, size string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a full disk is simulated by filling it)")
+		t.Skip("needs root (mount(2) of a small tmpfs, filled to simulate a full disk); run as root")
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
