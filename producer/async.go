@@ -52,15 +52,22 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 	}
 	size := int64(len(msg.Body))
 	if err := p.limiter.acquire(ctx, size, p.closing); err != nil {
+		if pr != nil {
+			pr.release()
+		}
 		return err
 	}
 	if err := p.enter(); err != nil {
 		p.limiter.release(size)
+		if pr != nil {
+			pr.release()
+		}
 		return err
 	}
 	sel := o.selector
 	if pr != nil {
-		op := &asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
+		op := &pr.op
+		*op = asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
 		if p.cl.CachedRoute(msg.Topic) != nil {
 			op.begin()
 		} else {
@@ -148,14 +155,18 @@ func (op *asyncOp) again(se *SendError, retry bool) bool {
 	return true
 }
 
+// finish reports the send's outcome to its callback and ends it: op (which lives in its
+// prepared send) is released and must not be used afterwards.
 func (op *asyncOp) finish(r *message.SendResult, se *SendError) {
-	op.p.limiter.release(op.size) // before cb, so a cb that sends again finds room
+	p := op.p
+	p.limiter.release(op.size) // before cb, so a cb that sends again finds room
 	if se != nil {
 		op.cb(nil, se)
 	} else {
 		op.cb(r, nil)
 	}
-	op.p.inflight.Done()
+	op.pr.release()
+	p.inflight.Done()
 }
 
 // AsyncResult is the outcome of one SendAsyncChan: the stored result, or the error.

@@ -4,9 +4,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/remoting"
 	"log/slog"
 	"time"
+
+	"github.com/sluicemq/sluice/remoting"
 
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/message"

@@ -46,6 +46,7 @@ func (p *Producer) rawOneway(ctx context.Context, msg *message.Message, sel Mess
 	if err != nil {
 		return err
 	}
+	defer pr.release() // the request is encoded and queued once InvokeOneway returns
 	if err := p.enter(); err != nil {
 		return err
 	}

@@ -244,6 +244,24 @@ type prepared struct {
 	body   []byte
 	msgID  string           // UNIQ_KEY(s), comma-joined for a batch
 	selMsg *message.Message // what the selector sees (a batch: its first message)
+
+	// req and ext hold the current attempt's request, built in place by request, and op
+	// is SendAsync's state: one object carries a send from validation to its result.
+	// A single message's prepared comes from preparedPool and goes back (release) once
+	// its send is over, so that a send allocates none of them (about 1 KiB) afresh.
+	req remoting.RemotingCommand
+	ext [len(wire.SendHeaderKeys)]remoting.ExtField
+	op  asyncOp
+}
+
+// preparedPool recycles the prepared sends of single messages (prepareSingle, release).
+var preparedPool = sync.Pool{New: func() any { return new(prepared) }}
+
+// release gives pr back to preparedPool. The caller must be done with it: its send has
+// its result, and no attempt of it is still waiting for an answer.
+func (pr *prepared) release() {
+	*pr = prepared{}
+	preparedPool.Put(pr)
 }
 
 // checkMessage validates msg for a single send.
@@ -286,22 +304,20 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 	if msg.Property(message.PropertyTransactionPrepared) == "true" {
 		sysFlag |= message.SysFlagTransactionPrepared
 	}
-	return &prepared{
-		code: remoting.SendMessageV2,
-		header: wire.SendHeader{
-			ProducerGroup:         p.cfg.Group,
-			Topic:                 msg.Topic,
-			DefaultTopic:          message.AutoCreateTopicKey,
-			DefaultTopicQueueNums: client.DefaultTopicQueueNums,
-			SysFlag:               sysFlag,
-			BornTimestamp:         time.Now().UnixMilli(),
-			Flag:                  msg.Flag,
-			Properties:            props,
-		},
-		body:   body,
-		msgID:  msg.UniqKey(),
-		selMsg: msg,
-	}, nil
+	pr := preparedPool.Get().(*prepared)
+	pr.code = remoting.SendMessageV2
+	pr.header = wire.SendHeader{
+		ProducerGroup:         p.cfg.Group,
+		Topic:                 msg.Topic,
+		DefaultTopic:          message.AutoCreateTopicKey,
+		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
+		SysFlag:               sysFlag,
+		BornTimestamp:         time.Now().UnixMilli(),
+		Flag:                  msg.Flag,
+		Properties:            props,
+	}
+	pr.body, pr.msgID, pr.selMsg = body, msg.UniqKey(), msg
+	return pr, nil
 }
 
 // rawSend is one message's send without middlewares: validate, route, attempts.
@@ -311,10 +327,13 @@ func (p *Producer) rawSend(ctx context.Context, msg *message.Message, sel Messag
 		return nil, err
 	}
 	if err := p.enter(); err != nil {
+		pr.release()
 		return nil, err
 	}
 	defer p.inflight.Done()
-	return p.sendPrepared(ctx, pr, sel, m)
+	r, err := p.sendPrepared(ctx, pr, sel, m)
+	pr.release()
+	return r, err
 }
 
 // sendPrepared makes the attempts of one send. Sync mode: up to
@@ -418,9 +437,11 @@ func (p *Producer) request(pr *prepared, mq message.MessageQueue) (string, *remo
 	h.QueueID = int32(mq.QueueID)
 	h.BrokerName = mq.BrokerName
 	h.Batch = pr.code == remoting.SendBatchMessage
-	req := remoting.NewRequest(pr.code, nil, pr.body)
-	req.ExtList = h.ExtList() // list form: no map, no key sort when encoding
-	return addr, req, nil
+	// The attempt's request lives in pr (an earlier attempt of it has its answer), its
+	// header in list form: no map, no key sort when encoding.
+	pr.req = *remoting.NewRequest(pr.code, nil, pr.body)
+	pr.req.ExtList = h.AppendExtList(pr.ext[:0])
+	return addr, &pr.req, nil
 }
 
 // outcome turns one attempt's response (or transport error err) into its result or

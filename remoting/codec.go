@@ -69,7 +69,7 @@ func (t SerializeType) String() string {
 // encoding/json (control characters and <, >, & as \u00XX; invalid UTF-8 becomes U+FFFD).
 // It fails with a [*FrameError] if the header exceeds 16 MiB-1 or the frame exceeds 2 GiB-1.
 func (c *RemotingCommand) Encode() ([]byte, error) {
-	buf := frameBuf(8 + 160 + len(c.Remark) + c.extSizeHint() + len(c.Body))
+	buf := frameBuf(8+160+len(c.Remark)+c.extSizeHint()+len(c.Body), true)
 	buf = c.appendJSONHeader(buf)
 	return finishFrame(buf, SerializeJSON, c.Body)
 }
@@ -90,7 +90,7 @@ func (c *RemotingCommand) EncodeBinary() ([]byte, error) { return c.encodeBinary
 func (c *RemotingCommand) encodeBinaryRequest() ([]byte, error) { return c.encodeBinary(true) }
 
 func (c *RemotingCommand) encodeBinary(skipEmpty bool) ([]byte, error) {
-	buf := frameBuf(8 + 25 + len(c.Remark) + c.extSizeHint() + len(c.Body))
+	buf := frameBuf(8+25+len(c.Remark)+c.extSizeHint()+len(c.Body), true)
 	var err error
 	buf, err = c.appendBinaryHeader(buf, skipEmpty)
 	if err != nil {
@@ -133,16 +133,25 @@ func frameClass(n int) int {
 }
 
 // frameBuf returns a buffer of length 8 (the frame prefix, filled in by finishFrame)
-// with room for n bytes: a recycled one when its size class has one large enough.
-func frameBuf(n int) []byte {
+// with room for n bytes: a recycled one when its size class has one. A new buffer gets
+// its class's whole capacity when n is within the smallest class or whole is set, so
+// that once recycled it serves any later frame of the class. Encoding sets whole (its
+// frames go to a connection's writer, which recycles them); reading does not, because
+// a received frame may be held for long (a pull response's messages alias it).
+func frameBuf(n int, whole bool) []byte {
 	if n <= maxPooledFrame {
-		pool := &framePools[frameClass(n)]
+		c := frameClass(n)
+		pool := &framePools[c]
 		if p, _ := pool.Get().(*[]byte); p != nil {
 			if cap(*p) >= n {
 				return (*p)[:8]
 			}
 			pool.Put(p) // too small for this frame, not for the next one
 		}
+		if whole || c == 0 {
+			n = frameClassMax[c]
+		}
+		return make([]byte, 8, n)
 	}
 	return make([]byte, 8, n)
 }
@@ -633,7 +642,7 @@ func ReadFrame(r io.Reader, maxFrameSize int) ([]byte, error) {
 	const eagerAlloc = 64 << 10
 	var frame []byte
 	if length <= maxPooledFrame {
-		frame = frameBuf(max(int(length), 8))[:length] // frameBuf's buffers hold at least 8 bytes
+		frame = frameBuf(max(int(length), 8), false)[:length] // frameBuf's buffers hold at least 8 bytes
 	} else {
 		frame = make([]byte, eagerAlloc)
 	}

@@ -773,6 +773,11 @@ func (c *Conn) readLoop() {
 			return
 		}
 		if cmd.IsResponse() {
+			if cmd.Body == nil {
+				// The decoded header copied what it keeps (its strings): nothing refers
+				// to the frame any more.
+				recycleFrame(frame)
+			}
 			p, stop := c.take(cmd.Opaque)
 			if p != nil {
 				setExt(cmd, ext, hasExt, p.extList)

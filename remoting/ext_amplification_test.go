@@ -101,8 +101,10 @@ func TestRecycledFrameFitsItsFrame(t *testing.T) {
 		recycleFrame(make([]byte, 0, maxPooledFrame))
 	}
 	for range 100 {
-		if b := frameBuf(1100); cap(b) > 4*1100 {
-			t.Fatalf("frameBuf(1100) returned a buffer of capacity %d", cap(b))
+		for _, whole := range []bool{false, true} {
+			if b := frameBuf(1100, whole); cap(b) > 4*1100 {
+				t.Fatalf("frameBuf(1100, %v) returned a buffer of capacity %d", whole, cap(b))
+			}
 		}
 	}
 }

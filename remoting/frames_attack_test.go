@@ -337,12 +337,12 @@ func isReset(err error) bool {
 // often reuseFrame runs for it, so that two later frames never share a buffer.
 func TestReleasedFrameRecycledOnce(t *testing.T) {
 	for range 50 {
-		frame := frameBuf(3000)[:3000]
+		frame := frameBuf(3000, false)[:3000]
 		req := &RemotingCommand{frame: frame, Body: frame[10:]}
 		req.ReleaseBody()
 		reuseFrame(req)
 		reuseFrame(req) // a second pass (a handler's panic path, a retry) must not put it again
-		a, b := frameBuf(3000), frameBuf(3000)
+		a, b := frameBuf(3000, false), frameBuf(3000, false)
 		if &a[:1][0] == &b[:1][0] {
 			t.Fatal("one recycled frame handed out twice")
 		}
@@ -357,7 +357,7 @@ func TestBodyEndsWithItsFrame(t *testing.T) {
 	wire := mustEncode(t, NewRequest(500, map[string]string{"k": "v"}, bytes.Repeat([]byte("b"), 2000)))
 	recycledSeen := false
 	for range 100 {
-		old := frameBuf(4 << 10)[:4<<10]
+		old := frameBuf(4<<10, false)[:4<<10]
 		copy(old, bytes.Repeat([]byte("S"), len(old))) // another frame's bytes
 		recycleFrame(old)
 		f, err := ReadFrame(bytes.NewReader(wire), 0)

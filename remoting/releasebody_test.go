@@ -15,21 +15,21 @@ import (
 func TestReleaseBodyReusesFrame(t *testing.T) {
 	reused := 0
 	for range 100 {
-		frame := frameBuf(2000)[:2000]
+		frame := frameBuf(2000, false)[:2000]
 		req := &RemotingCommand{frame: frame, Body: frame[100:]}
 		req.ReleaseBody()
 		reuseFrame(req)
 		if req.Body != nil || req.frame != nil {
 			t.Fatal("a released request still points at its recycled frame")
 		}
-		if &frameBuf(2000)[:1][0] == &frame[0] {
+		if &frameBuf(2000, false)[:1][0] == &frame[0] {
 			reused++
 		}
 	}
 	if reused == 0 {
 		t.Fatal("no released frame was handed out again in 100 tries")
 	}
-	kept := frameBuf(3000)[:3000]
+	kept := frameBuf(3000, false)[:3000]
 	req := &RemotingCommand{frame: kept, Body: kept[10:]}
 	reuseFrame(req)
 	if req.frame == nil || len(req.Body) != 2990 {

@@ -90,27 +90,42 @@ func (h SendHeader) Ext() map[string]string {
 // fields and values as [SendHeader.Ext], for a request in list form
 // (remoting.RemotingCommand.ExtList): building it costs one slice and no map.
 func (h SendHeader) ExtList() []remoting.ExtField {
-	ext := make([]remoting.ExtField, 0, len(SendHeaderKeys))
-	add := func(i int, v string) { ext = append(ext, remoting.ExtField{Key: v2Key(i), Value: v}) }
+	return h.AppendExtList(make([]remoting.ExtField, 0, len(SendHeaderKeys)))
+}
+
+// AppendExtList appends the fields of [SendHeader.ExtList] to dst and returns the
+// extended slice: a caller that keeps a slice of len(SendHeaderKeys) free entries
+// builds the list without allocating one (the numbers still become strings).
+func (h SendHeader) AppendExtList(dst []remoting.ExtField) []remoting.ExtField {
+	add := func(i int, v string) { dst = append(dst, remoting.ExtField{Key: v2Key(i), Value: v}) }
 	add(sendKeyProducerGroup, h.ProducerGroup)
 	add(sendKeyTopic, h.Topic)
 	add(sendKeyDefaultTopic, h.DefaultTopic)
-	add(sendKeyDefaultTopicQueueNums, strconv.FormatInt(int64(h.DefaultTopicQueueNums), 10))
-	add(sendKeyQueueID, strconv.FormatInt(int64(h.QueueID), 10))
-	add(sendKeySysFlag, strconv.FormatInt(int64(h.SysFlag), 10))
-	add(sendKeyBornTimestamp, strconv.FormatInt(h.BornTimestamp, 10))
-	add(sendKeyFlag, strconv.FormatInt(int64(h.Flag), 10))
+	add(sendKeyDefaultTopicQueueNums, itoa(int64(h.DefaultTopicQueueNums)))
+	add(sendKeyQueueID, itoa(int64(h.QueueID)))
+	add(sendKeySysFlag, itoa(int64(h.SysFlag)))
+	add(sendKeyBornTimestamp, itoa(h.BornTimestamp))
+	add(sendKeyFlag, itoa(int64(h.Flag)))
 	if h.Properties != "" {
 		add(sendKeyProperties, h.Properties)
 	}
-	add(sendKeyReconsumeTimes, strconv.FormatInt(int64(h.ReconsumeTimes), 10))
+	add(sendKeyReconsumeTimes, itoa(int64(h.ReconsumeTimes)))
 	add(sendKeyUnitMode, strconv.FormatBool(h.UnitMode))
-	add(sendKeyMaxReconsumeTimes, strconv.FormatInt(int64(h.MaxReconsumeTimes), 10))
+	add(sendKeyMaxReconsumeTimes, itoa(int64(h.MaxReconsumeTimes)))
 	add(sendKeyBatch, strconv.FormatBool(h.Batch))
 	if h.BrokerName != "" {
 		add(sendKeyBrokerName, h.BrokerName)
 	}
-	return ext
+	return dst
+}
+
+// itoa is strconv.FormatInt(v, 10) without allocating for -1 (MaxReconsumeTimes' "not
+// set", in every send header); strconv already returns 0..99 without allocating.
+func itoa(v int64) string {
+	if v == -1 {
+		return "-1"
+	}
+	return strconv.FormatInt(v, 10)
 }
 
 // ParseSendHeader reads the send header of req: the long keys of SEND_MESSAGE (10)

@@ -151,6 +151,25 @@ func TestSendHeaderExtList(t *testing.T) {
 	}
 }
 
+// TestAppendExtListAllocatesOnlyTheTimestamp: into a slice with room for every key,
+// AppendExtList allocates nothing but the born timestamp's digits (small numbers, -1 and
+// booleans are constant strings), and it appends what ExtList returns.
+func TestAppendExtListAllocatesOnlyTheTimestamp(t *testing.T) {
+	h := benchSendHeader
+	h.MaxReconsumeTimes = -1
+	var dst [len(SendHeaderKeys)]remoting.ExtField
+	if got, want := h.AppendExtList(dst[:0]), h.ExtList(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("AppendExtList %v\nExtList %v", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { h.AppendExtList(dst[:0]) }); n > 1 {
+		t.Fatalf("AppendExtList made %v allocations per header, want at most 1 (bornTimestamp)", n)
+	}
+	prefix := []remoting.ExtField{{Key: "x", Value: "y"}}
+	if got := h.AppendExtList(prefix); len(got) != 1+len(h.ExtList()) || got[0] != prefix[0] {
+		t.Fatalf("AppendExtList did not append after the existing fields: %v", got)
+	}
+}
+
 // TestParseSendHeaderListMatchesMap: the one-pass list reader gives the map reader's
 // header and errors, for valid, missing, malformed and repeated fields and both key sets.
 func TestParseSendHeaderListMatchesMap(t *testing.T) {
