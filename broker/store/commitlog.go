@@ -59,6 +59,7 @@ type commitLog struct {
 	writePos atomic.Int64
 
 	wmap writerMap // the writer's mapping of the segment it fills; only the writer uses it
+	pre  prefaulter // faults the writer's mapping in ahead of it
 
 	// pwriteOnly writes every record with pwrite instead of through wmap (SYNC_FLUSH):
 	// each group commit's fsync cleans the page being filled, and the next copy into the
@@ -71,7 +72,8 @@ type commitLog struct {
 // the same page cache pages a pwrite would fill, so readers (pread), the flusher (fsync
 // of the file writes back pages dirtied through the mapping too) and a process crash see
 // the same data. Pages behind the writer are released from the process's page tables
-// every releaseEvery bytes, so the mapping does not grow the resident set. Where mapping
+// every releaseEvery bytes, so the mapping does not grow the resident set; pages ahead
+// of it are faulted in by the prefaulter's goroutine (prefaultAhead bytes). Where mapping
 // fails (or outside Linux) the segment is written with pwrite as before; a write that
 // faults (the file system cannot back the page) is redone with pwrite, which returns the
 // file system's error, and the rest of that segment is written with pwrite.
@@ -111,6 +113,7 @@ func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
 			m.failed = seg
 		} else {
 			m.seg, m.data, m.released = seg, data, 0
+			cl.pre.attach(data, off)
 		}
 	}
 	if m.seg != seg {
@@ -132,6 +135,7 @@ func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
 		}
 		return nil
 	}
+	cl.pre.ahead(end)
 	if end-m.released >= releaseEvery {
 		to := end &^ (pageSize - 1)
 		_ = releasePages(m.data[m.released:to]) // best effort: only the resident set is at stake
@@ -160,6 +164,7 @@ func copyMapped(dst, src []byte) (err error) {
 func (cl *commitLog) unmapWriter() {
 	m := &cl.wmap
 	if m.data != nil {
+		cl.pre.detach()
 		_ = unmapSegment(m.data)
 	}
 	m.seg, m.data, m.released = nil, nil, 0
@@ -340,6 +345,7 @@ func (cl *commitLog) maxRecordBytes() int64 { return cl.segSize - blankFillerSiz
 // close closes all segment files.
 func (cl *commitLog) close() error {
 	cl.unmapWriter()
+	cl.pre.stop()
 	var first error
 	for _, s := range cl.segments() {
 		if err := s.f.Close(); err != nil && first == nil {

@@ -30,3 +30,9 @@ func unmapSegment(b []byte) error { return syscall.Munmap(b) }
 // stays in the page cache (dirty pages stay dirty and are written back as usual), but no
 // longer counts in the process's resident set. b must start on a page boundary.
 func releasePages(b []byte) error { return syscall.Madvise(b, syscall.MADV_DONTNEED) }
+
+// populateSupported: MADV_POPULATE_WRITE exists (Linux 5.14); an older kernel answers EINVAL.
+const populateSupported = true
+
+// populateWrite faults b's pages in writable (MADV_POPULATE_WRITE, 23).
+func populateWrite(b []byte) error { return syscall.Madvise(b, 23) }

@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // mappingRSS returns the resident size in bytes of the mapping starting at addr, from
@@ -46,7 +49,7 @@ func mappingRSS(t *testing.T, addr uintptr) int64 {
 
 // TestWriterMapReleasesPages writes 64 MiB in 8 KiB pieces through the writer's mapping of
 // one segment: every byte reads back with pread, and the mapping's resident size stays near
-// releaseEvery instead of growing with the data. A 64 KiB write goes around the mapping
+// releaseEvery (plus the prefaulted pages ahead) instead of growing with the data. A 64 KiB write goes around the mapping
 // (pwrite) and reads back too.
 func TestWriterMapReleasesPages(t *testing.T) {
 	const segSize, total = 80 << 20, 64 << 20
@@ -72,8 +75,8 @@ func TestWriterMapReleasesPages(t *testing.T) {
 		t.Fatal("the segment was not written through a mapping")
 	}
 	rss := mappingRSS(t, uintptr(unsafe.Pointer(&cl.wmap.data[0])))
-	if rss > 2*releaseEvery {
-		t.Errorf("mapping resident size %d bytes after writing %d: want at most %d (pages behind the writer released)", rss, total, 2*releaseEvery)
+	if limit := int64(2*releaseEvery + prefaultAhead); rss > limit {
+		t.Errorf("mapping resident size %d bytes after writing %d: want at most %d (pages behind the writer released)", rss, total, limit)
 	}
 	big := bytes.Repeat([]byte("big write "), 64<<10/10)
 	if err := cl.write(seg, big, pos-seg.start+total); err != nil {
@@ -161,5 +164,54 @@ func TestSyncFlushWritesWithPwrite(t *testing.T) {
 		if mapped != (ft == AsyncFlush) {
 			t.Errorf("%v: writer mapping in use %v", ft, mapped)
 		}
+	}
+}
+
+// TestPrefaulterMapsPagesAhead: after a write through the writer's mapping, the
+// prefaulter's goroutine faults in the pages after it (the mapping's resident size grows
+// to cover prefaultAhead bytes beyond the write without the writer touching them), stops
+// at the end of the segment, and closing the commitlog stops it.
+func TestPrefaulterMapsPagesAhead(t *testing.T) {
+	if !populateSupported {
+		t.Skip("needs MADV_POPULATE_WRITE")
+	}
+	const segSize = 8 << 20
+	cl, err := openCommitLog(t.TempDir(), segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, pos, err := cl.reserve(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.write(seg, []byte("first record"), pos-seg.start); err != nil {
+		t.Fatal(err)
+	}
+	if cl.wmap.seg != seg {
+		t.Fatal("the segment was not mapped")
+	}
+	addr := uintptr(unsafe.Pointer(&cl.wmap.data[0]))
+	want := int64(prefaultAhead)
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		if cl.pre.off.Load() {
+			t.Skip("this kernel has no MADV_POPULATE_WRITE")
+		}
+		return mappingRSS(t, addr) >= want
+	}, "the mapping's pages ahead of the writer to be faulted in")
+	// Near the segment's end the prefaulter stops at the end of the mapping.
+	end := int64(segSize - 64<<10)
+	if err := cl.write(seg, []byte("near the end"), end); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool { return mappingRSS(t, addr) >= segSize-2*prefaultStep },
+		"the pages up to the segment's end to be faulted in")
+	if rss := mappingRSS(t, addr); rss > segSize {
+		t.Fatalf("mapping resident size %d beyond the segment's %d bytes", rss, segSize)
+	}
+	if err := cl.close(); err != nil {
+		t.Fatal(err)
+	}
+	if cl.pre.started {
+		t.Fatal("the prefaulter still runs after close")
 	}
 }

@@ -18,3 +18,7 @@ func mapFile(*os.File, int64) ([]byte, error) { return nil, errNoMmap }
 func unmapSegment([]byte) error { return nil }
 
 func releasePages([]byte) error { return nil }
+
+const populateSupported = false
+
+func populateWrite([]byte) error { return nil }
