@@ -32,7 +32,10 @@
 // larger batches, where a page fault per fresh page costs more than the system call, with
 // SYNC_FLUSH, where every group commit's fsync cleans the page being filled and the next
 // copy would fault on it again, elsewhere, or when mapping fails; pages behind the writer
-// are released from the process every 8 MiB, so the resident set does not grow), appends the consume-queue entry the same way, by a copy into
+// are released from the process every 8 MiB, so the resident set does not grow; pages
+// ahead of it are faulted in by a goroutine of its own, 4 MiB ahead, so that the copy,
+// which runs on the sending connection's reader, does not take the fault of a fresh page),
+// appends the consume-queue entry the same way, by a copy into
 // a shared mapping of the consume-queue file being filled (no system call per put; at most
 // 256 files are mapped at once, least recently written ones unmapped first, and with more
 // busy queues than that a file is mapped again only after 64 pwrites; pages behind the
