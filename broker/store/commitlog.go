@@ -58,7 +58,7 @@ type commitLog struct {
 	// record or blank filler. Updated only by the writer, after the bytes are written.
 	writePos atomic.Int64
 
-	wmap writerMap // the writer's mapping of the segment it fills; only the writer uses it
+	wmap writerMap  // the writer's mapping of the segment it fills; only the writer uses it
 	pre  prefaulter // faults the writer's mapping in ahead of it
 
 	// pwriteOnly writes every record with pwrite instead of through wmap (SYNC_FLUSH):
