@@ -198,20 +198,76 @@ func TestPrefaulterMapsPagesAhead(t *testing.T) {
 		}
 		return mappingRSS(t, addr) >= want
 	}, "the mapping's pages ahead of the writer to be faulted in")
-	// Near the segment's end the prefaulter stops at the end of the mapping.
+	// Near the segment's end the prefaulter faults in the pages from the writer to the
+	// end of the mapping (not those between: the writer is past them), and stops there.
+	rss0 := mappingRSS(t, addr)
 	end := int64(segSize - 64<<10)
 	if err := cl.write(seg, []byte("near the end"), end); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 10*time.Second, func() bool { return mappingRSS(t, addr) >= segSize-2*prefaultStep },
+	testkit.WaitFor(t, 10*time.Second, func() bool { return mappingRSS(t, addr) >= rss0+segSize-end },
 		"the pages up to the segment's end to be faulted in")
-	if rss := mappingRSS(t, addr); rss > segSize {
-		t.Fatalf("mapping resident size %d beyond the segment's %d bytes", rss, segSize)
+	if rss := mappingRSS(t, addr); rss > rss0+segSize-end {
+		t.Fatalf("mapping resident size %d, want %d: %d before and the %d bytes from the writer to the segment's end", rss, rss0+segSize-end, rss0, segSize-end)
 	}
 	if err := cl.close(); err != nil {
 		t.Fatal(err)
 	}
 	if cl.pre.started {
 		t.Fatal("the prefaulter still runs after close")
+	}
+}
+
+// TestPrefaulterStartsAtTheWriter: when the writer's position jumps ahead of what the
+// prefaulter faulted in (records of directWriteMin bytes or more go around the mapping
+// with pwrite, so the prefaulter hears nothing of them), the prefaulter goes on from the
+// writer's position, not from where it stopped: it faults in prefaultAhead bytes ahead
+// of the writer, not every page the big writes already filled. Before, the mapping's
+// resident size grew by the whole jump (here 40 MiB) and the pages behind the writer
+// stayed resident until the writer had copied releaseEvery more bytes.
+func TestPrefaulterStartsAtTheWriter(t *testing.T) {
+	if !populateSupported {
+		t.Skip("needs MADV_POPULATE_WRITE")
+	}
+	const segSize, jump = 64 << 20, 40 << 20
+	cl, err := openCommitLog(t.TempDir(), segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	seg, pos, err := cl.reserve(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := pos - seg.start
+	if err := cl.write(seg, []byte("first record"), off); err != nil {
+		t.Fatal(err)
+	}
+	if cl.wmap.seg != seg {
+		t.Fatal("the segment was not mapped")
+	}
+	idle := func() bool {
+		if cl.pre.off.Load() {
+			t.Skip("this kernel has no MADV_POPULATE_WRITE")
+		}
+		cl.pre.mu.Lock()
+		defer cl.pre.mu.Unlock()
+		return cl.pre.done >= min(cl.pre.want.Load(), int64(len(cl.pre.data)))
+	}
+	testkit.WaitFor(t, 10*time.Second, idle, "the prefaulter to fault in the pages ahead of the first record")
+	// The big records between off and off+jump went around the mapping.
+	big := make([]byte, 4<<20)
+	for at := off + 64; at < off+jump; at += int64(len(big)) {
+		if err := cl.write(seg, big[:min(int64(len(big)), off+jump-at)], at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.write(seg, []byte("after the big records"), off+jump); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, idle, "the prefaulter to fault in the pages ahead of the last record")
+	addr := uintptr(unsafe.Pointer(&cl.wmap.data[0]))
+	if rss, limit := mappingRSS(t, addr), int64(prefaultAhead+2*prefaultStep); rss > limit {
+		t.Fatalf("mapping resident size %d bytes after a %d-byte jump of the writer: want at most %d (prefaultAhead ahead of the writer)", rss, jump, limit)
 	}
 }

@@ -33,6 +33,7 @@ type prefaulter struct {
 	done int64      // faulted in below this segment-local offset
 
 	want atomic.Int64 // fault in below this segment-local offset
+	pos  atomic.Int64 // the writer has written up to this segment-local offset
 	kick chan struct{}
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -54,10 +55,13 @@ func (p *prefaulter) attach(data []byte, off int64) {
 		p.wg.Add(1)
 		go p.run()
 	}
+	// want is reset before the new mapping is published: a step between the two must not
+	// fault in the new mapping up to the old one's want.
+	p.want.Store(0)
+	p.pos.Store(off)
 	p.mu.Lock()
 	p.data, p.done = data, off&^(pageSize-1)
 	p.mu.Unlock()
-	p.want.Store(0)
 	p.ahead(off)
 }
 
@@ -74,10 +78,14 @@ func (p *prefaulter) detach() {
 
 // ahead tells the prefaulter that the writer has written up to the segment-local offset
 // end. It wakes the goroutine once per prefaultStep bytes written, without waiting.
+// The goroutine goes on from end when the writer has passed what it faulted in (writes
+// of directWriteMin bytes or more go around the mapping and are not told here): the
+// pages behind the writer are not faulted in again.
 func (p *prefaulter) ahead(end int64) {
 	if !p.started {
 		return
 	}
+	p.pos.Store(end)
 	w := end + prefaultAhead
 	if w-p.want.Load() < prefaultStep {
 		return
@@ -118,6 +126,9 @@ func (p *prefaulter) step() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := min(p.want.Load(), int64(len(p.data)))
+	if pos := p.pos.Load() &^ (pageSize - 1); p.done < pos {
+		p.done = pos // the writer is past it: only the pages ahead of it matter
+	}
 	if p.data == nil || p.done >= w {
 		return false
 	}
