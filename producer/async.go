@@ -156,17 +156,21 @@ func (op *asyncOp) again(se *SendError, retry bool) bool {
 }
 
 // finish reports the send's outcome to its callback and ends it: op (which lives in its
-// prepared send) is released and must not be used afterwards.
+// prepared send) is released and must not be used afterwards. The send ends also when
+// cb panics (the remoting client recovers callbacks' panics): Shutdown would otherwise
+// wait for it for ever.
 func (op *asyncOp) finish(r *message.SendResult, se *SendError) {
-	p := op.p
+	p, pr := op.p, op.pr
 	p.limiter.release(op.size) // before cb, so a cb that sends again finds room
+	defer func() {
+		pr.release()
+		p.inflight.Done()
+	}()
 	if se != nil {
 		op.cb(nil, se)
 	} else {
 		op.cb(r, nil)
 	}
-	op.pr.release()
-	p.inflight.Done()
 }
 
 // AsyncResult is the outcome of one SendAsyncChan: the stored result, or the error.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
@@ -119,5 +120,30 @@ func TestRecycledSendsKeepTheirOwnRequests(t *testing.T) {
 	}
 	if want := int64(2*n + n/3); seen.Load() < want || oneways.Load() == 0 {
 		t.Fatalf("broker saw %d answered sends and %d one-way sends, want at least %d and some", seen.Load(), oneways.Load(), want)
+	}
+}
+
+// TestAsyncCallbackPanicEndsTheSend: a SendAsync callback that panics (the remoting
+// client recovers and logs it) still ends its send: Shutdown does not wait for it until
+// its context runs out, later sends find room, and the prepared send goes back to its
+// pool only after the callback.
+func TestAsyncCallbackPanicEndsTheSend(t *testing.T) {
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, MaxAsyncInflight: 1})
+	ran := make(chan struct{}, 2)
+	for range 2 { // with room for one send in flight, the second waits for the first to end
+		if err := p.SendAsync(context.Background(), message.NewMessage("T", []byte("b")), func(*message.SendResult, error) {
+			ran <- struct{}{}
+			panic("callback blew up")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		<-ran
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown after panicking callbacks: %v", err)
 	}
 }
