@@ -271,3 +271,42 @@ func TestPrefaulterStartsAtTheWriter(t *testing.T) {
 		t.Fatalf("mapping resident size %d bytes after a %d-byte jump of the writer: want at most %d (prefaultAhead ahead of the writer)", rss, jump, limit)
 	}
 }
+
+// TestPrefaulterStopsAtItsWindow: the prefaulter faults in no more than prefaultAhead
+// bytes beyond the writer (rounded up to a page): its last step of a window is cut at
+// the window's end, so that the space a full disk still takes (the README's "at most
+// 4 MiB ahead of the last write") is that. Before, the last step went on for a whole
+// prefaultStep (256 KiB) past it.
+func TestPrefaulterStopsAtItsWindow(t *testing.T) {
+	if !populateSupported {
+		t.Skip("needs MADV_POPULATE_WRITE")
+	}
+	cl, err := openCommitLog(t.TempDir(), 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	seg, _, err := cl.reserve(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const off = 100 // not on a page: the window ends 100 bytes into a page
+	if err := cl.write(seg, []byte("first record"), off); err != nil {
+		t.Fatal(err)
+	}
+	if cl.wmap.seg != seg {
+		t.Fatal("the segment was not mapped")
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		if cl.pre.off.Load() {
+			t.Skip("this kernel has no MADV_POPULATE_WRITE")
+		}
+		cl.pre.mu.Lock()
+		defer cl.pre.mu.Unlock()
+		return cl.pre.done >= min(cl.pre.want.Load(), int64(len(cl.pre.data)))
+	}, "the prefaulter to fault in its window")
+	addr := uintptr(unsafe.Pointer(&cl.wmap.data[0]))
+	if rss, limit := mappingRSS(t, addr), int64(prefaultAhead)+2*pageSize; rss > limit {
+		t.Fatalf("mapping resident size %d bytes after one write at offset %d: want at most %d (prefaultAhead beyond the write, rounded up to a page)", rss, off, limit)
+	}
+}

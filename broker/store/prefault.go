@@ -132,7 +132,8 @@ func (p *prefaulter) step() bool {
 	if p.data == nil || p.done >= w {
 		return false
 	}
-	to := min(p.done+prefaultStep, int64(len(p.data)))
+	// The last step of a window ends with it (rounded up to a page), not a whole step on.
+	to := min(p.done+prefaultStep, (w+pageSize-1)&^(pageSize-1), int64(len(p.data)))
 	if err := populateWrite(p.data[p.done:to]); err != nil {
 		if errors.Is(err, syscall.EINVAL) {
 			p.off.Store(true) // before Linux 5.14
