@@ -4,43 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 )
-
-// serveRawOnce listens on a free loopback port and answers the first request of the
-// first connection with the frame (length field included) that frame builds for the
-// request's opaque. The listener closes when the test ends.
-func serveRawOnce(t *testing.T, frame func(opaque int32) []byte) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { _ = ln.Close(); <-done })
-	go func() { // owned by the test: serves one request, ends by the cleanup at the latest
-		defer close(done)
-		nc, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-		f, err := ReadFrame(nc, 0)
-		if err != nil {
-			return
-		}
-		req, _, err := DecodeFrame(f)
-		if err != nil {
-			return
-		}
-		_, _ = nc.Write(frame(req.Opaque))
-		_, _ = ReadFrame(nc, 0) // hold the connection until the client closes it
-	}()
-	return ln.Addr().String()
-}
 
 // TestBodylessResponseOwnsItsStrings: the reader gives a body-less response's frame back
 // to the pool as soon as it is decoded, so the response's remark and ext fields must not
@@ -80,7 +46,7 @@ func TestBodylessResponseOwnsItsStrings(t *testing.T) {
 	} {
 		for _, list := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s list=%v", tc.name, list), func(t *testing.T) {
-				addr := serveRawOnce(t, tc.frame)
+				addr := serveRawOnce(t, true, func(req *RemotingCommand, _ SerializeType) []byte { return tc.frame(req.Opaque) })
 				cfg := ClientConfig{}
 				if list {
 					cfg.ExtListCodes = []RequestCode{500}

@@ -13,6 +13,23 @@ import (
 // connection with what answer returns for it and its serialize type (in that type; nil:
 // no answer). The listener closes when the test ends.
 func serveOnce(t *testing.T, answer func(req *RemotingCommand, st SerializeType) *RemotingCommand) string {
+	return serveRawOnce(t, false, func(req *RemotingCommand, st SerializeType) []byte {
+		resp := answer(req, st)
+		if resp == nil {
+			return nil
+		}
+		resp.Opaque = req.Opaque
+		resp.Flag |= FlagResponse
+		out, _ := resp.EncodeAs(st)
+		return out
+	})
+}
+
+// serveRawOnce listens on a free loopback port and answers the first request of the
+// first connection with the bytes reply returns for it and its serialize type (a whole
+// frame, length field included; nil: no answer); with hold it then keeps the connection
+// until the client closes it. The listener closes when the test ends.
+func serveRawOnce(t *testing.T, hold bool, reply func(req *RemotingCommand, st SerializeType) []byte) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,11 +53,11 @@ func serveOnce(t *testing.T, answer func(req *RemotingCommand, st SerializeType)
 		if err != nil {
 			return
 		}
-		if resp := answer(req, st); resp != nil {
-			resp.Opaque = req.Opaque
-			resp.Flag |= FlagResponse
-			out, _ := resp.EncodeAs(st)
+		if out := reply(req, st); out != nil {
 			_, _ = nc.Write(out)
+		}
+		if hold {
+			_, _ = ReadFrame(nc, 0) // until the client closes the connection
 		}
 	}()
 	return ln.Addr().String()

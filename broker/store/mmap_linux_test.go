@@ -47,6 +47,42 @@ func mappingRSS(t *testing.T, addr uintptr) int64 {
 	return 0
 }
 
+// mappedCommitLog opens a commitlog of segSize-byte segments in a temporary directory
+// (closed when the test ends) and writes rec at the segment-local offset off of its first
+// segment, through the writer's mapping (the test fails otherwise).
+func mappedCommitLog(t *testing.T, segSize, off int64, rec string) (*commitLog, *segment) {
+	t.Helper()
+	cl, err := openCommitLog(t.TempDir(), segSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.close() })
+	seg, _, err := cl.reserve(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.write(seg, []byte(rec), off); err != nil {
+		t.Fatal(err)
+	}
+	if cl.wmap.seg != seg {
+		t.Fatal("the segment was not mapped")
+	}
+	return cl, seg
+}
+
+// prefaulterIdle reports whether cl's prefaulter has faulted in all it was asked to; it
+// skips the test on a kernel without MADV_POPULATE_WRITE.
+func prefaulterIdle(t *testing.T, cl *commitLog) func() bool {
+	return func() bool {
+		if cl.pre.off.Load() {
+			t.Skip("this kernel has no MADV_POPULATE_WRITE")
+		}
+		cl.pre.mu.Lock()
+		defer cl.pre.mu.Unlock()
+		return cl.pre.done >= min(cl.pre.want.Load(), int64(len(cl.pre.data)))
+	}
+}
+
 // TestWriterMapReleasesPages writes 64 MiB in 8 KiB pieces through the writer's mapping of
 // one segment: every byte reads back with pread, and the mapping's resident size stays near
 // releaseEvery (plus the prefaulted pages ahead) instead of growing with the data. A 64 KiB write goes around the mapping
@@ -107,21 +143,7 @@ func TestWriterMapReleasesPages(t *testing.T) {
 // TestMappedWritesOnFullDisk; here it succeeds), the bytes read back, and the rest of the
 // segment is written with pwrite.
 func TestWriterMapFaultFallsBackToPwrite(t *testing.T) {
-	cl, err := openCommitLog(t.TempDir(), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.close()
-	seg, pos, err := cl.reserve(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.write(seg, []byte("first"), pos-seg.start); err != nil {
-		t.Fatal(err)
-	}
-	if cl.wmap.seg != seg {
-		t.Fatal("the segment was not mapped")
-	}
+	cl, seg := mappedCommitLog(t, 1<<20, 0, "first")
 	if err := seg.f.Truncate(0); err != nil {
 		t.Fatal(err)
 	}
@@ -176,20 +198,7 @@ func TestPrefaulterMapsPagesAhead(t *testing.T) {
 		t.Skip("needs MADV_POPULATE_WRITE")
 	}
 	const segSize = 8 << 20
-	cl, err := openCommitLog(t.TempDir(), segSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seg, pos, err := cl.reserve(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.write(seg, []byte("first record"), pos-seg.start); err != nil {
-		t.Fatal(err)
-	}
-	if cl.wmap.seg != seg {
-		t.Fatal("the segment was not mapped")
-	}
+	cl, seg := mappedCommitLog(t, segSize, 0, "first record")
 	addr := uintptr(unsafe.Pointer(&cl.wmap.data[0]))
 	want := int64(prefaultAhead)
 	testkit.WaitFor(t, 10*time.Second, func() bool {
@@ -230,30 +239,9 @@ func TestPrefaulterStartsAtTheWriter(t *testing.T) {
 		t.Skip("needs MADV_POPULATE_WRITE")
 	}
 	const segSize, jump = 64 << 20, 40 << 20
-	cl, err := openCommitLog(t.TempDir(), segSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.close()
-	seg, pos, err := cl.reserve(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := pos - seg.start
-	if err := cl.write(seg, []byte("first record"), off); err != nil {
-		t.Fatal(err)
-	}
-	if cl.wmap.seg != seg {
-		t.Fatal("the segment was not mapped")
-	}
-	idle := func() bool {
-		if cl.pre.off.Load() {
-			t.Skip("this kernel has no MADV_POPULATE_WRITE")
-		}
-		cl.pre.mu.Lock()
-		defer cl.pre.mu.Unlock()
-		return cl.pre.done >= min(cl.pre.want.Load(), int64(len(cl.pre.data)))
-	}
+	const off int64 = 0
+	cl, seg := mappedCommitLog(t, segSize, off, "first record")
+	idle := prefaulterIdle(t, cl)
 	testkit.WaitFor(t, 10*time.Second, idle, "the prefaulter to fault in the pages ahead of the first record")
 	// The big records between off and off+jump went around the mapping.
 	big := make([]byte, 4<<20)
@@ -281,30 +269,9 @@ func TestPrefaulterStopsAtItsWindow(t *testing.T) {
 	if !populateSupported {
 		t.Skip("needs MADV_POPULATE_WRITE")
 	}
-	cl, err := openCommitLog(t.TempDir(), 16<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.close()
-	seg, _, err := cl.reserve(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const off = 100 // not on a page: the window ends 100 bytes into a page
-	if err := cl.write(seg, []byte("first record"), off); err != nil {
-		t.Fatal(err)
-	}
-	if cl.wmap.seg != seg {
-		t.Fatal("the segment was not mapped")
-	}
-	testkit.WaitFor(t, 10*time.Second, func() bool {
-		if cl.pre.off.Load() {
-			t.Skip("this kernel has no MADV_POPULATE_WRITE")
-		}
-		cl.pre.mu.Lock()
-		defer cl.pre.mu.Unlock()
-		return cl.pre.done >= min(cl.pre.want.Load(), int64(len(cl.pre.data)))
-	}, "the prefaulter to fault in its window")
+	cl, _ := mappedCommitLog(t, 16<<20, off, "first record")
+	testkit.WaitFor(t, 10*time.Second, prefaulterIdle(t, cl), "the prefaulter to fault in its window")
 	addr := uintptr(unsafe.Pointer(&cl.wmap.data[0]))
 	if rss, limit := mappingRSS(t, addr), int64(prefaultAhead)+2*pageSize; rss > limit {
 		t.Fatalf("mapping resident size %d bytes after one write at offset %d: want at most %d (prefaultAhead beyond the write, rounded up to a page)", rss, off, limit)
