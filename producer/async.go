@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 // (*message.ValidationError, checked before anything else), the producer is not started
 // or is closed (ErrNotStarted, ErrClosed), or ctx ended while waiting for room.
 //
+// A cb that panics is logged (Config.Logger, ERROR, with the stack); the send still ends.
 // msg (which gets a UNIQ_KEY) must not be changed until cb runs. Async sends of one
 // sharding key may complete in any order: for ordered messages use SendSync. cb should
 // return quickly and must not call Shutdown (Shutdown waits for callbacks).
@@ -79,9 +81,20 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 		defer p.inflight.Done()
 		r, err := p.chain(ctx, msg, o, modeAsync)
 		p.limiter.release(size) // before cb, so a cb that sends again finds room
-		cb(r, err)
+		p.runCallback(cb, r, err)
 	}()
 	return nil
+}
+
+// runCallback calls a SendAsync callback; a panic in it is logged (with its stack) instead
+// of ending the process from a goroutine the caller does not own.
+func (p *Producer) runCallback(cb func(*message.SendResult, error), r *message.SendResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.cfg.Logger.Error("producer: SendAsync callback panicked", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	cb(r, err)
 }
 
 // asyncOp is one SendAsync without middlewares: each attempt is an InvokeAsync whose
@@ -167,9 +180,9 @@ func (op *asyncOp) finish(r *message.SendResult, se *SendError) {
 		p.inflight.Done()
 	}()
 	if se != nil {
-		op.cb(nil, se)
+		p.runCallback(op.cb, nil, se)
 	} else {
-		op.cb(r, nil)
+		p.runCallback(op.cb, r, nil)
 	}
 }
 

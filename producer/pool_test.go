@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -145,5 +146,44 @@ func TestAsyncCallbackPanicEndsTheSend(t *testing.T) {
 	defer cancel()
 	if err := p.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown after panicking callbacks: %v", err)
+	}
+}
+
+// TestAsyncCallbackPanicInProducerGoroutines: a panicking callback run from one of the
+// producer's own goroutines — the first attempt of a topic whose route is not cached
+// (here its lookup fails), and the goroutine of a send with middlewares — is logged and
+// does not end the process; Shutdown then returns at once.
+func TestAsyncCallbackPanicInProducerGoroutines(t *testing.T) {
+	b := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", b.Addr()})})
+	passThrough := func(next middleware.SendFunc) middleware.SendFunc { return next }
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		topic string
+	}{
+		{"uncached route", Config{NamesrvAddrs: []string{ns.Addr()}}, "NoSuchTopic"},
+		{"middleware", Config{NamesrvAddrs: []string{ns.Addr()}, Middlewares: []middleware.SendMiddleware{passThrough}}, "T"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProducer(t, tc.cfg)
+			ran := make(chan error, 1)
+			if err := p.SendAsync(context.Background(), message.NewMessage(tc.topic, []byte("b")), func(_ *message.SendResult, err error) {
+				ran <- err
+				panic("callback blew up")
+			}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ran:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the callback did not run")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Shutdown(ctx); err != nil {
+				t.Fatalf("Shutdown after a panicking callback: %v", err)
+			}
+		})
 	}
 }
