@@ -112,7 +112,9 @@ const maxPooledFrame = 128 << 10
 
 // frameClassMax are the upper capacity bounds (bytes) of the size classes of recycled
 // frame buffers: a frame of n bytes takes a buffer from n's class, so a buffer is at
-// most 4 times (1 KiB for the smallest class) the frame it holds. The outgoing queue's
+// most 4 times (1 KiB for the smallest class) the frame it holds — a little more for an
+// encoded frame, whose class comes from an estimate up to 160 bytes above its size (at
+// most 4.5 times at a class boundary). The outgoing queue's
 // byte limits count frame lengths, so this also bounds how much more than those limits
 // a stuck connection's queue can hold.
 var frameClassMax = [...]int{1 << 10, 4 << 10, 16 << 10, 64 << 10, maxPooledFrame}

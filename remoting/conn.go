@@ -842,7 +842,8 @@ func growReader(br *bufio.Reader, src io.Reader) *bufio.Reader {
 
 // releaseScratch clears all of readLoop's scratch array after a frame, not just the
 // entries the decode returned: a fast decode that gave up for encoding/json may have
-// filled more, and each entry aliases the frame's header.
+// filled more, and each entry aliases a copy of the frame's header (one string per
+// header), which the scratch would otherwise keep alive.
 func releaseScratch(scratch *[32]ExtField) { clear(scratch[:]) }
 
 // frameBuffered reports whether br holds a whole frame, so that reading it does not wait.
