@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -71,6 +72,9 @@ type connOptions struct {
 	// frameTimeout bounds reading the rest of a frame once its first byte arrived
 	// (0: idleTimeout, or none).
 	frameTimeout time.Duration
+	// handshakeTimeout bounds the TLS handshake of a server connection (0: the idle
+	// timeout does, through the first read).
+	handshakeTimeout time.Duration
 	// readBufIdle is how long a connection's large read buffer may stay empty before
 	// the reader swaps it for a small one (0: never).
 	readBufIdle time.Duration
@@ -723,6 +727,9 @@ func setExt(cmd *RemotingCommand, ext []ExtField, hasExt, list bool) {
 
 func (c *Conn) readLoop() {
 	defer c.dropReplies() // the connection is closing: no answer is written any more
+	if !c.handshake() {
+		return
+	}
 	src := &readSource{nc: c.nc}
 	br := bufio.NewReaderSize(src, readBufSmall)
 	c.readBuf.Store(readBufSmall)
@@ -798,6 +805,25 @@ func (c *Conn) readLoop() {
 		cmd.frame = frame
 		c.dispatch(cmd, st)
 	}
+}
+
+// handshake completes the TLS handshake of a server connection within
+// handshakeTimeout, so that a peer that stalls it is disconnected instead of holding the
+// connection until the idle timeout. It reports false (and closes the connection) when
+// the handshake failed; plain connections and clients' connections pass at once.
+func (c *Conn) handshake() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok || c.opts.handshakeTimeout <= 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.handshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.opts.log.Info("remoting: TLS handshake failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+		c.closeWith(fmt.Errorf("tls handshake: %w", err))
+		return false
+	}
+	return true
 }
 
 // A connection reads through a buffer of readBufSmall bytes until a read fills

@@ -63,8 +63,13 @@ type ServerConfig struct {
 	// 1000; negative: unlimited.
 	MaxConnsPerHost int
 	// TLS, when set, serves TLS (crypto/tls) with this configuration (it needs a
-	// certificate); the handshake is bounded by IdleTimeout. Default: nil (plain TCP).
+	// certificate); the handshake is bounded by HandshakeTimeout. Default: nil (plain TCP).
 	TLS *tls.Config
+	// HandshakeTimeout bounds a TLS connection's handshake, from the accept: a peer that
+	// does not complete it in time is disconnected (logged at info) instead of holding
+	// its connection, one of MaxConns, until IdleTimeout. Default: 10s (net/http's
+	// Transport.TLSHandshakeTimeout); negative: IdleTimeout bounds it. Plain TCP: unused.
+	HandshakeTimeout time.Duration
 	// Logger receives connection events. Default: slog.Default().
 	Logger *slog.Logger
 	// Before, when set, runs before the handler of every request, on the request's
@@ -108,6 +113,9 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.FrameReadTimeout == 0 {
 		c.FrameReadTimeout = 30 * time.Second
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = 10000
@@ -213,6 +221,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		maxInFlightBytes: max(cfg.MaxInFlightBytesPerConn, 0),
 		maxQueuedBytes:   max(cfg.MaxQueuedBytesPerConn, 0),
 		frameTimeout:     max(cfg.FrameReadTimeout, 0),
+		handshakeTimeout: max(cfg.HandshakeTimeout, 0),
 		readBufIdle:      defaultReadBufIdle,
 		maxFrameSize:     cfg.MaxFrameSize,
 		writeTimeout:     cfg.WriteTimeout,
