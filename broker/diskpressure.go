@@ -17,7 +17,8 @@ import (
 // Disk pressure policies (broker.conf key diskPressurePolicy). They decide what happens
 // when the disk is almost full (diskMaxUsedSpaceRatio + 10 points, or 95 %) and the
 // oldest commitlog files, not yet expired, still hold messages a consumer group has not
-// consumed.
+// consumed, delayed messages not yet delivered, or half messages without a transaction
+// decision.
 const (
 	// DiskPressureRefuseWrites (the default) deletes only the oldest files whose messages
 	// every consumer group has consumed, and refuses new sends (SERVICE_NOT_AVAILABLE,
@@ -139,9 +140,14 @@ type unconsumedLoss struct {
 // unconsumed-deletion logs.
 const scheduleReader = "(schedule service)"
 
+// txnReader names the transaction service as the reader of RMQ_SYS_TRANS_HALF_TOPIC: a
+// half message without a decision is unconsumed (deleting it loses the transaction).
+const txnReader = "(transaction service)"
+
 // unconsumedBelow returns, per group and queue with a committed offset (and per delay
-// level, for delayed messages not yet delivered), how many messages deleting every
-// commitlog record below minPhy would take before the group read them.
+// level, for delayed messages not yet delivered, and for half messages without a
+// transaction decision), how many messages deleting every commitlog record below minPhy
+// would take before the group read them.
 func (b *Broker) unconsumedBelow(minPhy int64) ([]unconsumedLoss, error) {
 	type gq struct {
 		topic, group string
@@ -173,6 +179,14 @@ func (b *Broker) unconsumedBelow(minPhy int64) ([]unconsumedLoss, error) {
 		if n := newMin - max(c.offset, b.store.MinOffset(c.topic, c.queueID)); n > 0 {
 			out = append(out, unconsumedLoss{c.group, c.topic, c.queueID, n})
 		}
+	}
+	// Half messages still waiting for their decision count too.
+	newMin, err := b.store.QueueMinOffsetAt(message.TransHalfTopic, 0, minPhy)
+	if err != nil {
+		return nil, err
+	}
+	if n := b.txn.undecided(b.store.MinOffset(message.TransHalfTopic, 0), newMin); n > 0 {
+		out = append(out, unconsumedLoss{txnReader, message.TransHalfTopic, 0, n})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].group != out[j].group {

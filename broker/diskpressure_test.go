@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -131,5 +132,56 @@ func TestDiskPressureRefusalNamesTheGroups(t *testing.T) {
 	many := []unconsumedLoss{{"a", "T", 0, 1}, {"b", "T", 1, 9}, {"c", "T", 2, 5}, {"d", "T", 3, 7}, {"e", "T", 4, 2}}
 	if got, want := describeHolders(many), "group b topic T queue 1: 9, group d topic T queue 3: 7, group c topic T queue 2: 5, and 2 more"; got != want {
 		t.Fatalf("describeHolders = %q, want %q", got, want)
+	}
+}
+
+// A half message still waiting for its transaction decision is unconsumed: deleting it
+// loses the transaction (no check-back finds it, a commit fails). With refuseWrites the
+// oldest file is kept, the refusal names the transaction service; once the transaction
+// is rolled back the file goes. With deleteOldest the loss is logged and counted under
+// the transaction service. Every consumer group has read everything.
+func TestDiskPressureKeepsPendingHalfMessages(t *testing.T) {
+	for _, policy := range []string{DiskPressureRefuseWrites, DiskPressureDeleteOldest} {
+		t.Run(policy, func(t *testing.T) {
+			logs, log := testkit.CaptureLogs(t)
+			b := startBroker(t, t.TempDir(), func(c *Config) {
+				c.MaxMessageSize = 16 << 10
+				c.MappedFileSizeCommitLog = 96 << 10
+				c.DiskPressurePolicy = policy
+				c.Logger = log
+			})
+			c := newClient(t)
+			createTopic(t, c, b.Addr(), "P", 1)
+			half := sendHalf(t, c, b.Addr(), "P", "pending", "HALF1", nil)
+			body := make([]byte, 8<<10)
+			for range 36 {
+				if r := sendV1(t, c, b.Addr(), "P", 0, body, nil); r.ResponseCode() != remoting.Success {
+					t.Fatal(r.Remark)
+				}
+			}
+			b.offsets.commit("g", "P", 0, 36) // consumed everything
+			n := b.cleanOnce(time.Now(), 99)
+			if policy == DiskPressureDeleteOldest {
+				lines := logs.Find("retention deleted unconsumed messages")
+				if n == 0 || len(lines) != 1 || lines[0].Attrs["group"] != txnReader || lines[0].Attrs["topic"] != message.TransHalfTopic ||
+					lines[0].Attrs["count"] != "1" || b.Stats().UnconsumedDeleted != 1 {
+					t.Fatalf("deleted %d files, logged %v, UnconsumedDeleted %d: want the pending half message logged and counted", n, lines, b.Stats().UnconsumedDeleted)
+				}
+				return
+			}
+			if n != 0 || !b.Stats().RefusingWrites {
+				t.Fatalf("deleted %d files (refusing %v) while a half message in the oldest one has no decision", n, b.Stats().RefusingWrites)
+			}
+			r := sendV1(t, c, b.Addr(), "P", 0, []byte("x"), nil)
+			if r.ResponseCode() != remoting.ServiceNotAvailable || !strings.Contains(r.Remark, txnReader) {
+				t.Fatalf("send while refusing: %d %q, want the transaction service named", r.Code, r.Remark)
+			}
+			if r := endTxn(t, c, b.Addr(), half, txnRollback); r.ResponseCode() != remoting.Success {
+				t.Fatalf("rollback: %d %s", r.Code, r.Remark)
+			}
+			if n := b.cleanOnce(time.Now(), 99); n == 0 {
+				t.Fatal("the oldest file was kept after the transaction was rolled back")
+			}
+		})
 	}
 }

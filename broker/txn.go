@@ -235,6 +235,25 @@ func (t *txnService) checkLoop() {
 	}
 }
 
+// undecided returns how many half messages with queue offsets in [lo, hi) have no
+// decision yet (neither committed, rolled back nor discarded). It walks the decisions, not
+// the range.
+func (t *txnService) undecided(lo, hi int64) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lo = max(lo, t.from) // every half below from has a decision
+	if hi <= lo {
+		return 0
+	}
+	n := hi - lo
+	for q := range t.done {
+		if q >= lo && q < hi {
+			n--
+		}
+	}
+	return n
+}
+
 // checkOnce scans the half queue once and sends the checks that are due.
 func (t *txnService) checkOnce(ctx context.Context, now time.Time) error {
 	b := t.b
