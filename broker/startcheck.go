@@ -14,10 +14,13 @@ import (
 //     store lost its tail) is set to the end, or below the queue's first entry (retention
 //     deleted it) to the first entry;
 //   - a consumer group's committed offset beyond the end of its queue is set to the end;
-//     left above, the messages written next would get offsets below it and be skipped.
+//     left above, the messages written next would get offsets below it and be skipped;
+//   - a negative committed offset (a hand-edited file, or a client that committed one:
+//     like Apache RocketMQ, UPDATE_CONSUMER_OFFSET takes any value) is set to the
+//     queue's first entry, the choice that loses nothing.
 //
-// Offsets below a queue's first entry are not changed: the pull answers OFFSET_MOVED
-// then, as RocketMQ does.
+// Other offsets below a queue's first entry are not changed: the pull answers
+// OFFSET_MOVED then, as RocketMQ does.
 func (b *Broker) correctStoredState() error {
 	changed := false
 	for level := 1; level <= len(b.sched.levels); level++ {
@@ -49,6 +52,7 @@ func (b *Broker) correctStoredState() error {
 		topic, group string
 		queueID      int32
 		old, new     int64
+		why          string
 	}
 	var fixes []fix
 	b.offsets.mu.Lock()
@@ -58,16 +62,24 @@ func (b *Broker) correctStoredState() error {
 			continue
 		}
 		for q, off := range qs {
-			if hi := b.store.MaxOffset(topic, q); off > hi {
-				qs[q] = hi
-				b.offsets.dirty = true
-				fixes = append(fixes, fix{topic, group, q, off, hi})
+			var now int64
+			var why string
+			switch {
+			case off > b.store.MaxOffset(topic, q):
+				now, why = b.store.MaxOffset(topic, q), "beyond the end of its queue"
+			case off < 0:
+				now, why = b.store.MinOffset(topic, q), "negative"
+			default:
+				continue
 			}
+			qs[q] = now
+			b.offsets.dirty = true
+			fixes = append(fixes, fix{topic, group, q, off, now, why})
 		}
 	}
 	b.offsets.mu.Unlock()
 	for _, f := range fixes {
-		b.log.Warn("corrected at start: consumer offset beyond the end of its queue", "group", f.group, "topic", f.topic,
+		b.log.Warn("corrected at start: consumer offset "+f.why, "group", f.group, "topic", f.topic,
 			"queueId", f.queueID, "old", f.old, "new", f.new)
 	}
 	if len(fixes) > 0 {
