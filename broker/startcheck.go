@@ -15,9 +15,8 @@ import (
 //     deleted it) to the first entry;
 //   - a consumer group's committed offset beyond the end of its queue is set to the end;
 //     left above, the messages written next would get offsets below it and be skipped;
-//   - a negative committed offset (a hand-edited file, or a client that committed one:
-//     like Apache RocketMQ, UPDATE_CONSUMER_OFFSET takes any value) is set to the
-//     queue's first entry, the choice that loses nothing.
+//   - a negative committed offset (only a hand-edited file has one: UPDATE_CONSUMER_OFFSET
+//     refuses it) is set to the queue's first entry, the choice that loses nothing.
 //
 // Other offsets below a queue's first entry are not changed: the pull answers
 // OFFSET_MOVED then, as RocketMQ does.
