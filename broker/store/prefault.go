@@ -82,7 +82,7 @@ func (p *prefaulter) detach() {
 // of directWriteMin bytes or more go around the mapping and are not told here): the
 // pages behind the writer are not faulted in again.
 func (p *prefaulter) ahead(end int64) {
-	if !p.started {
+	if !p.started || p.off.Load() {
 		return
 	}
 	p.pos.Store(end)
