@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ import (
 // or is closed (ErrNotStarted, ErrClosed), or ctx ended while waiting for room.
 //
 // A cb that panics is logged (Config.Logger, ERROR, with the stack); the send still ends.
+// A selector or middleware that panics fails the send: cb gets an error naming the panic.
 // msg (which gets a UNIQ_KEY) must not be changed until cb runs. Async sends of one
 // sharding key may complete in any order: for ordered messages use SendSync. cb should
 // return quickly and must not call Shutdown (Shutdown waits for callbacks).
@@ -79,11 +81,24 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 	}
 	go func() {
 		defer p.inflight.Done()
-		r, err := p.chain(ctx, msg, o, modeAsync)
+		r, err := p.chainRecover(ctx, msg, o)
 		p.limiter.release(size) // before cb, so a cb that sends again finds room
 		p.runCallback(cb, r, err)
 	}()
 	return nil
+}
+
+// chainRecover runs the middlewares and the send of a SendAsync with middlewares in the
+// producer's goroutine: a middleware that panics fails the send with an error naming the
+// panic (logged with its stack) instead of ending the process.
+func (p *Producer) chainRecover(ctx context.Context, msg *message.Message, o sendOptions) (r *message.SendResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.cfg.Logger.Error("producer: send middleware panicked", "topic", msg.Topic, "panic", v, "stack", string(debug.Stack()))
+			r, err = nil, fmt.Errorf("producer: a send middleware panicked: %v", v)
+		}
+	}()
+	return p.chain(ctx, msg, o, modeAsync)
 }
 
 // runCallback calls a SendAsync callback; a panic in it is logged (with its stack) instead

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -388,11 +389,20 @@ func (p *Producer) sendPrepared(ctx context.Context, pr *prepared, sel MessageQu
 
 // pick asks sel for a queue; the round-robin selector also avoids faulty brokers. A
 // queue from a custom selector must be one of queues.
-func (p *Producer) pick(sel MessageQueueSelector, msg *message.Message, queues []message.MessageQueue, lastBroker string) (message.MessageQueue, error) {
+func (p *Producer) pick(sel MessageQueueSelector, msg *message.Message, queues []message.MessageQueue, lastBroker string) (mq message.MessageQueue, err error) {
 	if fa, ok := sel.(faultAwareSelector); ok && p.fault != nil {
 		return fa.selectAvailable(msg, queues, lastBroker, p.fault), nil
 	}
-	mq, err := sel.Select(msg, queues, lastBroker)
+	// A selector is user code: a panic in it fails this send (logged with its stack)
+	// instead of ending the process from one of the producer's goroutines, or leaving
+	// an async send in flight for ever when it unwinds through SendAsync.
+	defer func() {
+		if v := recover(); v != nil {
+			p.cfg.Logger.Error("producer: message queue selector panicked", "topic", msg.Topic, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("producer: the message queue selector panicked: %v", v)
+		}
+	}()
+	mq, err = sel.Select(msg, queues, lastBroker)
 	if err != nil {
 		return mq, err
 	}

@@ -22,7 +22,8 @@ import (
 // queue).
 //
 // An error fails the send (wrapped in a *SendError with Attempts 0) before anything is
-// sent. Select may be called concurrently and must not modify queues.
+// sent; so does a panic in Select (the error names it; it is logged at ERROR with the
+// stack). Select may be called concurrently and must not modify queues.
 //
 // Ordering: messages sent one after another (each send waiting for the previous one) to
 // one queue are stored in that order; a topic with one queue has a global order.
