@@ -819,7 +819,13 @@ func (c *Conn) handshake() bool {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.handshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		c.opts.log.Info("remoting: TLS handshake failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+		level := slog.LevelInfo
+		if c.ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			// Closed before a handshake (a TCP health check, a port scan) or by
+			// Shutdown: as a plain connection's EOF (logReadErr), not worth an info line.
+			level = slog.LevelDebug
+		}
+		c.opts.log.Log(context.Background(), level, "remoting: TLS handshake failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
 		c.closeWith(fmt.Errorf("tls handshake: %w", err))
 		return false
 	}

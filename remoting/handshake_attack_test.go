@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"testing"
@@ -159,4 +160,51 @@ func TestTLSHandshakeTimeoutAttacks(t *testing.T) {
 		}
 		goleak.VerifyNone(t)
 	})
+}
+
+// TestTLSHandshakeFailureLogLevels: a peer that connects and closes without a
+// handshake (a TCP health check, a port scan) and handshakes cut by Shutdown are logged
+// at debug, as a plain connection's EOF is; a handshake that runs out of time is logged
+// at info.
+func TestTLSHandshakeFailureLogLevels(t *testing.T) {
+	srvTLS, _ := tlsServerConfig(t)
+	logs, log := testkit.CaptureLogs(t)
+	s, err := NewServer(ServerConfig{Logger: log, TLS: srvTLS, IdleTimeout: time.Hour, HandshakeTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	infoOrAbove := func() []testkit.LogRecord {
+		var out []testkit.LogRecord
+		for _, r := range logs.Find("TLS handshake") {
+			if r.Level >= slog.LevelInfo {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	for range 5 { // health checks: connect, close
+		nc := rawDial(t, s.Addr())
+		_ = nc.Close()
+	}
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(logs.Find("TLS handshake")) == 5 }, "five handshake failures logged")
+	if got := infoOrAbove(); len(got) != 0 {
+		t.Fatalf("peers that closed before a handshake logged at info or above: %v", got)
+	}
+	expectClosed(t, rawDial(t, s.Addr())) // silent: HandshakeTimeout
+	testkit.WaitFor(t, 5*time.Second, func() bool { return len(infoOrAbove()) == 1 }, "the timed-out handshake logged at info")
+
+	logs.Reset()
+	for range 3 {
+		rawDial(t, s.Addr())
+	}
+	testkit.WaitFor(t, 5*time.Second, func() bool { return s.Conns() == 3 }, "three handshakes in progress")
+	if err := s.Shutdown(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := infoOrAbove(); len(got) != 0 {
+		t.Fatalf("handshakes cut by Shutdown logged at info or above: %v", got)
+	}
 }
