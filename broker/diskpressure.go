@@ -38,7 +38,8 @@ type Stats struct {
 	// UnconsumedDeleted counts messages retention deleted before a consumer group that
 	// had committed an offset on their queue consumed them, summed over groups (a
 	// message two groups had not consumed counts twice), plus delayed messages deleted
-	// before the schedule service delivered them. Expired files (fileReservedTime)
+	// before the schedule service delivered them and transactional half messages deleted
+	// before their commit or rollback. Expired files (fileReservedTime)
 	// and, with diskPressurePolicy=deleteOldest, files deleted for disk space add to it.
 	UnconsumedDeleted int64
 	// WritesRefused counts sends refused because the disk was full and
