@@ -46,6 +46,13 @@ type txnService struct {
 	done   map[int64]string // half queue offset -> "commit", "rollback" or "discard"
 	checks map[int64]int    // half queue offset -> checks sent
 	from   int64            // every half offset below this has a decision
+	// deciding holds the half offsets whose commit is being written: claimed in done (a
+	// second decision is refused) but not final, as the write may fail and release the
+	// claim. They count as undecided, and the check service's from stops at them.
+	deciding map[int64]bool
+	// commit writes a committed half message to its real topic (b.commitHalf; tests
+	// replace it).
+	commit func(ctx context.Context, half *message.MessageExt) error
 }
 
 // Transaction decision codes of END_TRANSACTION's commitOrRollback (Java MessageSysFlag).
@@ -63,7 +70,8 @@ type txnCheckFile struct {
 
 func newTxnService(b *Broker) *txnService {
 	return &txnService{b: b, path: filepath.Join(b.cfg.StorePathRootDir, "config", "transactionCheck.json"),
-		done: map[int64]string{}, checks: map[int64]int{}}
+		done: map[int64]string{}, checks: map[int64]int{}, deciding: map[int64]bool{},
+		commit: b.commitHalf}
 }
 
 // load reads check counts and replays the op queue (after the store is open).
@@ -171,13 +179,20 @@ func (b *Broker) handleEndTransaction(ctx context.Context, _ *remoting.Conn, req
 		return errResponse(remoting.TransactionFailed, "transaction already ended: %s (the %s decision is ignored)", prev, state)
 	}
 	t.done[queueOffset] = state // claimed; undone below if the writes fail
+	if decision == txnCommit {
+		t.deciding[queueOffset] = true // not final until the committed message is written
+	}
 	t.mu.Unlock()
 
 	if decision == txnCommit {
-		if err := b.commitHalf(ctx, half); err != nil {
-			t.mu.Lock()
+		err := t.commit(ctx, half)
+		t.mu.Lock()
+		delete(t.deciding, queueOffset)
+		if err != nil {
 			delete(t.done, queueOffset)
-			t.mu.Unlock()
+		}
+		t.mu.Unlock()
+		if err != nil {
 			return b.putError(err)
 		}
 	}
@@ -236,16 +251,22 @@ func (t *txnService) checkLoop() {
 }
 
 // undecided returns how many half messages with queue offsets in [lo, hi) have no
-// decision yet (neither committed, rolled back nor discarded). It walks the decisions, not
-// the range.
+// final decision yet (neither committed, rolled back nor discarded; a commit being
+// written is not final). It walks the decisions, not the range.
 func (t *txnService) undecided(lo, hi int64) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var n int64
+	for q := range t.deciding { // in done, and possibly below from
+		if q >= lo && q < hi {
+			n++
+		}
+	}
 	lo = max(lo, t.from) // every half below from has a decision
 	if hi <= lo {
-		return 0
+		return n
 	}
-	n := hi - lo
+	n += hi - lo
 	for q := range t.done {
 		if q >= lo && q < hi {
 			n--
@@ -280,6 +301,9 @@ func (t *txnService) checkOnce(ctx context.Context, now time.Time) error {
 			t.mu.Lock()
 			_, isDone := t.done[q]
 			checks := t.checks[q]
+			if t.deciding[q] {
+				contiguous = false // its commit may still fail: from must not pass it
+			}
 			if isDone && contiguous {
 				t.from = q + 1
 				delete(t.checks, q)

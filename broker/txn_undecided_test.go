@@ -2,10 +2,12 @@ package broker
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -155,5 +157,46 @@ func TestDeletedPendingHalvesCountedOnce(t *testing.T) {
 	b2 := startBroker(t, dir, mod)
 	if u := b2.txn.undecided(b2.store.MinOffset(message.TransHalfTopic, 0), b2.store.MaxOffset(message.TransHalfTopic, 0)); u != 0 {
 		t.Fatalf("after a restart %d undecided half messages are left, want 0 (all were deleted or decided)", u)
+	}
+}
+
+// TestCommitInFlightIsUndecided: a commit claims its half message before it writes the
+// committed message, and the write can fail (a full disk: store.ErrDiskFull), which
+// leaves the half message waiting again. While the write is in flight the half message
+// still counts as undecided (retention must not delete it), and the check service does
+// not move its scan start past it: after the failed write it is checked again and still
+// counts.
+func TestCommitInFlightIsUndecided(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "P", 1)
+	half := sendHalf(t, c, b.Addr(), "P", "h", "HX", nil)
+	var during int64 = -1
+	b.txn.commit = func(ctx context.Context, _ *message.MessageExt) error {
+		if err := b.txn.checkOnce(ctx, time.Now()); err != nil { // the check loop's turn
+			return err
+		}
+		during = b.txn.undecided(0, 1)
+		return store.ErrDiskFull
+	}
+	// The handler runs on this goroutine: the replaced commit and during need no sync.
+	_, phy, err := message.ParseOffsetMsgID(half.ExtFields["msgId"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := remoting.NewRequest(remoting.EndTransaction, map[string]string{"producerGroup": "tx-group",
+		"tranStateTableOffset": half.ExtFields["queueOffset"], "commitLogOffset": strconv.FormatInt(phy, 10),
+		"commitOrRollback": strconv.Itoa(txnCommit), "fromTransactionCheck": "false", "msgId": "x"}, nil)
+	if r := b.handleEndTransaction(context.Background(), nil, req); r == nil || r.ResponseCode() == remoting.Success {
+		t.Fatalf("the commit succeeded though its write failed: %v", r)
+	}
+	if during != 1 {
+		t.Fatalf("undecided while the commit was being written = %d, want 1", during)
+	}
+	if err := b.txn.checkOnce(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if u := b.txn.undecided(0, 1); u != 1 {
+		t.Fatalf("undecided after the commit's write failed = %d, want 1 (from = %d)", u, b.txn.from)
 	}
 }
