@@ -73,9 +73,9 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 		op := &pr.op
 		*op = asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
 		if p.cl.CachedRoute(msg.Topic) != nil {
-			op.begin()
+			op.begin(true)
 		} else {
-			go op.begin() // the route lookup talks to a name server; counted by p.inflight
+			go op.begin(false) // the route lookup talks to a name server; counted by p.inflight
 		}
 		return nil
 	}
@@ -129,23 +129,25 @@ type asyncOp struct {
 	n  int // attempts made
 }
 
-// begin picks the queue and makes the first attempt.
-func (op *asyncOp) begin() {
+// begin picks the queue and makes the first attempt. inline: it runs on SendAsync's
+// caller's goroutine (see finish).
+func (op *asyncOp) begin(inline bool) {
 	topic := op.pr.header.Topic
 	queues, err := op.p.publishQueues(op.ctx, topic)
 	if err == nil {
 		op.mq, err = op.p.pick(op.sel, op.pr.selMsg, queues, "")
 	}
 	if err != nil {
-		op.finish(nil, &SendError{Topic: topic, Err: err})
+		op.finish(nil, &SendError{Topic: topic, Err: err}, inline)
 		return
 	}
-	op.try()
+	op.try(inline)
 }
 
 // try makes attempts until one is in flight (its callback continues) or the send is
-// over. It loops only over attempts that failed before reaching the network.
-func (op *asyncOp) try() {
+// over. It loops only over attempts that failed before reaching the network. inline: it
+// runs on SendAsync's caller's goroutine; the attempts' callbacks do not.
+func (op *asyncOp) try(inline bool) {
 	p := op.p
 	for {
 		op.n++
@@ -157,9 +159,9 @@ func (op *asyncOp) try() {
 			err := p.cl.InvokeAsyncTimeout(op.ctx, addr, req, p.cfg.SendTimeout, func(resp *remoting.RemotingCommand, err error) {
 				r, se, retry := p.outcome(op.ctx, op.pr, op.mq, addr, resp, err, time.Since(start))
 				if se == nil {
-					op.finish(r, nil)
-				} else if op.again(se, retry) {
-					op.try()
+					op.finish(r, nil, false)
+				} else if op.again(se, retry, false) {
+					op.try(false)
 				}
 			})
 			if err == nil {
@@ -167,17 +169,17 @@ func (op *asyncOp) try() {
 			}
 			_, se, _ = p.outcome(op.ctx, op.pr, op.mq, addr, nil, err, time.Since(start))
 		}
-		if !op.again(se, true) {
+		if !op.again(se, true, inline) {
 			return
 		}
 	}
 }
 
 // again reports whether another attempt follows the failed one; if not, it finishes.
-func (op *asyncOp) again(se *SendError, retry bool) bool {
+func (op *asyncOp) again(se *SendError, retry, inline bool) bool {
 	se.Attempts = op.n
 	if !retry || op.n >= op.max || op.ctx.Err() != nil {
-		op.finish(nil, se)
+		op.finish(nil, se, inline)
 		return false
 	}
 	return true
@@ -186,10 +188,25 @@ func (op *asyncOp) again(se *SendError, retry bool) bool {
 // finish reports the send's outcome to its callback and ends it: op (which lives in its
 // prepared send) is released and must not be used afterwards. The send ends also when
 // cb panics (the remoting client recovers callbacks' panics): Shutdown would otherwise
-// wait for it for ever.
-func (op *asyncOp) finish(r *message.SendResult, se *SendError) {
+// wait for it for ever. inline: finish runs on SendAsync's caller's goroutine (every
+// attempt failed before reaching the network): cb then runs in a goroutine of its own, as
+// SendAsync promises, so that a caller holding a lock its cb takes does not deadlock.
+func (op *asyncOp) finish(r *message.SendResult, se *SendError, inline bool) {
 	p, pr := op.p, op.pr
 	p.limiter.release(op.size) // before cb, so a cb that sends again finds room
+	if inline {
+		cb := op.cb
+		pr.release() // op is not used after this
+		go func() {
+			defer p.inflight.Done()
+			if se != nil {
+				p.runCallback(cb, nil, se)
+			} else {
+				p.runCallback(cb, r, nil)
+			}
+		}()
+		return
+	}
 	defer func() {
 		pr.release()
 		p.inflight.Done()

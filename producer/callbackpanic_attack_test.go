@@ -2,7 +2,9 @@ package producer
 
 import (
 	"context"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,5 +77,53 @@ func TestAsyncUserCodePanicEndsTheSend(t *testing.T) {
 				t.Fatalf("Shutdown after panicking user code: %v", err)
 			}
 		})
+	}
+}
+
+// TestAsyncCallbackNotOnCallersGoroutine: when every attempt fails before reaching the
+// network (the route is cached, the broker refuses the connection), cb still runs in a
+// goroutine the producer owns, as SendAsync promises, not inside SendAsync on the
+// caller's goroutine: a caller that holds a lock its callback takes does not deadlock.
+func TestAsyncCallbackNotOnCallersGoroutine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close() // connections to it are refused
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"broker-a", dead})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
+	if _, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("warm"))); err == nil {
+		t.Fatal("a send to a closed port succeeded")
+	}
+	var mu sync.Mutex
+	mu.Lock()
+	ran := make(chan error, 1)
+	returned := make(chan error, 1)
+	go func() {
+		returned <- p.SendAsync(context.Background(), message.NewMessage("T", []byte("b")), func(_ *message.SendResult, err error) {
+			mu.Lock() // the caller still holds it while SendAsync runs
+			mu.Unlock()
+			ran <- err
+		})
+	}()
+	select {
+	case err := <-returned:
+		mu.Unlock()
+		if err != nil {
+			t.Fatalf("SendAsync: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		mu.Unlock() // let the stuck SendAsync finish before failing
+		<-returned
+		t.Fatal("SendAsync ran its callback on the caller's goroutine: it waited for a lock the caller held")
+	}
+	select {
+	case err := <-ran:
+		if err == nil {
+			t.Fatal("the callback got no error for a refused connection")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the callback did not run")
 	}
 }
