@@ -16,6 +16,12 @@ import (
 // messages of 8 KiB (several segments) and commits group g at offset 5 and group h at
 // the end.
 func diskPressureBroker(t *testing.T, policy string, delayed int) (*Broker, *remoting.Client, *testkit.LogCapture) {
+	return diskPressureBrokerWith(t, policy, delayed, nil)
+}
+
+// diskPressureBrokerWith is diskPressureBroker that calls first, when set, before the
+// messages are sent.
+func diskPressureBrokerWith(t *testing.T, policy string, delayed int, first func(*Broker, *remoting.Client)) (*Broker, *remoting.Client, *testkit.LogCapture) {
 	t.Helper()
 	logs, log := testkit.CaptureLogs(t)
 	b := startBroker(t, t.TempDir(), func(c *Config) {
@@ -26,6 +32,9 @@ func diskPressureBroker(t *testing.T, policy string, delayed int) (*Broker, *rem
 	})
 	c := newClient(t)
 	createTopic(t, c, b.Addr(), "P", 1)
+	if first != nil {
+		first(b, c)
+	}
 	for range delayed {
 		if r := sendV1(t, c, b.Addr(), "P", 0, []byte("later"), map[string]string{"DELAY": "18"}); r.ResponseCode() != remoting.Success {
 			t.Fatal(r.Remark)
@@ -143,23 +152,11 @@ func TestDiskPressureRefusalNamesTheGroups(t *testing.T) {
 func TestDiskPressureKeepsPendingHalfMessages(t *testing.T) {
 	for _, policy := range []string{DiskPressureRefuseWrites, DiskPressureDeleteOldest} {
 		t.Run(policy, func(t *testing.T) {
-			logs, log := testkit.CaptureLogs(t)
-			b := startBroker(t, t.TempDir(), func(c *Config) {
-				c.MaxMessageSize = 16 << 10
-				c.MappedFileSizeCommitLog = 96 << 10
-				c.DiskPressurePolicy = policy
-				c.Logger = log
+			var half *remoting.RemotingCommand
+			b, c, logs := diskPressureBrokerWith(t, policy, 0, func(b *Broker, c *remoting.Client) {
+				half = sendHalf(t, c, b.Addr(), "P", "pending", "HALF1", nil)
 			})
-			c := newClient(t)
-			createTopic(t, c, b.Addr(), "P", 1)
-			half := sendHalf(t, c, b.Addr(), "P", "pending", "HALF1", nil)
-			body := make([]byte, 8<<10)
-			for range 36 {
-				if r := sendV1(t, c, b.Addr(), "P", 0, body, nil); r.ResponseCode() != remoting.Success {
-					t.Fatal(r.Remark)
-				}
-			}
-			b.offsets.commit("g", "P", 0, 36) // consumed everything
+			b.offsets.commit("g", "P", 0, 36) // every group consumed everything
 			n := b.cleanOnce(time.Now(), 99)
 			if policy == DiskPressureDeleteOldest {
 				lines := logs.Find("retention deleted unconsumed messages")
