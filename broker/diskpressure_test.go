@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,5 +181,42 @@ func TestDiskPressureKeepsPendingHalfMessages(t *testing.T) {
 				t.Fatal("the oldest file was kept after the transaction was rolled back")
 			}
 		})
+	}
+}
+
+// The transaction service forgets the decisions of half messages retention deleted: its
+// record of decisions is bounded by the half messages kept, not by the broker's uptime.
+// A half message sent afterwards is decided and counted as before.
+func TestTxnDecisionsForgottenWithTheirHalfMessages(t *testing.T) {
+	b, c, _ := diskPressureBrokerWith(t, DiskPressureRefuseWrites, 0, func(b *Broker, c *remoting.Client) {
+		for i := range 5 {
+			half := sendHalf(t, c, b.Addr(), "P", "decided", "OLD"+strconv.Itoa(i), nil)
+			if r := endTxn(t, c, b.Addr(), half, txnRollback); r.ResponseCode() != remoting.Success {
+				t.Fatalf("rollback: %d %s", r.Code, r.Remark)
+			}
+		}
+	})
+	b.offsets.commit("g", "P", 0, 36) // every group consumed everything
+	if n := b.cleanOnce(time.Now(), 99); n == 0 || b.store.MinOffset(message.TransHalfTopic, 0) != 5 {
+		t.Fatalf("deleted %d files, half queue min offset %d: want the decided half messages gone", n, b.store.MinOffset(message.TransHalfTopic, 0))
+	}
+	if err := b.txn.checkOnce(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b.txn.mu.Lock()
+	kept := len(b.txn.done)
+	b.txn.mu.Unlock()
+	if kept != 0 {
+		t.Fatalf("%d decisions kept for half messages retention deleted", kept)
+	}
+	half := sendHalf(t, c, b.Addr(), "P", "new", "NEW", nil)
+	if got := b.txn.undecided(0, 6); got != 1 {
+		t.Fatalf("undecided after the trim: %d, want the new half message", got)
+	}
+	if r := endTxn(t, c, b.Addr(), half, txnRollback); r.ResponseCode() != remoting.Success {
+		t.Fatalf("rollback after the trim: %d %s", r.Code, r.Remark)
+	}
+	if got := b.txn.undecided(0, 6); got != 0 {
+		t.Fatalf("undecided after the new rollback: %d", got)
 	}
 }

@@ -50,6 +50,9 @@ type txnService struct {
 	// second decision is refused) but not final, as the write may fail and release the
 	// claim. They count as undecided, and the check service's from stops at them.
 	deciding map[int64]bool
+	// trimmed: the entries of done and checks below this half offset were dropped
+	// (forget), their half messages deleted by retention.
+	trimmed int64
 	// commit writes a committed half message to its real topic (b.commitHalf; tests
 	// replace it).
 	commit func(ctx context.Context, half *message.MessageExt) error
@@ -262,7 +265,7 @@ func (t *txnService) undecided(lo, hi int64) int64 {
 			n++
 		}
 	}
-	lo = max(lo, t.from) // every half below from has a decision
+	lo = max(lo, t.from, t.trimmed) // every half below from has a decision; below trimmed none is left
 	if hi <= lo {
 		return n
 	}
@@ -275,12 +278,36 @@ func (t *txnService) undecided(lo, hi int64) int64 {
 	return n
 }
 
+// forget drops the decisions and check counts of half offsets below minOff, the half
+// queue's first entry: retention deleted those half messages, so no END_TRANSACTION or
+// check can reach them any more (END_TRANSACTION looks the half message up first). The
+// decisions kept are thus bounded by the half messages retained, not by the broker's
+// uptime. Callers hold t.mu.
+func (t *txnService) forget(minOff int64) {
+	if minOff <= t.trimmed {
+		return
+	}
+	for q := range t.done {
+		if q < minOff && !t.deciding[q] {
+			delete(t.done, q)
+		}
+	}
+	for q := range t.checks {
+		if q < minOff {
+			delete(t.checks, q)
+		}
+	}
+	t.trimmed = minOff
+}
+
 // checkOnce scans the half queue once and sends the checks that are due.
 func (t *txnService) checkOnce(ctx context.Context, now time.Time) error {
 	b := t.b
 	timeout := b.cfg.TransactionTimeOut
+	minOff := b.store.MinOffset(message.TransHalfTopic, 0)
 	t.mu.Lock()
-	off := max(t.from, b.store.MinOffset(message.TransHalfTopic, 0))
+	t.forget(minOff)
+	off := max(t.from, minOff)
 	t.mu.Unlock()
 	contiguous := true
 	sent := 0
