@@ -198,6 +198,22 @@ func TestJunkBodiesRefused(t *testing.T) {
 	}
 }
 
+// startACLBroker starts a broker with aclEnable and the accounts of writeACL (plus
+// extra) in a temporary directory; mod, when set, changes its config further. It returns
+// the broker and the ACL file's path.
+func startACLBroker(t *testing.T, extra string, mod func(*Config)) (*Broker, string) {
+	t.Helper()
+	dir := t.TempDir()
+	path := writeACL(t, dir, extra)
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
+		c.AclEnable, c.AclFile = true, path
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return b, path
+}
+
 // writeACL writes a plain_acl.yml with an admin, a producer-only and a consumer account.
 func writeACL(t *testing.T, dir, extra string) string {
 	t.Helper()
@@ -236,12 +252,7 @@ func signedClient(t *testing.T, ak, sk string) *remoting.Client {
 // unregistered the broker. With aclEnable every request needs a valid signature and
 // the permissions its topics and groups need; admin codes need an admin account.
 func TestACLBroker(t *testing.T) {
-	dir := t.TempDir()
-	path := writeACL(t, dir, "")
-	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
-		c.AclEnable, c.AclFile = true, path
-		c.AccessKey, c.SecretKey = "adminKey", "adminSecret"
-	})
+	b, _ := startACLBroker(t, "", func(c *Config) { c.AccessKey, c.SecretKey = "adminKey", "adminSecret" })
 	admin := signedClient(t, "adminKey", "adminSecret")
 	prod := signedClient(t, "producerKey", "producerSecret")
 	cons := signedClient(t, "consumerKey", "consumerSecret")
@@ -329,9 +340,7 @@ func TestACLBroker(t *testing.T) {
 // TestACLWhiteListAndReload: a globally white-listed address passes unsigned; a changed
 // file takes effect without a restart.
 func TestACLWhiteListAndReload(t *testing.T) {
-	dir := t.TempDir()
-	path := writeACL(t, dir, "")
-	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+	b, path := startACLBroker(t, "", nil)
 	stranger := newClient(t)
 	q := func() *remoting.RemotingCommand {
 		return remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,15 +18,13 @@ import (
 // could read any stored message by its offset, or send it back into its own group's
 // retry topic and pull it there. Now the topic of the stored message is checked too.
 func TestACLStoredMessageByOffset(t *testing.T) {
-	dir := t.TempDir()
-	path := writeACL(t, dir, `  - accessKey: narrowKey
+	b, _ := startACLBroker(t, `  - accessKey: narrowKey
     secretKey: narrowSecret
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
     topicPerms: [Mine=SUB]
     groupPerms: [mine=SUB]
-`)
-	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+`, nil)
 	admin := signedClient(t, "adminKey", "adminSecret")
 	prod := signedClient(t, "producerKey", "producerSecret")
 	cons := signedClient(t, "consumerKey", "consumerSecret")
@@ -93,9 +90,7 @@ func TestACLStoredMessageByOffset(t *testing.T) {
 // with no permission at all could send there and auto-create the topic. It is now
 // checked as the plain topic it is.
 func TestACLRetryTopicWithoutGroup(t *testing.T) {
-	dir := t.TempDir()
-	path := writeACL(t, dir, "")
-	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+	b, _ := startACLBroker(t, "", nil)
 	prod := signedClient(t, "producerKey", "producerSecret")
 	for _, topic := range []string{message.RetryGroupTopicPrefix, message.RetryGroupTopicPrefix + "g"} {
 		if r := sendV1(t, prod, b.Addr(), topic, 0, []byte("x"), nil); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "acl:") {
@@ -114,14 +109,12 @@ func TestACLRetryTopicWithoutGroup(t *testing.T) {
 // last is refused, and naming Orders first and Mine last stores the message in Mine,
 // never in Orders.
 func TestACLRepeatedExtKey(t *testing.T) {
-	dir := t.TempDir()
-	path := writeACL(t, dir, `  - accessKey: narrowKey
+	b, _ := startACLBroker(t, `  - accessKey: narrowKey
     secretKey: narrowSecret
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
     topicPerms: [Mine=PUB]
-`)
-	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) { c.AclEnable, c.AclFile = true, path })
+`, nil)
 	admin := signedClient(t, "adminKey", "adminSecret")
 	createTopic(t, admin, b.Addr(), "Orders", 1)
 	createTopic(t, admin, b.Addr(), "Mine", 1)

@@ -21,6 +21,7 @@ import com.alibaba.fastjson.JSONObject;
 
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.client.ClientConfig;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
@@ -254,12 +255,9 @@ public final class Driver {
         } else {
             p = new DefaultMQProducer(group, aclHook(a));
         }
-        p.setNamesrvAddr(a.get("namesrv"));
-        p.setVipChannelEnabled(false);
-        p.setInstanceName("driver-" + ProcessHandle.current().pid());
+        connect(p, a);
         p.setSendMsgTimeout(Integer.parseInt(a.getOrDefault("timeout", "5000")));
         p.setRetryTimesWhenSendFailed(Integer.parseInt(a.getOrDefault("retries", "2")));
-        p.setPollNameServerInterval(1000);
         p.start();
         emit(event("started"));
         AtomicInteger pending = new AtomicInteger();
@@ -373,16 +371,26 @@ public final class Driver {
         return o;
     }
 
-    private static int consume(Map<String, String> a) throws Exception {
-        DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.getOrDefault("group", "driver-consumer"), aclHook(a),
-                new AllocateMessageQueueAveragely());
+    /** connect points a client at the name server of "namesrv" (no VIP channel, one instance name per driver process, routes polled every second). */
+    private static void connect(ClientConfig c, Map<String, String> a) {
         c.setNamesrvAddr(a.get("namesrv"));
         c.setVipChannelEnabled(false);
         c.setInstanceName("driver-" + ProcessHandle.current().pid());
         c.setPollNameServerInterval(1000);
+    }
+
+    /** fromWhere is where a new consumer group starts: "from"=last the last offset, else the first. */
+    private static ConsumeFromWhere fromWhere(Map<String, String> a) {
+        return "last".equals(a.get("from")) ? ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET : ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET;
+    }
+
+    private static int consume(Map<String, String> a) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.getOrDefault("group", "driver-consumer"), aclHook(a),
+                new AllocateMessageQueueAveragely());
+        connect(c, a);
         c.setHeartbeatBrokerInterval(1000);
         c.setPersistConsumerOffsetInterval(1000);
-        c.setConsumeFromWhere("last".equals(a.get("from")) ? ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET : ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeFromWhere(fromWhere(a));
         c.setSuspendCurrentQueueTimeMillis(200);
         if (a.containsKey("max-reconsume")) {
             c.setMaxReconsumeTimes(Integer.parseInt(a.get("max-reconsume")));
@@ -457,13 +465,10 @@ public final class Driver {
 
     private static int pull(Map<String, String> a) throws Exception {
         DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getOrDefault("group", "driver-pull"), aclHook(a));
-        c.setNamesrvAddr(a.get("namesrv"));
-        c.setVipChannelEnabled(false);
-        c.setInstanceName("driver-" + ProcessHandle.current().pid());
-        c.setPollNameServerInterval(1000);
+        connect(c, a);
         c.setHeartbeatBrokerInterval(1000);
         c.setAutoCommitIntervalMillis(1000);
-        c.setConsumeFromWhere("last".equals(a.get("from")) ? ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET : ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeFromWhere(fromWhere(a));
         c.subscribe(a.get("topic"), a.getOrDefault("expr", "*"));
         c.start();
         emit(event("started"));
