@@ -26,8 +26,8 @@ func (b *Broker) registerProcessors() {
 		s.HandleAsync(remoting.SendMessageV2, b.timedSendAsync(b.handleSendAsync(true)))
 		s.HandleAsync(remoting.SendBatchMessage, b.timedSendAsync(b.handleSendBatchAsync))
 	} else {
-		s.HandleInline(remoting.SendMessage, b.timedSend(b.handleSend(false)))
-		s.HandleInline(remoting.SendMessageV2, b.timedSend(b.handleSend(true)))
+		s.HandleInlineGroup(remoting.SendMessage, b.handleSendGroup(false)) // timed and counted per send inside
+		s.HandleInlineGroup(remoting.SendMessageV2, b.handleSendGroup(true))
 		s.HandleInline(remoting.SendBatchMessage, b.timedSend(b.handleSendBatch))
 	}
 	s.HandleAsync(remoting.PullMessage, b.timedPull(b.handlePull)) // first lookup on the reader; held pulls in a goroutine

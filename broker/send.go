@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
@@ -128,21 +130,73 @@ func checkSendSysFlag(sysFlag int32, tranMsg bool) string {
 	return ""
 }
 
-// handleSend serves SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310), answering when the
-// message is stored (ASYNC_FLUSH, where it runs on the connection's reader).
-func (b *Broker) handleSend(v2 bool) remoting.Handler {
-	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-		m, tagsCode, queueID, resp := b.prepareSend(conn, req, v2)
-		if resp != nil {
-			return resp
+// handleSendGroup serves SEND_MESSAGE (10) and SEND_MESSAGE_V2 (310) under ASYNC_FLUSH,
+// answering when the messages are stored. It runs on the connection's reader and takes
+// a run of sends read together (remoting.Server.HandleInlineGroup): the messages that
+// pass the checks are stored with one store.PutGroup, so a burst of sends costs one
+// commitlog write and one publication instead of one each. Each send is answered as if
+// it had come alone, and is timed and counted as timedSend does (its latency is the
+// run's).
+func (b *Broker) handleSendGroup(v2 bool) remoting.GroupHandler {
+	return func(ctx context.Context, conn *remoting.Conn, reqs []*remoting.RemotingCommand, resps []*remoting.RemotingCommand) {
+		start := time.Now()
+		g := sendGroups.Get().(*sendGroup)
+		defer g.release()
+		for i, req := range reqs {
+			g.sizes = append(g.sizes, int64(len(req.Body)))
+			m, tagsCode, queueID, resp := b.prepareSend(conn, req, v2)
+			if resp != nil {
+				resps[i] = resp
+				continue
+			}
+			g.msgs = append(g.msgs, m)
+			g.codes = append(g.codes, tagsCode)
+			g.queueIDs = append(g.queueIDs, queueID)
+			g.idx = append(g.idx, i)
 		}
-		resp = b.put(ctx, m, tagsCode, queueID)
-		req.ReleaseBody() // the store copied the body; nothing keeps m
-		return resp
+		if n := len(g.msgs); n > 0 {
+			g.results = append(g.results, make([]store.PutResult, n)...)
+			g.errs = append(g.errs, make([]error, n)...)
+			b.store.PutGroup(ctx, g.msgs, g.codes, g.results, g.errs)
+			for j, i := range g.idx {
+				if g.errs[j] != nil {
+					resps[i] = b.putError(g.errs[j])
+				} else {
+					resps[i] = b.putResponse(g.results[j], g.queueIDs[j])
+				}
+			}
+		}
+		for i, req := range reqs {
+			req.ReleaseBody() // the store copied the bodies; nothing keeps the messages
+			b.recordSend(req, resps[i], start, g.sizes[i])
+		}
 	}
 }
 
-// handleSendAsync is handleSend for SYNC_FLUSH (remoting.Server.HandleAsync): the store
+// sendGroup is the scratch of one handleSendGroup call, recycled through sendGroups.
+type sendGroup struct {
+	msgs     []*message.MessageExt
+	codes    []int64
+	queueIDs []int32
+	idx      []int // idx[j]: the request of msgs[j]
+	results  []store.PutResult
+	errs     []error
+	sizes    []int64 // body size of each request
+}
+
+var sendGroups = sync.Pool{New: func() any { return new(sendGroup) }}
+
+// release clears g (so that it keeps no message alive) and returns it to sendGroups.
+func (g *sendGroup) release() {
+	clear(g.msgs)
+	clear(g.results)
+	clear(g.errs)
+	g.msgs, g.codes, g.queueIDs, g.idx = g.msgs[:0], g.codes[:0], g.queueIDs[:0], g.idx[:0]
+	g.results, g.errs, g.sizes = g.results[:0], g.errs[:0], g.sizes[:0]
+	sendGroups.Put(g)
+}
+
+// handleSendAsync serves SEND_MESSAGE(_V2) under SYNC_FLUSH (remoting.Server.HandleAsync): the store
 // queues the answer on its flusher, which sends it once the group commit's fsync covers
 // the message, so no goroutine or timer waits per send.
 func (b *Broker) handleSendAsync(v2 bool) remoting.AsyncHandler {
@@ -261,16 +315,6 @@ func (b *Broker) applyDelay(m *message.MessageExt) (int64, *remoting.RemotingCom
 		}
 	}
 	return message.TagHashCode(m.Tag()), nil
-}
-
-// put appends one message and builds the send response, which names queueID (the queue
-// the producer chose, as Java answers, even when the message was parked elsewhere).
-func (b *Broker) put(ctx context.Context, m *message.MessageExt, tagsCode int64, queueID int32) *remoting.RemotingCommand {
-	res, err := b.store.PutMessage(ctx, m, tagsCode)
-	if err != nil {
-		return b.putError(err)
-	}
-	return b.putResponse(res, queueID)
 }
 
 // putError answers a failed put. A message the store cannot encode (its properties over

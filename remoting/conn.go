@@ -86,6 +86,9 @@ type connOptions struct {
 	inline func(code int16) bool
 	// async returns the handler registered with Server.HandleAsync for code; nil: none.
 	async func(code int16) AsyncHandler
+	// group returns the handler registered with Server.HandleInlineGroup for code; nil:
+	// none (or this func is nil).
+	group func(code int16) GroupHandler
 	// before runs ahead of an async handler (ServerConfig.Before); nil: none.
 	before Handler
 	// serve handles an incoming request (in its own goroutine); nil result = no response.
@@ -153,6 +156,16 @@ type Conn struct {
 	// heldReplies counts the answers in replies (Shutdown waits for them as for
 	// requests in flight); the reader writes it, anyone reads it.
 	heldReplies atomic.Int32
+
+	// run holds the requests of one code read in a row whose handler takes them
+	// together (Server.HandleInlineGroup), until flushRun hands them over; each counts
+	// in inFlight meanwhile. Only the reader touches these fields.
+	run      []runReq
+	runH     GroupHandler
+	runCode  int16
+	runBytes int
+	runReqs  []*RemotingCommand // flushRun's scratch: the requests handed to runH
+	runResps []*RemotingCommand // and their responses
 
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall
@@ -727,6 +740,7 @@ func setExt(cmd *RemotingCommand, ext []ExtField, hasExt, list bool) {
 
 func (c *Conn) readLoop() {
 	defer c.dropReplies() // the connection is closing: no answer is written any more
+	defer c.dropRun()
 	if !c.handshake() {
 		return
 	}
@@ -737,8 +751,13 @@ func (c *Conn) readLoop() {
 	// list; it is cleared after every frame so that it keeps no header alive.
 	var scratch [32]ExtField
 	for {
-		if len(c.replies) > 0 && !frameBuffered(br) {
-			c.flushReplies() // about to wait for input: answer what was handled
+		if !frameBuffered(br) { // about to wait for input: handle and answer what was read
+			if len(c.run) > 0 {
+				c.flushRun()
+			}
+			if len(c.replies) > 0 {
+				c.flushReplies()
+			}
 		}
 		if src.full && br.Size() < readBufLarge {
 			br = growReader(br, src)
@@ -950,6 +969,15 @@ func (c *Conn) logReadErr(err error) {
 // answers SYSTEM_BUSY when maxInFlight requests, or maxInFlightBytes of request bodies, are
 // already being handled on this connection (held pulls count until they are answered).
 func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
+	if c.opts.group != nil {
+		if h := c.opts.group(req.Code); h != nil {
+			c.addToRun(req, st, h)
+			return
+		}
+	}
+	if len(c.run) > 0 {
+		c.flushRun() // the run came first
+	}
 	if c.opts.inline != nil && c.opts.inline(req.Code) {
 		c.inFlight.Add(1) // Shutdown and the idle check see it being handled
 		if resp := c.safeServe(req); resp != nil && !req.IsOneway() {
@@ -987,7 +1015,7 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		}
 		// A one-way request cannot be told "busy": stop reading this connection until a
 		// handler finishes, so TCP flow control slows the sender instead of the request
-		// being dropped.
+		// being dropped. (The run was handed over above.)
 		if len(c.replies) > 0 {
 			c.flushReplies()
 		}
@@ -1011,6 +1039,119 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		c.handle(req, st)
 	}) {
 		c.releaseSlot(size)
+	}
+}
+
+// runReq is a request waiting in a run (Conn.run) with its header encoding.
+type runReq struct {
+	req *RemotingCommand
+	st  SerializeType
+}
+
+// addToRun adds req, whose code has the group handler h, to the run: a run of another
+// code is handed over first, and the run is handed over when it reaches maxRunFrames
+// requests or maxRunBytes of frames. The reader hands over a shorter run before it
+// would wait for input, and before any request of another code.
+func (c *Conn) addToRun(req *RemotingCommand, st SerializeType, h GroupHandler) {
+	if len(c.run) > 0 && c.runCode != req.Code {
+		c.flushRun()
+	}
+	c.inFlight.Add(1) // Shutdown and the idle check see it being handled
+	c.run = append(c.run, runReq{req, st})
+	c.runH, c.runCode = h, req.Code
+	c.runBytes += len(req.frame)
+	if len(c.run) >= maxRunFrames || c.runBytes >= maxRunBytes {
+		c.flushRun()
+	}
+}
+
+// flushRun hands the run to its group handler and queues the answers as the reader's
+// own (replyOnReader). ServerConfig.Before runs first for each request; those it answers
+// stay out of the handler's call.
+func (c *Conn) flushRun() {
+	run := c.run
+	reqs := c.runReqs[:0]
+	for _, r := range run {
+		if c.opts.before != nil {
+			if resp := c.safeBefore(r.req); resp != nil {
+				c.answerOnReader(r.req, resp, r.st)
+				continue
+			}
+		}
+		reqs = append(reqs, r.req)
+	}
+	if len(reqs) > 0 {
+		if cap(c.runResps) < len(reqs) {
+			c.runResps = make([]*RemotingCommand, 0, max(len(reqs), maxRunFrames))
+		}
+		resps := c.runResps[:len(reqs)]
+		c.serveGroup(reqs, resps)
+		j := 0
+		for _, r := range run {
+			if j < len(reqs) && reqs[j] == r.req {
+				c.answerOnReader(r.req, resps[j], r.st)
+				j++
+			}
+		}
+		clear(resps)
+		c.runResps = resps[:0]
+	}
+	for _, r := range run {
+		reuseFrame(r.req)
+	}
+	c.inFlight.Add(-int32(len(run)))
+	clear(reqs)
+	c.runReqs = reqs[:0]
+	clear(run)
+	c.run = run[:0]
+	c.runH, c.runBytes = nil, 0
+}
+
+// dropRun forgets a run that was not handed over (the reader is ending).
+func (c *Conn) dropRun() {
+	c.inFlight.Add(-int32(len(c.run)))
+	clear(c.run)
+	c.run = c.run[:0]
+	c.runH, c.runBytes = nil, 0
+}
+
+// serveGroup calls the run's handler; a panic answers each request of the run that
+// has no response yet with SYSTEM_ERROR.
+func (c *Conn) serveGroup(reqs, resps []*RemotingCommand) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
+				"code", RequestCode(c.runCode).String(), "requests", len(reqs), "panic", r, "stack", string(debug.Stack()))
+			for i := range resps {
+				if resps[i] == nil {
+					resps[i] = NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+				}
+			}
+		}
+	}()
+	c.runH(c.ctx, c, reqs, resps)
+}
+
+// safeBefore runs ServerConfig.Before for req; a panic answers SYSTEM_ERROR.
+func (c *Conn) safeBefore(req *RemotingCommand) (resp *RemotingCommand) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("remoting: request check panicked", "remote", c.remote, "conn", c.id,
+				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
+			resp = NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+		}
+	}()
+	return c.opts.before(c.ctx, c, req)
+}
+
+// answerOnReader encodes resp as the answer to req and queues it with the reader's
+// other answers (replyOnReader); nothing for a one-way request or a nil resp.
+func (c *Conn) answerOnReader(req, resp *RemotingCommand, st SerializeType) {
+	if resp == nil || req.IsOneway() {
+		return
+	}
+	if frame := c.encodeReply(req, resp, st); frame != nil {
+		c.replyOnReader(frame)
 	}
 }
 

@@ -191,6 +191,7 @@ type Server struct {
 	handlers  map[RequestCode]Handler
 	inline    map[RequestCode]bool // codes whose handler runs on the reader (HandleInline)
 	async     map[RequestCode]AsyncHandler
+	group     map[RequestCode]GroupHandler // codes handled in runs on the reader (HandleInlineGroup)
 	defaultH  Handler
 	listeners []func(*Conn)
 }
@@ -212,6 +213,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		handlers: make(map[RequestCode]Handler),
 		inline:   make(map[RequestCode]bool),
 		async:    make(map[RequestCode]AsyncHandler),
+		group:    make(map[RequestCode]GroupHandler),
 	}
 	idle := cfg.IdleTimeout
 	if idle < 0 {
@@ -232,6 +234,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		spawn:            s.spawn,
 		inline:           s.isInline,
 		async:            s.asyncFor,
+		group:            s.groupFor,
 		before:           cfg.Before,
 		serve:            s.serve,
 		onClose:          s.onConnClose,
@@ -247,6 +250,7 @@ func (s *Server) Handle(code RequestCode, h Handler) {
 	defer s.hmu.Unlock()
 	delete(s.inline, code)
 	delete(s.async, code)
+	delete(s.group, code)
 	if h == nil {
 		delete(s.handlers, code)
 		return
@@ -270,6 +274,7 @@ func (s *Server) HandleInline(code RequestCode, h Handler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	delete(s.async, code)
+	delete(s.group, code)
 	if h == nil {
 		delete(s.handlers, code)
 		delete(s.inline, code)
@@ -277,6 +282,64 @@ func (s *Server) HandleInline(code RequestCode, h Handler) {
 	}
 	s.handlers[code] = h
 	s.inline[code] = true
+}
+
+// GroupHandler handles a run of requests of one code that one connection's reader took
+// from the socket together (see [Server.HandleInlineGroup]). It runs on the reader, so
+// it must return quickly and never block, and it must set resps[i] to the response to
+// reqs[i] (nil: no response), in any order; reqs and resps have the same length, at
+// least 1. Before it returns it calls ReleaseBody on each request whose Body it no
+// longer needs. The slices are the connection's: they must not be kept.
+type GroupHandler func(ctx context.Context, conn *Conn, reqs []*RemotingCommand, resps []*RemotingCommand)
+
+// maxRunFrames and maxRunBytes bound a run of requests for a GroupHandler: the reader
+// hands the run over when it holds this many requests or request frame bytes.
+const (
+	maxRunFrames = 64
+	maxRunBytes  = 1 << 20
+)
+
+// HandleInlineGroup is [Server.HandleInline] for requests whose work is cheaper done
+// together: when a connection's reader holds several complete requests of this code in
+// a row (a client with many sends in flight: one socket read brings dozens), it hands
+// them to h in one call, in arrival order, instead of one call each. A run ends at the
+// first request of another code (handled after the run), when the reader has no other
+// complete request buffered (it would have to wait on the network), or at 64 requests
+// or 1 MiB of frames; a lone request is a run of one. ServerConfig.Before runs for each
+// request of the run first, in order; those it answers are left out of the run. A panic
+// in h answers every request of the run that has no response with SYSTEM_ERROR. The
+// responses are written as those of HandleInline. A nil h removes the handler.
+func (s *Server) HandleInlineGroup(code RequestCode, h GroupHandler) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	delete(s.async, code)
+	delete(s.inline, code)
+	if h == nil {
+		delete(s.handlers, code)
+		delete(s.group, code)
+		return
+	}
+	s.group[code] = h
+	// A request that reaches the handler table (none does while the server runs, as
+	// group codes are taken before it) is a run of one.
+	s.handlers[code] = func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		resps := []*RemotingCommand{nil}
+		h(ctx, conn, []*RemotingCommand{req}, resps)
+		return resps[0]
+	}
+}
+
+// groupFor returns the group handler for code (HandleInlineGroup), or nil; nil for every
+// code once Shutdown has begun, so that new requests are refused like any other.
+func (s *Server) groupFor(code int16) GroupHandler {
+	select {
+	case <-s.quit:
+		return nil
+	default:
+	}
+	s.hmu.RLock()
+	defer s.hmu.RUnlock()
+	return s.group[RequestCode(code)]
 }
 
 // AsyncHandler handles a request and answers it later: it starts on the connection's
@@ -301,6 +364,7 @@ func (s *Server) HandleAsync(code RequestCode, h AsyncHandler) {
 	defer s.hmu.Unlock()
 	delete(s.inline, code)
 	delete(s.handlers, code)
+	delete(s.group, code)
 	if h == nil {
 		delete(s.async, code)
 		return

@@ -338,6 +338,17 @@ func (cl *commitLog) reserve(n int64) (*segment, int64, error) {
 	return next, next.start, nil
 }
 
+// room returns how many bytes of records reserve can place in the current segment
+// without starting a new one (the filler that must still fit after them aside); a whole
+// segment's worth when there is no segment yet. Only the writer calls it.
+func (cl *commitLog) room() int64 {
+	segs := cl.segments()
+	if len(segs) == 0 {
+		return cl.maxRecordBytes()
+	}
+	return segs[len(segs)-1].end() - cl.writePos.Load() - blankFillerSize
+}
+
 // maxRecordBytes is the largest run of records one append can hold: a whole segment minus
 // the filler that must still fit after it.
 func (cl *commitLog) maxRecordBytes() int64 { return cl.segSize - blankFillerSize }

@@ -20,8 +20,8 @@ const (
 	killChildFlushEnv = "SLUICE_STORE_KILL9_FLUSH"
 )
 
-// TestKill9Child is the child process of TestKill9: it puts messages from several
-// goroutines and prints one line per acknowledged put until it is killed (or a bound is
+// TestKill9Child is the child process of TestKill9: it puts messages (single, batches
+// and groups) from several goroutines and prints one line per acknowledged put until it is killed (or a bound is
 // reached). It does nothing when run directly.
 func TestKill9Child(t *testing.T) {
 	dir := os.Getenv(killChildDirEnv)
@@ -49,25 +49,43 @@ func TestKill9Child(t *testing.T) {
 			for i := 0; i < 1_000_000 && time.Now().Before(deadline); i++ {
 				q := int32((g + i) % 3)
 				body := fmt.Sprintf("g%d-%d-%s", g, i, strings.Repeat("k", i%700))
-				var r PutResult
-				var err error
-				if i%7 == 0 {
-					batch := []*message.MessageExt{newMsg("K", q, body+"-a", "A"), newMsg("K", q, body+"-b", "B")}
-					r, err = s.PutMessages(context.Background(), batch, nil)
-				} else {
-					r, err = s.PutMessage(context.Background(), newMsg("K", q, body, "A"), message.TagHashCode("A"))
+				type ack struct {
+					q    int32
+					off  int64
+					body string
 				}
-				if err != nil || r.Status != PutOK {
-					fmt.Fprintf(os.Stderr, "put: %v %v\n", r.Status, err)
-					os.Exit(3)
+				var acks []ack
+				switch {
+				case i%7 == 0:
+					batch := []*message.MessageExt{newMsg("K", q, body+"-a", "A"), newMsg("K", q, body+"-b", "B")}
+					r, err := s.PutMessages(context.Background(), batch, nil)
+					if err != nil || r.Status != PutOK {
+						fmt.Fprintf(os.Stderr, "put batch: %v %v\n", r.Status, err)
+						os.Exit(3)
+					}
+					acks = append(acks, ack{q, r.QueueOffset, body + "-a"}, ack{q, r.QueueOffset + 1, body + "-b"})
+				case i%5 == 0: // a group over two queues, as the broker stores a burst of sends
+					group := []*message.MessageExt{newMsg("K", q, body+"-x", "A"), newMsg("K", (q+1)%3, body+"-y", "A"), newMsg("K", q, body+"-z", "A")}
+					res, errs := make([]PutResult, 3), make([]error, 3)
+					s.PutGroup(context.Background(), group, []int64{message.TagHashCode("A"), message.TagHashCode("A"), message.TagHashCode("A")}, res, errs)
+					for j, m := range group {
+						if errs[j] != nil || res[j].Status != PutOK {
+							fmt.Fprintf(os.Stderr, "put group: %v %v\n", res[j].Status, errs[j])
+							os.Exit(3)
+						}
+						acks = append(acks, ack{m.QueueID, res[j].QueueOffset, string(m.Body)})
+					}
+				default:
+					r, err := s.PutMessage(context.Background(), newMsg("K", q, body, "A"), message.TagHashCode("A"))
+					if err != nil || r.Status != PutOK {
+						fmt.Fprintf(os.Stderr, "put: %v %v\n", r.Status, err)
+						os.Exit(3)
+					}
+					acks = append(acks, ack{q, r.QueueOffset, body})
 				}
 				mu.Lock()
-				for k := 0; k < r.Count; k++ {
-					want := body
-					if r.Count > 1 {
-						want += []string{"-a", "-b"}[k]
-					}
-					fmt.Fprintf(out, "acked %d %d %s\n", q, r.QueueOffset+int64(k), want[:min(len(want), 24)])
+				for _, a := range acks {
+					fmt.Fprintf(out, "acked %d %d %s\n", a.q, a.off, a.body[:min(len(a.body), 24)])
 				}
 				out.Flush()
 				mu.Unlock()

@@ -54,6 +54,8 @@ type Store struct {
 	closeErr  error
 
 	bufPool sync.Pool // *[]byte encode buffers
+
+	runs []queueRun // writeRunLocked's per-queue scratch, reused; guarded by putMu
 }
 
 // Open opens (creating if needed) the store in cfg.Dir, recovers it (see the package doc:
@@ -368,26 +370,41 @@ func (s *Store) putBuf(b *[]byte) {
 	}
 }
 
-// put refuses writes with ErrDiskFull while the disk is full (checking the free space
-// again on each call: at least twice MaxMessageSize plus 1 MiB must be free), then runs
+// put refuses writes with ErrDiskFull while the disk is full (refuseWhileFull), then runs
 // the write path; a write failing with ENOSPC marks the disk full.
 func (s *Store) put(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, int64, error) {
-	if s.diskFull.Load() {
-		free, err := freeBytes(s.cfg.Dir)
-		if err != nil || free < uint64(2*s.cfg.MaxMessageSize+1<<20) {
-			return PutResult{}, 0, fmt.Errorf("%w: %d bytes free in %s", ErrDiskFull, free, s.cfg.Dir)
-		}
-		s.diskFull.Store(false)
-		s.log.Info("store: free space is back, accepting writes", "free_bytes", free)
+	if err := s.refuseWhileFull(); err != nil {
+		return PutResult{}, 0, err
 	}
 	res, end, err := s.write(ctx, msgs, tagsCodes)
-	if errors.Is(err, syscall.ENOSPC) {
-		if s.diskFull.CompareAndSwap(false, true) {
-			s.log.Error("store: disk full: refusing writes until space is freed", "dir", s.cfg.Dir, "err", err)
-		}
-		err = fmt.Errorf("%w: %w", ErrDiskFull, err)
+	return res, end, s.noteWriteErr(err)
+}
+
+// refuseWhileFull returns ErrDiskFull while the disk is marked full, checking the free
+// space again on each call (at least twice MaxMessageSize plus 1 MiB must be free).
+func (s *Store) refuseWhileFull() error {
+	if !s.diskFull.Load() {
+		return nil
 	}
-	return res, end, err
+	free, err := freeBytes(s.cfg.Dir)
+	if err != nil || free < uint64(2*s.cfg.MaxMessageSize+1<<20) {
+		return fmt.Errorf("%w: %d bytes free in %s", ErrDiskFull, free, s.cfg.Dir)
+	}
+	s.diskFull.Store(false)
+	s.log.Info("store: free space is back, accepting writes", "free_bytes", free)
+	return nil
+}
+
+// noteWriteErr marks the disk full when err is ENOSPC and returns err, wrapped in
+// ErrDiskFull then.
+func (s *Store) noteWriteErr(err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	if s.diskFull.CompareAndSwap(false, true) {
+		s.log.Error("store: disk full: refusing writes until space is freed", "dir", s.cfg.Dir, "err", err)
+	}
+	return fmt.Errorf("%w: %w", ErrDiskFull, err)
 }
 
 // freeBytes returns the bytes available to this process on dir's file system.
@@ -399,38 +416,57 @@ func freeBytes(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// write is the write path shared by PutMessage and PutMessages (see the package doc).
+// checkDestination checks the topic and queue id a record is put to.
+func checkDestination(topic string, queueID int32) error {
+	if err := message.ValidateTopic(topic); err != nil {
+		return &InvalidArgumentError{Field: "topic", Reason: "not a valid topic name", Err: err}
+	}
+	if queueID < 0 {
+		return &InvalidArgumentError{Field: "queueId", Reason: fmt.Sprintf("%d is negative", queueID)}
+	}
+	return nil
+}
+
+// encodeRecord appends m's record to buf (offsets and the store time are patched in by
+// writeRuns). On error buf is returned as it was.
+func (s *Store) encodeRecord(buf []byte, m *message.MessageExt) ([]byte, error) {
+	if len(m.Body) > s.cfg.MaxMessageSize {
+		return buf, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
+	}
+	start := len(buf)
+	out, err := message.AppendRecordProperties(buf, m)
+	if err != nil {
+		return buf, err
+	}
+	// The properties are the record's last field.
+	props := out[start+message.RecordSize(m.SysFlag, len(m.Body), len(m.Topic), 0):]
+	if bytes.IndexByte(props, 0) >= 0 {
+		// Recovery treats a NUL in the properties as a zero-filled torn write.
+		return out[:start], &InvalidArgumentError{Field: "properties", Reason: "contains a NUL byte"}
+	}
+	return out, nil
+}
+
+// write is the write path of PutMessage and PutMessages (see the package doc): one
+// message, or a batch for one topic and queue written as one run in one segment.
 func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64) (PutResult, int64, error) {
 	if err := ctx.Err(); err != nil {
 		return PutResult{}, 0, err
 	}
-	topic, queueID := msgs[0].Topic, msgs[0].QueueID
-	if err := message.ValidateTopic(topic); err != nil {
-		return PutResult{}, 0, &InvalidArgumentError{Field: "topic", Reason: "not a valid topic name", Err: err}
-	}
-	if queueID < 0 {
-		return PutResult{}, 0, &InvalidArgumentError{Field: "queueId", Reason: fmt.Sprintf("%d is negative", queueID)}
+	if err := checkDestination(msgs[0].Topic, msgs[0].QueueID); err != nil {
+		return PutResult{}, 0, err
 	}
 
-	// 1. Encode outside the lock; offsets and the store time are patched in below.
+	// 1. Encode outside the lock; offsets and the store time are patched in by writeRuns.
 	bp := s.getBuf()
 	defer s.putBuf(bp)
 	buf := *bp
 	ends := make([]int, len(msgs)) // end of record i in buf
 	for i, m := range msgs {
-		if len(m.Body) > s.cfg.MaxMessageSize {
-			return PutResult{}, 0, &MessageTooLargeError{What: "body", Size: len(m.Body), Limit: s.cfg.MaxMessageSize}
-		}
-		start := len(buf)
 		var err error
-		if buf, err = message.AppendRecordProperties(buf, m); err != nil {
+		if buf, err = s.encodeRecord(buf, m); err != nil {
+			*bp = buf
 			return PutResult{}, 0, err
-		}
-		// The properties are the record's last field.
-		props := buf[start+message.RecordSize(m.SysFlag, len(m.Body), len(m.Topic), 0):]
-		if bytes.IndexByte(props, 0) >= 0 {
-			// Recovery treats a NUL in the properties as a zero-filled torn write.
-			return PutResult{}, 0, &InvalidArgumentError{Field: "properties", Reason: "contains a NUL byte"}
 		}
 		ends[i] = len(buf)
 	}
@@ -439,79 +475,11 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 		return PutResult{}, 0, &MessageTooLargeError{What: "record", Size: len(buf), Limit: int(s.cl.maxRecordBytes())}
 	}
 
-	// 2. Under the writer lock: assign positions, write commitlog then consume queue, publish.
-	if err := s.begin(); err != nil {
-		return PutResult{}, 0, err
-	}
-	entries := make([]byte, 0, len(msgs)*cqEntrySize)
-	s.putMu.Lock()
-	var cq *consumeQueue
-	for _, m := range msgs {
-		if dispatched(m.SysFlag) {
-			cq = s.queueFor(topic, queueID, true)
-			break
-		}
-	}
-	seg, pos, err := s.cl.reserve(int64(len(buf)))
+	// 2. Under the writer lock: assign positions, write, publish.
+	end, n, err := s.writeRuns(msgs, tagsCodes, buf, ends, false)
 	if err != nil {
-		s.putMu.Unlock()
-		s.end()
 		return PutResult{}, 0, err
 	}
-	now := time.Now().UnixMilli()
-	var queueOffset int64
-	if cq != nil {
-		queueOffset = cq.max.Load()
-	}
-	start := 0
-	for i, m := range msgs {
-		rec := buf[start:ends[i]]
-		m.CommitLogOffset = pos + int64(start)
-		if m.StoreTimestamp == 0 {
-			m.StoreTimestamp = now
-			binary.BigEndian.PutUint64(rec[storeTimestampPos(m.SysFlag):], uint64(now))
-		}
-		m.QueueOffset = 0
-		if dispatched(m.SysFlag) {
-			m.QueueOffset = queueOffset
-			queueOffset++
-			var e [cqEntrySize]byte
-			putEntry(e[:], cqEntry{phy: m.CommitLogOffset, size: m.StoreSize, tags: tagsCodes[i]})
-			entries = append(entries, e[:]...)
-		}
-		binary.BigEndian.PutUint64(rec[posQueueOffset:], uint64(m.QueueOffset))
-		binary.BigEndian.PutUint64(rec[posPhysicalOffset:], uint64(m.CommitLogOffset))
-		start = ends[i]
-	}
-	if err := s.cl.write(seg, buf, pos-seg.start); err != nil {
-		s.putMu.Unlock()
-		s.end()
-		return PutResult{}, 0, err
-	}
-	if cq != nil {
-		if err := cq.write(cq.max.Load(), entries); err != nil {
-			s.putMu.Unlock()
-			s.end()
-			return PutResult{}, 0, err
-		}
-	}
-	end := pos + int64(len(buf))
-	// Key index (index.go): one entry per key and UNIQ_KEY, written before publishing so
-	// that every record below the write position is indexed.
-	if s.index != nil {
-		if err := s.index.add(msgs, end); err != nil {
-			s.putMu.Unlock()
-			s.end()
-			return PutResult{}, 0, err
-		}
-	}
-	// Publish: commitlog first, then the queue, so a reader that sees a queue entry can read its record.
-	s.cl.writePos.Store(end)
-	if cq != nil {
-		cq.max.Store(queueOffset)
-	}
-	s.putMu.Unlock()
-	s.end()
 
 	// 3. Results and hooks; the callers wait for the fsync under SYNC_FLUSH.
 	res := PutResult{
@@ -520,32 +488,279 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 		QueueOffset:     msgs[0].QueueOffset,
 		MsgSize:         msgs[0].StoreSize,
 		StoreTimestamp:  msgs[0].StoreTimestamp,
-		OffsetMsgIDs:    make([]string, len(msgs)),
-		Count:           len(msgs),
+		OffsetMsgIDs:    make([]string, n),
+		Count:           n,
 		WroteBytes:      int64(len(buf)),
 	}
+	s.published(msgs, tagsCodes)
 	for i, m := range msgs {
+		res.OffsetMsgIDs[i] = m.OffsetMsgID
+	}
+	return res, end, nil
+}
+
+// PutGroup stores msgs, each as [Store.PutMessage] would, and writes them together:
+// the records that fit in the commitlog's current segment go to it with one write (a
+// group that crosses into a new segment takes one write per segment), and the write
+// position, consume queues and key index are published once per write instead of once
+// per message. It is meant for a burst of single-message sends read from one
+// connection. The messages may be for any topics and queues; each message's queue gets
+// its records in slice order.
+//
+// results and errs must have len(msgs) entries; PutGroup sets, for each message, either
+// errs[i] (the message was not stored: the errors of PutMessage, per message for what
+// concerns that message alone — too large, a bad topic, a NUL in its properties — and
+// for every message not yet written when a write fails) or results[i] (as PutMessage's,
+// with Count 1). tagsCodes holds one tags code per message. Under SYNC_FLUSH it returns
+// once the group commit's fsync covers the last record written, or with Status
+// PutFlushDiskTimeout in the results as PutMessage. A length mismatch makes every
+// message fail with *InvalidArgumentError (when errs has room for them).
+func (s *Store) PutGroup(ctx context.Context, msgs []*message.MessageExt, tagsCodes []int64, results []PutResult, errs []error) {
+	if len(tagsCodes) != len(msgs) || len(results) != len(msgs) || len(errs) != len(msgs) {
+		err := &InvalidArgumentError{Field: "tagsCodes", Reason: fmt.Sprintf("PutGroup: %d messages, %d tags codes, %d results, %d errors: one of each per message",
+			len(msgs), len(tagsCodes), len(results), len(errs))}
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	clear(errs)
+	fail := func(err error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		fail(err)
+		return
+	}
+	if err := s.refuseWhileFull(); err != nil {
+		fail(err)
+		return
+	}
+
+	// 1. Encode outside the lock, leaving out the messages that cannot be stored.
+	bp := s.getBuf()
+	defer s.putBuf(bp)
+	buf := *bp
+	ok := make([]*message.MessageExt, 0, len(msgs))
+	okCodes := make([]int64, 0, len(msgs))
+	okIdx := make([]int, 0, len(msgs))
+	ends := make([]int, 0, len(msgs))
+	for i, m := range msgs {
+		var err error
+		switch {
+		case m == nil:
+			err = &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is nil", i)}
+		default:
+			err = checkDestination(m.Topic, m.QueueID)
+		}
+		if err == nil {
+			start := len(buf)
+			if buf, err = s.encodeRecord(buf, m); err == nil && int64(len(buf)-start) > s.cl.maxRecordBytes() {
+				err = &MessageTooLargeError{What: "record", Size: len(buf) - start, Limit: int(s.cl.maxRecordBytes())}
+				buf = buf[:start]
+			}
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ok = append(ok, m)
+		okCodes = append(okCodes, tagsCodes[i])
+		okIdx = append(okIdx, i)
+		ends = append(ends, len(buf))
+	}
+	*bp = buf
+	if len(ok) == 0 {
+		return
+	}
+
+	// 2. Under the writer lock: one write per segment, then publish.
+	end, n, err := s.writeRuns(ok, okCodes, buf, ends, true)
+	err = s.noteWriteErr(err)
+	for j := n; j < len(ok); j++ {
+		errs[okIdx[j]] = err
+	}
+	if n == 0 {
+		return
+	}
+	written := ok[:n]
+
+	// 3. Results and hooks; wait for the fsync under SYNC_FLUSH.
+	s.published(written, okCodes[:n])
+	status := PutOK
+	if s.cfg.FlushDiskType == SyncFlush && !s.flusher.waitFlushed(ctx, end, s.cfg.SyncFlushTimeout, s.stopped) {
+		status = PutFlushDiskTimeout
+	}
+	for j, m := range written {
+		results[okIdx[j]] = PutResult{
+			Status:          status,
+			CommitLogOffset: m.CommitLogOffset,
+			QueueOffset:     m.QueueOffset,
+			MsgSize:         m.StoreSize,
+			StoreTimestamp:  m.StoreTimestamp,
+			OffsetMsgIDs:    []string{m.OffsetMsgID},
+			Count:           1,
+			WroteBytes:      int64(m.StoreSize),
+		}
+	}
+}
+
+// queueRun is the consume-queue entries one run of records adds to one queue.
+type queueRun struct {
+	cq      *consumeQueue
+	next    int64  // the queue offset of the next entry
+	entries []byte // encoded entries, from the queue's published end
+}
+
+// writeRuns writes the encoded records buf of msgs (record i ends at ends[i]) under the
+// writer lock: it assigns each message its commitlog offset, store time and queue offset,
+// writes the records to the commitlog and the entries to the consume queues and key index,
+// then publishes them (commitlog first, then the queues, so that a reader that sees a
+// queue entry can read its record). With split the records are written as runs of
+// consecutive records, each filling the current segment as far as it goes (one write per
+// segment); without, as one run (a batch: contiguous in one segment). It returns the
+// commitlog end after the last run written and how many messages (a prefix of msgs) were
+// written; on error the rest were not (a failed run is not published: the next put
+// overwrites it).
+func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []byte, ends []int, split bool) (end int64, n int, err error) {
+	if err := s.begin(); err != nil {
+		return 0, 0, err
+	}
+	defer s.end()
+	s.putMu.Lock()
+	defer s.putMu.Unlock()
+	now := time.Now().UnixMilli()
+	for n < len(msgs) {
+		k := len(msgs) // the run is msgs[n:k]
+		if split {
+			room := s.cl.room()
+			k = n + 1 // a record that does not fit goes to the next segment (reserve)
+			for k < len(msgs) && int64(ends[k]-recordStart(ends, n)) <= room {
+				k++
+			}
+		}
+		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[recordStart(ends, n):ends[k-1]], now)
+		if err != nil {
+			return end, n, err
+		}
+		end, n = e, k
+	}
+	return end, n, nil
+}
+
+// recordStart returns where record i starts in the encoded buffer whose records end at ends.
+func recordStart(ends []int, i int) int {
+	if i == 0 {
+		return 0
+	}
+	return ends[i-1]
+}
+
+// writeRunLocked writes one run of records (buf, contiguous, in msgs order) to one
+// segment and publishes it; the caller holds putMu.
+func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, buf []byte, now int64) (int64, error) {
+	seg, pos, err := s.cl.reserve(int64(len(buf)))
+	if err != nil {
+		return 0, err
+	}
+	runs := s.runs[:0]
+	defer func() {
+		for i := range runs {
+			runs[i].cq = nil
+			runs[i].entries = runs[i].entries[:0]
+		}
+		s.runs = runs[:0]
+	}()
+	off := 0
+	for i, m := range msgs {
+		rec := buf[off : off+int(m.StoreSize)]
+		m.CommitLogOffset = pos + int64(off)
+		if m.StoreTimestamp == 0 {
+			m.StoreTimestamp = now
+			binary.BigEndian.PutUint64(rec[storeTimestampPos(m.SysFlag):], uint64(now))
+		}
+		m.QueueOffset = 0
+		if dispatched(m.SysFlag) {
+			r := s.runFor(&runs, m.Topic, m.QueueID)
+			m.QueueOffset = r.next
+			r.next++
+			var e [cqEntrySize]byte
+			putEntry(e[:], cqEntry{phy: m.CommitLogOffset, size: m.StoreSize, tags: tagsCodes[i]})
+			r.entries = append(r.entries, e[:]...)
+		}
+		binary.BigEndian.PutUint64(rec[posQueueOffset:], uint64(m.QueueOffset))
+		binary.BigEndian.PutUint64(rec[posPhysicalOffset:], uint64(m.CommitLogOffset))
+		off += int(m.StoreSize)
+	}
+	if err := s.cl.write(seg, buf, pos-seg.start); err != nil {
+		return 0, err
+	}
+	for i := range runs {
+		if err := runs[i].cq.write(runs[i].cq.max.Load(), runs[i].entries); err != nil {
+			return 0, err
+		}
+	}
+	end := pos + int64(len(buf))
+	// Key index (index.go): one entry per key and UNIQ_KEY, written before publishing so
+	// that every record below the write position is indexed.
+	if s.index != nil {
+		if err := s.index.add(msgs, end); err != nil {
+			return 0, err
+		}
+	}
+	// Publish: commitlog first, then the queues, so a reader that sees a queue entry can read its record.
+	s.cl.writePos.Store(end)
+	for i := range runs {
+		runs[i].cq.max.Store(runs[i].next)
+	}
+	return end, nil
+}
+
+// runFor returns the entry of *runs for topic/queueID, adding one (from the queue's
+// published end) the first time; the caller holds putMu. A run has few queues: a linear
+// search beats a map.
+func (s *Store) runFor(runs *[]queueRun, topic string, queueID int32) *queueRun {
+	for i := range *runs {
+		if r := &(*runs)[i]; r.cq.queueID == queueID && r.cq.topic == topic {
+			return r
+		}
+	}
+	cq := s.queueFor(topic, queueID, true)
+	if len(*runs) < cap(*runs) {
+		*runs = (*runs)[:len(*runs)+1] // reuse the entries buffer of an earlier run
+		r := &(*runs)[len(*runs)-1]
+		r.cq, r.next = cq, cq.max.Load()
+		return r
+	}
+	*runs = append(*runs, queueRun{cq: cq, next: cq.max.Load()})
+	return &(*runs)[len(*runs)-1]
+}
+
+// published finishes messages written by writeRuns: it sets their offset message ids and
+// message ids and runs the dispatch hooks for those that reached a consume queue.
+func (s *Store) published(msgs []*message.MessageExt, tagsCodes []int64) {
+	for _, m := range msgs {
 		m.OffsetMsgID = message.OffsetMsgID(m.StoreHost, m.CommitLogOffset)
 		if m.MsgID == "" {
 			if m.MsgID = m.UniqKey(); m.MsgID == "" {
 				m.MsgID = m.OffsetMsgID
 			}
 		}
-		res.OffsetMsgIDs[i] = m.OffsetMsgID
 	}
-	if cq != nil {
-		s.hooksMu.RLock()
-		hooks := s.hooks
-		s.hooksMu.RUnlock()
-		for _, h := range hooks {
-			for i, m := range msgs {
-				if dispatched(m.SysFlag) {
-					h(DispatchEvent{Topic: topic, QueueID: queueID, QueueOffset: m.QueueOffset, TagsCode: tagsCodes[i], Properties: m.Properties})
-				}
+	s.hooksMu.RLock()
+	hooks := s.hooks
+	s.hooksMu.RUnlock()
+	for _, h := range hooks {
+		for i, m := range msgs {
+			if dispatched(m.SysFlag) {
+				h(DispatchEvent{Topic: m.Topic, QueueID: m.QueueID, QueueOffset: m.QueueOffset, TagsCode: tagsCodes[i], Properties: m.Properties})
 			}
 		}
 	}
-	return res, end, nil
 }
 
 // OnDispatch registers f to be called after each message reaches its consume queue, with
