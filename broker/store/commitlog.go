@@ -98,10 +98,14 @@ const directWriteMin = 16 << 10
 var pageSize = int64(os.Getpagesize())
 
 // write writes b at the segment-local offset off of seg, the segment the writer fills,
-// through the writer's mapping (see writerMap) or with pwrite. Only the writer calls it.
-func (cl *commitLog) write(seg *segment, b []byte, off int64) error {
+// through the writer's mapping (see writerMap) or with pwrite: always with direct (a run
+// of sends stored by PutGroup: one system call for the run, and pwrite fills fresh
+// page-cache pages without zeroing them first, which a fault through the mapping, or the
+// prefaulter, does), for directWriteMin bytes or more, and under SYNC_FLUSH. Only the
+// writer calls it.
+func (cl *commitLog) write(seg *segment, b []byte, off int64, direct bool) error {
 	m := &cl.wmap
-	if len(b) >= directWriteMin || cl.pwriteOnly {
+	if direct || len(b) >= directWriteMin || cl.pwriteOnly {
 		if _, err := seg.f.WriteAt(b, off); err != nil {
 			return fmt.Errorf("store: write commitlog: %w", err)
 		}
@@ -325,7 +329,7 @@ func (cl *commitLog) reserve(n int64) (*segment, int64, error) {
 		var filler [blankFillerSize]byte
 		binary.BigEndian.PutUint32(filler[0:], uint32(left))
 		binary.BigEndian.PutUint32(filler[4:], message.BlankMagicCode)
-		if err := cl.write(cur, filler[:], pos-cur.start); err != nil {
+		if err := cl.write(cur, filler[:], pos-cur.start, false); err != nil {
 			return nil, 0, fmt.Errorf("store: write commitlog blank filler: %w", err)
 		}
 	}

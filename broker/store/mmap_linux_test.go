@@ -61,7 +61,7 @@ func mappedCommitLog(t *testing.T, segSize, off int64, rec string) (*commitLog, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.write(seg, []byte(rec), off); err != nil {
+	if err := cl.write(seg, []byte(rec), off, false); err != nil {
 		t.Fatal(err)
 	}
 	if cl.wmap.seg != seg {
@@ -104,7 +104,7 @@ func TestWriterMapReleasesPages(t *testing.T) {
 		for i := range chunk {
 			chunk[i] = byte(off>>13) + byte(i)
 		}
-		if err := cl.write(seg, chunk, pos-seg.start+off); err != nil {
+		if err := cl.write(seg, chunk, pos-seg.start+off, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestWriterMapReleasesPages(t *testing.T) {
 		t.Errorf("mapping resident size %d bytes after writing %d: want at most %d (pages behind the writer released)", rss, total, limit)
 	}
 	big := bytes.Repeat([]byte("big write "), 64<<10/10)
-	if err := cl.write(seg, big, pos-seg.start+total); err != nil {
+	if err := cl.write(seg, big, pos-seg.start+total, false); err != nil {
 		t.Fatal(err)
 	}
 	cl.writePos.Store(pos + total + int64(len(big)))
@@ -149,13 +149,13 @@ func TestWriterMapFaultFallsBackToPwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := bytes.Repeat([]byte("after the fault "), 256)
-	if err := cl.write(seg, data, 512<<10); err != nil {
+	if err := cl.write(seg, data, 512<<10, false); err != nil {
 		t.Fatalf("write past the end of a cut file: %v, want the pwrite fallback to succeed", err)
 	}
 	if cl.wmap.faults != 1 || cl.wmap.seg != nil || cl.wmap.failed != seg {
 		t.Fatalf("after the fault: %d faults, mapped %v, failed %v; want 1 fault and the segment unmapped for good", cl.wmap.faults, cl.wmap.seg != nil, cl.wmap.failed == seg)
 	}
-	if err := cl.write(seg, []byte("next"), 600<<10); err != nil || cl.wmap.seg != nil {
+	if err := cl.write(seg, []byte("next"), 600<<10, false); err != nil || cl.wmap.seg != nil {
 		t.Fatalf("next write: %v, mapped again: %v", err, cl.wmap.seg != nil)
 	}
 	cl.writePos.Store(seg.start + 600<<10 + 4)
@@ -207,7 +207,7 @@ func TestPrefaulterMapsPagesAhead(t *testing.T) {
 	// end of the mapping (not those between: the writer is past them), and stops there.
 	rss0 := mappingRSS(t, addr)
 	end := int64(segSize - 64<<10)
-	if err := cl.write(seg, []byte("near the end"), end); err != nil {
+	if err := cl.write(seg, []byte("near the end"), end, false); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 10*time.Second, func() bool { return mappingRSS(t, addr) >= rss0+segSize-end },
@@ -239,11 +239,11 @@ func TestPrefaulterStartsAtTheWriter(t *testing.T) {
 	// The big records between off and off+jump went around the mapping.
 	big := make([]byte, 4<<20)
 	for at := off + 64; at < off+jump; at += int64(len(big)) {
-		if err := cl.write(seg, big[:min(int64(len(big)), off+jump-at)], at); err != nil {
+		if err := cl.write(seg, big[:min(int64(len(big)), off+jump-at)], at, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := cl.write(seg, []byte("after the big records"), off+jump); err != nil {
+	if err := cl.write(seg, []byte("after the big records"), off+jump, false); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, idle, "the prefaulter to fault in the pages ahead of the last record")

@@ -643,7 +643,7 @@ func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []b
 				k++
 			}
 		}
-		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[recordStart(ends, n):ends[k-1]], now)
+		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[recordStart(ends, n):ends[k-1]], now, split)
 		if err != nil {
 			return end, n, err
 		}
@@ -662,7 +662,7 @@ func recordStart(ends []int, i int) int {
 
 // writeRunLocked writes one run of records (buf, contiguous, in msgs order) to one
 // segment and publishes it; the caller holds putMu.
-func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, buf []byte, now int64) (int64, error) {
+func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, buf []byte, now int64, direct bool) (int64, error) {
 	seg, pos, err := s.cl.reserve(int64(len(buf)))
 	if err != nil {
 		return 0, err
@@ -696,7 +696,7 @@ func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, bu
 		binary.BigEndian.PutUint64(rec[posPhysicalOffset:], uint64(m.CommitLogOffset))
 		off += int(m.StoreSize)
 	}
-	if err := s.cl.write(seg, buf, pos-seg.start); err != nil {
+	if err := s.cl.write(seg, buf, pos-seg.start, direct); err != nil {
 		return 0, err
 	}
 	for i := range runs {
