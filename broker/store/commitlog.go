@@ -99,10 +99,10 @@ var pageSize = int64(os.Getpagesize())
 
 // write writes b at the segment-local offset off of seg, the segment the writer fills,
 // through the writer's mapping (see writerMap) or with pwrite: always with direct (a run
-// of sends stored by PutGroup: one system call for the run, and pwrite fills fresh
-// page-cache pages without zeroing them first, which a fault through the mapping, or the
-// prefaulter, does), for directWriteMin bytes or more, and under SYNC_FLUSH. Only the
-// writer calls it.
+// of sends stored by PutGroup, see Store.writeRuns: one system call for the run, and
+// pwrite fills fresh page-cache pages without zeroing them first, which a fault through
+// the mapping, or the prefaulter, does), for directWriteMin bytes or more, and under
+// SYNC_FLUSH. Only the writer calls it.
 func (cl *commitLog) write(seg *segment, b []byte, off int64, direct bool) error {
 	m := &cl.wmap
 	if direct || len(b) >= directWriteMin || cl.pwriteOnly {

@@ -52,9 +52,10 @@
 // (the broker hands it a burst of sends read together from one connection): one lock hold,
 // the records that fit the current segment written with one pwrite (which fills fresh
 // page-cache pages without zeroing them first, unlike a fault through the mapping or the
-// prefaulter: with the sends' records written this way, the mapping and its prefaulter
-// serve the store's other writers), each queue's entries appended together, and one
-// publication per segment written. A message that cannot be stored (too large, a bad
+// prefaulter), each queue's entries appended together, and one publication per segment
+// written. A group of one (a client with one send in flight) is copied through the
+// mapping as PutMessage's record is, unless the group before it had several records: the
+// prefaulter would then zero-fill, ahead of that one copy, the pages the next groups write. A message that cannot be stored (too large, a bad
 // topic) fails alone; a failed write fails the messages not yet written.
 // Half messages and rolled-back transactional messages (transaction type PREPARED or
 // ROLLBACK in the sysflag) are written to the commitlog only: they get queue offset 0 and no

@@ -55,7 +55,8 @@ type Store struct {
 
 	bufPool sync.Pool // *[]byte encode buffers
 
-	runs []queueRun // writeRunLocked's per-queue scratch, reused; guarded by putMu
+	runs         []queueRun // writeRunLocked's per-queue scratch, reused; guarded by putMu
+	lastRunMulti bool       // the last PutGroup run had several records; guarded by putMu
 }
 
 // Open opens (creating if needed) the store in cfg.Dir, recovers it (see the package doc:
@@ -643,7 +644,12 @@ func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []b
 				k++
 			}
 		}
-		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[recordStart(ends, n):ends[k-1]], now, split)
+		// A run of sends is written with pwrite; a lone send through the mapping (no
+		// system call on the connection's reader) unless it follows a run of several:
+		// the mapping's prefaulter would zero-fill the pages the next runs write.
+		direct := split && (k-n > 1 || s.lastRunMulti)
+		s.lastRunMulti = split && k-n > 1
+		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[recordStart(ends, n):ends[k-1]], now, direct)
 		if err != nil {
 			return end, n, err
 		}
