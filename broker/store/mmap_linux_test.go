@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
 )
 
 // mappingRSS returns the resident size in bytes of the mapping starting at addr, from
@@ -265,5 +266,40 @@ func TestPrefaulterStopsAtItsWindow(t *testing.T) {
 	addr := uintptr(unsafe.Pointer(&cl.wmap.data[0]))
 	if rss, limit := mappingRSS(t, addr), int64(prefaultAhead)+2*pageSize; rss > limit {
 		t.Fatalf("mapping resident size %d bytes after one write at offset %d: want at most %d (prefaultAhead beyond the write, rounded up to a page)", rss, off, limit)
+	}
+}
+
+// TestPutGroupWritesRunsWithPwrite: a PutGroup run of several records goes with pwrite
+// (the writer's mapping stays unused, so the prefaulter does not zero-fill the pages the
+// runs write); a group of one right after it too; a group of one after a group of one is
+// copied through the mapping, as PutMessage's record is.
+func TestPutGroupWritesRunsWithPwrite(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	group := func(n int) {
+		t.Helper()
+		var msgs []*message.MessageExt
+		for i := range n {
+			msgs = append(msgs, newMsg("T", int32(i%2), fmt.Sprint("body ", i), "A"))
+		}
+		res, errs := putGroup(s, msgs)
+		for i := range msgs {
+			if errs[i] != nil || res[i].Status != PutOK {
+				t.Fatalf("message %d: %v", i, errs[i])
+			}
+		}
+	}
+	group(8)
+	group(1)
+	if s.cl.wmap.data != nil {
+		t.Fatal("a run of 8 and a lone send after it went through the writer's mapping")
+	}
+	group(1)
+	if s.cl.wmap.data == nil {
+		t.Fatal("a lone send after a lone send did not go through the writer's mapping")
+	}
+	for q := range int32(2) {
+		if got := bodies(t, s, "T", q); len(got) != 4+int(1-q)+int(1-q) {
+			t.Fatalf("queue %d holds %v", q, got)
+		}
 	}
 }
