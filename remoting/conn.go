@@ -752,12 +752,7 @@ func (c *Conn) readLoop() {
 	var scratch [32]ExtField
 	for {
 		if !frameBuffered(br) { // about to wait for input: handle and answer what was read
-			if len(c.run) > 0 {
-				c.flushRun()
-			}
-			if len(c.replies) > 0 {
-				c.flushReplies()
-			}
+			c.finishRead()
 		}
 		if src.full && br.Size() < readBufLarge {
 			br = growReader(br, src)
@@ -788,14 +783,12 @@ func (c *Conn) readLoop() {
 			}
 		}
 		if err != nil {
-			c.logReadErr(err)
-			c.closeWith(fmt.Errorf("read: %w", err))
+			c.closeOnReadErr(err)
 			return
 		}
 		cmd, st, ext, hasExt, err := decodeFrameExt(frame, scratch[:0])
 		if err != nil {
-			c.logReadErr(err)
-			c.closeWith(fmt.Errorf("read: %w", err))
+			c.closeOnReadErr(err)
 			return
 		}
 		if cmd.IsResponse() {
@@ -896,6 +889,33 @@ func growReader(br *bufio.Reader, src io.Reader) *bufio.Reader {
 // filled more, and each entry aliases a copy of the frame's header (one string per
 // header), which the scratch would otherwise keep alive.
 func releaseScratch(scratch *[32]ExtField) { clear(scratch[:]) }
+
+// finishRead hands the run over (flushRun) and writes the answers the reader holds
+// (flushReplies): before the reader waits for input, and before it closes the connection
+// on a malformed frame (closeOnReadErr).
+func (c *Conn) finishRead() {
+	if len(c.run) > 0 {
+		c.flushRun()
+	}
+	if len(c.replies) > 0 {
+		c.flushReplies()
+	}
+}
+
+// closeOnReadErr closes the connection after a failed read or a malformed frame (or
+// the peer's end of stream). It first handles the requests the reader still holds (a
+// malformed frame behind whole ones in the buffer) and writes out the answers of the
+// reader's own requests, queued ones included (up to WriteTimeout; at once when the
+// connection is already closing), so that none of them (an inline request, or a grouped
+// send) is carried out with its answer dropped: a peer that half-closes after its
+// requests, or follows them with a bad frame, gets every answer. Requests being handled
+// in goroutines of their own end with the connection, as on any close.
+func (c *Conn) closeOnReadErr(err error) {
+	c.logReadErr(err)
+	c.finishRead()
+	c.flushQueued()
+	c.closeWith(fmt.Errorf("read: %w", err))
+}
 
 // frameBuffered reports whether br holds a whole frame, so that reading it does not wait.
 func frameBuffered(br *bufio.Reader) bool {
