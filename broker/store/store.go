@@ -703,10 +703,12 @@ func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, bu
 		off += int(m.StoreSize)
 	}
 	if err := s.cl.write(seg, buf, pos-seg.start, direct); err != nil {
+		s.unwrite(seg, buf, pos)
 		return 0, err
 	}
 	for i := range runs {
 		if err := runs[i].cq.write(runs[i].cq.max.Load(), runs[i].entries); err != nil {
+			s.unwrite(seg, buf, pos)
 			return 0, err
 		}
 	}
@@ -715,6 +717,7 @@ func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, bu
 	// that every record below the write position is indexed.
 	if s.index != nil {
 		if err := s.index.add(msgs, end); err != nil {
+			s.unwrite(seg, buf, pos)
 			return 0, err
 		}
 	}
@@ -724,6 +727,22 @@ func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, bu
 		runs[i].cq.max.Store(runs[i].next)
 	}
 	return end, nil
+}
+
+// unwrite zeroes, in seg, the bytes of a run of records (buf, at commitlog offset pos)
+// that is not published because its write failed (or a write after it did): a failed
+// write may have put whole records on the file before it stopped (a file system that
+// runs out of space part-way), and a later run, written at the same position, may end
+// exactly where one of them begins. Recovery, which reads on while records are valid,
+// would then take them for stored messages whose senders were told they were not (or
+// that they sent again). Zeros are where recovery stops. Writing zeros over the pages
+// the failed write got takes no new space; past them the file holds zeros already (the
+// zero write stops with the same error there). The caller holds putMu; buf is cleared.
+func (s *Store) unwrite(seg *segment, buf []byte, pos int64) {
+	clear(buf)
+	if err := s.cl.write(seg, buf, pos-seg.start, true); err != nil && !errors.Is(err, syscall.ENOSPC) {
+		s.log.Error("store: cannot clear a failed commitlog write; recovery may find its records", "offset", pos, "bytes", len(buf), "err", err)
+	}
 }
 
 // runFor returns the entry of *runs for topic/queueID, adding one (from the queue's

@@ -1,0 +1,108 @@
+//go:build linux
+
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
+)
+
+// A group that fails part-way on a full disk (the file system took some of its records
+// and refused the rest) is answered as not stored, message by message; when space is
+// back, later puts store at the same positions; and a reopened store holds exactly the
+// messages acknowledged, not the complete records the failed write left beyond the write
+// position (records of the same size line up with them: recovery would take them for
+// valid records and dispatch messages whose sender was told they were not stored).
+func TestPutGroupOnFullDiskLeavesNoGhosts(t *testing.T) {
+	dir := testkit.MountTmpfs(t, "4m")
+	cfg := testConfig(filepath.Join(dir, "store"))
+	cfg.CommitLogSegmentSize = 256 << 10
+	cfg.MaxMessageSize = 64 << 10 // writes resume with 2×64 KiB + 1 MiB free
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("p", 1000)
+	next := 0
+	msg := func(q int32) *message.MessageExt {
+		next++
+		return newMsg("Ghost", q, fmt.Sprintf("%06d|%s", next, pad), "")
+	}
+	acked := map[int32][]string{} // the bodies acknowledged, per queue, in queue order
+	ack := func(msgs []*message.MessageExt, res []PutResult, errs []error) (failed int) {
+		for i, m := range msgs {
+			if errs[i] != nil {
+				if !errors.Is(errs[i], ErrDiskFull) {
+					t.Fatalf("message %d: %v, want ErrDiskFull", i, errs[i])
+				}
+				failed++
+				continue
+			}
+			if res[i].QueueOffset != int64(len(acked[m.QueueID])) {
+				t.Fatalf("queue %d: acknowledged at %d, want %d", m.QueueID, res[i].QueueOffset, len(acked[m.QueueID]))
+			}
+			acked[m.QueueID] = append(acked[m.QueueID], string(m.Body[:6]))
+		}
+		return failed
+	}
+	group := func(n int) int {
+		msgs := make([]*message.MessageExt, n)
+		for i := range msgs {
+			msgs[i] = msg(int32(i % 2))
+		}
+		res, errs := putGroup(s, msgs)
+		return ack(msgs, res, errs)
+	}
+	group(10)
+	testkit.FillDisk(t, dir)
+	// Leave 32 KiB free: the next group gets part of its records written.
+	filler := filepath.Join(dir, "filler")
+	fi, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, fi.Size()-32<<10); err != nil {
+		t.Fatal(err)
+	}
+	failedGroups := 0
+	for range 200 { // bounded: the disk holds far less
+		if failed := group(48); failed > 0 {
+			failedGroups++
+			break
+		}
+	}
+	if failedGroups == 0 {
+		t.Fatal("no group failed on a full disk")
+	}
+	// The failed group took the space left: part of it was written.
+	if free, err := freeBytes(dir); err != nil || free >= 4096 {
+		t.Fatalf("%d bytes still free after the failed group (%v): it was not written part-way", free, err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	// Space is back: one message of the same size lands where the failed group began.
+	if failed := group(1); failed != 0 {
+		t.Fatal("a put after space came back failed")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, cfg)
+	for q := int32(0); q < 2; q++ {
+		var got []string
+		for _, b := range bodies(t, s, "Ghost", q) {
+			got = append(got, b[:6])
+		}
+		if strings.Join(got, ",") != strings.Join(acked[q], ",") {
+			t.Fatalf("queue %d after reopening holds %d messages, %d acknowledged:\n got %v\nwant %v", q, len(got), len(acked[q]), got, acked[q])
+		}
+	}
+}
