@@ -571,3 +571,114 @@ func TestSendRunWithACLRefusals(t *testing.T) {
 		t.Fatalf("%d sends counted, %d stored", got, len(want))
 	}
 }
+
+// Shutdown while connections write bursts of sends: it returns, every answer that came
+// is a whole answer (SUCCESS or an error code), and after a restart on the same store
+// every send answered SUCCESS is there exactly once, at the queue offset its answer
+// gave. (goleak, in TestMain, checks that no goroutine is left.)
+func TestShutdownDuringSendRuns(t *testing.T) {
+	dir := t.TempDir()
+	mod := func(c *Config) { c.MaxMessageSize, c.MappedFileSizeCommitLog = 64<<10, 1<<20 }
+	b := startBroker(t, dir, mod)
+	admin := newClient(t)
+	const topic, conns = "Stop", 4
+	createTopic(t, admin, b.Addr(), topic, 2)
+
+	type acked struct {
+		key    string
+		queue  int
+		offset string
+	}
+	var (
+		mu      sync.Mutex
+		ok      []acked
+		refused = map[remoting.ResponseCode]int{}
+		bursts  int
+	)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for cn := range conns {
+		nc := dialBroker(t, b.Addr())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opaque := int32(1)
+			for r := 0; r < 10_000; r++ { // bounded; ends at the first connection error
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var reqs []*remoting.RemotingCommand
+				for i := range 64 {
+					key := fmt.Sprintf("c%d-r%d-i%d", cn, r, i)
+					reqs = append(reqs, groupSendReq(i%3 == 0, topic, i%2, []byte(key+"|"+strings.Repeat("y", 200)), nil))
+				}
+				out, err := encodeFrames(reqs, opaque, remoting.Credentials{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := nc.Write(out); err != nil {
+					return
+				}
+				got, err := readAnswersFrom(nc, len(reqs))
+				mu.Lock()
+				for i := range reqs {
+					resp := got[opaque+int32(i)]
+					switch {
+					case resp == nil:
+					case resp.ResponseCode() == remoting.Success:
+						ok = append(ok, acked{fmt.Sprintf("c%d-r%d-i%d", cn, r, i), i % 2, resp.ExtFields["queueOffset"]})
+					default:
+						refused[resp.ResponseCode()]++
+					}
+				}
+				if err == nil {
+					bursts++
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+				opaque += int32(len(reqs))
+			}
+		}()
+	}
+	testkit.WaitFor(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return bursts >= 3*conns
+	}, "bursts to be answered")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	err := b.Shutdown(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+
+	b2 := startBroker(t, dir, mod)
+	stored := map[string]string{} // key -> queue/offset
+	for q := range 2 {
+		for _, m := range pullAll(t, admin, b2.Addr(), topic, q) {
+			key, _, _ := strings.Cut(string(m.Body), "|")
+			if prev, dup := stored[key]; dup {
+				t.Fatalf("%s stored twice (%s and %d/%d)", key, prev, q, m.QueueOffset)
+			}
+			stored[key] = fmt.Sprintf("%d/%d", q, m.QueueOffset)
+		}
+	}
+	for _, a := range ok {
+		if where, found := stored[a.key]; !found || where != fmt.Sprintf("%d/%s", a.queue, a.offset) {
+			t.Fatalf("%s answered SUCCESS at %d/%s, stored at %q (found %v)", a.key, a.queue, a.offset, where, found)
+		}
+	}
+	for code := range refused {
+		if code != remoting.SystemBusy && code != remoting.ServiceNotAvailable && code != remoting.SystemError {
+			t.Fatalf("answers during shutdown: %v", refused)
+		}
+	}
+	t.Logf("%d sends answered SUCCESS, %d stored in all, refused %v", len(ok), len(stored), refused)
+}
