@@ -40,22 +40,23 @@ func groupSendReq(v2 bool, topic string, queue int, body []byte, props map[strin
 // into one buffer, for one socket write.
 func encodeReqs(t *testing.T, reqs []*remoting.RemotingCommand, first int32, cred remoting.Credentials) []byte {
 	t.Helper()
-	out, err := encodeFrames(reqs, first, cred)
+	out, err := encodeFrames(reqs, first, cred, remoting.SerializeJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-// encodeFrames is encodeReqs for a goroutine other than the test's.
-func encodeFrames(reqs []*remoting.RemotingCommand, first int32, cred remoting.Credentials) ([]byte, error) {
+// encodeFrames is encodeReqs for a goroutine other than the test's, with headers
+// encoded as st.
+func encodeFrames(reqs []*remoting.RemotingCommand, first int32, cred remoting.Credentials, st remoting.SerializeType) ([]byte, error) {
 	var out []byte
 	for i, req := range reqs {
 		req.Opaque = first + int32(i)
 		if cred.AccessKey != "" {
 			cred.Sign(req)
 		}
-		f, err := req.Encode()
+		f, err := req.EncodeAs(st)
 		if err != nil {
 			return nil, err
 		}
@@ -218,8 +219,8 @@ func TestSendRunStoredBeforeLaterRequests(t *testing.T) {
 	}
 }
 
-// A counting campaign: several connections write bursts of sends at once (both header
-// encodings, one-way sends, sends of the largest size, a few refused ones) to a topic
+// A counting campaign: several connections write bursts of sends at once (both send
+// codes, JSON and binary headers, one-way sends, sends of the largest size, a few refused ones) to a topic
 // of four queues, with commitlog segments so small that runs cross segment boundaries
 // all the time; a pull held on every queue beforehand must be woken by the runs. Every
 // send answered SUCCESS (and every one-way send) is in its queue exactly once, at the
@@ -313,7 +314,11 @@ func TestSendRunsFromManyConnectionsCounted(t *testing.T) {
 					reqs = append(reqs, req)
 					infos = append(infos, info)
 				}
-				out, err := encodeFrames(reqs, opaque, remoting.Credentials{})
+				st := remoting.SerializeJSON
+				if cn%2 == 1 {
+					st = remoting.SerializeRocketMQ // the binary header (as the Java client's serializeTypeCurrentRPC=ROCKETMQ)
+				}
+				out, err := encodeFrames(reqs, opaque, remoting.Credentials{}, st)
 				if err != nil {
 					errs <- err
 					return
@@ -614,7 +619,7 @@ func TestShutdownDuringSendRuns(t *testing.T) {
 					key := fmt.Sprintf("c%d-r%d-i%d", cn, r, i)
 					reqs = append(reqs, groupSendReq(i%3 == 0, topic, i%2, []byte(key+"|"+strings.Repeat("y", 200)), nil))
 				}
-				out, err := encodeFrames(reqs, opaque, remoting.Credentials{})
+				out, err := encodeFrames(reqs, opaque, remoting.Credentials{}, remoting.SerializeJSON)
 				if err != nil {
 					t.Error(err)
 					return
