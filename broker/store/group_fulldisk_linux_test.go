@@ -3,6 +3,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +22,16 @@ import (
 // position (records of the same size line up with them: recovery would take them for
 // valid records and dispatch messages whose sender was told they were not stored).
 func TestPutGroupOnFullDiskLeavesNoGhosts(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		name := "group"
+		if batch {
+			name = "batch" // PutMessages: the same write path
+		}
+		t.Run(name, func(t *testing.T) { testNoGhosts(t, batch) })
+	}
+}
+
+func testNoGhosts(t *testing.T, batch bool) {
 	dir := testkit.MountTmpfs(t, "4m")
 	cfg := testConfig(filepath.Join(dir, "store"))
 	cfg.CommitLogSegmentSize = 256 << 10
@@ -60,6 +71,22 @@ func TestPutGroupOnFullDiskLeavesNoGhosts(t *testing.T) {
 		res, errs := putGroup(s, msgs)
 		return ack(msgs, res, errs)
 	}
+	// A batch for queue 0 (PutMessages) when batch is set, a group otherwise.
+	write := func(n int) int {
+		if !batch {
+			return group(n)
+		}
+		msgs := make([]*message.MessageExt, n)
+		for i := range msgs {
+			msgs[i] = msg(0)
+		}
+		r, err := s.PutMessages(context.Background(), msgs, nil)
+		res, errs := make([]PutResult, n), make([]error, n)
+		for i := range msgs {
+			res[i], errs[i] = PutResult{QueueOffset: r.QueueOffset + int64(i)}, err
+		}
+		return ack(msgs, res, errs)
+	}
 	group(10)
 	testkit.FillDisk(t, dir)
 	// Leave 32 KiB free: the next group gets part of its records written.
@@ -73,7 +100,7 @@ func TestPutGroupOnFullDiskLeavesNoGhosts(t *testing.T) {
 	}
 	failedGroups := 0
 	for range 200 { // bounded: the disk holds far less
-		if failed := group(48); failed > 0 {
+		if failed := write(48); failed > 0 {
 			failedGroups++
 			break
 		}
