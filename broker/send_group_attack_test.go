@@ -687,3 +687,62 @@ func TestShutdownDuringSendRuns(t *testing.T) {
 	}
 	t.Logf("%d sends answered SUCCESS, %d stored in all, refused %v", len(ok), len(stored), refused)
 }
+
+// Sends of the largest size (the default 4 MiB maxMessageSize) and one byte over it in
+// the middle of a burst of small ones, with 8 MiB commitlog segments (two largest
+// sends never share one): the oversized one alone is refused, every other is stored in
+// order, whole, at the queue offset its answer gave.
+func TestSendRunWithLargestSends(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Large", 1)
+	largest := b.cfg.MaxMessageSize
+	var reqs []*remoting.RemotingCommand
+	var sizes []int
+	for i := range 40 {
+		size := 100 + i
+		switch i % 10 {
+		case 4:
+			size = largest
+		case 7:
+			if i == 17 {
+				size = largest + 1
+			}
+		}
+		body := []byte(fmt.Sprintf("%02d|", i))
+		body = append(body, strings.Repeat("L", size-len(body))...)
+		reqs = append(reqs, groupSendReq(i%3 == 0, "Large", 0, body, nil))
+		sizes = append(sizes, size)
+	}
+	nc := dialBroker(t, b.Addr())
+	out := encodeReqs(t, reqs, 1, remoting.Credentials{})
+	go func() { _, _ = nc.Write(out) }() // the broker answers while this is written
+	got, err := readAnswersFrom(nc, len(reqs))
+	if err != nil {
+		t.Fatalf("after %d answers: %v", len(got), err)
+	}
+	var want []int // indexes stored, in order
+	for i := range reqs {
+		r := got[int32(i+1)]
+		if sizes[i] > largest {
+			if r.ResponseCode() != remoting.MessageIllegal {
+				t.Fatalf("send %d of %d bytes: %d %q", i, sizes[i], r.Code, r.Remark)
+			}
+			continue
+		}
+		if r.ResponseCode() != remoting.Success || r.ExtFields["queueOffset"] != strconv.Itoa(len(want)) {
+			t.Fatalf("send %d of %d bytes: %d %q %v, want queue offset %d", i, sizes[i], r.Code, r.Remark, r.ExtFields, len(want))
+		}
+		want = append(want, i)
+	}
+	msgs := pullAll(t, c, b.Addr(), "Large", 0)
+	if len(msgs) != len(want) {
+		t.Fatalf("%d messages stored, %d sent to be stored", len(msgs), len(want))
+	}
+	for k, m := range msgs {
+		i := want[k]
+		if len(m.Body) != sizes[i] || string(m.Body[:3]) != fmt.Sprintf("%02d|", i) {
+			t.Fatalf("message %d: %d bytes %.3q, want send %d of %d bytes", k, len(m.Body), m.Body, i, sizes[i])
+		}
+	}
+}
