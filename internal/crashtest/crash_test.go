@@ -35,6 +35,7 @@ const (
 	envDir     = "SLUICE_CRASHTEST_DIR"     // storePathRootDir
 	envAddr    = "SLUICE_CRASHTEST_ADDR"    // broker listen "ip:port"
 	envNamesrv = "SLUICE_CRASHTEST_NAMESRV" // embedded name server listen "ip:port"
+	envFlush   = "SLUICE_CRASHTEST_FLUSH"   // flushDiskType: SYNC_FLUSH (default) or ASYNC_FLUSH
 
 	readyPrefix = "SLUICE_CRASHTEST_READY " // the child's stdout line: prefix, broker addr, name server addr
 )
@@ -63,17 +64,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild runs a SYNC_FLUSH broker with an embedded name server from the environment,
+// runChild runs a broker (SYNC_FLUSH unless envFlush says otherwise) with an embedded
+// name server from the environment,
 // prints its ready line and serves until stdin reaches EOF (the parent closed it or
 // died), then shuts down cleanly. The parent normally ends it with SIGKILL instead.
 // Exit codes: 0 clean shutdown, 2 bad config, 3 start failed, 4 shutdown failed.
 func runChild() int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	flush := os.Getenv(envFlush)
+	if flush == "" {
+		flush = "SYNC_FLUSH"
+	}
 	b, err := broker.New(broker.Config{
 		ListenAddr:              os.Getenv(envAddr),
 		NamesrvListenAddr:       os.Getenv(envNamesrv),
 		StorePathRootDir:        os.Getenv(envDir),
-		FlushDiskType:           "SYNC_FLUSH",
+		FlushDiskType:           flush,
 		MappedFileSizeCommitLog: segmentSize,
 		MaxMessageSize:          maxMessageSize,
 		Logger:                  logger,
@@ -130,9 +136,9 @@ var errAddrInUse = errors.New("address already in use")
 
 // tryStartChild starts one broker child and waits for its ready line. It returns
 // errAddrInUse when the child could not bind its ports.
-func tryStartChild(dir, addr, namesrv string) (*child, error) {
+func tryStartChild(dir, addr, namesrv, flush string) (*child, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"=1", envDir+"="+dir, envAddr+"="+addr, envNamesrv+"="+namesrv)
+	cmd.Env = append(os.Environ(), envChild+"=1", envDir+"="+dir, envAddr+"="+addr, envNamesrv+"="+namesrv, envFlush+"="+flush)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -185,13 +191,13 @@ func tryStartChild(dir, addr, namesrv string) (*child, error) {
 	}
 }
 
-// startChild starts a broker child on the fixed ports, retrying while they are still in
-// use (bounded by a deadline).
-func startChild(t *testing.T, dir, addr, namesrv string) *child {
+// startChild starts a broker child with flushDiskType flush on the fixed ports, retrying
+// while they are still in use (bounded by a deadline).
+func startChild(t *testing.T, dir, addr, namesrv, flush string) *child {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := tryStartChild(dir, addr, namesrv)
+		c, err := tryStartChild(dir, addr, namesrv, flush)
 		if err == nil {
 			t.Cleanup(func() { c.kill() })
 			return c
@@ -422,18 +428,22 @@ func verify(t *testing.T, rc *remoting.Client, c *child, acked map[int]ack) int 
 }
 
 // sendUntilKilled runs senders goroutines sending to the child until it is SIGKILLed at
-// a random point after the first SEND_OK. It returns the number of SEND_OKs.
-func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.Rand) int {
+// a random point after the first SEND_OK: each sends one message at a time (SendSync),
+// or, with inFlight above 1, keeps up to inFlight asynchronous sends going (SendAsync),
+// which the broker's reader takes in runs (one commitlog write per run). It returns the
+// number of SEND_OKs.
+func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.Rand, inFlight int) int {
 	t.Helper()
 	p, err := producer.New(producer.Config{
-		NamesrvAddrs:               []string{c.namesrv},
-		Group:                      "crashtest_producer",
-		InstanceName:               fmt.Sprintf("crashtest-%d", cycle),
-		SendTimeout:                5 * time.Second,
-		RetryTimesWhenSendFailed:   -1, // one attempt: an error after the kill must not go elsewhere
-		CompressMsgBodyOverHowmuch: -1,
-		MaxMessageSize:             maxMessageSize,
-		Logger:                     quiet,
+		NamesrvAddrs:                  []string{c.namesrv},
+		Group:                         "crashtest_producer",
+		InstanceName:                  fmt.Sprintf("crashtest-%d", cycle),
+		SendTimeout:                   5 * time.Second,
+		RetryTimesWhenSendFailed:      -1, // one attempt: an error after the kill must not go elsewhere
+		RetryTimesWhenSendAsyncFailed: -1,
+		CompressMsgBodyOverHowmuch:    -1,
+		MaxMessageSize:                maxMessageSize,
+		Logger:                        quiet,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -456,25 +466,58 @@ func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.R
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n := 0; n < maxPerCycle && ctx.Err() == nil; n++ {
-				idx := int(led.next.Add(1) - 1)
-				msg := message.NewMessage(topic, makeBody(idx))
-				msg.SetTag("crash").SetKeys(fmt.Sprintf("k%d", idx)).SetProperty(idxProperty, strconv.Itoa(idx))
-				res, err := p.SendSync(ctx, msg)
+			// done records the outcome of message idx; false: stop sending.
+			done := func(idx int, res *message.SendResult, err error) bool {
 				if err != nil {
 					if !killed.Load() {
 						errMu.Lock()
 						preKill = append(preKill, fmt.Errorf("message %d: %w", idx, err))
 						errMu.Unlock()
 					}
-					return
+					return false
 				}
 				if res.Status != message.SendOK {
-					continue // stored, but not acked as flushed: not in the ledger
+					return true // stored, but not acked as flushed: not in the ledger
 				}
 				led.add(idx, ack{queueID: int32(res.Queue.QueueID), queueOffset: res.QueueOffset, msgID: res.MsgID, offsetMsgID: res.OffsetMsgID, cycle: cycle})
 				okCount.Add(1)
 				firstOnce.Do(func() { close(firstOK) })
+				return true
+			}
+			slots := make(chan struct{}, max(inFlight, 1))
+			var calls sync.WaitGroup
+			defer calls.Wait()
+			var failed atomic.Bool
+			for n := 0; n < maxPerCycle && ctx.Err() == nil && !failed.Load(); n++ {
+				idx := int(led.next.Add(1) - 1)
+				msg := message.NewMessage(topic, makeBody(idx))
+				msg.SetTag("crash").SetKeys(fmt.Sprintf("k%d", idx)).SetProperty(idxProperty, strconv.Itoa(idx))
+				if inFlight <= 1 {
+					res, err := p.SendSync(ctx, msg)
+					if !done(idx, res, err) {
+						return
+					}
+					continue
+				}
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				calls.Add(1)
+				err := p.SendAsync(ctx, msg, func(res *message.SendResult, err error) {
+					defer calls.Done()
+					defer func() { <-slots }()
+					if !done(idx, res, err) {
+						failed.Store(true)
+					}
+				})
+				if err != nil {
+					calls.Done()
+					<-slots
+					done(idx, nil, err)
+					return
+				}
 			}
 		}()
 	}
@@ -487,7 +530,11 @@ func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.R
 		wg.Wait()
 		t.Fatalf("cycle %d: no SEND_OK within 15s; errors %v; stderr:\n%s", cycle, preKill, c.stderr.String())
 	}
-	delay := time.Duration(rng.Int64N(int64(maxKillDelay)))
+	killDelay := maxKillDelay
+	if inFlight > 1 {
+		killDelay /= 4 // async sends store several times as much per unit of time
+	}
+	delay := time.Duration(rng.Int64N(int64(killDelay)))
 	<-time.After(delay) // the random kill point
 	killed.Store(true)
 	c.kill()
@@ -506,7 +553,18 @@ func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.R
 // producers send, for cycles cycles, restarting it each time on the same data directory
 // and ports, and checks after every restart that all SEND_OK messages are there intact
 // and that no torn record is served.
-func TestCrashRecovery(t *testing.T) {
+func TestCrashRecovery(t *testing.T) { crashCycles(t, "SYNC_FLUSH", cycles, 1) }
+
+// TestCrashRecoveryAsyncBursts is TestCrashRecovery for an ASYNC_FLUSH broker (a
+// process crash loses nothing of what is in the page cache) whose producers keep many
+// asynchronous sends in flight, so that the broker stores them in runs read together
+// from each connection (one commitlog write per run, crossing segment boundaries).
+func TestCrashRecoveryAsyncBursts(t *testing.T) { crashCycles(t, "ASYNC_FLUSH", asyncCycles, 64) }
+
+// asyncCycles is the number of crash cycles of TestCrashRecoveryAsyncBursts.
+const asyncCycles = 12
+
+func crashCycles(t *testing.T, flush string, cycles, inFlight int) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("SLUICE_CRASHTEST_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -529,7 +587,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	start := time.Now()
 	for cycle := 0; cycle < cycles; cycle++ {
-		c := startChild(t, dir, addr, namesrv)
+		c := startChild(t, dir, addr, namesrv, flush)
 		if c.addr != addr || c.namesrv != namesrv {
 			t.Fatalf("cycle %d: child listens on %s/%s, want %s/%s", cycle, c.addr, c.namesrv, addr, namesrv)
 		}
@@ -540,7 +598,7 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		acked := led.snapshot()
 		read := verify(t, rc, c, acked)
-		oks := sendUntilKilled(t, c, led, cycle, rng)
+		oks := sendUntilKilled(t, c, led, cycle, rng, inFlight)
 		c.checkStderr(t)
 		rc.CloseConn(c.addr)
 		rc.CloseConn(c.namesrv)
@@ -548,7 +606,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 
 	// A last restart: verify everything, then a clean shutdown after all the crashes.
-	c := startChild(t, dir, addr, namesrv)
+	c := startChild(t, dir, addr, namesrv, flush)
 	acked := led.snapshot()
 	read := verify(t, rc, c, acked)
 	rc.CloseConn(c.addr)
