@@ -746,3 +746,42 @@ func TestSendRunWithLargestSends(t *testing.T) {
 		}
 	}
 }
+
+// A run never waits for the network: sends followed by the first half of another one in
+// the same write are stored and answered while the rest of that frame has not come; the
+// rest then completes it.
+func TestSendRunAnsweredBeforePartialFrame(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Partial", 1)
+	var reqs []*remoting.RemotingCommand
+	for i := range 21 {
+		reqs = append(reqs, groupSendReq(false, "Partial", 0, []byte("p"+strconv.Itoa(i)), nil))
+	}
+	out := encodeReqs(t, reqs, 1, remoting.Credentials{})
+	last, err := reqs[20].Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := len(out) - len(last)/2 // inside the last frame
+	nc := dialBroker(t, b.Addr())
+	if _, err := nc.Write(out[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readAnswersFrom(nc, 20)
+	if err != nil {
+		t.Fatalf("after %d answers: %v", len(got), err)
+	}
+	for i := range 20 {
+		if r := got[int32(i+1)]; r == nil || r.ResponseCode() != remoting.Success || r.ExtFields["queueOffset"] != strconv.Itoa(i) {
+			t.Fatalf("send %d: %+v", i, r)
+		}
+	}
+	if _, err := nc.Write(out[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	got, err = readAnswersFrom(nc, 1)
+	if r := got[21]; err != nil || r == nil || r.ResponseCode() != remoting.Success || r.ExtFields["queueOffset"] != "20" {
+		t.Fatalf("the completed send: %+v %v", r, err)
+	}
+}
