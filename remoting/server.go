@@ -157,7 +157,9 @@ type Handler func(ctx context.Context, conn *Conn, req *RemotingCommand) *Remoti
 // Server is a remoting server: it accepts TCP connections, reads frames, runs the
 // [Handler] registered for each request code and writes the responses. Requests from one
 // connection are handled concurrently (up to MaxInFlightPerConn). A malformed or
-// oversized frame closes only that connection.
+// oversized frame closes only that connection, after the requests read whole before it
+// that the reader handles itself (HandleInline, HandleInlineGroup) were handled and
+// answered; a peer that closes its sending side gets those answers too.
 //
 // Lock order: Server.mu and Server.hmu are never held together, and neither is held while
 // calling into a Conn or a handler/listener (see conn.go for Conn.mu).
