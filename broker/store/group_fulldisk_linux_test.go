@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
@@ -130,6 +131,52 @@ func testNoGhosts(t *testing.T, batch bool) {
 		}
 		if strings.Join(got, ",") != strings.Join(acked[q], ",") {
 			t.Fatalf("queue %d after reopening holds %d messages, %d acknowledged:\n got %v\nwant %v", q, len(got), len(acked[q]), got, acked[q])
+		}
+	}
+}
+
+// A group for two queues whose second queue's entry cannot be written (a new consume
+// queue file on a full disk; the commitlog and the first queue's file already have their
+// pages) fails as a whole; the first queue's entry, written but not published, must not
+// come back either: after a restart that queue would end with an entry pointing at
+// whatever record a later put wrote at that commitlog offset (another queue's).
+func TestPutGroupFailedQueueWriteLeavesNoGhostEntries(t *testing.T) {
+	dir := testkit.MountTmpfs(t, "4m")
+	cfg := testConfig(filepath.Join(dir, "store"))
+	cfg.CommitLogSegmentSize = 256 << 10
+	cfg.MaxMessageSize = 64 << 10 // writes resume with 2×64 KiB + 1 MiB free
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, newMsg("A", 0, "a0", ""))
+	testkit.WaitFor(t, 10*time.Second, prefaulterIdle(t, s.cl), "the commitlog segment to be faulted in")
+	testkit.FillDisk(t, dir)
+	res, errs := putGroup(s, []*message.MessageExt{newMsg("A", 0, "a1-refused", ""), newMsg("B", 0, "b-refused", "")})
+	for i, err := range errs {
+		if !errors.Is(err, ErrDiskFull) {
+			t.Fatalf("message %d on a full disk: %v %+v, want ErrDiskFull", i, err, res[i])
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, newMsg("C", 0, "c0-of-size", "")) // where the refused group began, the size of its first record
+	// The checkpoint covers C's entry: recovery trusts the queues below it.
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		cp, ok, err := readCheckpoint(cfg.Dir)
+		return err == nil && ok && cp.consumeQueueFlushed >= s.MaxPhyOffset()
+	}, "a checkpoint past the last put")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, cfg)
+	for _, q := range []struct {
+		topic string
+		want  string
+	}{{"A", "a0"}, {"B", ""}, {"C", "c0-of-size"}} {
+		if got := strings.Join(bodies(t, s, q.topic, 0), ","); got != q.want || s.MaxOffset(q.topic, 0) != int64(len(bodies(t, s, q.topic, 0))) {
+			t.Fatalf("queue %s/0 after reopening holds %q (max offset %d), want %q", q.topic, got, s.MaxOffset(q.topic, 0), q.want)
 		}
 	}
 }

@@ -708,6 +708,7 @@ func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, bu
 	}
 	for i := range runs {
 		if err := runs[i].cq.write(runs[i].cq.max.Load(), runs[i].entries); err != nil {
+			s.unwriteQueues(runs[:i+1])
 			s.unwrite(seg, buf, pos)
 			return 0, err
 		}
@@ -717,6 +718,7 @@ func (s *Store) writeRunLocked(msgs []*message.MessageExt, tagsCodes []int64, bu
 	// that every record below the write position is indexed.
 	if s.index != nil {
 		if err := s.index.add(msgs, end); err != nil {
+			s.unwriteQueues(runs)
 			s.unwrite(seg, buf, pos)
 			return 0, err
 		}
@@ -742,6 +744,22 @@ func (s *Store) unwrite(seg *segment, buf []byte, pos int64) {
 	clear(buf)
 	if err := s.cl.write(seg, buf, pos-seg.start, true); err != nil && !errors.Is(err, syscall.ENOSPC) {
 		s.log.Error("store: cannot clear a failed commitlog write; recovery may find its records", "offset", pos, "bytes", len(buf), "err", err)
+	}
+}
+
+// unwriteQueues zeroes the consume-queue entries of runs, written (some perhaps only in
+// part) but not published because a write of the same run failed: a queue that gets no
+// later put would otherwise keep them past its end, and recovery, which takes a queue's
+// entries up to its first empty one, would serve them after a restart, pointing at
+// whatever record a later put wrote at those commitlog offsets (another queue's). Zeros
+// are an empty entry. The caller holds putMu; the entries are cleared.
+func (s *Store) unwriteQueues(runs []queueRun) {
+	for i := range runs {
+		r := &runs[i]
+		clear(r.entries)
+		if err := r.cq.write(r.cq.max.Load(), r.entries); err != nil && !errors.Is(err, syscall.ENOSPC) {
+			s.log.Error("store: cannot clear the entries of a failed write; recovery may find them", "topic", r.cq.topic, "queueId", r.cq.queueID, "err", err)
+		}
 	}
 }
 
