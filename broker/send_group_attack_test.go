@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -784,4 +785,110 @@ func TestSendRunAnsweredBeforePartialFrame(t *testing.T) {
 	if r := got[21]; err != nil || r == nil || r.ResponseCode() != remoting.Success || r.ExtFields["queueOffset"] != "20" {
 		t.Fatalf("the completed send: %+v %v", r, err)
 	}
+}
+
+// Bursts of sends with random header values (queue ids, sys flags, timestamps,
+// reconsume counts, property strings with stray separators and NULs) and bodies: the
+// broker answers each on its own without a handler panic, and every send answered
+// SUCCESS is readable at the queue offset its answer gave.
+func TestSendRunsOfOddSends(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "Odd", 4)
+	rng := rand.New(rand.NewPCG(7, 7))
+	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
+	randStr := func(n int) string {
+		const alphabet = "ab\x01\x02=:;, \x00é"
+		var sb strings.Builder
+		for range rng.IntN(n) {
+			sb.WriteString(string([]rune(alphabet)[rng.IntN(len([]rune(alphabet)))]))
+		}
+		return sb.String()
+	}
+	nc := dialBroker(t, b.Addr())
+	opaque := int32(1)
+	type okSend struct {
+		queue  string
+		offset string
+		body   string
+	}
+	var oks []okSend
+	answers := map[remoting.ResponseCode]int{}
+	for round := range 20 {
+		var reqs []*remoting.RemotingCommand
+		for i := range 50 {
+			props := map[string]string{}
+			for range rng.IntN(4) {
+				props[randStr(6)] = randStr(10)
+			}
+			if rng.IntN(4) == 0 {
+				props[pick(message.PropertyDelayTimeLevel, message.PropertyTransactionPrepared, message.PropertyProducerGroup, "TAGS", "KEYS",
+					message.PropertyUniqClientMessageIDKeyIdx, message.PropertyRealTopic, message.PropertyRealQueueID)] = pick("1", "99", "-1", "true", "", "x\x00y", "18")
+			}
+			req := groupSendReq(rng.IntN(2) == 0, "Odd", 0, []byte(fmt.Sprintf("odd-%d-%d|%s", round, i, randStr(40))), nil)
+			set := func(long, short, v string) {
+				if _, ok := req.ExtFields[long]; ok {
+					req.ExtFields[long] = v
+				} else {
+					req.ExtFields[short] = v
+				}
+			}
+			set("properties", "i", message.MarshalProperties(props)+pick("", "", "", "\x02", "\x01", "=\x02"))
+			if rng.IntN(6) == 0 {
+				set("queueId", "e", pick("0", "1", "3", "4", "-1", "2147483647", "x", ""))
+			}
+			if rng.IntN(6) == 0 {
+				set("sysFlag", "f", pick("0", "0", "1", "2", "4", "8", "12", "64", "-1", "x"))
+			}
+			if rng.IntN(6) == 0 {
+				set("bornTimestamp", "g", pick("0", "-1", "x", "9223372036854775807", strconv.FormatInt(time.Now().UnixMilli(), 10)))
+			}
+			if rng.IntN(6) == 0 {
+				set("reconsumeTimes", "j", pick("0", "1", "-5", "100000", "x"))
+			}
+			if rng.IntN(6) == 0 {
+				set("flag", "h", pick("0", "-1", "2147483647", "x"))
+			}
+			if rng.IntN(10) == 0 {
+				set("topic", "b", pick("%RETRY%g", "%DLQ%g", "TBW102", "Odd", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"))
+			}
+			if rng.IntN(20) == 0 {
+				req.Body = nil
+			}
+			reqs = append(reqs, req)
+		}
+		out := encodeReqs(t, reqs, opaque, remoting.Credentials{})
+		if _, err := nc.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readAnswersFrom(nc, len(reqs))
+		if err != nil {
+			t.Fatalf("round %d: after %d answers: %v", round, len(got), err)
+		}
+		for i, req := range reqs {
+			r := got[opaque+int32(i)]
+			answers[r.ResponseCode()]++
+			if strings.Contains(r.Remark, "panic") {
+				t.Fatalf("round %d send %d %v: %d %q", round, i, req.ExtFields, r.Code, r.Remark)
+			}
+			topic := req.ExtFields["topic"] + req.ExtFields["b"]
+			if r.ResponseCode() == remoting.Success && topic == "Odd" && !strings.Contains(req.ExtFields["properties"]+req.ExtFields["i"], message.PropertyDelayTimeLevel) &&
+				!strings.Contains(req.ExtFields["properties"]+req.ExtFields["i"], message.PropertyTransactionPrepared) {
+				oks = append(oks, okSend{r.ExtFields["queueId"], r.ExtFields["queueOffset"], string(req.Body)})
+			}
+		}
+		opaque += int32(len(reqs))
+	}
+	stored := map[string]string{}
+	for q := range 4 {
+		for _, m := range pullAll(t, c, b.Addr(), "Odd", q) {
+			stored[fmt.Sprintf("%d/%d", q, m.QueueOffset)] = string(m.Body)
+		}
+	}
+	for _, o := range oks {
+		if body, ok := stored[o.queue+"/"+o.offset]; !ok || body != o.body {
+			t.Fatalf("send answered SUCCESS at %s/%s: stored %q", o.queue, o.offset, body)
+		}
+	}
+	t.Logf("1000 odd sends: answers by code %v; %d plain ones checked against the queues", answers, len(oks))
 }
