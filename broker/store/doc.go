@@ -46,7 +46,12 @@
 // of a file writes it back, and a crashed process loses none of it. A write through a
 // mapping that faults (the file system cannot back the page: disk full, I/O error) is
 // redone with pwrite, which returns the file system's error (ENOSPC becomes
-// [ErrDiskFull]), and that file is written with pwrite from then on.
+// [ErrDiskFull]), and that file is written with pwrite from then on. A write that fails
+// leaves nothing behind: the bytes of its records (a file system that runs out of space
+// part-way takes the first pages) and the consume-queue entries already written for it are
+// zeroed before the error is returned, so that recovery, which reads records and entries
+// on until the first invalid or empty one, never takes them for stored messages (a later
+// record of the same size, written at the same offset, would end where a stale one begins).
 //
 // [Store.PutGroup] runs the same path for many messages at once, of any topics and queues
 // (the broker hands it a burst of sends read together from one connection): one lock hold,
