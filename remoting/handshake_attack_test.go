@@ -108,7 +108,7 @@ func TestTLSHandshakeTimeoutAttacks(t *testing.T) {
 		// Stalled handshakes count as connections (Conns, MaxConns) until
 		// HandshakeTimeout closes them; then a TLS client is served again.
 		srvTLS, cliTLS := tlsServerConfig(t)
-		s := startServer(t, ServerConfig{TLS: srvTLS, IdleTimeout: time.Hour, HandshakeTimeout: 500 * time.Millisecond, MaxConns: 3})
+		s := startServer(t, ServerConfig{TLS: srvTLS, IdleTimeout: time.Hour, HandshakeTimeout: 2 * time.Second, MaxConns: 3}) // long enough to dial and count all three under -race on loaded cores
 		s.HandleInline(RequestCode(500), echoHandler)
 		var stalled []net.Conn
 		for range 3 {
