@@ -124,6 +124,11 @@ var frameClassMax = [...]int{1 << 10, 4 << 10, 16 << 10, 64 << 10, maxPooledFram
 // next Encode.
 var framePools [len(frameClassMax)]sync.Pool // of *[]byte
 
+// frameBoxes holds the emptied *[]byte boxes of the buffers frameBuf took out of
+// framePools, for recycleFrame to put the next buffer in: a recycled frame costs no
+// allocation of its box (a []byte header, 24 bytes, moved to the heap per frame).
+var frameBoxes sync.Pool // of *[]byte, each holding nil
+
 // frameClass returns the size class of a frame or buffer of n bytes (n <= maxPooledFrame).
 func frameClass(n int) int {
 	for i, m := range frameClassMax {
@@ -145,8 +150,10 @@ func frameBuf(n int, whole bool) []byte {
 		c := frameClass(n)
 		pool := &framePools[c]
 		if p, _ := pool.Get().(*[]byte); p != nil {
-			if cap(*p) >= n {
-				return (*p)[:8]
+			if b := *p; cap(b) >= n {
+				*p = nil // the box keeps no buffer alive
+				frameBoxes.Put(p)
+				return b[:8]
 			}
 			pool.Put(p) // too small for this frame, not for the next one
 		}
@@ -162,7 +169,12 @@ func frameBuf(n int, whole bool) []byte {
 // own the frame and hold no other reference to it.
 func recycleFrame(f []byte) {
 	if cap(f) >= 64 && cap(f) <= maxPooledFrame {
-		framePools[frameClass(cap(f))].Put(&f)
+		p, _ := frameBoxes.Get().(*[]byte)
+		if p == nil {
+			p = new([]byte)
+		}
+		*p = f
+		framePools[frameClass(cap(f))].Put(p)
 	}
 }
 
