@@ -85,17 +85,27 @@ func init() {
 // 16-bit counter), the layout RocketMQ clients use (PROTOCOL §4.7). Unique within the
 // process for 65536 ids per ms; safe for concurrent use.
 func NewUniqID() string {
-	now := time.Now()
+	var out [UniqIDLen]byte
+	return string(AppendUniqID(out[:0], time.Now()))
+}
+
+// UniqIDLen is the length in bytes of a client message id (NewUniqID, AppendUniqID).
+const UniqIDLen = 32
+
+// AppendUniqID appends a new client message id, as NewUniqID returns it, to dst and
+// returns the extended slice (UniqIDLen bytes longer). now is the clock reading the id's
+// time comes from: a caller that reads the clock anyway (say, for a born timestamp)
+// passes its reading instead of reading the clock twice. With a fresh reading, ids are
+// unique within the process as NewUniqID's are (both advance the same counter).
+func AppendUniqID(dst []byte, now time.Time) []byte {
 	var b [6]byte
 	binary.BigEndian.PutUint32(b[:], uint32(now.Sub(monthStart(now)).Milliseconds()))
 	binary.BigEndian.PutUint16(b[4:], uint16(uniqCounter.Add(1)))
-	var out [32]byte // uniqPrefix is 20 hex digits
-	n := copy(out[:], uniqPrefix)
+	dst = append(dst, uniqPrefix...) // 20 hex digits
 	for _, c := range b {
-		out[n], out[n+1] = upperHex[c>>4], upperHex[c&0x0f]
-		n += 2
+		dst = append(dst, upperHex[c>>4], upperHex[c&0x0f])
 	}
-	return string(out[:n])
+	return dst
 }
 
 // month is the local month [start, next) that NewUniqID last counted from.

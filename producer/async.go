@@ -127,6 +127,10 @@ type asyncOp struct {
 
 	mq message.MessageQueue
 	n  int // attempts made
+
+	// The attempt in flight: its broker and when it was sent (for its latency).
+	addr  string
+	start time.Time
 }
 
 // begin picks the queue and makes the first attempt. inline: it runs on SendAsync's
@@ -154,24 +158,33 @@ func (op *asyncOp) try(inline bool) {
 		addr, req, se := p.request(op.pr, op.mq)
 		if se == nil {
 			// SendTimeout is enforced by the remoting client's deadline sweep: no timer
-			// or context per attempt.
-			start := time.Now()
-			err := p.cl.InvokeAsyncTimeout(op.ctx, addr, req, p.cfg.SendTimeout, func(resp *remoting.RemotingCommand, err error) {
-				r, se, retry := p.outcome(op.ctx, op.pr, op.mq, addr, resp, err, time.Since(start))
-				if se == nil {
-					op.finish(r, nil, false)
-				} else if op.again(se, retry, false) {
-					op.try(false)
-				}
-			})
-			if err == nil {
-				return
+			// or context per attempt; the sweep's deadline counts from start, the
+			// attempt's one clock reading until its answer.
+			op.addr, op.start = addr, time.Now()
+			if op.pr.answered == nil {
+				op.pr.answered = op.answered // once per prepared: kept by release
 			}
-			_, se, _ = p.outcome(op.ctx, op.pr, op.mq, addr, nil, err, time.Since(start))
+			err := p.cl.InvokeAsyncTimeoutSince(op.ctx, addr, req, op.start, p.cfg.SendTimeout, op.pr.answered)
+			if err == nil {
+				return // op may already be over: the answer's callback owns it
+			}
+			_, se, _ = p.outcome(op.ctx, op.pr, op.mq, addr, nil, err, time.Since(op.start))
 		}
 		if !op.again(se, true, inline) {
 			return
 		}
+	}
+}
+
+// answered is the callback of an attempt in flight (op.addr, op.start): it finishes the
+// send or makes the next attempt. One method value per prepared (prepared.answered)
+// serves all its sends, instead of a closure per attempt.
+func (op *asyncOp) answered(resp *remoting.RemotingCommand, err error) {
+	r, se, retry := op.p.outcome(op.ctx, op.pr, op.mq, op.addr, resp, err, time.Since(op.start))
+	if se == nil {
+		op.finish(r, nil, false)
+	} else if op.again(se, retry, false) {
+		op.try(false)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,6 +254,9 @@ type prepared struct {
 	req remoting.RemotingCommand
 	ext [len(wire.SendHeaderKeys)]remoting.ExtField
 	op  asyncOp
+	// answered is op.answered, the callback of SendAsync's attempts: made once, kept
+	// across release (it refers to this prepared's op, whatever send it carries).
+	answered func(*remoting.RemotingCommand, error)
 }
 
 // preparedPool recycles the prepared sends of single messages (prepareSingle, release).
@@ -261,7 +265,7 @@ var preparedPool = sync.Pool{New: func() any { return new(prepared) }}
 // release gives pr back to preparedPool. The caller must be done with it: its send has
 // its result, and no attempt of it is still waiting for an answer.
 func (pr *prepared) release() {
-	*pr = prepared{}
+	*pr = prepared{answered: pr.answered}
 	preparedPool.Put(pr)
 }
 
@@ -281,11 +285,23 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 	if err := p.checkMessage(msg); err != nil {
 		return nil, err
 	}
+	now := time.Now() // the UNIQ_KEY's time and the born timestamp: one clock reading
 	added := msg.UniqKey() == ""
-	if added {
-		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, message.NewUniqID())
+	var props string
+	switch {
+	case added && len(msg.Properties) == 0:
+		// The common message without properties: its encoded properties are the
+		// UNIQ_KEY pair alone, and the id is a substring of them (one allocation).
+		var id string
+		props, id = uniqKeyProperties(now)
+		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, id)
+	case added:
+		var id [message.UniqIDLen]byte
+		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, string(message.AppendUniqID(id[:0], now)))
+		fallthrough
+	default:
+		props = message.MarshalProperties(msg.Properties)
 	}
-	props := message.MarshalProperties(msg.Properties)
 	if len(props) > message.MaxPropertiesLength { // only the UNIQ_KEY just added can do that
 		if added {
 			msg.RemoveProperty(message.PropertyUniqClientMessageIDKeyIdx)
@@ -313,12 +329,29 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 		DefaultTopic:          message.AutoCreateTopicKey,
 		DefaultTopicQueueNums: client.DefaultTopicQueueNums,
 		SysFlag:               sysFlag,
-		BornTimestamp:         time.Now().UnixMilli(),
+		BornTimestamp:         now.UnixMilli(),
 		Flag:                  msg.Flag,
 		Properties:            props,
 	}
 	pr.body, pr.msgID, pr.selMsg = body, msg.UniqKey(), msg
 	return pr, nil
+}
+
+// uniqKeyPrefix is how an encoded properties string made of the UNIQ_KEY pair alone starts.
+const uniqKeyPrefix = message.PropertyUniqClientMessageIDKeyIdx + string(message.NameValueSeparator)
+
+// uniqKeyProperties returns a new client message id for the clock reading now
+// (message.AppendUniqID) and the encoded properties of a message whose only property is
+// that UNIQ_KEY — what message.MarshalProperties returns for it — in one allocation: id
+// is the tail of props.
+func uniqKeyProperties(now time.Time) (props, id string) {
+	var b strings.Builder
+	b.Grow(len(uniqKeyPrefix) + message.UniqIDLen)
+	b.WriteString(uniqKeyPrefix)
+	var buf [message.UniqIDLen]byte
+	b.Write(message.AppendUniqID(buf[:0], now))
+	props = b.String()
+	return props, props[len(uniqKeyPrefix):]
 }
 
 // rawSend is one message's send without middlewares: validate, route, attempts.

@@ -321,8 +321,11 @@ func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Durat
 
 // deadlineAfter returns the unix-ns time timeout from now, saturated at the largest
 // int64 (a timeout of centuries must not wrap around into the past).
-func deadlineAfter(timeout time.Duration) int64 {
-	now := time.Now().UnixNano()
+func deadlineAfter(timeout time.Duration) int64 { return deadlineFrom(time.Now(), timeout) }
+
+// deadlineFrom is deadlineAfter counting from the clock reading t.
+func deadlineFrom(t time.Time, timeout time.Duration) int64 {
+	now := t.UnixNano()
 	if timeout >= time.Duration(math.MaxInt64-now) {
 		return math.MaxInt64
 	}
@@ -449,6 +452,15 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *RemotingComm
 // timeout must be positive (one of centuries means no deadline). The dial, when addr has
 // no connection yet, is bounded by timeout too, and by ctx and DialTimeout.
 func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration, cb func(*RemotingCommand, error)) error {
+	return c.InvokeAsyncTimeoutSince(ctx, addr, req, time.Now(), timeout, cb)
+}
+
+// InvokeAsyncTimeoutSince is [Client.InvokeAsyncTimeout] with the timeout counted from
+// since, a reading of the clock (time.Now) the caller took just before the call, for
+// instance to measure the call's latency: the call then reads the clock no more
+// (a clock read costs tens of nanoseconds, a noticeable part of a small send). A since
+// in the past shortens the timeout by that much. Same errors as InvokeAsyncTimeout.
+func (c *Client) InvokeAsyncTimeoutSince(ctx context.Context, addr string, req *RemotingCommand, since time.Time, timeout time.Duration, cb func(*RemotingCommand, error)) error {
 	if cb == nil {
 		return errors.New("remoting: InvokeAsyncTimeout needs a callback")
 	}
@@ -461,7 +473,7 @@ func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *Remot
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)
-	return conn.invokeAsyncWith(ctx, deadlineAfter(timeout), true, req, cb)
+	return conn.invokeAsyncWith(ctx, deadlineFrom(since, timeout), true, req, cb)
 }
 
 // InvokeOneway sends req to addr with the ONEWAY flag bit (bit1) set and waits for

@@ -332,6 +332,13 @@ func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *remot
 	return c.rc.InvokeAsyncTimeout(ctx, addr, req, timeout, cb)
 }
 
+// InvokeAsyncTimeoutSince is InvokeAsyncTimeout with the timeout counted from since, a
+// clock reading the caller took just before (see
+// remoting.Client.InvokeAsyncTimeoutSince): the call reads the clock no more.
+func (c *Client) InvokeAsyncTimeoutSince(ctx context.Context, addr string, req *remoting.RemotingCommand, since time.Time, timeout time.Duration, cb func(*remoting.RemotingCommand, error)) error {
+	return c.rc.InvokeAsyncTimeoutSince(ctx, addr, req, since, timeout, cb)
+}
+
 // InvokeOneway sends req to addr with the ONEWAY flag and waits for no response.
 func (c *Client) InvokeOneway(ctx context.Context, addr string, req *remoting.RemotingCommand) error {
 	return c.rc.InvokeOneway(ctx, addr, req)
