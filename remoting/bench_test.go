@@ -91,3 +91,59 @@ func BenchmarkInvokeSyncParallel(b *testing.B) {
 		}
 	})
 }
+
+// sendResponseFrame is the frame (without its length field) of a send response as a
+// broker answers SEND_MESSAGE_V2: the ext fields of Java's SendMessageResponseHeader and
+// the broker's MSG_REGION and TRACE_ON.
+func sendResponseFrame(tb testing.TB, st SerializeType) []byte {
+	tb.Helper()
+	r := NewResponse(Success, "")
+	r.Opaque = 77
+	r.ExtList = []ExtField{{"MSG_REGION", "DefaultRegion"}, {"TRACE_ON", "true"},
+		{"msgId", "7F00000100002A9F00000000000F4240"}, {"queueId", "3"}, {"queueOffset", "1234567"}}
+	f, err := r.EncodeAs(st)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f[4:]
+}
+
+// BenchmarkDecodeHeader decodes the header of a send response and of a SEND_MESSAGE_V2
+// request as a connection's reader does (decodeFrameExt into a scratch list, then the
+// list the command keeps): the client's and the broker's per-send header decode.
+func BenchmarkDecodeHeader(b *testing.B) {
+	for _, tc := range decodeHeaderCases(b) {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var scratch [32]ExtField
+			for b.Loop() {
+				cmd, _, ext, _, err := decodeFrameExt(tc.frame, scratch[:0])
+				if err != nil {
+					b.Fatal(err)
+				}
+				cmd.ExtList = extListOf(ext)
+			}
+		})
+	}
+}
+
+// decodeHeaderCase is a frame (without its length field) for the header decode benchmarks.
+type decodeHeaderCase struct {
+	name  string
+	frame []byte
+}
+
+// decodeHeaderCases are a send response and a SEND_MESSAGE_V2 request with binary headers.
+func decodeHeaderCases(b *testing.B) []decodeHeaderCase {
+	req := benchCommand()
+	req.Code = int16(SendMessageV2)
+	req.ExtList = []ExtField{{"a", "ProducerGroupName"}, {"b", "TopicTest"}, {"c", "TBW102"}, {"d", "4"},
+		{"e", "1"}, {"f", "0"}, {"g", "1700000000000"}, {"h", "0"}, {"i", "UNIQ_KEY\x017F00000100002A9F00000000000F4240"},
+		{"j", "0"}, {"k", "false"}, {"l", "-1"}, {"m", "false"}, {"n", "broker-a"}}
+	req.ExtFields = nil
+	reqFrame, err := req.EncodeBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []decodeHeaderCase{{"send-response", sendResponseFrame(b, SerializeRocketMQ)}, {"send-request", reqFrame[4:]}}
+}

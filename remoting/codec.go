@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -571,9 +572,11 @@ func (r *binReader) bytes(n int, field string) []byte {
 }
 
 // decodeBinaryHeader decodes a ROCKETMQ binary header, appending its ext fields to ext
-// (see decodeFrameExt).
+// (see decodeFrameExt). The keys and values that internExt knows (those of send
+// requests and responses) are static strings; the others are substrings of one string
+// allocated for the header, holding only them.
 func decodeBinaryHeader(h []byte, ext0 []ExtField) (*RemotingCommand, []ExtField, bool, error) {
-	r := &binReader{b: h}
+	r := binReader{b: h}
 	cmd := &RemotingCommand{}
 	cmd.Code = int16(r.u16("code"))
 	cmd.Language = LanguageCode(r.u8("language"))
@@ -593,25 +596,147 @@ func decodeBinaryHeader(h []byte, ext0 []ExtField) (*RemotingCommand, []ExtField
 	if len(ext) == 0 {
 		return cmd, ext0, false, nil
 	}
-	list := ext0
-	er := &binReader{b: ext}
-	s := string(ext) // keys and values are substrings of it: one allocation per header
-	for len(er.b) > 0 {
-		kl := int16(er.u16("extFields"))
-		kAt := len(ext) - len(er.b)
-		k := er.bytes(int(kl), "extFields")
-		vl := int32(er.u32("extFields"))
-		vAt := len(ext) - len(er.b)
-		v := er.bytes(int(vl), "extFields")
-		if er.err != nil {
-			return nil, ext0, false, er.err
+	// First pass: check the block and append the fields, with their static strings
+	// (internExt) and "" for the others, counting the bytes those need.
+	list, need := ext0, 0
+	for i := 0; i < len(ext); {
+		k, v, next, ok := nextExtField(ext, i)
+		if !ok {
+			return nil, ext0, false, extBlockErr(ext)
 		}
 		if len(list)-len(ext0) >= MaxExtFields {
 			return nil, ext0, false, tooManyExtFields()
 		}
-		list = append(list, ExtField{Key: s[kAt : kAt+len(k)], Value: s[vAt : vAt+len(v)]})
+		ks, kok := internExt(k)
+		vs, vok := internExt(v)
+		if !kok {
+			need += len(k)
+		}
+		if !vok {
+			need += len(v)
+		}
+		list = append(list, ExtField{Key: ks, Value: vs})
+		i = next
+	}
+	if need == 0 {
+		return cmd, list, true, nil
+	}
+	// Second pass: the other strings, substrings of one allocation of need bytes (a
+	// field's string is "" here only when it is not static, or empty).
+	var sb strings.Builder
+	sb.Grow(need) // no reallocation below: the substrings taken stay valid
+	fields := list[len(ext0):]
+	for f, i := 0, 0; i < len(ext); f++ {
+		k, v, next, _ := nextExtField(ext, i)
+		if fields[f].Key == "" && len(k) > 0 {
+			at := sb.Len()
+			sb.Write(k)
+			fields[f].Key = sb.String()[at:]
+		}
+		if fields[f].Value == "" && len(v) > 0 {
+			at := sb.Len()
+			sb.Write(v)
+			fields[f].Value = sb.String()[at:]
+		}
+		i = next
 	}
 	return cmd, list, true, nil
+}
+
+// nextExtField returns the key and value of the ext field at ext[i:] of a binary
+// header's extFields block (a 2-byte key length, the key, a 4-byte value length, the
+// value) and the offset after it; ok is false when the field does not fit in the block
+// (extBlockErr then says why).
+func nextExtField(ext []byte, i int) (k, v []byte, next int, ok bool) {
+	if len(ext)-i < 2 {
+		return nil, nil, i, false
+	}
+	kl := int(int16(binary.BigEndian.Uint16(ext[i:])))
+	i += 2
+	if kl < 0 || kl > len(ext)-i-4 {
+		return nil, nil, i, false
+	}
+	k = ext[i : i+kl]
+	i += kl
+	vl := int(int32(binary.BigEndian.Uint32(ext[i:])))
+	i += 4
+	if vl < 0 || vl > len(ext)-i {
+		return nil, nil, i, false
+	}
+	return k, ext[i : i+vl], i + vl, true
+}
+
+// extBlockErr returns the *HeaderError (Field "extFields") of a binary extFields block
+// that nextExtField found malformed, reading it field by field as binReader does.
+func extBlockErr(ext []byte) error {
+	er := &binReader{b: ext}
+	for len(er.b) > 0 && er.err == nil {
+		kl := int16(er.u16("extFields"))
+		er.bytes(int(kl), "extFields")
+		vl := int32(er.u32("extFields"))
+		er.bytes(int(vl), "extFields")
+	}
+	if er.err == nil { // not reached: nextExtField and binReader agree
+		return &HeaderError{Field: "extFields", Reason: "malformed extFields block"}
+	}
+	return er.err
+}
+
+// oneByteStrings holds every byte value at its own index: oneByteStrings[c:c+1] is the
+// 1-byte string c without an allocation.
+var oneByteStrings = func() string {
+	var b [256]byte
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return string(b[:])
+}()
+
+// internExt returns a static string equal to b when b is one of the ext keys and values
+// most decoded headers carry, so that decoding them copies nothing: every 0- and 1-byte
+// string (the keys of SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE requests, single digits),
+// the keys of a send response (Java SendMessageResponseHeader msgId, queueId,
+// queueOffset, transactionId; the broker's MSG_REGION and TRACE_ON), and the values
+// "true", "false", "-1", "TBW102" and "DefaultRegion" (defaults of those headers).
+func internExt(b []byte) (string, bool) {
+	switch len(b) {
+	case 0:
+		return "", true
+	case 1:
+		return oneByteStrings[b[0] : int(b[0])+1], true
+	}
+	// By length, then one comparison of known length: no allocation, no search.
+	var c string
+	switch len(b) {
+	case 2:
+		c = "-1"
+	case 4:
+		c = "true"
+	case 5:
+		if c = "msgId"; string(b) != c {
+			c = "false"
+		}
+	case 6:
+		c = "TBW102"
+	case 7:
+		c = "queueId"
+	case 8:
+		c = "TRACE_ON"
+	case 10:
+		c = "MSG_REGION"
+	case 11:
+		c = "queueOffset"
+	case 13:
+		if c = "transactionId"; string(b) != c {
+			c = "DefaultRegion"
+		}
+	default:
+		return "", false
+	}
+	if string(b) == c {
+		return c, true
+	}
+	return "", false
 }
 
 // ReadFrame reads one frame from r: the 4-byte big-endian length, then that many bytes,
