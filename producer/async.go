@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -254,15 +255,21 @@ type asyncLimiter struct {
 	maxCount int
 	maxBytes int64
 
-	mu      sync.Mutex
-	count   int
-	bytes   int64
-	waiters int
-	wake    chan struct{} // closed (and replaced) on release while waiters > 0
+	mu    sync.Mutex
+	count int
+	bytes int64
+	// waiting are the wake-up channels of the acquire calls waiting for room; release
+	// signals all of them (each checks for room again) and empties the list. The
+	// channels (capacity 1) come from wakePool and go back to it: a wait allocates
+	// nothing once the pool and the list have grown.
+	waiting []chan struct{}
 }
 
+// wakePool holds the wake-up channels of asyncLimiter waits, each empty and of capacity 1.
+var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
 func newAsyncLimiter(maxCount int, maxBytes int64) *asyncLimiter {
-	return &asyncLimiter{maxCount: maxCount, maxBytes: maxBytes, wake: make(chan struct{})}
+	return &asyncLimiter{maxCount: maxCount, maxBytes: maxBytes}
 }
 
 // acquire takes room for one send of n bytes, waiting until there is room, ctx ends
@@ -276,8 +283,8 @@ func (l *asyncLimiter) acquire(ctx context.Context, n int64, closing <-chan stru
 			l.mu.Unlock()
 			return nil
 		}
-		w := l.wake
-		l.waiters++
+		w := wakePool.Get().(chan struct{})
+		l.waiting = append(l.waiting, w)
 		l.mu.Unlock()
 		var err error
 		select {
@@ -288,7 +295,18 @@ func (l *asyncLimiter) acquire(ctx context.Context, n int64, closing <-chan stru
 			err = ErrClosed
 		}
 		l.mu.Lock()
-		l.waiters--
+		if i := slices.Index(l.waiting, w); i >= 0 {
+			// Not signalled (ctx or closing ended the wait): leave the list.
+			l.waiting = slices.Delete(l.waiting, i, i+1)
+		} else {
+			// Signalled, and the signal was sent under l.mu: take it if the wait ended
+			// otherwise, so that w goes back to the pool empty.
+			select {
+			case <-w:
+			default:
+			}
+		}
+		wakePool.Put(w)
 		if err != nil {
 			l.mu.Unlock()
 			return err
@@ -296,14 +314,15 @@ func (l *asyncLimiter) acquire(ctx context.Context, n int64, closing <-chan stru
 	}
 }
 
-// release returns the room of one send of n bytes.
+// release returns the room of one send of n bytes and wakes every waiting acquire.
 func (l *asyncLimiter) release(n int64) {
 	l.mu.Lock()
 	l.count--
 	l.bytes -= n
-	if l.waiters > 0 {
-		close(l.wake)
-		l.wake = make(chan struct{})
+	for _, w := range l.waiting {
+		w <- struct{}{} // never blocks: w is empty (signalled once, then off the list)
 	}
+	clear(l.waiting)
+	l.waiting = l.waiting[:0]
 	l.mu.Unlock()
 }
