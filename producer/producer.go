@@ -286,18 +286,20 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 		return nil, err
 	}
 	now := time.Now() // the UNIQ_KEY's time and the born timestamp: one clock reading
-	added := msg.UniqKey() == ""
+	key := msg.UniqKey()
+	added := key == ""
+	bare := added && len(msg.Properties) == 0 // no property but the UNIQ_KEY added here
 	var props string
 	switch {
-	case added && len(msg.Properties) == 0:
+	case bare:
 		// The common message without properties: its encoded properties are the
 		// UNIQ_KEY pair alone, and the id is a substring of them (one allocation).
-		var id string
-		props, id = uniqKeyProperties(now)
-		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, id)
+		props, key = uniqKeyProperties(now)
+		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, key)
 	case added:
 		var id [message.UniqIDLen]byte
-		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, string(message.AppendUniqID(id[:0], now)))
+		key = string(message.AppendUniqID(id[:0], now))
+		msg.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, key)
 		fallthrough
 	default:
 		props = message.MarshalProperties(msg.Properties)
@@ -318,7 +320,7 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 		}
 		body, sysFlag = z, sysFlag|message.SysFlagCompressed
 	}
-	if msg.Property(message.PropertyTransactionPrepared) == "true" {
+	if !bare && msg.Property(message.PropertyTransactionPrepared) == "true" {
 		sysFlag |= message.SysFlagTransactionPrepared
 	}
 	pr := preparedPool.Get().(*prepared)
@@ -333,7 +335,7 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 		Flag:                  msg.Flag,
 		Properties:            props,
 	}
-	pr.body, pr.msgID, pr.selMsg = body, msg.UniqKey(), msg
+	pr.body, pr.msgID, pr.selMsg = body, key, msg
 	return pr, nil
 }
 
