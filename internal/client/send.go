@@ -1,6 +1,8 @@
 package client
 
 import (
+	"strconv"
+
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -27,9 +29,12 @@ func SendStored(code remoting.ResponseCode) bool {
 // status from the code, OffsetMsgID from ext msgId, queue id and queue offset from ext
 // queueId and queueOffset, RegionID from MSG_REGION (default "DefaultRegion"),
 // TransactionID from transactionId. msgID is the client's UNIQ_KEY and mq the queue the
-// message was sent to (its QueueID is replaced by the response's when present). It
-// returns a *remoting.HeaderError when queueOffset does not parse. resp may be in list
-// form (remoting.ClientConfig.ExtListCodes): no map is needed.
+// message was sent to (its QueueID is replaced by the response's when present and a
+// decimal int32; otherwise it stays). It returns a *remoting.HeaderError when
+// queueOffset does not parse. resp may be in list form (remoting.ClientConfig.ExtListCodes,
+// as a producer receives it): the list is then read in one pass (the last of a repeated
+// key wins, as with the accessors), the numbers parsed from the values as they are, and
+// the only allocation is the SendResult.
 func ParseSendResponse(resp *remoting.RemotingCommand, mq message.MessageQueue, msgID string) (*message.SendResult, error) {
 	r := &message.SendResult{MsgID: msgID, Queue: mq, RegionID: "DefaultRegion"}
 	switch resp.ResponseCode() {
@@ -42,20 +47,48 @@ func ParseSendResponse(resp *remoting.RemotingCommand, mq message.MessageQueue, 
 	default:
 		r.Status = message.SendOK
 	}
-	r.OffsetMsgID, _ = resp.ExtString("msgId", false)
-	if qid, err := resp.ExtInt32("queueId", false); err == nil {
-		if v, _ := resp.Ext("queueId"); v != "" {
+	var queueID, queueOffset, region string
+	if resp.ExtFields == nil {
+		for _, f := range resp.ExtList {
+			switch f.Key {
+			case "msgId":
+				r.OffsetMsgID = f.Value
+			case "queueId":
+				queueID = f.Value
+			case "queueOffset":
+				queueOffset = f.Value
+			case message.PropertyMsgRegion:
+				region = f.Value
+			case "transactionId":
+				r.TransactionID = f.Value
+			}
+		}
+	} else { // a map, perhaps with a list too: the accessors' lookup order
+		r.OffsetMsgID, _ = resp.Ext("msgId")
+		queueID, _ = resp.Ext("queueId")
+		queueOffset, _ = resp.Ext("queueOffset")
+		region, _ = resp.Ext(message.PropertyMsgRegion)
+		r.TransactionID, _ = resp.Ext("transactionId")
+	}
+	if queueID != "" {
+		if qid, err := strconv.ParseInt(queueID, 10, 32); err == nil {
 			r.Queue.QueueID = int(qid)
 		}
 	}
-	off, err := resp.ExtInt64("queueOffset", false)
-	if err != nil {
-		return nil, err
+	if queueOffset != "" {
+		off, err := strconv.ParseInt(queueOffset, 10, 64)
+		if err != nil {
+			// The accessor reads the same value: its *remoting.HeaderError names the
+			// field and the value.
+			if _, herr := resp.ExtInt64("queueOffset", false); herr != nil {
+				err = herr
+			}
+			return nil, err
+		}
+		r.QueueOffset = off
 	}
-	r.QueueOffset = off
-	if v, _ := resp.Ext(message.PropertyMsgRegion); v != "" {
-		r.RegionID = v
+	if region != "" {
+		r.RegionID = region
 	}
-	r.TransactionID, _ = resp.Ext("transactionId")
 	return r, nil
 }
