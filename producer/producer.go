@@ -462,9 +462,9 @@ func (p *Producer) attempt(ctx context.Context, pr *prepared, mq message.Message
 		return nil, se, true
 	}
 	// SendTimeout is enforced by the remoting client's deadline sweep: no timer and no
-	// derived context per attempt.
+	// derived context per attempt; its deadline counts from start.
 	start := time.Now()
-	resp, err := p.cl.InvokeSyncTimeout(ctx, addr, req, p.cfg.SendTimeout)
+	resp, err := p.cl.InvokeSyncTimeoutSince(ctx, addr, req, start, p.cfg.SendTimeout)
 	latency := time.Since(start)
 	return p.outcome(ctx, pr, mq, addr, resp, err, latency)
 }

@@ -319,11 +319,8 @@ func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Durat
 	return c.conn(dctx, addr)
 }
 
-// deadlineAfter returns the unix-ns time timeout from now, saturated at the largest
-// int64 (a timeout of centuries must not wrap around into the past).
-func deadlineAfter(timeout time.Duration) int64 { return deadlineFrom(time.Now(), timeout) }
-
-// deadlineFrom is deadlineAfter counting from the clock reading t.
+// deadlineFrom returns the unix-ns time timeout after the clock reading t, saturated at
+// the largest int64 (a timeout of centuries must not wrap around into the past).
 func deadlineFrom(t time.Time, timeout time.Duration) int64 {
 	now := t.UnixNano()
 	if timeout >= time.Duration(math.MaxInt64-now) {
@@ -409,6 +406,14 @@ func (c *Client) InvokeSync(ctx context.Context, addr string, req *RemotingComma
 // timeout must be positive (one of centuries means no deadline). The dial, when addr has
 // no connection yet, is bounded by timeout too, and by ctx and DialTimeout.
 func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *RemotingCommand, timeout time.Duration) (*RemotingCommand, error) {
+	return c.InvokeSyncTimeoutSince(ctx, addr, req, time.Now(), timeout)
+}
+
+// InvokeSyncTimeoutSince is [Client.InvokeSyncTimeout] with the timeout counted from
+// since, a reading of the clock (time.Now) the caller took just before the call (see
+// [Client.InvokeAsyncTimeoutSince]): the call then reads the clock no more. Same
+// errors as InvokeSyncTimeout.
+func (c *Client) InvokeSyncTimeoutSince(ctx context.Context, addr string, req *RemotingCommand, since time.Time, timeout time.Duration) (*RemotingCommand, error) {
 	if timeout <= 0 {
 		return nil, fmt.Errorf("remoting: InvokeSyncTimeout: timeout %v: must be positive", timeout)
 	}
@@ -418,7 +423,7 @@ func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *Remoti
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)
-	return conn.invoke(ctx, deadlineAfter(timeout), req)
+	return conn.invoke(ctx, deadlineFrom(since, timeout), req)
 }
 
 // InvokeAsync sends req to addr and returns once it is queued; cb is then called exactly

@@ -637,3 +637,59 @@ func TestInvokeAsyncTimeoutCallbacks(t *testing.T) {
 		}
 	}
 }
+
+// TestInvokeTimeoutSince: InvokeSyncTimeoutSince and InvokeAsyncTimeoutSince count the
+// timeout from the clock reading given: a call made with since an hour ago and a timeout
+// of an hour and 50 ms fails with ErrTimeout (wrapping context.DeadlineExceeded) through
+// the sweep, not an hour later; an answered call gets its response.
+func TestInvokeTimeoutSince(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := startServer(t, ServerConfig{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	s.Handle(SendMessage, echoHandler)
+	c := newClient(t, ClientConfig{})
+	since, timeout := time.Now().Add(-time.Hour), time.Hour+50*time.Millisecond
+	results := make(chan error, 2)
+	go func() {
+		_, err := c.InvokeSyncTimeoutSince(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), since, timeout)
+		results <- err
+	}()
+	if err := c.InvokeAsyncTimeoutSince(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), since, timeout, func(_ *RemotingCommand, err error) {
+		results <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case err := <-results:
+			if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("want ErrTimeout wrapping DeadlineExceeded, got %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no timeout within 10s: the timeout did not count from since")
+		}
+	}
+	r, err := c.InvokeSyncTimeoutSince(context.Background(), s.Addr(), NewRequest(SendMessage, nil, []byte("hi")), time.Now(), 10*time.Second)
+	if err != nil || string(r.Body) != "hi" {
+		t.Fatalf("answered call: %v %v", r, err)
+	}
+	answered := make(chan *RemotingCommand, 1)
+	if err := c.InvokeAsyncTimeoutSince(context.Background(), s.Addr(), NewRequest(SendMessage, nil, []byte("ho")), time.Now(), 10*time.Second, func(r *RemotingCommand, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- r
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-answered; r == nil || string(r.Body) != "ho" {
+		t.Fatalf("answered async call: %v", r)
+	}
+}

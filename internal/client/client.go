@@ -317,6 +317,12 @@ func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *remoti
 	return c.rc.InvokeSyncTimeout(ctx, addr, req, timeout)
 }
 
+// InvokeSyncTimeoutSince is InvokeSyncTimeout with the timeout counted from since, a
+// clock reading the caller took just before (see remoting.Client.InvokeSyncTimeoutSince).
+func (c *Client) InvokeSyncTimeoutSince(ctx context.Context, addr string, req *remoting.RemotingCommand, since time.Time, timeout time.Duration) (*remoting.RemotingCommand, error) {
+	return c.rc.InvokeSyncTimeoutSince(ctx, addr, req, since, timeout)
+}
+
 // InvokeAsync sends req to addr and returns once it is queued; cb then gets the response
 // or an error exactly once, in a goroutine of the remoting client (see
 // remoting.Client.InvokeAsync: ctx bounds the wait, and when InvokeAsync returns an
