@@ -1435,10 +1435,11 @@ func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool,
 		return err
 	}
 	op := req.Opaque
-	p := &pendingCall{deadline: deadline, req: req, extList: c.opts.extListResponses.has(req.Code)}
+	var p *pendingCall
 	if serial {
-		p.complete = func(cmd *RemotingCommand, err error) { c.queueCallback(asyncCallback{cb, cmd, err}) }
+		p = newSerialCall(c, deadline, req, cb) // recycled once complete ran
 	} else {
+		p = &pendingCall{deadline: deadline, req: req, extList: c.opts.extListResponses.has(req.Code)}
 		p.complete = func(cmd *RemotingCommand, err error) {
 			f := func() { c.runCallback(asyncCallback{cb, cmd, err}) }
 			if !c.opts.spawn(f) {
