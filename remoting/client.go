@@ -300,8 +300,9 @@ func (c *Client) conn(ctx context.Context, addr string) (*Conn, error) {
 
 // connWithin is conn with the dial, when addr has no usable connection yet, also bounded
 // by timeout: the timeout of a call covers connecting too. A ready connection costs no
-// derived context.
-func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Duration) (*Conn, error) {
+// derived context. waited reports that it was not ready (the call may have waited for a
+// dial).
+func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Duration) (_ *Conn, waited bool, _ error) {
 	c.mu.Lock()
 	e := c.conns[addr]
 	c.mu.Unlock()
@@ -309,14 +310,15 @@ func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Durat
 		select {
 		case <-e.ready:
 			if e.err == nil && e.conn.ctx.Err() == nil {
-				return e.conn, nil
+				return e.conn, false, nil
 			}
 		default:
 		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return c.conn(dctx, addr)
+	conn, err := c.conn(dctx, addr)
+	return conn, true, err
 }
 
 // deadlineFrom returns the unix-ns time timeout after the clock reading t, saturated at
@@ -410,16 +412,19 @@ func (c *Client) InvokeSyncTimeout(ctx context.Context, addr string, req *Remoti
 }
 
 // InvokeSyncTimeoutSince is [Client.InvokeSyncTimeout] with the timeout counted from
-// since, a reading of the clock (time.Now) the caller took just before the call (see
-// [Client.InvokeAsyncTimeoutSince]): the call then reads the clock no more. Same
-// errors as InvokeSyncTimeout.
+// since, a reading of the clock (time.Now) the caller took just before the call, as
+// [Client.InvokeAsyncTimeoutSince] counts it (from after the dial when addr had no
+// ready connection). Same errors as InvokeSyncTimeout.
 func (c *Client) InvokeSyncTimeoutSince(ctx context.Context, addr string, req *RemotingCommand, since time.Time, timeout time.Duration) (*RemotingCommand, error) {
 	if timeout <= 0 {
 		return nil, fmt.Errorf("remoting: InvokeSyncTimeout: timeout %v: must be positive", timeout)
 	}
-	conn, err := c.connWithin(ctx, addr, timeout)
+	conn, waited, err := c.connWithin(ctx, addr, timeout)
 	if err != nil {
 		return nil, err
+	}
+	if waited {
+		since = time.Now() // the call's timeout counts from after a dial, as ever
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)
@@ -462,9 +467,11 @@ func (c *Client) InvokeAsyncTimeout(ctx context.Context, addr string, req *Remot
 
 // InvokeAsyncTimeoutSince is [Client.InvokeAsyncTimeout] with the timeout counted from
 // since, a reading of the clock (time.Now) the caller took just before the call, for
-// instance to measure the call's latency: the call then reads the clock no more
-// (a clock read costs tens of nanoseconds, a noticeable part of a small send). A since
-// in the past shortens the timeout by that much. Same errors as InvokeAsyncTimeout.
+// instance to measure the call's latency: on a ready connection the call then reads the
+// clock no more (a clock read costs tens of nanoseconds, a noticeable part of a small
+// send). A since in the past shortens the timeout by that much. When addr had no ready
+// connection, the timeout counts from after the dial, as InvokeAsyncTimeout's does.
+// Same errors as InvokeAsyncTimeout.
 func (c *Client) InvokeAsyncTimeoutSince(ctx context.Context, addr string, req *RemotingCommand, since time.Time, timeout time.Duration, cb func(*RemotingCommand, error)) error {
 	if cb == nil {
 		return errors.New("remoting: InvokeAsyncTimeout needs a callback")
@@ -472,9 +479,12 @@ func (c *Client) InvokeAsyncTimeoutSince(ctx context.Context, addr string, req *
 	if timeout <= 0 {
 		return fmt.Errorf("remoting: InvokeAsyncTimeout: timeout %v: must be positive", timeout)
 	}
-	conn, err := c.connWithin(ctx, addr, timeout)
+	conn, waited, err := c.connWithin(ctx, addr, timeout)
 	if err != nil {
 		return err
+	}
+	if waited {
+		since = time.Now() // the call's timeout counts from after a dial, as ever
 	}
 	c.sweepOnce.Do(func() { c.spawn(c.runSweep) })
 	c.cfg.Credentials.Sign(req)

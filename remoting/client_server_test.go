@@ -639,9 +639,11 @@ func TestInvokeAsyncTimeoutCallbacks(t *testing.T) {
 }
 
 // TestInvokeTimeoutSince: InvokeSyncTimeoutSince and InvokeAsyncTimeoutSince count the
-// timeout from the clock reading given: a call made with since an hour ago and a timeout
-// of an hour and 50 ms fails with ErrTimeout (wrapping context.DeadlineExceeded) through
-// the sweep, not an hour later; an answered call gets its response.
+// timeout from the clock reading given: on a ready connection, a call made with since an
+// hour ago and a timeout of an hour and 50 ms fails with ErrTimeout (wrapping
+// context.DeadlineExceeded) through the sweep, not an hour later. A call that had to
+// wait for the dial counts its timeout from after it (its deadline is about an hour
+// ahead). Answered calls get their responses.
 func TestInvokeTimeoutSince(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
@@ -656,6 +658,24 @@ func TestInvokeTimeoutSince(t *testing.T) {
 	s.Handle(SendMessage, echoHandler)
 	c := newClient(t, ClientConfig{})
 	since, timeout := time.Now().Add(-time.Hour), time.Hour+50*time.Millisecond
+	first := make(chan error, 1) // completed by the client's Close
+	req := NewRequest(PullMessage, nil, nil)
+	if err := c.InvokeAsyncTimeoutSince(context.Background(), s.Addr(), req, since, timeout, func(_ *RemotingCommand, err error) {
+		first <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conn := clientConn(c, s.Addr())
+	conn.mu.Lock()
+	p := conn.pending[req.Opaque]
+	deadline := int64(0)
+	if p != nil {
+		deadline = p.deadline
+	}
+	conn.mu.Unlock()
+	if min := time.Now().Add(50 * time.Minute).UnixNano(); deadline < min {
+		t.Fatalf("the call that dialed has deadline %v, want after %v", time.Unix(0, deadline), time.Unix(0, min))
+	}
 	results := make(chan error, 2)
 	go func() {
 		_, err := c.InvokeSyncTimeoutSince(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), since, timeout)
@@ -691,5 +711,11 @@ func TestInvokeTimeoutSince(t *testing.T) {
 	}
 	if r := <-answered; r == nil || string(r.Body) != "ho" {
 		t.Fatalf("answered async call: %v", r)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err == nil {
+		t.Fatal("the pending call succeeded after Close")
 	}
 }
