@@ -78,15 +78,13 @@ func (t *topicTable) putSystem(name string, queues int) {
 		Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 }
 
-// get returns a copy of the topic's config, or nil.
+// get returns the topic's config, or nil. The table never changes a config it holds
+// (put and getOrCreate store new ones), so the result is shared, not copied: a send
+// looks its topic up without an allocation. Callers must not modify it.
 func (t *topicTable) get(name string) *wire.TopicConfig {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if tc, ok := t.topics[name]; ok {
-		c := *tc
-		return &c
-	}
-	return nil
+	return t.topics[name]
 }
 
 // put creates or replaces a topic config and persists the table.
@@ -102,17 +100,16 @@ func (t *topicTable) put(tc wire.TopicConfig) error {
 	return err
 }
 
-// getOrCreate returns the topic's config, creating it from create() when missing. The
-// bool reports whether it was created.
+// getOrCreate returns the topic's config (shared, as get's: not to be modified),
+// creating it from create() when missing. The bool reports whether it was created.
 func (t *topicTable) getOrCreate(name string, create func() *wire.TopicConfig) (*wire.TopicConfig, bool, error) {
 	if tc := t.get(name); tc != nil {
 		return tc, false, nil
 	}
 	t.mu.Lock()
 	if tc, ok := t.topics[name]; ok {
-		c := *tc
 		t.mu.Unlock()
-		return &c, false, nil
+		return tc, false, nil
 	}
 	tc := create()
 	if tc == nil {
@@ -121,12 +118,11 @@ func (t *topicTable) getOrCreate(name string, create func() *wire.TopicConfig) (
 	}
 	t.topics[name] = tc
 	err := t.persistLocked()
-	c := *tc
 	t.mu.Unlock()
 	if t.onChange != nil {
 		t.onChange()
 	}
-	return &c, true, err
+	return tc, true, err
 }
 
 func (t *topicTable) remove(name string) error {
