@@ -29,9 +29,11 @@ import (
 //     goroutine that has them when nothing is queued or being written (writeDirect), with
 //     one non-blocking attempt whose rest, if any, the writer writes before anything else;
 //   - one goroutine per incoming request being handled (bounded by maxInFlight on servers),
-//     except for the codes a Server handles inline (Server.HandleInline): those run on the
-//     reader itself, and the codes of Server.HandleAsync, which start on the reader and
-//     answer from whichever goroutine calls their reply function;
+//     except for the codes a Server handles inline (Server.HandleInline, and
+//     Server.HandleInlineGroup, whose requests the reader collects into runs and hands
+//     over together): those run on the reader itself, and the codes of
+//     Server.HandleAsync, which start on the reader and answer from whichever goroutine
+//     calls their reply function;
 //   - one goroutine per async-call callback (InvokeAsync), or, for calls of
 //     Client.InvokeAsyncTimeout, at most one callback runner (runCallbacks) at a time,
 //     running while answered callbacks are queued.

@@ -250,14 +250,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Handle(code RequestCode, h Handler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
+	s.forgetLocked(code)
+	if h != nil {
+		s.handlers[code] = h
+	}
+}
+
+// forgetLocked removes every registration of code (Handle, HandleInline, HandleAsync,
+// HandleInlineGroup); the caller holds hmu.
+func (s *Server) forgetLocked(code RequestCode) {
+	delete(s.handlers, code)
 	delete(s.inline, code)
 	delete(s.async, code)
 	delete(s.group, code)
-	if h == nil {
-		delete(s.handlers, code)
-		return
-	}
-	s.handlers[code] = h
 }
 
 // HandleInline is [Server.Handle] for handlers that finish quickly and never wait on the
@@ -275,15 +280,11 @@ func (s *Server) Handle(code RequestCode, h Handler) {
 func (s *Server) HandleInline(code RequestCode, h Handler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
-	delete(s.async, code)
-	delete(s.group, code)
-	if h == nil {
-		delete(s.handlers, code)
-		delete(s.inline, code)
-		return
+	s.forgetLocked(code)
+	if h != nil {
+		s.handlers[code] = h
+		s.inline[code] = true
 	}
-	s.handlers[code] = h
-	s.inline[code] = true
 }
 
 // GroupHandler handles a run of requests of one code that one connection's reader took
@@ -314,11 +315,8 @@ const (
 func (s *Server) HandleInlineGroup(code RequestCode, h GroupHandler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
-	delete(s.async, code)
-	delete(s.inline, code)
+	s.forgetLocked(code)
 	if h == nil {
-		delete(s.handlers, code)
-		delete(s.group, code)
 		return
 	}
 	s.group[code] = h
@@ -333,15 +331,19 @@ func (s *Server) HandleInlineGroup(code RequestCode, h GroupHandler) {
 
 // groupFor returns the group handler for code (HandleInlineGroup), or nil; nil for every
 // code once Shutdown has begun, so that new requests are refused like any other.
-func (s *Server) groupFor(code int16) GroupHandler {
+func (s *Server) groupFor(code int16) GroupHandler { return lookup(s, s.group, code) }
+
+// lookup returns m[code], read under hmu, or the zero value once Shutdown has begun.
+func lookup[T any](s *Server, m map[RequestCode]T, code int16) T {
 	select {
 	case <-s.quit:
-		return nil
+		var zero T
+		return zero
 	default:
 	}
 	s.hmu.RLock()
 	defer s.hmu.RUnlock()
-	return s.group[RequestCode(code)]
+	return m[RequestCode(code)]
 }
 
 // AsyncHandler handles a request and answers it later: it starts on the connection's
@@ -364,41 +366,19 @@ type AsyncHandler func(ctx context.Context, conn *Conn, req *RemotingCommand, re
 func (s *Server) HandleAsync(code RequestCode, h AsyncHandler) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
-	delete(s.inline, code)
-	delete(s.handlers, code)
-	delete(s.group, code)
-	if h == nil {
-		delete(s.async, code)
-		return
+	s.forgetLocked(code)
+	if h != nil {
+		s.async[code] = h
 	}
-	s.async[code] = h
 }
 
 // asyncFor returns the async handler for code (HandleAsync), or nil; nil for every code
 // once Shutdown has begun, so that new requests are refused like any other.
-func (s *Server) asyncFor(code int16) AsyncHandler {
-	select {
-	case <-s.quit:
-		return nil
-	default:
-	}
-	s.hmu.RLock()
-	defer s.hmu.RUnlock()
-	return s.async[RequestCode(code)]
-}
+func (s *Server) asyncFor(code int16) AsyncHandler { return lookup(s, s.async, code) }
 
 // isInline reports whether requests with code are handled on the reader (HandleInline);
 // never once Shutdown has begun, so that they are refused like any other new request.
-func (s *Server) isInline(code int16) bool {
-	select {
-	case <-s.quit:
-		return false
-	default:
-	}
-	s.hmu.RLock()
-	defer s.hmu.RUnlock()
-	return s.inline[RequestCode(code)]
-}
+func (s *Server) isInline(code int16) bool { return lookup(s, s.inline, code) }
 
 // SetDefaultHandler sets the handler for codes without their own handler. Without one,
 // such requests are answered REQUEST_CODE_NOT_SUPPORTED (3) with remark
