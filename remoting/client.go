@@ -321,14 +321,22 @@ func (c *Client) connWithin(ctx context.Context, addr string, timeout time.Durat
 	return conn, true, err
 }
 
-// deadlineFrom returns the unix-ns time timeout after the clock reading t, saturated at
-// the largest int64 (a timeout of centuries must not wrap around into the past).
+// deadlineFrom returns the unix-ns time timeout (positive) after the clock reading t,
+// saturated at the largest int64 (a timeout of centuries must not wrap around into the
+// past) and, for a t long past (the zero time.Time, say), at 1: a deadline already
+// passed, never 0 (no deadline).
 func deadlineFrom(t time.Time, timeout time.Duration) int64 {
-	now := t.UnixNano()
-	if timeout >= time.Duration(math.MaxInt64-now) {
+	switch sec := t.Unix(); {
+	case sec < math.MinInt64/int64(time.Second): // before 1678, beyond UnixNano: t+timeout is before 1970
+		return 1
+	case sec > math.MaxInt64/int64(time.Second): // after 2262
 		return math.MaxInt64
 	}
-	return now + int64(timeout)
+	now := t.UnixNano()
+	if now > 0 && timeout >= time.Duration(math.MaxInt64-now) {
+		return math.MaxInt64
+	}
+	return max(now+int64(timeout), 1)
 }
 
 // closedConn reports whether the entry holds a dialed connection that has closed.

@@ -719,3 +719,47 @@ func TestInvokeTimeoutSince(t *testing.T) {
 		t.Fatal("the pending call succeeded after Close")
 	}
 }
+
+// TestInvokeTimeoutSinceLongAgo: a since long in the past (the zero time.Time, a reading
+// before 1970, one before 1678 that UnixNano cannot hold) shortens the timeout by that
+// much, as documented: the calls fail at once with ErrTimeout wrapping
+// context.DeadlineExceeded instead of waiting for ever (the deadline arithmetic must not
+// overflow into "no deadline").
+func TestInvokeTimeoutSinceLongAgo(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := startServer(t, ServerConfig{})
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select { // never answered in time
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	c := newClient(t, ClientConfig{})
+	if _, err := c.InvokeSyncTimeout(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), 200*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("warm-up call (dials): %v", err) // later calls find a ready connection
+	}
+	for _, since := range []time.Time{{}, time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		results := make(chan error, 2)
+		go func() {
+			_, err := c.InvokeSyncTimeoutSince(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), since, time.Minute)
+			results <- err
+		}()
+		if err := c.InvokeAsyncTimeoutSince(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), since, time.Minute, func(_ *RemotingCommand, err error) {
+			results <- err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			select {
+			case err := <-results:
+				if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("since %v: want ErrTimeout wrapping DeadlineExceeded, got %v", since, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("since %v, timeout 1m: no timeout within 10s", since)
+			}
+		}
+	}
+}
