@@ -1,0 +1,427 @@
+package producer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/remoting"
+)
+
+// sentRecord is what one send's SendResult said, kept to compare with what a pull reads.
+type sentRecord struct {
+	body   []byte
+	result message.SendResult
+}
+
+// TestPooledSendsMatchWhatIsPulled: the recycled per-send state (prepared sends, async
+// attempts' callbacks, interned and copied response header strings, list-form send
+// responses) never mixes sends. Several producers of one process send at once to a real
+// broker over TCP, async (with a small MaxAsyncInflight, so sends wait for room) and
+// sync, messages without properties (the one-allocation UNIQ_KEY path), with keys and
+// tags, with a UNIQ_KEY of their own, and compressed bodies. Every callback runs exactly
+// once with its own message's id; afterwards every message pulled from the broker is the
+// one its SendResult named: same body, UNIQ_KEY, offset message id, queue and queue
+// offset, and every send is pulled exactly once.
+func TestPooledSendsMatchWhatIsPulled(t *testing.T) {
+	b, _ := testbroker.Start(t, broker.Config{})
+	const topic, queues = "PooledSends", 4
+	createTopic(t, testbroker.Namesrv(b), topic, queues)
+	const producers, perProducer = 3, 240
+	var (
+		mu      sync.Mutex
+		sent    = map[string]sentRecord{} // by UNIQ_KEY
+		bad     []string
+		pending sync.WaitGroup
+	)
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		bad = append(bad, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	}
+	record := func(m *message.Message, body []byte, r *message.SendResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := sent[r.MsgID]; dup {
+			bad = append(bad, "two sends reported msgId "+r.MsgID)
+		}
+		sent[r.MsgID] = sentRecord{body: body, result: *r}
+	}
+	msg := func(pi, i int) (*message.Message, []byte) {
+		size := 64 + i%7
+		if i%11 == 0 {
+			size = 6000 // compressed (over CompressMsgBodyOverHowmuch)
+		}
+		body := testkit.SeqBody(pi*100000+i, size, uint64(pi))
+		m := message.NewMessage(topic, body)
+		switch i % 4 {
+		case 1:
+			m.SetKeys("k" + strconv.Itoa(i))
+			m.SetTag("t" + strconv.Itoa(i%3))
+		case 2:
+			m.SetProperty(message.PropertyUniqClientMessageIDKeyIdx, fmt.Sprintf("OWN%02d%06d", pi, i))
+		}
+		return m, body
+	}
+	var senders sync.WaitGroup
+	for pi := range producers {
+		p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxAsyncInflight: 8, SendTimeout: 10 * time.Second})
+		for g := range 2 {
+			senders.Add(1)
+			go func() {
+				defer senders.Done()
+				for i := g; i < perProducer; i += 2 {
+					m, body := msg(pi, i)
+					if i%5 == 0 {
+						r, err := p.SendSync(context.Background(), m)
+						if err != nil {
+							fail("sync send %d/%d: %v", pi, i, err)
+							continue
+						}
+						if r.MsgID != m.UniqKey() {
+							fail("sync send %d/%d: result for %s, message %s", pi, i, r.MsgID, m.UniqKey())
+						}
+						record(m, body, r)
+						continue
+					}
+					var calls atomic.Int32
+					pending.Add(1)
+					err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+						if calls.Add(1) != 1 {
+							fail("async send %d/%d: callback ran twice", pi, i)
+							return
+						}
+						defer pending.Done()
+						switch {
+						case err != nil:
+							fail("async send %d/%d: %v", pi, i, err)
+						case r.MsgID != m.UniqKey():
+							fail("async send %d/%d: result for %s, message %s", pi, i, r.MsgID, m.UniqKey())
+						default:
+							record(m, body, r)
+						}
+					})
+					if err != nil {
+						pending.Done()
+						fail("async send %d/%d: %v", pi, i, err)
+					}
+				}
+			}()
+		}
+	}
+	senders.Wait()
+	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
+	mu.Lock()
+	for _, s := range bad {
+		t.Error(s)
+	}
+	n := len(sent)
+	mu.Unlock()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if n != producers*perProducer {
+		t.Fatalf("%d sends stored, want %d", n, producers*perProducer)
+	}
+
+	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	pulled := 0
+	for q := range queues {
+		for off, rounds := int64(0), 0; rounds < 1000; rounds++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			msgs, next, err := pull(ctx, rc, b.Addr(), "PooledSendsCheck", topic, q, off)
+			cancel()
+			if err != nil {
+				t.Fatalf("pull queue %d at %d: %v", q, off, err)
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			for _, got := range msgs {
+				pulled++
+				key := got.Property(message.PropertyUniqClientMessageIDKeyIdx)
+				rec, ok := sent[key]
+				if !ok {
+					t.Fatalf("pulled %s (queue %d offset %d): no send reported it", key, got.QueueID, got.QueueOffset)
+				}
+				delete(sent, key)
+				r := rec.result
+				if !bytes.Equal(got.Body, rec.body) || got.MsgID != r.MsgID || got.OffsetMsgID != r.OffsetMsgID ||
+					int(got.QueueID) != r.Queue.QueueID || got.QueueOffset != r.QueueOffset || r.Queue.Topic != topic {
+					t.Fatalf("pulled %s at queue %d offset %d (offset id %s, %d body bytes), its SendResult says queue %d offset %d offset id %s (%d body bytes)",
+						key, got.QueueID, got.QueueOffset, got.OffsetMsgID, len(got.Body), r.Queue.QueueID, r.QueueOffset, r.OffsetMsgID, len(rec.body))
+				}
+			}
+			off = next
+		}
+	}
+	if pulled != producers*perProducer || len(sent) != 0 {
+		t.Fatalf("pulled %d messages, %d sends not pulled", pulled, len(sent))
+	}
+	t.Logf("%d sends by %d producers, each pulled once and matching its SendResult", pulled, producers)
+}
+
+// waitGroupWithin waits for wg, failing t after d.
+func waitGroupWithin(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s: not all done within %v", what, d)
+	}
+}
+
+// TestPooledAsyncSendsUnderHostileBroker: async sends whose recycled state sees every
+// outcome at once. A broker over real TCP answers a quarter of the attempts later than
+// SendTimeout (30 ms), refuses a quarter with SYSTEM_BUSY, drops the connection under
+// every 17th, and is shut down mid-burst; 8 goroutines send through one producer whose
+// MaxAsyncInflight (4) is always full. Every SendAsync returns (a failed, timed-out or
+// dropped attempt gives its room back), every callback runs exactly once, and a stored
+// send's result is its own: its UNIQ_KEY, the offset message id and a queue offset the
+// broker answered to that message (a late answer to an abandoned attempt never reaches
+// another send).
+func TestPooledAsyncSendsUnderHostileBroker(t *testing.T) {
+	srv, err := remoting.NewServer(remoting.ServerConfig{Addr: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		answered = map[string][]int64{} // queue offsets answered, by UNIQ_KEY
+		count    atomic.Int64
+	)
+	srv.Handle(remoting.SendMessageV2, func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+		c := count.Add(1)
+		key := message.UnmarshalProperties(req.ExtFields["i"])[message.PropertyUniqClientMessageIDKeyIdx]
+		switch {
+		case c%17 == 5:
+			_ = conn.Close()
+			return nil
+		case c%4 == 2:
+			return remoting.NewResponse(remoting.SystemBusy, "[REJECTREQUEST]system busy")
+		case c%4 == 1:
+			select { // later than SendTimeout, mostly
+			case <-time.After(time.Duration(10+c%60) * time.Millisecond):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		mu.Lock()
+		answered[key] = append(answered[key], c)
+		mu.Unlock()
+		r := remoting.NewResponse(remoting.Success, "")
+		r.SetExt("msgId", "OFF"+key).SetExt("queueId", req.ExtFields["e"]).SetExt("queueOffset", strconv.FormatInt(c, 10)).SetExt("MSG_REGION", "DefaultRegion")
+		return r
+	})
+	srv.Handle(remoting.HeartBeat, func(context.Context, *remoting.Conn, *remoting.RemotingCommand) *remoting.RemotingCommand {
+		return remoting.NewResponse(remoting.Success, "")
+	})
+	srv.Handle(remoting.UnregisterClient, func(context.Context, *remoting.Conn, *remoting.RemotingCommand) *remoting.RemotingCommand {
+		return remoting.NewResponse(remoting.Success, "")
+	})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stopOnce sync.Once
+	stopBroker := func() {
+		stopOnce.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		})
+	}
+	t.Cleanup(stopBroker)
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", srv.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, SendTimeout: 30 * time.Millisecond,
+		RetryTimesWhenSendAsyncFailed: 2, MaxAsyncInflight: 4})
+
+	const goroutines, perG = 8, 150
+	var (
+		pending          sync.WaitGroup
+		senders          sync.WaitGroup
+		stored, failures atomic.Int64
+		started          atomic.Int64
+		bmu              sync.Mutex
+		bad              []string
+	)
+	fail := func(format string, a ...any) {
+		bmu.Lock()
+		bad = append(bad, fmt.Sprintf(format, a...))
+		bmu.Unlock()
+	}
+	for g := range goroutines {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for i := range perG {
+				if started.Add(1) == goroutines*perG/2 {
+					go stopBroker() // mid-burst
+				}
+				m := message.NewMessage("T", testkit.SeqBody(g*1000+i, 40, 3))
+				if i%3 == 0 {
+					m.SetKeys("k" + strconv.Itoa(i))
+				}
+				var calls atomic.Int32
+				pending.Add(1)
+				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+					if calls.Add(1) != 1 {
+						fail("send %d/%d: callback ran twice (%v, %v)", g, i, r, err)
+						return
+					}
+					defer pending.Done()
+					if err != nil {
+						failures.Add(1)
+						return
+					}
+					key := m.UniqKey()
+					mu.Lock()
+					offs := answered[key]
+					mu.Unlock()
+					ok := false
+					for _, o := range offs {
+						ok = ok || o == r.QueueOffset
+					}
+					if r.MsgID != key || r.OffsetMsgID != "OFF"+key || !ok {
+						fail("send %d/%d (key %s): result %+v, broker answered offsets %v", g, i, key, *r, offs)
+					}
+					stored.Add(1)
+				})
+				if err != nil {
+					pending.Done()
+					fail("send %d/%d: SendAsync: %v", g, i, err)
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { senders.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("SendAsync calls blocked for 30 s (%d started, %d stored, %d failed): room lost", started.Load(), stored.Load(), failures.Load())
+	}
+	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
+	for _, s := range bad {
+		t.Error(s)
+	}
+	t.Logf("%d sends: %d stored, %d failed; broker saw %d attempts", goroutines*perG, stored.Load(), failures.Load(), count.Load())
+	if stored.Load() == 0 || failures.Load() == 0 || stored.Load()+failures.Load() != goroutines*perG {
+		t.Fatalf("want some stored and some failed sends, all reported: %d stored, %d failed", stored.Load(), failures.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The broker is gone: Shutdown may report that unregistering failed, but it returns
+	// in time, leaving no goroutine behind (goleak in TestMain).
+	if err := p.Shutdown(ctx); errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown after the burst: %v", err)
+	}
+}
+
+// TestPooledAsyncSendsWithRefusedCredentials: a producer with a wrong secret and one with
+// the right one send async at once through the same process's pools to a broker with
+// aclEnable (real TCP). Every refused send fails once, with an error and no result;
+// every signed send is stored with its own result; no SendAsync is left waiting for room
+// (MaxAsyncInflight 4) and both producers shut down.
+func TestPooledAsyncSendsWithRefusedCredentials(t *testing.T) {
+	dir := t.TempDir()
+	aclFile := filepath.Join(dir, "plain_acl.yml")
+	acl := "accounts:\n  - accessKey: adminKey\n    secretKey: adminSecret\n    admin: true\n" +
+		"  - accessKey: appKey\n    secretKey: appSecret\n    defaultTopicPerm: PUB|SUB\n    defaultGroupPerm: SUB\n"
+	if err := os.WriteFile(aclFile, []byte(acl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := testbroker.Start(t, broker.Config{AclEnable: true, AclFile: aclFile, AccessKey: "adminKey", SecretKey: "adminSecret"})
+	const topic = "PooledACL"
+	adm, err := admin.New(admin.Config{NamesrvAddrs: testbroker.Namesrv(b), Logger: quiet,
+		Credentials: remoting.Credentials{AccessKey: "adminKey", SecretKey: "adminSecret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, admin.TopicSpec{Topic: topic, Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.WaitTopicRoute(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	_ = adm.Close()
+	good := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxAsyncInflight: 4,
+		Credentials: remoting.Credentials{AccessKey: "appKey", SecretKey: "appSecret"}})
+	bad := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxAsyncInflight: 4,
+		Credentials: remoting.Credentials{AccessKey: "appKey", SecretKey: "wrongSecret"}})
+	const perProducer = 200
+	var (
+		pending, senders sync.WaitGroup
+		stored, refused  atomic.Int64
+		mu               sync.Mutex
+		problems         []string
+	)
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		problems = append(problems, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	}
+	for _, pc := range []struct {
+		p    *Producer
+		good bool
+	}{{good, true}, {bad, false}} {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for i := range perProducer {
+				m := message.NewMessage(topic, testkit.SeqBody(i, 50, 9))
+				var calls atomic.Int32
+				pending.Add(1)
+				err := pc.p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+					if calls.Add(1) != 1 {
+						fail("good=%v send %d: callback ran twice", pc.good, i)
+						return
+					}
+					defer pending.Done()
+					switch {
+					case pc.good && (err != nil || r.MsgID != m.UniqKey() || r.OffsetMsgID == ""):
+						fail("signed send %d: %+v %v", i, r, err)
+					case pc.good:
+						stored.Add(1)
+					case err == nil || r != nil:
+						fail("send %d with a wrong secret: %+v %v", i, r, err)
+					default:
+						refused.Add(1)
+					}
+				})
+				if err != nil {
+					pending.Done()
+					fail("good=%v send %d: SendAsync: %v", pc.good, i, err)
+				}
+			}
+		}()
+	}
+	waitGroupWithin(t, &senders, 30*time.Second, "SendAsync calls")
+	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
+	for _, s := range problems {
+		t.Error(s)
+	}
+	if stored.Load() != perProducer || refused.Load() != perProducer {
+		t.Fatalf("%d signed sends stored, %d refused, want %d each", stored.Load(), refused.Load(), perProducer)
+	}
+}
