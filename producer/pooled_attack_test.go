@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -423,5 +424,188 @@ func TestPooledAsyncSendsWithRefusedCredentials(t *testing.T) {
 	}
 	if stored.Load() != perProducer || refused.Load() != perProducer {
 		t.Fatalf("%d signed sends stored, %d refused, want %d each", stored.Load(), refused.Load(), perProducer)
+	}
+}
+
+// TestAsyncLimiterCampaign: 32 goroutines take and give back room of a small limiter (3
+// sends, 100 bytes) 200 times each, a third of their waits bounded by a context that
+// ends at about the time room is released. The limits hold at every moment (a send
+// bigger than the byte limit only alone), every wait without a deadline ends (no
+// wake-up lost, none counted twice), and afterwards nothing is held or waiting.
+func TestAsyncLimiterCampaign(t *testing.T) {
+	l := newAsyncLimiter(3, 100)
+	var (
+		held, heldBytes atomic.Int64
+		acquired, ended atomic.Int64
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		problems        []string
+	)
+	const goroutines, rounds = 32, 200
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				n := int64(1 + (g*7+i*13)%60)
+				if i%37 == 0 {
+					n = 150 // over the byte limit: admitted alone
+				}
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if (g+i)%3 == 0 {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(i%5)*50*time.Microsecond)
+				}
+				err := l.acquire(ctx, n, nil)
+				cancel()
+				if err != nil {
+					if ctx == context.Background() {
+						mu.Lock()
+						problems = append(problems, fmt.Sprintf("acquire without deadline: %v", err))
+						mu.Unlock()
+					}
+					ended.Add(1)
+					continue
+				}
+				acquired.Add(1)
+				c, b := held.Add(1), heldBytes.Add(n)
+				if c > 3 || (b > 100 && c > 1) { // over 100 bytes only alone
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("%d sends, %d bytes held after taking %d", c, b, n))
+					mu.Unlock()
+				}
+				runtime.Gosched()
+				held.Add(-1)
+				heldBytes.Add(-n)
+				l.release(n)
+			}
+		}()
+	}
+	waitGroupWithin(t, &wg, 30*time.Second, "limiter campaign")
+	for _, p := range problems {
+		t.Error(p)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.count != 0 || l.bytes != 0 || len(l.waiting) != 0 {
+		t.Fatalf("after the campaign: count %d, bytes %d, %d waiting", l.count, l.bytes, len(l.waiting))
+	}
+	if acquired.Load()+ended.Load() != goroutines*rounds || acquired.Load() == 0 {
+		t.Fatalf("%d acquired + %d ended by their context, want %d in all", acquired.Load(), ended.Load(), goroutines*rounds)
+	}
+	t.Logf("%d acquires, %d ended by their context", acquired.Load(), ended.Load())
+}
+
+// TestPooledAsyncSendsShutdownMidBurst: Shutdown, with a deadline shorter than the
+// broker's answers (0–270 ms late), runs while 8 goroutines send async through a full
+// MaxAsyncInflight. Shutdown returns (reporting the sends it cut off), every SendAsync
+// returns (ErrClosed once the producer closes, also for those waiting for room), every
+// accepted send's callback runs exactly once and before Shutdown returns, a stored send's
+// result is its own, and no goroutine is left (goleak in TestMain).
+func TestPooledAsyncSendsShutdownMidBurst(t *testing.T) {
+	var count atomic.Int64
+	srv, err := remoting.NewServer(remoting.ServerConfig{Addr: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Handle(remoting.SendMessageV2, func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+		c := count.Add(1)
+		select {
+		case <-time.After(time.Duration(c%10) * 30 * time.Millisecond):
+		case <-ctx.Done():
+			return nil
+		}
+		key := message.UnmarshalProperties(req.ExtFields["i"])[message.PropertyUniqClientMessageIDKeyIdx]
+		r := remoting.NewResponse(remoting.Success, "")
+		r.SetExt("msgId", "OFF"+key).SetExt("queueId", req.ExtFields["e"]).SetExt("queueOffset", strconv.FormatInt(c, 10))
+		return r
+	})
+	okh := func(context.Context, *remoting.Conn, *remoting.RemotingCommand) *remoting.RemotingCommand {
+		return remoting.NewResponse(remoting.Success, "")
+	}
+	srv.Handle(remoting.HeartBeat, okh)
+	srv.Handle(remoting.UnregisterClient, okh)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(4, [2]string{"broker-a", srv.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, SendTimeout: 3 * time.Second, MaxAsyncInflight: 64})
+
+	const goroutines, perG = 8, 100
+	var (
+		pending, senders         sync.WaitGroup
+		stored, failed, closedAt atomic.Int64
+		started                  atomic.Int64
+		mu                       sync.Mutex
+		problems                 []string
+	)
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		problems = append(problems, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	}
+	shutErr := make(chan error, 1)
+	for g := range goroutines {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for i := range perG {
+				if started.Add(1) == goroutines*perG/3 {
+					go func() {
+						ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+						defer cancel()
+						err := p.Shutdown(ctx)
+						closedAt.Store(stored.Load() + failed.Load())
+						shutErr <- err
+					}()
+				}
+				m := message.NewMessage("T", testkit.SeqBody(g*1000+i, 40, 5))
+				var calls atomic.Int32
+				pending.Add(1)
+				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+					if calls.Add(1) != 1 {
+						fail("send %d/%d: callback ran twice", g, i)
+						return
+					}
+					defer pending.Done()
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					if r.MsgID != m.UniqKey() || r.OffsetMsgID != "OFF"+m.UniqKey() {
+						fail("send %d/%d (key %s): result %+v", g, i, m.UniqKey(), *r)
+					}
+					stored.Add(1)
+				})
+				if err != nil {
+					pending.Done()
+					if !errors.Is(err, ErrClosed) {
+						fail("send %d/%d: SendAsync: %v", g, i, err)
+					}
+				}
+			}
+		}()
+	}
+	waitGroupWithin(t, &senders, 30*time.Second, "SendAsync calls")
+	var serr error
+	select {
+	case serr = <-shutErr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown did not return within 30 s")
+	}
+	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
+	for _, s := range problems {
+		t.Error(s)
+	}
+	t.Logf("Shutdown: %v; %d stored, %d failed, %d answered by the broker", serr, stored.Load(), failed.Load(), count.Load())
+	if got := stored.Load() + failed.Load(); got != closedAt.Load() {
+		t.Fatalf("%d callbacks ran, %d of them before Shutdown returned", got, closedAt.Load())
+	}
+	if stored.Load() == 0 {
+		t.Fatal("no send stored before Shutdown")
 	}
 }
