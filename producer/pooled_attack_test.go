@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
@@ -30,30 +31,38 @@ type sentRecord struct {
 
 // TestPooledSendsMatchWhatIsPulled: the recycled per-send state (prepared sends, async
 // attempts' callbacks, interned and copied response header strings, list-form send
-// responses) never mixes sends. Several producers of one process send at once to a real
-// broker over TCP, async (with a small MaxAsyncInflight, so sends wait for room) and
-// sync, messages without properties (the one-allocation UNIQ_KEY path), with keys and
-// tags, with a UNIQ_KEY of their own, and compressed bodies. Every callback runs exactly
-// once with its own message's id; afterwards every message pulled from the broker is the
-// one its SendResult named: same body, UNIQ_KEY, offset message id, queue and queue
-// offset, and every send is pulled exactly once.
+// responses, recycled frames) never mixes sends. Several producers of one process send
+// at once to a real broker over TCP, async (with a small MaxAsyncInflight, so sends wait
+// for room) and sync, messages without properties (the one-allocation UNIQ_KEY path),
+// with keys and tags, with a UNIQ_KEY of their own, and compressed bodies; every
+// callback runs exactly once with its own message's id. A PullConsumer then reads
+// everything back (producers and consumer with binary headers, then with JSON ones), and another burst of sends churns the pools
+// before anything is compared: every pulled message is the one its SendResult named
+// (same body, UNIQ_KEY, offset message id, queue and queue offset), every send is
+// pulled exactly once, and neither the kept SendResults nor the kept messages changed
+// under the later traffic.
 func TestPooledSendsMatchWhatIsPulled(t *testing.T) {
+	for _, jsonHeaders := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", jsonHeaders), func(t *testing.T) { pooledSendsMatchPulls(t, jsonHeaders) })
+	}
+}
+
+func pooledSendsMatchPulls(t *testing.T, jsonHeaders bool) {
 	b, _ := testbroker.Start(t, broker.Config{})
 	const topic, queues = "PooledSends", 4
 	createTopic(t, testbroker.Namesrv(b), topic, queues)
-	const producers, perProducer = 3, 240
+	const producers, perProducer = 3, 200
 	var (
-		mu      sync.Mutex
-		sent    = map[string]sentRecord{} // by UNIQ_KEY
-		bad     []string
-		pending sync.WaitGroup
+		mu   sync.Mutex
+		sent = map[string]sentRecord{} // by UNIQ_KEY
+		bad  []string
 	)
 	fail := func(format string, a ...any) {
 		mu.Lock()
 		bad = append(bad, fmt.Sprintf(format, a...))
 		mu.Unlock()
 	}
-	record := func(m *message.Message, body []byte, r *message.SendResult) {
+	record := func(body []byte, r *message.SendResult) {
 		mu.Lock()
 		defer mu.Unlock()
 		if _, dup := sent[r.MsgID]; dup {
@@ -77,54 +86,61 @@ func TestPooledSendsMatchWhatIsPulled(t *testing.T) {
 		}
 		return m, body
 	}
-	var senders sync.WaitGroup
-	for pi := range producers {
-		p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxAsyncInflight: 8, SendTimeout: 10 * time.Second})
-		for g := range 2 {
-			senders.Add(1)
-			go func() {
-				defer senders.Done()
-				for i := g; i < perProducer; i += 2 {
-					m, body := msg(pi, i)
-					if i%5 == 0 {
-						r, err := p.SendSync(context.Background(), m)
-						if err != nil {
-							fail("sync send %d/%d: %v", pi, i, err)
+	ps := make([]*Producer, producers)
+	for pi := range ps {
+		ps[pi] = newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxAsyncInflight: 8, SendTimeout: 10 * time.Second, JSONHeaders: jsonHeaders})
+	}
+	// burst sends perProducer messages from each producer (2 goroutines each), calling
+	// keep with each stored send's body and result.
+	burst := func(round int, keep func([]byte, *message.SendResult)) {
+		var senders, pending sync.WaitGroup
+		for pi, p := range ps {
+			for g := range 2 {
+				senders.Add(1)
+				go func() {
+					defer senders.Done()
+					for i := g; i < perProducer; i += 2 {
+						m, body := msg(round*producers+pi, i)
+						if i%5 == 0 {
+							r, err := p.SendSync(context.Background(), m)
+							if err != nil {
+								fail("sync send %d/%d: %v", pi, i, err)
+							} else if r.MsgID != m.UniqKey() {
+								fail("sync send %d/%d: result for %s, message %s", pi, i, r.MsgID, m.UniqKey())
+							} else {
+								keep(body, r)
+							}
 							continue
 						}
-						if r.MsgID != m.UniqKey() {
-							fail("sync send %d/%d: result for %s, message %s", pi, i, r.MsgID, m.UniqKey())
-						}
-						record(m, body, r)
-						continue
-					}
-					var calls atomic.Int32
-					pending.Add(1)
-					err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
-						if calls.Add(1) != 1 {
-							fail("async send %d/%d: callback ran twice", pi, i)
-							return
-						}
-						defer pending.Done()
-						switch {
-						case err != nil:
+						var calls atomic.Int32
+						pending.Add(1)
+						err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+							if calls.Add(1) != 1 {
+								fail("async send %d/%d: callback ran twice", pi, i)
+								return
+							}
+							defer pending.Done()
+							switch {
+							case err != nil:
+								fail("async send %d/%d: %v", pi, i, err)
+							case r.MsgID != m.UniqKey():
+								fail("async send %d/%d: result for %s, message %s", pi, i, r.MsgID, m.UniqKey())
+							default:
+								keep(body, r)
+							}
+						})
+						if err != nil {
+							pending.Done()
 							fail("async send %d/%d: %v", pi, i, err)
-						case r.MsgID != m.UniqKey():
-							fail("async send %d/%d: result for %s, message %s", pi, i, r.MsgID, m.UniqKey())
-						default:
-							record(m, body, r)
 						}
-					})
-					if err != nil {
-						pending.Done()
-						fail("async send %d/%d: %v", pi, i, err)
 					}
-				}
-			}()
+				}()
+			}
 		}
+		waitGroupWithin(t, &senders, 30*time.Second, "senders")
+		waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
 	}
-	senders.Wait()
-	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
+	burst(0, record)
 	mu.Lock()
 	for _, s := range bad {
 		t.Error(s)
@@ -138,45 +154,69 @@ func TestPooledSendsMatchWhatIsPulled(t *testing.T) {
 		t.Fatalf("%d sends stored, want %d", n, producers*perProducer)
 	}
 
-	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})
+	pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: testbroker.Namesrv(b), Group: "PooledSendsCheck", Logger: quiet, JSONHeaders: jsonHeaders})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
-	pulled := 0
-	for q := range queues {
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = pc.Shutdown(ctx)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mqs, err := pc.MessageQueues(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pulled []*message.MessageExt
+	for _, mq := range mqs {
 		for off, rounds := int64(0), 0; rounds < 1000; rounds++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			msgs, next, err := pull(ctx, rc, b.Addr(), "PooledSendsCheck", topic, q, off)
-			cancel()
+			res, err := pc.Pull(ctx, consumer.PullRequest{Queue: mq, Offset: off})
 			if err != nil {
-				t.Fatalf("pull queue %d at %d: %v", q, off, err)
+				t.Fatalf("pull %v at %d: %v", mq, off, err)
 			}
-			if len(msgs) == 0 {
+			if len(res.Messages) == 0 {
 				break
 			}
-			for _, got := range msgs {
-				pulled++
-				key := got.Property(message.PropertyUniqClientMessageIDKeyIdx)
-				rec, ok := sent[key]
-				if !ok {
-					t.Fatalf("pulled %s (queue %d offset %d): no send reported it", key, got.QueueID, got.QueueOffset)
-				}
-				delete(sent, key)
-				r := rec.result
-				if !bytes.Equal(got.Body, rec.body) || got.MsgID != r.MsgID || got.OffsetMsgID != r.OffsetMsgID ||
-					int(got.QueueID) != r.Queue.QueueID || got.QueueOffset != r.QueueOffset || r.Queue.Topic != topic {
-					t.Fatalf("pulled %s at queue %d offset %d (offset id %s, %d body bytes), its SendResult says queue %d offset %d offset id %s (%d body bytes)",
-						key, got.QueueID, got.QueueOffset, got.OffsetMsgID, len(got.Body), r.Queue.QueueID, r.QueueOffset, r.OffsetMsgID, len(rec.body))
-				}
-			}
-			off = next
+			pulled = append(pulled, res.Messages...)
+			off = res.NextBeginOffset
 		}
 	}
-	if pulled != producers*perProducer || len(sent) != 0 {
-		t.Fatalf("pulled %d messages, %d sends not pulled", pulled, len(sent))
+	// Churn: another burst of sends (their body-less responses and written requests
+	// recycle frames) and of empty pulls, then compare what was kept.
+	burst(1, func([]byte, *message.SendResult) {})
+	for _, mq := range mqs {
+		if _, err := pc.Pull(ctx, consumer.PullRequest{Queue: mq, Offset: 1 << 40}); err != nil {
+			t.Logf("pull far ahead: %v", err)
+		}
 	}
-	t.Logf("%d sends by %d producers, each pulled once and matching its SendResult", pulled, producers)
+	mu.Lock()
+	for _, s := range bad {
+		t.Error(s)
+	}
+	mu.Unlock()
+	for _, got := range pulled {
+		key := got.Property(message.PropertyUniqClientMessageIDKeyIdx)
+		rec, ok := sent[key]
+		if !ok {
+			t.Fatalf("pulled %s (queue %d offset %d): no send of the first burst reported it", key, got.QueueID, got.QueueOffset)
+		}
+		delete(sent, key)
+		r := rec.result
+		if !bytes.Equal(got.Body, rec.body) || got.MsgID != r.MsgID || got.OffsetMsgID != r.OffsetMsgID ||
+			int(got.QueueID) != r.Queue.QueueID || got.QueueOffset != r.QueueOffset || r.Queue.Topic != topic {
+			t.Fatalf("pulled %s at queue %d offset %d (offset id %s, %d body bytes), its SendResult says %s queue %d offset %d offset id %s (%d body bytes)",
+				key, got.QueueID, got.QueueOffset, got.OffsetMsgID, len(got.Body), r.MsgID, r.Queue.QueueID, r.QueueOffset, r.OffsetMsgID, len(rec.body))
+		}
+	}
+	if len(pulled) != producers*perProducer || len(sent) != 0 {
+		t.Fatalf("pulled %d messages, %d sends not pulled", len(pulled), len(sent))
+	}
+	t.Logf("%d sends by %d producers, each pulled once and matching its SendResult after %d more sends", len(pulled), producers, producers*perProducer)
 }
 
 // waitGroupWithin waits for wg, failing t after d.
