@@ -649,3 +649,68 @@ func TestPooledAsyncSendsShutdownMidBurst(t *testing.T) {
 		t.Fatal("no send stored before Shutdown")
 	}
 }
+
+// TestPooledAsyncSendsRealBrokerStopped: the real broker (over TCP) shuts down while 8
+// goroutines send async through a full MaxAsyncInflight (8) with SendTimeout 2 s. Every
+// SendAsync returns, every callback runs exactly once, and every send reported stored
+// carries its own message's id; no goroutine is left once the producer shut down
+// (goleak in TestMain).
+func TestPooledAsyncSendsRealBrokerStopped(t *testing.T) {
+	b, stop := testbroker.Start(t, broker.Config{})
+	const topic = "PooledStop"
+	createTopic(t, testbroker.Namesrv(b), topic, 4)
+	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), MaxAsyncInflight: 8, SendTimeout: 2 * time.Second})
+	const goroutines, perG = 8, 400
+	var (
+		pending, senders sync.WaitGroup
+		stored, failed   atomic.Int64
+		mu               sync.Mutex
+		problems         []string
+	)
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		problems = append(problems, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	}
+	for g := range goroutines {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for i := range perG {
+				m := message.NewMessage(topic, testkit.SeqBody(g*1000+i, 100, 7))
+				var calls atomic.Int32
+				pending.Add(1)
+				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+					if calls.Add(1) != 1 {
+						fail("send %d/%d: callback ran twice", g, i)
+						return
+					}
+					defer pending.Done()
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					if r.MsgID != m.UniqKey() || r.OffsetMsgID == "" {
+						fail("send %d/%d: result %+v for message %s", g, i, *r, m.UniqKey())
+					}
+					stored.Add(1)
+				})
+				if err != nil {
+					pending.Done()
+					fail("send %d/%d: SendAsync: %v", g, i, err)
+				}
+			}
+		}()
+	}
+	testkit.WaitFor(t, 20*time.Second, func() bool { return stored.Load() > 200 }, "some sends stored")
+	stop()
+	waitGroupWithin(t, &senders, 30*time.Second, "SendAsync calls")
+	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
+	for _, s := range problems {
+		t.Error(s)
+	}
+	t.Logf("%d sends: %d stored, %d failed", goroutines*perG, stored.Load(), failed.Load())
+	if stored.Load()+failed.Load() != goroutines*perG || failed.Load() == 0 {
+		t.Fatalf("%d stored + %d failed, want %d with some failed after the broker stopped", stored.Load(), failed.Load(), goroutines*perG)
+	}
+}
