@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 
@@ -158,4 +159,52 @@ func TestParseSendResponseAllocs(t *testing.T) {
 	}); n != 1 {
 		t.Fatalf("%v allocations per ParseSendResponse, want 1", n)
 	}
+}
+
+// FuzzParseSendResponseRef: on any list of send-response fields (keys drawn from the
+// ones it reads and near misses, values arbitrary), ParseSendResponse agrees with the
+// reference in list form, map form and both, result and error alike.
+func FuzzParseSendResponseRef(f *testing.F) {
+	f.Add(byte(0), []byte("0\x001234567\x001\x003\x002\x007F000001\x003\x00DefaultRegion"))
+	f.Add(byte(1), []byte("1\x00+8\x001\x00 3\x001\x00x\x004\x00tx\x005\x00true"))
+	f.Add(byte(2), []byte("0\x009223372036854775808\x001\x002147483648\x000\x00\x000\x00-1"))
+	keys := []string{"queueOffset", "queueId", "msgId", message.PropertyMsgRegion, "transactionId", "TRACE_ON", "queueid", "queueOffset "}
+	codes := []remoting.ResponseCode{remoting.Success, remoting.FlushDiskTimeout, remoting.SlaveNotAvailable, remoting.FlushSlaveTimeout}
+	f.Fuzz(func(t *testing.T, code byte, data []byte) {
+		parts := bytes.Split(data, []byte{0})
+		var list []remoting.ExtField
+		for i := 0; i+1 < len(parts) && len(list) < 16; i += 2 {
+			k := keys[0]
+			if len(parts[i]) > 0 {
+				k = keys[int(parts[i][0])%len(keys)]
+			}
+			list = append(list, remoting.ExtField{Key: k, Value: string(parts[i+1])})
+		}
+		mq := message.MessageQueue{Topic: "T", BrokerName: "b", QueueID: 1}
+		forms := map[string]func() *remoting.RemotingCommand{
+			"list": func() *remoting.RemotingCommand {
+				r := remoting.NewResponse(codes[int(code)%len(codes)], "")
+				r.ExtList = append([]remoting.ExtField{}, list...)
+				return r
+			},
+		}
+		forms["map"] = func() *remoting.RemotingCommand { r := forms["list"](); r.ExtMap(); return r }
+		forms["both"] = func() *remoting.RemotingCommand {
+			r := forms["list"]()
+			if len(list) > 0 {
+				r.ExtFields = map[string]string{list[0].Key: list[len(list)-1].Value}
+			}
+			return r
+		}
+		for name, resp := range forms {
+			got, err := ParseSendResponse(resp(), mq, "UNIQ")
+			want, werr := parseSendResponseRef(resp(), mq, "UNIQ")
+			if (err == nil) != (werr == nil) || err != nil && (err.Error() != werr.Error() || reflect.TypeOf(err) != reflect.TypeOf(werr)) {
+				t.Fatalf("%s %q: error %v, reference %v", name, list, err, werr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s %q:\n got %+v\nwant %+v", name, list, got, want)
+			}
+		}
+	})
 }
