@@ -237,9 +237,9 @@ func waitGroupWithin(t *testing.T, wg *sync.WaitGroup, d time.Duration, what str
 // every 17th, and is shut down mid-burst; 8 goroutines send through one producer whose
 // MaxAsyncInflight (4) is always full. Every SendAsync returns (a failed, timed-out or
 // dropped attempt gives its room back), every callback runs exactly once, and a stored
-// send's result is its own: its UNIQ_KEY, the offset message id and a queue offset the
-// broker answered to that message (a late answer to an abandoned attempt never reaches
-// another send).
+// send's result (async, or SendSync for every fourth send) is its own: its UNIQ_KEY, the
+// offset message id and a queue offset the broker answered to that message (a late
+// answer to an abandoned attempt never reaches another send).
 func TestPooledAsyncSendsUnderHostileBroker(t *testing.T) {
 	srv, err := remoting.NewServer(remoting.ServerConfig{Addr: "127.0.0.1:0", Logger: quiet})
 	if err != nil {
@@ -309,6 +309,26 @@ func TestPooledAsyncSendsUnderHostileBroker(t *testing.T) {
 		bad = append(bad, fmt.Sprintf(format, a...))
 		bmu.Unlock()
 	}
+	// outcome checks the result of send i of goroutine g: its own UNIQ_KEY, offset message
+	// id and a queue offset the broker answered to that message.
+	outcome := func(g, i int, m *message.Message, r *message.SendResult, err error) {
+		if err != nil {
+			failures.Add(1)
+			return
+		}
+		key := m.UniqKey()
+		mu.Lock()
+		offs := answered[key]
+		mu.Unlock()
+		ok := false
+		for _, o := range offs {
+			ok = ok || o == r.QueueOffset
+		}
+		if r.MsgID != key || r.OffsetMsgID != "OFF"+key || !ok {
+			fail("send %d/%d (key %s): result %+v, broker answered offsets %v", g, i, key, *r, offs)
+		}
+		stored.Add(1)
+	}
 	for g := range goroutines {
 		senders.Add(1)
 		go func() {
@@ -321,6 +341,11 @@ func TestPooledAsyncSendsUnderHostileBroker(t *testing.T) {
 				if i%3 == 0 {
 					m.SetKeys("k" + strconv.Itoa(i))
 				}
+				if i%4 == 3 { // a sync send: its timeout counts from the attempt's clock reading too
+					r, err := p.SendSync(context.Background(), m)
+					outcome(g, i, m, r, err)
+					continue
+				}
 				var calls atomic.Int32
 				pending.Add(1)
 				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
@@ -329,22 +354,7 @@ func TestPooledAsyncSendsUnderHostileBroker(t *testing.T) {
 						return
 					}
 					defer pending.Done()
-					if err != nil {
-						failures.Add(1)
-						return
-					}
-					key := m.UniqKey()
-					mu.Lock()
-					offs := answered[key]
-					mu.Unlock()
-					ok := false
-					for _, o := range offs {
-						ok = ok || o == r.QueueOffset
-					}
-					if r.MsgID != key || r.OffsetMsgID != "OFF"+key || !ok {
-						fail("send %d/%d (key %s): result %+v, broker answered offsets %v", g, i, key, *r, offs)
-					}
-					stored.Add(1)
+					outcome(g, i, m, r, err)
 				})
 				if err != nil {
 					pending.Done()
