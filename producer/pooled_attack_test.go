@@ -112,14 +112,7 @@ func pooledSendsMatchPulls(t *testing.T, jsonHeaders bool) {
 							}
 							continue
 						}
-						var calls atomic.Int32
-						pending.Add(1)
-						err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
-							if calls.Add(1) != 1 {
-								fail("async send %d/%d: callback ran twice", pi, i)
-								return
-							}
-							defer pending.Done()
+						err := sendAsyncOnce(p, m, &pending, fail, fmt.Sprintf("async send %d/%d", pi, i), func(r *message.SendResult, err error) {
 							switch {
 							case err != nil:
 								fail("async send %d/%d: %v", pi, i, err)
@@ -130,7 +123,6 @@ func pooledSendsMatchPulls(t *testing.T, jsonHeaders bool) {
 							}
 						})
 						if err != nil {
-							pending.Done()
 							fail("async send %d/%d: %v", pi, i, err)
 						}
 					}
@@ -217,6 +209,27 @@ func pooledSendsMatchPulls(t *testing.T, jsonHeaders bool) {
 		t.Fatalf("pulled %d messages, %d sends not pulled", len(pulled), len(sent))
 	}
 	t.Logf("%d sends by %d producers, each pulled once and matching its SendResult after %d more sends", len(pulled), producers, producers*perProducer)
+}
+
+// sendAsyncOnce sends m with SendAsync, counting it in pending until its callback has
+// run. The callback must run exactly once: a second call is reported through fail (with
+// what naming the send) and ignored; the first hands the outcome to done, then marks the
+// send done. SendAsync's own error is returned, the send already marked done.
+func sendAsyncOnce(p *Producer, m *message.Message, pending *sync.WaitGroup, fail func(string, ...any), what string, done func(*message.SendResult, error)) error {
+	var calls atomic.Int32
+	pending.Add(1)
+	err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
+		if calls.Add(1) != 1 {
+			fail("%s: callback ran twice (%v, %v)", what, r, err)
+			return
+		}
+		defer pending.Done()
+		done(r, err)
+	})
+	if err != nil {
+		pending.Done()
+	}
+	return err
 }
 
 // waitGroupWithin waits for wg, failing t after d.
@@ -346,18 +359,10 @@ func TestPooledAsyncSendsUnderHostileBroker(t *testing.T) {
 					outcome(g, i, m, r, err)
 					continue
 				}
-				var calls atomic.Int32
-				pending.Add(1)
-				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
-					if calls.Add(1) != 1 {
-						fail("send %d/%d: callback ran twice (%v, %v)", g, i, r, err)
-						return
-					}
-					defer pending.Done()
+				err := sendAsyncOnce(p, m, &pending, fail, fmt.Sprintf("send %d/%d", g, i), func(r *message.SendResult, err error) {
 					outcome(g, i, m, r, err)
 				})
 				if err != nil {
-					pending.Done()
 					fail("send %d/%d: SendAsync: %v", g, i, err)
 				}
 			}
@@ -441,14 +446,7 @@ func TestPooledAsyncSendsWithRefusedCredentials(t *testing.T) {
 			defer senders.Done()
 			for i := range perProducer {
 				m := message.NewMessage(topic, testkit.SeqBody(i, 50, 9))
-				var calls atomic.Int32
-				pending.Add(1)
-				err := pc.p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
-					if calls.Add(1) != 1 {
-						fail("good=%v send %d: callback ran twice", pc.good, i)
-						return
-					}
-					defer pending.Done()
+				err := sendAsyncOnce(pc.p, m, &pending, fail, fmt.Sprintf("good=%v send %d", pc.good, i), func(r *message.SendResult, err error) {
 					switch {
 					case pc.good && (err != nil || r.MsgID != m.UniqKey() || r.OffsetMsgID == ""):
 						fail("signed send %d: %+v %v", i, r, err)
@@ -461,7 +459,6 @@ func TestPooledAsyncSendsWithRefusedCredentials(t *testing.T) {
 					}
 				})
 				if err != nil {
-					pending.Done()
 					fail("good=%v send %d: SendAsync: %v", pc.good, i, err)
 				}
 			}
@@ -614,14 +611,7 @@ func TestPooledAsyncSendsShutdownMidBurst(t *testing.T) {
 					}()
 				}
 				m := message.NewMessage("T", testkit.SeqBody(g*1000+i, 40, 5))
-				var calls atomic.Int32
-				pending.Add(1)
-				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
-					if calls.Add(1) != 1 {
-						fail("send %d/%d: callback ran twice", g, i)
-						return
-					}
-					defer pending.Done()
+				err := sendAsyncOnce(p, m, &pending, fail, fmt.Sprintf("send %d/%d", g, i), func(r *message.SendResult, err error) {
 					if err != nil {
 						failed.Add(1)
 						return
@@ -632,7 +622,6 @@ func TestPooledAsyncSendsShutdownMidBurst(t *testing.T) {
 					stored.Add(1)
 				})
 				if err != nil {
-					pending.Done()
 					if !errors.Is(err, ErrClosed) {
 						fail("send %d/%d: SendAsync: %v", g, i, err)
 					}
@@ -688,14 +677,7 @@ func TestPooledAsyncSendsRealBrokerStopped(t *testing.T) {
 			defer senders.Done()
 			for i := range perG {
 				m := message.NewMessage(topic, testkit.SeqBody(g*1000+i, 100, 7))
-				var calls atomic.Int32
-				pending.Add(1)
-				err := p.SendAsync(context.Background(), m, func(r *message.SendResult, err error) {
-					if calls.Add(1) != 1 {
-						fail("send %d/%d: callback ran twice", g, i)
-						return
-					}
-					defer pending.Done()
+				err := sendAsyncOnce(p, m, &pending, fail, fmt.Sprintf("send %d/%d", g, i), func(r *message.SendResult, err error) {
 					if err != nil {
 						failed.Add(1)
 						return
@@ -706,7 +688,6 @@ func TestPooledAsyncSendsRealBrokerStopped(t *testing.T) {
 					stored.Add(1)
 				})
 				if err != nil {
-					pending.Done()
 					fail("send %d/%d: SendAsync: %v", g, i, err)
 				}
 			}
