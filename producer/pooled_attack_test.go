@@ -211,6 +211,28 @@ func pooledSendsMatchPulls(t *testing.T, jsonHeaders bool) {
 	t.Logf("%d sends by %d producers, each pulled once and matching its SendResult after %d more sends", len(pulled), producers, producers*perProducer)
 }
 
+// problems collects failures reported from many goroutines (add); report hands them
+// to the test at the end.
+type problems struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (p *problems) add(format string, a ...any) {
+	p.mu.Lock()
+	p.list = append(p.list, fmt.Sprintf(format, a...))
+	p.mu.Unlock()
+}
+
+func (p *problems) report(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.list {
+		t.Error(s)
+	}
+}
+
 // sendAsyncOnce sends m with SendAsync, counting it in pending until its callback has
 // run. The callback must run exactly once: a second call is reported through fail (with
 // what naming the send) and ignored; the first hands the outcome to done, then marks the
@@ -429,14 +451,9 @@ func TestPooledAsyncSendsWithRefusedCredentials(t *testing.T) {
 	var (
 		pending, senders sync.WaitGroup
 		stored, refused  atomic.Int64
-		mu               sync.Mutex
-		problems         []string
+		probs            problems
 	)
-	fail := func(format string, a ...any) {
-		mu.Lock()
-		problems = append(problems, fmt.Sprintf(format, a...))
-		mu.Unlock()
-	}
+	fail := probs.add
 	for _, pc := range []struct {
 		p    *Producer
 		good bool
@@ -466,9 +483,7 @@ func TestPooledAsyncSendsWithRefusedCredentials(t *testing.T) {
 	}
 	waitGroupWithin(t, &senders, 30*time.Second, "SendAsync calls")
 	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
-	for _, s := range problems {
-		t.Error(s)
-	}
+	probs.report(t)
 	if stored.Load() != perProducer || refused.Load() != perProducer {
 		t.Fatalf("%d signed sends stored, %d refused, want %d each", stored.Load(), refused.Load(), perProducer)
 	}
@@ -486,7 +501,7 @@ func TestAsyncLimiterCampaign(t *testing.T) {
 		acquired, ended atomic.Int64
 		wg              sync.WaitGroup
 		mu              sync.Mutex
-		problems        []string
+		faults          []string
 	)
 	const goroutines, rounds = 32, 200
 	for g := range goroutines {
@@ -507,7 +522,7 @@ func TestAsyncLimiterCampaign(t *testing.T) {
 				if err != nil {
 					if ctx == context.Background() {
 						mu.Lock()
-						problems = append(problems, fmt.Sprintf("acquire without deadline: %v", err))
+						faults = append(faults, fmt.Sprintf("acquire without deadline: %v", err))
 						mu.Unlock()
 					}
 					ended.Add(1)
@@ -517,7 +532,7 @@ func TestAsyncLimiterCampaign(t *testing.T) {
 				c, b := held.Add(1), heldBytes.Add(n)
 				if c > 3 || (b > 100 && c > 1) { // over 100 bytes only alone
 					mu.Lock()
-					problems = append(problems, fmt.Sprintf("%d sends, %d bytes held after taking %d", c, b, n))
+					faults = append(faults, fmt.Sprintf("%d sends, %d bytes held after taking %d", c, b, n))
 					mu.Unlock()
 				}
 				runtime.Gosched()
@@ -528,7 +543,7 @@ func TestAsyncLimiterCampaign(t *testing.T) {
 		}()
 	}
 	waitGroupWithin(t, &wg, 30*time.Second, "limiter campaign")
-	for _, p := range problems {
+	for _, p := range faults {
 		t.Error(p)
 	}
 	l.mu.Lock()
@@ -587,14 +602,9 @@ func TestPooledAsyncSendsShutdownMidBurst(t *testing.T) {
 		pending, senders         sync.WaitGroup
 		stored, failed, closedAt atomic.Int64
 		started                  atomic.Int64
-		mu                       sync.Mutex
-		problems                 []string
+		probs                    problems
 	)
-	fail := func(format string, a ...any) {
-		mu.Lock()
-		problems = append(problems, fmt.Sprintf(format, a...))
-		mu.Unlock()
-	}
+	fail := probs.add
 	shutErr := make(chan error, 1)
 	for g := range goroutines {
 		senders.Add(1)
@@ -637,9 +647,7 @@ func TestPooledAsyncSendsShutdownMidBurst(t *testing.T) {
 		t.Fatal("Shutdown did not return within 30 s")
 	}
 	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
-	for _, s := range problems {
-		t.Error(s)
-	}
+	probs.report(t)
 	t.Logf("Shutdown: %v; %d stored, %d failed, %d answered by the broker", serr, stored.Load(), failed.Load(), count.Load())
 	if got := stored.Load() + failed.Load(); got != closedAt.Load() {
 		t.Fatalf("%d callbacks ran, %d of them before Shutdown returned", got, closedAt.Load())
@@ -663,14 +671,9 @@ func TestPooledAsyncSendsRealBrokerStopped(t *testing.T) {
 	var (
 		pending, senders sync.WaitGroup
 		stored, failed   atomic.Int64
-		mu               sync.Mutex
-		problems         []string
+		probs            problems
 	)
-	fail := func(format string, a ...any) {
-		mu.Lock()
-		problems = append(problems, fmt.Sprintf(format, a...))
-		mu.Unlock()
-	}
+	fail := probs.add
 	for g := range goroutines {
 		senders.Add(1)
 		go func() {
@@ -697,9 +700,7 @@ func TestPooledAsyncSendsRealBrokerStopped(t *testing.T) {
 	stop()
 	waitGroupWithin(t, &senders, 30*time.Second, "SendAsync calls")
 	waitGroupWithin(t, &pending, 30*time.Second, "async callbacks")
-	for _, s := range problems {
-		t.Error(s)
-	}
+	probs.report(t)
 	t.Logf("%d sends: %d stored, %d failed", goroutines*perG, stored.Load(), failed.Load())
 	if stored.Load()+failed.Load() != goroutines*perG || failed.Load() == 0 {
 		t.Fatalf("%d stored + %d failed, want %d with some failed after the broker stopped", stored.Load(), failed.Load(), goroutines*perG)
