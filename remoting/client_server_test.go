@@ -133,16 +133,8 @@ func TestInvokeSyncTimeoutRemovesPending(t *testing.T) {
 }
 
 func TestInvokeAsyncTimeout(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
 	s := startServer(t, ServerConfig{})
-	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	})
+	stallPulls(t, s)
 	c := newClient(t, ClientConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
@@ -518,16 +510,8 @@ func TestHandleAsync(t *testing.T) {
 // and keeps the connection; an answered call gets its response; a cancelled ctx still
 // ends a call at once; a non-positive timeout is refused.
 func TestInvokeAsyncTimeoutSweep(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
 	s := startServer(t, ServerConfig{})
-	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	})
+	stallPulls(t, s)
 	s.Handle(SendMessage, echoHandler)
 	c := newClient(t, ClientConfig{})
 	results := make(chan error, 4)
@@ -645,16 +629,8 @@ func TestInvokeAsyncTimeoutCallbacks(t *testing.T) {
 // wait for the dial counts its timeout from after it (its deadline is about an hour
 // ahead). Answered calls get their responses.
 func TestInvokeTimeoutSince(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
 	s := startServer(t, ServerConfig{})
-	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	})
+	stallPulls(t, s)
 	s.Handle(SendMessage, echoHandler)
 	c := newClient(t, ClientConfig{})
 	since, timeout := time.Now().Add(-time.Hour), time.Hour+50*time.Millisecond
@@ -726,16 +702,8 @@ func TestInvokeTimeoutSince(t *testing.T) {
 // context.DeadlineExceeded instead of waiting for ever (the deadline arithmetic must not
 // overflow into "no deadline").
 func TestInvokeTimeoutSinceLongAgo(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
 	s := startServer(t, ServerConfig{})
-	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
-		select { // never answered in time
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	})
+	stallPulls(t, s)
 	c := newClient(t, ClientConfig{})
 	if _, err := c.InvokeSyncTimeout(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil), 200*time.Millisecond); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("warm-up call (dials): %v", err) // later calls find a ready connection
@@ -762,4 +730,18 @@ func TestInvokeTimeoutSinceLongAgo(t *testing.T) {
 			}
 		}
 	}
+}
+
+// stallPulls makes s leave every PULL_MESSAGE unanswered (its handler returns nothing
+// once the connection closes or the test ends), for tests of timeouts.
+func stallPulls(t *testing.T, s *Server) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	s.Handle(PullMessage, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
 }
