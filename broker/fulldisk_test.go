@@ -16,10 +16,7 @@ import (
 // starts, serves the messages it has, stores sends in space it already holds, and
 // refuses the rest with a clear error.
 func TestStartOnFullDisk(t *testing.T) {
-	dir := testkit.MountTmpfs(t, "48m")
-	store := filepath.Join(dir, "store")
-	mod := func(c *Config) { c.MappedFileSizeCommitLog = 8 << 20 }
-	b := startBroker(t, store, mod)
+	b, dir, store, mod := startSmallDiskBroker(t)
 	c := newClient(t)
 	createTopic(t, c, b.Addr(), "Full", 1)
 	for range 3 {
@@ -76,4 +73,14 @@ func TestStartOnFullDisk(t *testing.T) {
 	if r := sendV1(t, c, b2.Addr(), "Full", 0, []byte("after"), nil); r.ResponseCode() != remoting.Success {
 		t.Fatalf("send after space was freed: %d %q", r.Code, r.Remark)
 	}
+}
+
+// startSmallDiskBroker mounts a 48 MiB tmpfs at dir (it skips without root) and starts a
+// broker with 8 MiB commitlog segments in its directory store; mod is that config
+// change, for starting the broker again on the same store.
+func startSmallDiskBroker(t *testing.T) (b *Broker, dir, store string, mod func(*Config)) {
+	dir = testkit.MountTmpfs(t, "48m")
+	store = filepath.Join(dir, "store")
+	mod = func(c *Config) { c.MappedFileSizeCommitLog = 8 << 20 }
+	return startBroker(t, store, mod), dir, store, mod
 }

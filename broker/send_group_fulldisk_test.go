@@ -19,10 +19,7 @@ import (
 // answered SUCCESS: none of those refused comes back from what a run that failed
 // part-way left on the file.
 func TestSendRunsOnFullDisk(t *testing.T) {
-	dir := testkit.MountTmpfs(t, "48m")
-	store := filepath.Join(dir, "store")
-	mod := func(c *Config) { c.MappedFileSizeCommitLog = 8 << 20 }
-	b := startBroker(t, store, mod)
+	b, dir, store, mod := startSmallDiskBroker(t)
 	c := newClient(t)
 	createTopic(t, c, b.Addr(), "FullRuns", 1)
 	nc := dialBroker(t, b.Addr())

@@ -81,15 +81,7 @@ func TestMalformedFrameAnswersRequestsBeforeIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			handled.Store(0)
 			reqs := tc.reqs()
-			var out []byte
-			for i, req := range reqs {
-				req.Opaque = int32(i + 1)
-				f, err := req.Encode()
-				if err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, f...)
-			}
+			out := encodeRequests(t, reqs)
 			nc := rawDial(t, s.Addr())
 			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 			if _, err := nc.Write(append(out, tc.tail...)); err != nil {

@@ -46,6 +46,14 @@ func (g *groupRecorder) note(b string) {
 // writes them with one socket write.
 func writeRequests(t *testing.T, nc net.Conn, reqs []*RemotingCommand) {
 	t.Helper()
+	if _, err := nc.Write(encodeRequests(t, reqs)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// encodeRequests encodes the requests one after another, with opaques from 1.
+func encodeRequests(t *testing.T, reqs []*RemotingCommand) []byte {
+	t.Helper()
 	var out []byte
 	for i, req := range reqs {
 		req.Opaque = int32(i + 1)
@@ -55,9 +63,7 @@ func writeRequests(t *testing.T, nc net.Conn, reqs []*RemotingCommand) {
 		}
 		out = append(out, f...)
 	}
-	if _, err := nc.Write(out); err != nil {
-		t.Fatal(err)
-	}
+	return out
 }
 
 // readAnswers reads n answers and returns them by opaque.

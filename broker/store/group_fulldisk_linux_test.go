@@ -33,10 +33,7 @@ func TestPutGroupOnFullDiskLeavesNoGhosts(t *testing.T) {
 }
 
 func testNoGhosts(t *testing.T, batch bool) {
-	dir := testkit.MountTmpfs(t, "4m")
-	cfg := testConfig(filepath.Join(dir, "store"))
-	cfg.CommitLogSegmentSize = 256 << 10
-	cfg.MaxMessageSize = 64 << 10 // writes resume with 2×64 KiB + 1 MiB free
+	cfg, dir := smallDiskConfig(t)
 	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -141,10 +138,7 @@ func testNoGhosts(t *testing.T, batch bool) {
 // come back either: after a restart that queue would end with an entry pointing at
 // whatever record a later put wrote at that commitlog offset (another queue's).
 func TestPutGroupFailedQueueWriteLeavesNoGhostEntries(t *testing.T) {
-	dir := testkit.MountTmpfs(t, "4m")
-	cfg := testConfig(filepath.Join(dir, "store"))
-	cfg.CommitLogSegmentSize = 256 << 10
-	cfg.MaxMessageSize = 64 << 10 // writes resume with 2×64 KiB + 1 MiB free
+	cfg, dir := smallDiskConfig(t)
 	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -179,4 +173,15 @@ func TestPutGroupFailedQueueWriteLeavesNoGhostEntries(t *testing.T) {
 			t.Fatalf("queue %s/0 after reopening holds %q (max offset %d), want %q", q.topic, got, s.MaxOffset(q.topic, 0), q.want)
 		}
 	}
+}
+
+// smallDiskConfig returns a store config in the directory store of a 4 MiB tmpfs
+// mounted at dir (it skips without root): 256 KiB segments, messages up to 64 KiB, so
+// that writes resume once 2×64 KiB + 1 MiB are free.
+func smallDiskConfig(t *testing.T) (cfg Config, dir string) {
+	dir = testkit.MountTmpfs(t, "4m")
+	cfg = testConfig(filepath.Join(dir, "store"))
+	cfg.CommitLogSegmentSize = 256 << 10
+	cfg.MaxMessageSize = 64 << 10
+	return cfg, dir
 }
