@@ -390,18 +390,18 @@ func TestHandleInline(t *testing.T) {
 		t.Fatalf("%d inline requests handled, want %d", len(order), n)
 	}
 
-	if !s.isInline(int16(SendMessage)) || s.isInline(int16(PullMessage)) {
+	if !s.routeFor(int16(SendMessage)).inline || s.routeFor(int16(PullMessage)).inline {
 		t.Fatal("isInline: want SEND_MESSAGE inline and PULL_MESSAGE not")
 	}
 	s.Handle(SendMessage, echoHandler)
-	if s.isInline(int16(SendMessage)) {
+	if s.routeFor(int16(SendMessage)).inline {
 		t.Fatal("Handle after HandleInline: the code is still inline")
 	}
 	s.HandleInline(SendMessage, echoHandler)
 	if err := s.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if s.isInline(int16(SendMessage)) {
+	if s.routeFor(int16(SendMessage)).inline {
 		t.Fatal("after Shutdown began a code is still inline")
 	}
 }
@@ -497,7 +497,7 @@ func TestHandleAsync(t *testing.T) {
 		}
 	}
 	s.Handle(SendMessage, echoHandler)
-	if s.asyncFor(int16(SendMessage)) != nil {
+	if s.routeFor(int16(SendMessage)).async != nil {
 		t.Fatal("Handle after HandleAsync: the code is still async")
 	}
 	if r, err := call("echo"); err != nil || string(r.Body) != "echo" {

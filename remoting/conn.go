@@ -83,14 +83,9 @@ type connOptions struct {
 	log         *slog.Logger
 	// spawn runs f in a goroutine owned by the Client/Server; false if the owner is stopping.
 	spawn func(f func()) bool
-	// inline reports whether a request with this code is handled on the reader goroutine
-	// (Server.HandleInline); nil: never.
-	inline func(code int16) bool
-	// async returns the handler registered with Server.HandleAsync for code; nil: none.
-	async func(code int16) AsyncHandler
-	// group returns the handler registered with Server.HandleInlineGroup for code; nil:
-	// none (or this func is nil).
-	group func(code int16) GroupHandler
+	// route says how requests with a code are served on this side (Server.HandleInline,
+	// Server.HandleAsync, Server.HandleInlineGroup); nil: each in a goroutine of its own.
+	route func(code int16) codeRoute
 	// before runs ahead of an async handler (ServerConfig.Before); nil: none.
 	before Handler
 	// serve handles an incoming request (in its own goroutine); nil result = no response.
@@ -164,7 +159,6 @@ type Conn struct {
 	// in inFlight meanwhile. Only the reader touches these fields.
 	run      []runReq
 	runH     GroupHandler
-	runCode  int16
 	runBytes int
 	runReqs  []*RemotingCommand // flushRun's scratch: the requests handed to runH
 	runResps []*RemotingCommand // and their responses
@@ -991,16 +985,18 @@ func (c *Conn) logReadErr(err error) {
 // answers SYSTEM_BUSY when maxInFlight requests, or maxInFlightBytes of request bodies, are
 // already being handled on this connection (held pulls count until they are answered).
 func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
-	if c.opts.group != nil {
-		if h := c.opts.group(req.Code); h != nil {
-			c.addToRun(req, st, h)
-			return
-		}
+	var rt codeRoute
+	if c.opts.route != nil {
+		rt = c.opts.route(req.Code)
+	}
+	if rt.group != nil {
+		c.addToRun(req, st, rt.group)
+		return
 	}
 	if len(c.run) > 0 {
 		c.flushRun() // the run came first
 	}
-	if c.opts.inline != nil && c.opts.inline(req.Code) {
+	if rt.inline {
 		c.inFlight.Add(1) // Shutdown and the idle check see it being handled
 		if resp := c.safeServe(req); resp != nil && !req.IsOneway() {
 			if frame := c.encodeReply(req, resp, st); frame != nil {
@@ -1011,10 +1007,7 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 		reuseFrame(req)
 		return
 	}
-	var ah AsyncHandler
-	if c.opts.async != nil {
-		ah = c.opts.async(req.Code)
-	}
+	ah := rt.async
 	size := int64(len(req.Body))
 	// full returns why the connection cannot take req now ("" if it can).
 	full := func() string {
@@ -1075,12 +1068,12 @@ type runReq struct {
 // requests or maxRunBytes of frames. The reader hands over a shorter run before it
 // would wait for input, and before any request of another code.
 func (c *Conn) addToRun(req *RemotingCommand, st SerializeType, h GroupHandler) {
-	if len(c.run) > 0 && c.runCode != req.Code {
+	if len(c.run) > 0 && c.run[0].req.Code != req.Code {
 		c.flushRun()
 	}
 	c.inFlight.Add(1) // Shutdown and the idle check see it being handled
 	c.run = append(c.run, runReq{req, st})
-	c.runH, c.runCode = h, req.Code
+	c.runH = h
 	c.runBytes += len(req.frame)
 	if len(c.run) >= maxRunFrames || c.runBytes >= maxRunBytes {
 		c.flushRun()
@@ -1142,11 +1135,10 @@ func (c *Conn) dropRun() {
 func (c *Conn) serveGroup(reqs, resps []*RemotingCommand) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
-				"code", RequestCode(c.runCode).String(), "requests", len(reqs), "panic", r, "stack", string(debug.Stack()))
+			answer := c.recovered("request handler", reqs[0].Code, r)
 			for i := range resps {
-				if resps[i] == nil {
-					resps[i] = NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+				if resps[i] == nil { // a command of its own each: encoding sets its opaque
+					resps[i] = NewResponse(SystemError, answer.Remark)
 				}
 			}
 		}
@@ -1158,9 +1150,7 @@ func (c *Conn) serveGroup(reqs, resps []*RemotingCommand) {
 func (c *Conn) safeBefore(req *RemotingCommand) (resp *RemotingCommand) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.opts.log.Error("remoting: request check panicked", "remote", c.remote, "conn", c.id,
-				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
-			resp = NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+			resp = c.recovered("request check", req.Code, r)
 		}
 	}()
 	return c.opts.before(c.ctx, c, req)
@@ -1206,12 +1196,18 @@ func (c *Conn) handle(req *RemotingCommand, st SerializeType) {
 	c.reply(req, resp, st)
 }
 
+// recovered logs a panic of the code run for a request with code (what: "request
+// handler", "request check") and returns the SYSTEM_ERROR answer given instead.
+func (c *Conn) recovered(what string, code int16, r any) *RemotingCommand {
+	c.opts.log.Error("remoting: "+what+" panicked", "remote", c.remote, "conn", c.id,
+		"code", RequestCode(code).String(), "panic", r, "stack", string(debug.Stack()))
+	return NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+}
+
 func (c *Conn) safeServe(req *RemotingCommand) (resp *RemotingCommand) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
-				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
-			resp = NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r))
+			resp = c.recovered("request handler", req.Code, r)
 		}
 	}()
 	return c.opts.serve(c.ctx, c, req)
@@ -1235,9 +1231,7 @@ func (c *Conn) serveAsync(req *RemotingCommand, st SerializeType, h AsyncHandler
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.opts.log.Error("remoting: request handler panicked", "remote", c.remote, "conn", c.id,
-				"code", RequestCode(req.Code).String(), "panic", r, "stack", string(debug.Stack()))
-			reply(NewResponse(SystemError, fmt.Sprintf("handler panic: %v", r)))
+			reply(c.recovered("request handler", req.Code, r))
 		}
 	}()
 	if c.opts.before != nil {

@@ -206,7 +206,7 @@ func TestHandleInlineGroupRegistration(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	g := &groupRecorder{}
 	s.HandleInlineGroup(SendMessage, g.handle)
-	if s.groupFor(int16(SendMessage)) == nil || s.isInline(int16(SendMessage)) {
+	if s.routeFor(int16(SendMessage)).group == nil || s.routeFor(int16(SendMessage)).inline {
 		t.Fatal("HandleInlineGroup: the code is not a group code")
 	}
 	resp := s.serve(context.Background(), nil, NewRequest(SendMessage, nil, []byte("alone")))
@@ -214,24 +214,24 @@ func TestHandleInlineGroupRegistration(t *testing.T) {
 		t.Fatalf("through the handler table: %+v", resp)
 	}
 	s.HandleInline(SendMessage, echoHandler)
-	if s.groupFor(int16(SendMessage)) != nil || !s.isInline(int16(SendMessage)) {
+	if s.routeFor(int16(SendMessage)).group != nil || !s.routeFor(int16(SendMessage)).inline {
 		t.Fatal("HandleInline after HandleInlineGroup: still a group code")
 	}
 	s.HandleInlineGroup(SendMessage, g.handle)
 	s.HandleAsync(SendMessage, func(context.Context, *Conn, *RemotingCommand, func(*RemotingCommand)) {})
-	if s.groupFor(int16(SendMessage)) != nil {
+	if s.routeFor(int16(SendMessage)).group != nil {
 		t.Fatal("HandleAsync after HandleInlineGroup: still a group code")
 	}
 	s.HandleInlineGroup(SendMessage, g.handle)
 	s.HandleInlineGroup(SendMessage, nil)
-	if s.groupFor(int16(SendMessage)) != nil || s.serve(context.Background(), nil, NewRequest(SendMessage, nil, nil)).ResponseCode() != RequestCodeNotSupported {
+	if s.routeFor(int16(SendMessage)).group != nil || s.serve(context.Background(), nil, NewRequest(SendMessage, nil, nil)).ResponseCode() != RequestCodeNotSupported {
 		t.Fatal("a nil group handler did not remove the code")
 	}
 	s.HandleInlineGroup(SendMessage, g.handle)
 	if err := s.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if s.groupFor(int16(SendMessage)) != nil {
+	if s.routeFor(int16(SendMessage)).group != nil {
 		t.Fatal("after Shutdown began a code is still a group code")
 	}
 }

@@ -234,9 +234,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		maxInFlight:      cfg.MaxInFlightPerConn,
 		log:              cfg.Logger,
 		spawn:            s.spawn,
-		inline:           s.isInline,
-		async:            s.asyncFor,
-		group:            s.groupFor,
+		route:            s.routeFor,
 		before:           cfg.Before,
 		serve:            s.serve,
 		onClose:          s.onConnClose,
@@ -329,23 +327,6 @@ func (s *Server) HandleInlineGroup(code RequestCode, h GroupHandler) {
 	}
 }
 
-// groupFor returns the group handler for code (HandleInlineGroup), or nil; nil for every
-// code once Shutdown has begun, so that new requests are refused like any other.
-func (s *Server) groupFor(code int16) GroupHandler { return lookup(s, s.group, code) }
-
-// lookup returns m[code], read under hmu, or the zero value once Shutdown has begun.
-func lookup[T any](s *Server, m map[RequestCode]T, code int16) T {
-	select {
-	case <-s.quit:
-		var zero T
-		return zero
-	default:
-	}
-	s.hmu.RLock()
-	defer s.hmu.RUnlock()
-	return m[RequestCode(code)]
-}
-
 // AsyncHandler handles a request and answers it later: it starts on the connection's
 // reader goroutine (as with [Server.HandleInline], it must return quickly and never block)
 // and calls reply exactly once, from any goroutine, with the response (nil: no response).
@@ -372,13 +353,28 @@ func (s *Server) HandleAsync(code RequestCode, h AsyncHandler) {
 	}
 }
 
-// asyncFor returns the async handler for code (HandleAsync), or nil; nil for every code
-// once Shutdown has begun, so that new requests are refused like any other.
-func (s *Server) asyncFor(code int16) AsyncHandler { return lookup(s, s.async, code) }
+// codeRoute is how the requests of one code are served (Server.routeFor): in a run
+// (group), on the reader (inline), answered later (async), or else in a goroutine.
+type codeRoute struct {
+	group  GroupHandler
+	inline bool
+	async  AsyncHandler
+}
 
-// isInline reports whether requests with code are handled on the reader (HandleInline);
-// never once Shutdown has begun, so that they are refused like any other new request.
-func (s *Server) isInline(code int16) bool { return lookup(s, s.inline, code) }
+// routeFor returns how requests with code are served, read under one lock; the zero
+// route (a goroutine each, whose spawn then fails) once Shutdown has begun, so that new
+// requests are refused like any other.
+func (s *Server) routeFor(code int16) codeRoute {
+	select {
+	case <-s.quit:
+		return codeRoute{}
+	default:
+	}
+	c := RequestCode(code)
+	s.hmu.RLock()
+	defer s.hmu.RUnlock()
+	return codeRoute{group: s.group[c], inline: s.inline[c], async: s.async[c]}
+}
 
 // SetDefaultHandler sets the handler for codes without their own handler. Without one,
 // such requests are answered REQUEST_CODE_NOT_SUPPORTED (3) with remark
