@@ -462,14 +462,12 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 	bp := s.getBuf()
 	defer s.putBuf(bp)
 	buf := *bp
-	ends := make([]int, len(msgs)) // end of record i in buf
-	for i, m := range msgs {
+	for _, m := range msgs {
 		var err error
 		if buf, err = s.encodeRecord(buf, m); err != nil {
 			*bp = buf
 			return PutResult{}, 0, err
 		}
-		ends[i] = len(buf)
 	}
 	*bp = buf
 	if int64(len(buf)) > s.cl.maxRecordBytes() {
@@ -477,7 +475,7 @@ func (s *Store) write(ctx context.Context, msgs []*message.MessageExt, tagsCodes
 	}
 
 	// 2. Under the writer lock: assign positions, write, publish.
-	end, n, err := s.writeRuns(msgs, tagsCodes, buf, ends, false)
+	end, n, err := s.writeRuns(msgs, tagsCodes, buf, false)
 	if err != nil {
 		return PutResult{}, 0, err
 	}
@@ -549,13 +547,11 @@ func (s *Store) PutGroup(ctx context.Context, msgs []*message.MessageExt, tagsCo
 	ok := make([]*message.MessageExt, 0, len(msgs))
 	okCodes := make([]int64, 0, len(msgs))
 	okIdx := make([]int, 0, len(msgs))
-	ends := make([]int, 0, len(msgs))
 	for i, m := range msgs {
 		var err error
-		switch {
-		case m == nil:
+		if m == nil {
 			err = &InvalidArgumentError{Field: "msgs", Reason: fmt.Sprintf("message %d is nil", i)}
-		default:
+		} else {
 			err = checkDestination(m.Topic, m.QueueID)
 		}
 		if err == nil {
@@ -572,7 +568,6 @@ func (s *Store) PutGroup(ctx context.Context, msgs []*message.MessageExt, tagsCo
 		ok = append(ok, m)
 		okCodes = append(okCodes, tagsCodes[i])
 		okIdx = append(okIdx, i)
-		ends = append(ends, len(buf))
 	}
 	*bp = buf
 	if len(ok) == 0 {
@@ -580,7 +575,7 @@ func (s *Store) PutGroup(ctx context.Context, msgs []*message.MessageExt, tagsCo
 	}
 
 	// 2. Under the writer lock: one write per segment, then publish.
-	end, n, err := s.writeRuns(ok, okCodes, buf, ends, true)
+	end, n, err := s.writeRuns(ok, okCodes, buf, true)
 	err = s.noteWriteErr(err)
 	for j := n; j < len(ok); j++ {
 		errs[okIdx[j]] = err
@@ -617,8 +612,8 @@ type queueRun struct {
 	entries []byte // encoded entries, from the queue's published end
 }
 
-// writeRuns writes the encoded records buf of msgs (record i ends at ends[i]) under the
-// writer lock: it assigns each message its commitlog offset, store time and queue offset,
+// writeRuns writes the encoded records buf of msgs (one after another, each
+// StoreSize bytes) under the writer lock: it assigns each message its commitlog offset, store time and queue offset,
 // writes the records to the commitlog and the entries to the consume queues and key index,
 // then publishes them (commitlog first, then the queues, so that a reader that sees a
 // queue entry can read its record). With split the records are written as runs of
@@ -627,7 +622,7 @@ type queueRun struct {
 // commitlog end after the last run written and how many messages (a prefix of msgs) were
 // written; on error the rest were not (a failed run is not published: the next put
 // overwrites it).
-func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []byte, ends []int, split bool) (end int64, n int, err error) {
+func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []byte, split bool) (end int64, n int, err error) {
 	if err := s.begin(); err != nil {
 		return 0, 0, err
 	}
@@ -635,12 +630,16 @@ func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []b
 	s.putMu.Lock()
 	defer s.putMu.Unlock()
 	now := time.Now().UnixMilli()
+	off := 0 // where the record of msgs[n] starts in buf
 	for n < len(msgs) {
-		k := len(msgs) // the run is msgs[n:k]
+		// The run is msgs[n:k], size bytes; a record that does not fit in the current
+		// segment goes to the next one (reserve).
+		k, size := len(msgs), len(buf)-off
 		if split {
 			room := s.cl.room()
-			k = n + 1 // a record that does not fit goes to the next segment (reserve)
-			for k < len(msgs) && int64(ends[k]-recordStart(ends, n)) <= room {
+			k, size = n+1, int(msgs[n].StoreSize)
+			for k < len(msgs) && int64(size)+int64(msgs[k].StoreSize) <= room {
+				size += int(msgs[k].StoreSize)
 				k++
 			}
 		}
@@ -649,21 +648,13 @@ func (s *Store) writeRuns(msgs []*message.MessageExt, tagsCodes []int64, buf []b
 		// the mapping's prefaulter would zero-fill the pages the next runs write.
 		direct := split && (k-n > 1 || s.lastRunMulti)
 		s.lastRunMulti = split && k-n > 1
-		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[recordStart(ends, n):ends[k-1]], now, direct)
+		e, err := s.writeRunLocked(msgs[n:k], tagsCodes[n:k], buf[off:off+size], now, direct)
 		if err != nil {
 			return end, n, err
 		}
-		end, n = e, k
+		end, n, off = e, k, off+size
 	}
 	return end, n, nil
-}
-
-// recordStart returns where record i starts in the encoded buffer whose records end at ends.
-func recordStart(ends []int, i int) int {
-	if i == 0 {
-		return 0
-	}
-	return ends[i-1]
 }
 
 // writeRunLocked writes one run of records (buf, contiguous, in msgs order) to one
