@@ -294,7 +294,7 @@ type CreateTopicResult struct {
 // cluster (all clusters by default), found with GET_BROKER_CLUSTER_INFO. Each master
 // gets UPDATE_AND_CREATE_TOPIC (RocketMQ request code 17) with ext topic,
 // defaultTopic=TBW102, readQueueNums=writeQueueNums=Queues, perm, topicFilterType=
-// SINGLE_TAG, topicSysFlag=0 and order (PROTOCOL.md §3.12). With Order, every name
+// SINGLE_TAG, topicSysFlag=0 and order (docs/protocol.md §3.12). With Order, every name
 // server then gets PUT_KV_CONFIG (100) ORDER_TOPIC_CONFIG/<topic> = "brokerName:Queues;..."
 // over the brokers, sorted by name.
 //

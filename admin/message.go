@@ -21,7 +21,7 @@ import (
 const MaxFindMessages = 64
 
 // ViewMessage returns the message with an offset message id (the "msgId" of a send
-// response, [message.MessageExt.OffsetMsgID]; PROTOCOL §4.6): the id is decoded into the
+// response, [message.MessageExt.OffsetMsgID]; docs/protocol.md §4.6): the id is decoded into the
 // store host ip:port and commitlog offset, and that broker is asked with
 // VIEW_MESSAGE_BY_ID (RocketMQ request code 33). The body is decompressed;
 // BrokerName is left empty (the id names an address, not a broker).

@@ -4,7 +4,7 @@ import "github.com/sluicemq/sluice/internal/wire"
 
 // Route and cluster bodies the admin returns, named here so that callers outside this
 // module can use them; they are the wire types the broker and name server speak
-// (PROTOCOL.md §3.1, §3.2).
+// (docs/protocol.md §3.1, §3.2).
 type (
 	// TopicRouteData is a topic's route as GET_ROUTEINFO_BY_TOPIC (105) returns it.
 	TopicRouteData = wire.TopicRouteData
@@ -16,7 +16,7 @@ type (
 	ClusterInfo = wire.ClusterInfo
 )
 
-// Topic permission bits (Java PermName, PROTOCOL.md §6.4) for [TopicSpec.Perm].
+// Topic permission bits (Java PermName, docs/protocol.md §6.4) for [TopicSpec.Perm].
 const (
 	PermInherit = wire.PermInherit // 1: new topics may be auto-created from this one
 	PermWrite   = wire.PermWrite   // 2: producers may send

@@ -49,7 +49,7 @@ type nameRef struct {
 }
 
 // requestNames lists the topics and groups req names, per request code (the ext-field
-// names of PROTOCOL.md §3, heartbeat and lock bodies included), with the permission
+// names of docs/protocol.md §3, heartbeat and lock bodies included), with the permission
 // RocketMQ's PlainAccessValidator asks for each (0 = validated only). Absent optional
 // fields are skipped; the handlers still refuse absent required ones.
 func requestNames(req *remoting.RemotingCommand) ([]nameRef, error) {

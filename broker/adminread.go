@@ -13,7 +13,7 @@ import (
 // refused (NO_PERMISSION). There is no group, subscription or permission check, no long
 // polling and no offset commit. Request ext: topic, queueId, offset, maxMsgNums (at most
 // 32, like a pull). The answer is a PULL_MESSAGE response (codes 0/19/20/21 and the four
-// offset ext fields; PROTOCOL §3.4).
+// offset ext fields; docs/protocol.md §3.4).
 func (b *Broker) handleAdminReadQueue(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	h, err := wire.ParseReadQueueHeader(req)
 	if err != nil {

@@ -61,7 +61,7 @@ func (b *Broker) compiledFilter(sd wire.SubscriptionData) store.Filter {
 }
 
 // pullFilter returns the filter for a pull, from the request (SUBSCRIPTION bit) or from
-// the group's heartbeat, or an error response (PROTOCOL §3.4 checks 7 and 8).
+// the group's heartbeat, or an error response (docs/protocol.md §3.4 checks 7 and 8).
 func (b *Broker) pullFilter(h *wire.PullHeader) (store.Filter, *remoting.RemotingCommand) {
 	if h.SysFlag&wire.PullFlagSubscription != 0 {
 		return b.subscriptionFilter(h.Subscription, h.ExpressionType)
@@ -84,7 +84,7 @@ type pullRequest struct {
 	start   time.Time // arrival: a hold ends suspendTimeoutMillis after it
 }
 
-// checkPull parses and checks a PULL_MESSAGE (PROTOCOL §3.4) and stores the commit
+// checkPull parses and checks a PULL_MESSAGE (docs/protocol.md §3.4) and stores the commit
 // offset it carries; it returns the request or the error response.
 func (b *Broker) checkPull(req *remoting.RemotingCommand) (*pullRequest, *remoting.RemotingCommand) {
 	h, err := wire.ParsePullHeader(req)
@@ -232,7 +232,7 @@ func (b *Broker) holdPull(ctx context.Context, p *pullRequest) *remoting.Remotin
 	}
 }
 
-// pullResponse maps a store lookup to the PULL_MESSAGE response (PROTOCOL §3.4 table).
+// pullResponse maps a store lookup to the PULL_MESSAGE response (docs/protocol.md §3.4 table).
 // The four offsets ext fields are always present: the Go client reads a missing
 // nextBeginOffset as 0.
 func pullResponse(offset int64, res store.GetResult) *remoting.RemotingCommand {

@@ -13,7 +13,7 @@ import (
 // (RocketMQ MixAll.UNIQUE_MSG_QUERY_FLAG).
 const uniqueKeyQueryFlag = "_UNIQUE_KEY_QUERY"
 
-// handleQueryMessage serves QUERY_MESSAGE (RocketMQ request code 12, PROTOCOL §3.12): ext
+// handleQueryMessage serves QUERY_MESSAGE (RocketMQ request code 12, docs/protocol.md §3.12): ext
 // topic, key, maxNum, beginTimestamp and endTimestamp (ms); with _UNIQUE_KEY_QUERY=true the
 // key is a UNIQ_KEY and maxNum is 32. It answers SUCCESS with the matching records back to
 // back as the body, or QUERY_NOT_FOUND (22) "can not find message, maybe time range not

@@ -22,7 +22,7 @@ import (
 // Unlike Java, which only asks the clients, the broker commits the new offsets itself,
 // so a group with no consumer online is reset too. The running consumers get
 // RESET_CONSUMER_CLIENT_OFFSET (220, one-way; ext topic, group, timestamp, isForce; body
-// ResetOffsetBody in the gson layout, PROTOCOL §3.13) and drop the queues, then re-read
+// ResetOffsetBody in the gson layout, docs/protocol.md §3.13) and drop the queues, then re-read
 // the offsets.
 //
 // Response: code 0 with the same ResetOffsetBody; remark "no consumer online" when no

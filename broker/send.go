@@ -349,7 +349,7 @@ func (b *Broker) putResponse(res store.PutResult, queueID int32) *remoting.Remot
 }
 
 // handleSendBatch serves SEND_BATCH_MESSAGE (320): the body holds several messages of one
-// topic (PROTOCOL §4.5); they are stored in one append with consecutive queue offsets.
+// topic (docs/protocol.md §4.5); they are stored in one append with consecutive queue offsets.
 func (b *Broker) handleSendBatch(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	msgs, codes, queueID, resp := b.prepareBatch(conn, req)
 	if resp != nil {

@@ -12,7 +12,7 @@ import (
 
 // handleSendBack serves CONSUMER_SEND_MSG_BACK (RocketMQ request code 36): a consumer
 // failed a message and hands it back for a later retry (Java
-// SendMessageProcessor.asyncConsumerSendMsgBack, PROTOCOL §3.8).
+// SendMessageProcessor.asyncConsumerSendMsgBack, docs/protocol.md §3.8).
 //
 // The broker reads the original record at the commitlog offset and writes a copy to
 // %RETRY%<group> with ReconsumeTimes+1, delayed by delayLevel (0 = let the broker choose:

@@ -200,7 +200,7 @@ func (b *Broker) recordPull(req, resp *remoting.RemotingCommand, start time.Time
 }
 
 // countRecords counts the stored records in a pull body: each begins with its total
-// size, a big-endian int32 (PROTOCOL §4.1).
+// size, a big-endian int32 (docs/protocol.md §4.1).
 func countRecords(body []byte) int {
 	n := 0
 	for len(body) >= 4 {

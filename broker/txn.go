@@ -142,7 +142,7 @@ func (b *Broker) prepareHalf(m *message.MessageExt) *remoting.RemotingCommand {
 	return nil
 }
 
-// handleEndTransaction serves END_TRANSACTION (RocketMQ request code 37, PROTOCOL §3.9).
+// handleEndTransaction serves END_TRANSACTION (RocketMQ request code 37, docs/protocol.md §3.9).
 func (b *Broker) handleEndTransaction(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	h, err := wire.ParseEndTransactionHeader(req)
 	if err != nil {

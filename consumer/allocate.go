@@ -14,7 +14,7 @@ import (
 type AllocateStrategy func(clientID string, mqAll []message.MessageQueue, cidAll []string) []message.MessageQueue
 
 // AllocateByAveragely is RocketMQ's default strategy (Java AllocateMessageQueueAveragely;
-// PROTOCOL §7.3): queues sorted by (topic, broker name, queue id) and client ids sorted
+// docs/protocol.md §7.3): queues sorted by (topic, broker name, queue id) and client ids sorted
 // as strings are split into consecutive ranges; the first mqs % cids consumers get one
 // queue more. A consumer whose id is not in cidAll gets nothing, as does every consumer
 // beyond the number of queues.

@@ -35,7 +35,7 @@ func (e *BrokerError) Error() string {
 func (e *BrokerError) Unwrap() error { return e.Err }
 
 // pullRPCExtra is added to the long-polling suspend time to get the pull RPC timeout
-// (20 s suspend → 30 s timeout, PROTOCOL §3.4).
+// (20 s suspend → 30 s timeout, docs/protocol.md §3.4).
 const pullRPCExtra = 10 * time.Second
 
 // brokerAPI is the consumer side of the broker requests both consumers use, for one
@@ -65,7 +65,7 @@ func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting
 }
 
 // queryOffset asks the broker for the group's stored offset of mq
-// (QUERY_CONSUMER_OFFSET, request code 14; PROTOCOL §3.5): -1 when none (code 22).
+// (QUERY_CONSUMER_OFFSET, request code 14; docs/protocol.md §3.5): -1 when none (code 22).
 func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
 	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext, nil)
@@ -122,7 +122,7 @@ func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, o
 	return nil
 }
 
-// pullArgs is one PULL_MESSAGE request (PROTOCOL §3.4).
+// pullArgs is one PULL_MESSAGE request (docs/protocol.md §3.4).
 type pullArgs struct {
 	mq             message.MessageQueue
 	offset         int64

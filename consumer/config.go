@@ -192,7 +192,7 @@ type Config struct {
 	// TCP).
 	TLS *tls.Config
 	// JSONHeaders makes the consumer send RocketMQ's JSON request headers instead of the
-	// binary ones (serialize type ROCKETMQ, PROTOCOL.md §1.3). Default false: binary
+	// binary ones (serialize type ROCKETMQ, docs/protocol.md §1.3). Default false: binary
 	// headers, which RocketMQ brokers and name servers have decoded since 4.0 (Java
 	// clients send them with -Drocketmq.serialize.type=ROCKETMQ) and which cost less CPU
 	// to encode and decode on both sides; servers answer in the request's encoding. Set it

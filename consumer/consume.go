@@ -219,7 +219,7 @@ func (c *PushConsumer) retryLater(req *consumeRequest) {
 }
 
 // sendBack asks the broker that holds m to redeliver it later: CONSUMER_SEND_MSG_BACK
-// (request code 36; PROTOCOL §3.8) with maxReconsumeTimes and delayLevel — 0 lets the
+// (request code 36; docs/protocol.md §3.8) with maxReconsumeTimes and delayLevel — 0 lets the
 // broker delay by level 3 + reconsume count, or move m to %DLQ%<group> once the count
 // has reached maxReconsumeTimes; -1 moves m to the DLQ at once. If that fails and m is
 // to be retried (not to go to the DLQ), m is sent to %RETRY%<group> as a normal message
@@ -263,7 +263,7 @@ func (c *PushConsumer) sendBack(m *message.MessageExt, delayLevel int) error {
 // sendToRetryTopic publishes m to %RETRY%<group> with SEND_MESSAGE_V2 as producer group
 // CLIENT_INNER_PRODUCER: properties kept plus ORIGIN_MESSAGE_ID, RETRY_TOPIC (the
 // original topic), DELAY = 3 + reconsume count, without TRAN_MSG; header reconsumeTimes
-// = count + 1 and maxReconsumeTimes (PROTOCOL §7.5; see the comment on the limit).
+// = count + 1 and maxReconsumeTimes (docs/protocol.md §7.5; see the comment on the limit).
 func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageExt) error {
 	rd, err := c.cl.Route(ctx, c.retryTopic)
 	if err != nil {

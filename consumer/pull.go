@@ -34,7 +34,7 @@ func (c *PushConsumer) pullLoop(ctx context.Context, pq *processQueue) {
 		a := pullArgs{mq: mq, offset: next, maxNums: c.cfg.PullBatchSize, sysFlag: wire.PullFlagSuspend,
 			suspend: c.cfg.suspendTimeout, expressionType: "TAG"} // no SUBSCRIPTION bit: the heartbeat's subscription applies
 		if c.cfg.MessageModel == Clustering {
-			// The broker stores the committed offset with the pull (PROTOCOL §7.5).
+			// The broker stores the committed offset with the pull (docs/protocol.md §7.5).
 			if commit := pq.commitOffset(); commit > 0 {
 				a.sysFlag |= wire.PullFlagCommitOffset
 				a.commitOffset = commit
@@ -102,7 +102,7 @@ func (c *PushConsumer) prepare(mq message.MessageQueue, msgs []*message.MessageE
 	return kept
 }
 
-// offsetMoved handles PULL_OFFSET_MOVED (21; PROTOCOL §7.4): the queue is dropped, the
+// offsetMoved handles PULL_OFFSET_MOVED (21; docs/protocol.md §7.4): the queue is dropped, the
 // broker's nextBeginOffset is stored as the group's offset, and a rebalance re-adds the
 // queue from there. Unlike the official clients there is no 10 s pause: results of
 // handlers still running for the dropped queue no longer move its offset.

@@ -169,7 +169,7 @@ func NewPushConsumer(cfg Config) (*PushConsumer, error) {
 	c.cl = cl
 	c.broker = &brokerAPI{cl: cl, group: cfg.Group, maxBody: cfg.MaxDecompressedSize}
 	if cfg.MessageModel == Clustering {
-		// The retry topic is subscribed automatically in clustering mode (PROTOCOL §3.6).
+		// The retry topic is subscribed automatically in clustering mode (docs/protocol.md §3.6).
 		c.retryTopic = message.RetryTopic(cfg.Group)
 		c.subs[c.retryTopic] = &subscription{topic: c.retryTopic, data: wire.NewTagSubscription(c.retryTopic, message.SubscribeAll, time.Now().UnixNano())}
 	}
@@ -228,7 +228,7 @@ func (c *PushConsumer) Subscribe(topic, tagExpr string, handler middleware.Consu
 	return nil
 }
 
-// heartbeatData builds the HEART_BEAT body (PROTOCOL §3.6): one consumer data with all
+// heartbeatData builds the HEART_BEAT body (docs/protocol.md §3.6): one consumer data with all
 // subscriptions, sorted by topic, the retry topic included in clustering mode.
 func (c *PushConsumer) heartbeatData() wire.HeartbeatData {
 	return wire.HeartbeatData{ConsumerDataSet: []wire.ConsumerData{{

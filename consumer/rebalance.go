@@ -234,7 +234,7 @@ func (c *PushConsumer) startQueue(mq message.MessageQueue, start int64) bool {
 }
 
 // startOffset is where a newly assigned queue starts: the stored offset, or else per
-// ConsumeFromWhere (PROTOCOL §7.3).
+// ConsumeFromWhere (docs/protocol.md §7.3).
 func (c *PushConsumer) startOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
 	off, err := c.offsets.read(ctx, mq)
 	if err != nil || off >= 0 {

@@ -8,7 +8,7 @@ import (
 )
 
 // handleResetOffset serves RESET_CONSUMER_CLIENT_OFFSET (RocketMQ request code 220,
-// broker → client, one-way; PROTOCOL §3.13), sent after an admin reset the group's
+// broker → client, one-way; docs/protocol.md §3.13), sent after an admin reset the group's
 // offsets of a topic by time (INVOKE_BROKER_TO_RESET_OFFSET, 222). Ext: topic, group,
 // timestamp, isForce (wire.ResetOffsetHeader); body: ResetOffsetBody (gson or fastjson
 // layout). The reset is queued for the rebalance goroutine (see applyResets), which

@@ -26,7 +26,7 @@ import (
 // for it. See filter.CompileSQL92 in package filter for the full rules.
 
 // Expression types of a subscription (Java ExpressionType; the HEART_BEAT
-// subscriptionData and PULL_MESSAGE field expressionType, PROTOCOL §3.4, §3.6).
+// subscriptionData and PULL_MESSAGE field expressionType, docs/protocol.md §3.4, §3.6).
 const (
 	// ExpressionTag is a tag expression: "*" for all, or "TagA || TagB".
 	ExpressionTag = wire.ExpressionTypeTag

@@ -155,7 +155,7 @@ func (f *SQLFilter) run(src *propSource) (bool, error) {
 // queue's tag code and decides in MatchRecord. Part of the store's filter interface.
 func (f *SQLFilter) MatchTagsCode(tagsCode int64) bool { return true }
 
-// MatchRecord evaluates the filter on the properties of a raw stored record (PROTOCOL
+// MatchRecord evaluates the filter on the properties of a raw stored record (docs/protocol.md
 // §4.1) without decoding the rest of it or building a map. A record that cannot be parsed
 // does not match. rec is not retained. Part of the store's filter interface.
 func (f *SQLFilter) MatchRecord(rec []byte) bool {

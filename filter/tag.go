@@ -68,7 +68,7 @@ func (f *TagFilter) MatchTag(tag string) bool {
 	return ok
 }
 
-// MatchRecord re-checks the exact tag of a raw stored record (PROTOCOL §4.1) whose tag
+// MatchRecord re-checks the exact tag of a raw stored record (docs/protocol.md §4.1) whose tag
 // code already matched. A record that cannot be parsed does not match.
 func (f *TagFilter) MatchRecord(rec []byte) bool {
 	if f.MatchAll() {

@@ -9,7 +9,7 @@ import (
 
 // BatchRecordSize returns the size in bytes of m inside a SEND_BATCH_MESSAGE body:
 // 4 TOTALSIZE + 4 MAGICCODE + 4 BODYCRC + 4 FLAG + 4+len(body) + 2+len(properties)
-// (Java MessageDecoder.encodeMessage; PROTOCOL §4.5).
+// (Java MessageDecoder.encodeMessage; docs/protocol.md §4.5).
 func BatchRecordSize(bodyLen, propertiesLen int) int { return 20 + bodyLen + 2 + propertiesLen }
 
 // EncodeBatch encodes msgs as the body of SEND_BATCH_MESSAGE (RocketMQ request code 320):

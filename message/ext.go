@@ -40,7 +40,7 @@ func TransactionType(sysFlag int32) int32 { return sysFlag & transactionMask }
 func WithTransactionType(sysFlag, t int32) int32 { return (sysFlag &^ transactionMask) | t }
 
 // MessageExt is a message as the broker stores it and a consumer receives it: the
-// [Message] plus the fields of the stored record (PROTOCOL §4.1).
+// [Message] plus the fields of the stored record (docs/protocol.md §4.1).
 type MessageExt struct {
 	Message
 	// MsgID is the id users see: property UNIQ_KEY when set, else OffsetMsgID.
@@ -149,7 +149,7 @@ func appendHost(dst []byte, h netip.AddrPort, v6 bool) []byte {
 	return binary.BigEndian.AppendUint32(dst, uint32(h.Port()))
 }
 
-// AppendRecord appends the stored-record encoding of m (PROTOCOL §4.1) to dst using
+// AppendRecord appends the stored-record encoding of m (docs/protocol.md §4.1) to dst using
 // propertiesString as the PROPERTIES field (callers pass MarshalProperties(m.Properties)
 // or a string they built once). It sets the v6 sysFlag bits from the hosts and computes
 // BODYCRC and TOTALSIZE; m.StoreSize, m.BodyCRC and m.SysFlag are updated. It fails with a

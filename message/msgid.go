@@ -82,7 +82,7 @@ func init() {
 
 // NewUniqID returns a new client message id for property UNIQ_KEY: 32 uppercase hex
 // characters (a 10-byte process prefix, the ms since the start of the month as int32 and a
-// 16-bit counter), the layout RocketMQ clients use (PROTOCOL §4.7). Unique within the
+// 16-bit counter), the layout RocketMQ clients use (docs/protocol.md §4.7). Unique within the
 // process for 65536 ids per ms; safe for concurrent use.
 func NewUniqID() string {
 	var out [UniqIDLen]byte

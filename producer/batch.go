@@ -13,7 +13,7 @@ import (
 )
 
 // SendBatch sends msgs in one SEND_BATCH_MESSAGE request (RocketMQ request code 320;
-// body layout PROTOCOL §4.5): the broker stores them in one message queue at
+// body layout docs/protocol.md §4.5): the broker stores them in one message queue at
 // consecutive queue offsets. All must share one topic, none may have a delay level or
 // be transactional (TRAN_MSG), and the topic may not be a retry (%RETRY%) or DLQ (%DLQ%)
 // topic or a system topic. The encoded batch — per message 22 bytes + body bytes +

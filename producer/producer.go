@@ -548,7 +548,7 @@ func (p *Producer) AvoidedBrokers() map[string]time.Duration {
 
 // publishQueues returns the writable queues of topic. A topic the name servers do not
 // know gets the route of TBW102 with at most 4 queues per broker, so the broker
-// auto-creates it on the first send (PROTOCOL §7.2).
+// auto-creates it on the first send (docs/protocol.md §7.2).
 func (p *Producer) publishQueues(ctx context.Context, topic string) ([]message.MessageQueue, error) {
 	rd, err := p.cl.Route(ctx, topic)
 	if errors.Is(err, client.ErrTopicNotExist) {

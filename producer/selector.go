@@ -13,7 +13,7 @@ import (
 //
 // queues is the topic's list of writable queues, never empty, sorted the same way on
 // every producer that sees the same route: by broker name, then queue id 0..n-1 (or, for
-// a topic with an orderTopicConf, in the order that conf lists brokers; PROTOCOL §7.2).
+// a topic with an orderTopicConf, in the order that conf lists brokers; docs/protocol.md §7.2).
 // So a selector that is a pure function of the message and the list (HashSelector,
 // ManualSelector) maps one key to one queue on every producer, Sluice's and the official
 // Go client's alike. lastBroker is the broker of the previous failed attempt of the same

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// Transactional messages (RocketMQ 4.x two-phase send; PROTOCOL §3.9, §3.10, §7.6):
+// Transactional messages (RocketMQ 4.x two-phase send; docs/protocol.md §3.9, §3.10, §7.6):
 //
 //  1. SendMessageInTransaction sends a half message (property TRAN_MSG=true, PGROUP =
 //     the producer group, sysFlag bit 0x4). The broker keeps it in
@@ -283,7 +283,7 @@ func (tp *TransactionProducer) enter() error {
 
 // SendMessageInTransaction sends msg as a half message, runs the listener's
 // ExecuteLocalTransaction once the broker stored it with SEND_OK, and sends the
-// decision with END_TRANSACTION (RocketMQ request code 37; PROTOCOL §3.9). It sets
+// decision with END_TRANSACTION (RocketMQ request code 37; docs/protocol.md §3.9). It sets
 // properties TRAN_MSG=true, PGROUP=<group> and UNIQ_KEY (when missing) on msg, and
 // removes TRAN_MSG and PGROUP again when the half message was not stored. The half
 // message is sent like SendSync (Config.Selector, retries on another broker, SendTimeout
@@ -385,7 +385,7 @@ func (tp *TransactionProducer) endTransaction(ctx context.Context, res *message.
 }
 
 // endTransactionRequest builds END_TRANSACTION (RocketMQ request code 37; Java
-// EndTransactionRequestHeader, PROTOCOL §3.9).
+// EndTransactionRequestHeader, docs/protocol.md §3.9).
 func endTransactionRequest(group string, tranStateTableOffset, commitLogOffset int64, s LocalTransactionState,
 	fromCheck bool, msgID, txID, remark string) *remoting.RemotingCommand {
 	req := remoting.NewRequest(remoting.EndTransaction, wire.EndTransactionHeader{
@@ -418,7 +418,7 @@ func (tp *TransactionProducer) sendEnd(ctx context.Context, addr string, req *re
 }
 
 // onCheck serves CHECK_TRANSACTION_STATE (RocketMQ request code 39, broker → client,
-// one-way; PROTOCOL §3.10): it decodes the check and queues it for a worker. A check
+// one-way; docs/protocol.md §3.10): it decodes the check and queues it for a worker. A check
 // for another producer group (property PGROUP) is ignored, as the official clients do;
 // a malformed one is logged and ignored; one arriving while the backlog is full is
 // dropped (the broker checks again). It never answers: the answer is END_TRANSACTION.
@@ -465,7 +465,7 @@ func parseCheck(addr string, req *remoting.RemotingCommand) (*txnCheck, error) {
 		c.msg.OffsetMsgID = id
 	}
 	// Transaction id: property __transactionId__, else the header's, else UNIQ_KEY
-	// (the official Go client's order; PROTOCOL §3.9).
+	// (the official Go client's order; docs/protocol.md §3.9).
 	c.transactionID = c.msg.Property(message.PropertyTransactionID)
 	if c.transactionID == "" {
 		c.transactionID = h.TransactionID

@@ -56,7 +56,7 @@ type ClientConfig struct {
 	// SerializeType is the header encoding of the requests this client sends:
 	// SerializeJSON (the default, what RocketMQ clients send unless configured otherwise)
 	// or SerializeRocketMQ, the binary header RocketMQ servers have decoded since 4.0
-	// (Java clients: -Drocketmq.serialize.type=ROCKETMQ; PROTOCOL.md §1.3), which costs
+	// (Java clients: -Drocketmq.serialize.type=ROCKETMQ; docs/protocol.md §1.3), which costs
 	// less to encode and to decode than JSON. Servers answer in the request's encoding.
 	// Binary requests leave out ext fields whose value is empty: RocketMQ servers decode
 	// an empty binary value as null (an absent field), and their ACL check would sign it

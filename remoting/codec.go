@@ -40,14 +40,14 @@ func tooManyExtFields() error {
 }
 
 // SerializeType selects the header encoding; it is the top byte of the 4-byte
-// header-length field (PROTOCOL.md §1.1).
+// header-length field (docs/protocol.md §1.1).
 type SerializeType byte
 
 const (
 	// SerializeJSON is the JSON header (serialize type 0), the Go client's only choice and
 	// the Java default.
 	SerializeJSON SerializeType = 0
-	// SerializeRocketMQ is the ROCKETMQ binary header (serialize type 1, PROTOCOL.md §1.3).
+	// SerializeRocketMQ is the ROCKETMQ binary header (serialize type 1, docs/protocol.md §1.3).
 	SerializeRocketMQ SerializeType = 1
 )
 
@@ -76,7 +76,7 @@ func (c *RemotingCommand) Encode() ([]byte, error) {
 }
 
 // EncodeBinary returns the full frame with a ROCKETMQ binary header (serialize type 1,
-// PROTOCOL.md §1.3). Ext fields are written in sorted key order. It fails with a
+// docs/protocol.md §1.3). Ext fields are written in sorted key order. It fails with a
 // [*HeaderError] for an ext key longer than 32767 bytes and a [*FrameError] for an
 // oversized header or frame.
 func (c *RemotingCommand) EncodeBinary() ([]byte, error) { return c.encodeBinary(false) }
@@ -363,7 +363,7 @@ func (c *RemotingCommand) appendBinaryHeader(b []byte, skipEmpty bool) ([]byte, 
 }
 
 // appendBinaryExt appends one ext field of a binary header: 2-byte key length, key,
-// 4-byte value length, value (PROTOCOL.md §1.3).
+// 4-byte value length, value (docs/protocol.md §1.3).
 func appendBinaryExt(b []byte, k, v string) ([]byte, error) {
 	if len(k) > math.MaxInt16 {
 		return nil, &HeaderError{Field: "extFields", Reason: fmt.Sprintf("key of %d bytes exceeds the binary header limit %d", len(k), math.MaxInt16)}

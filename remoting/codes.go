@@ -11,7 +11,7 @@ import (
 // (or int16 in the binary header) in the header's "code" key.
 type RequestCode int16
 
-// Request codes of RocketMQ 4.x (PROTOCOL.md §2.1). The direction in each comment is
+// Request codes of RocketMQ 4.x (docs/protocol.md §2.1). The direction in each comment is
 // who sends the request.
 const (
 	SendMessage                   RequestCode = 10  // SEND_MESSAGE, client→broker
@@ -121,7 +121,7 @@ func (c RequestCode) String() string {
 // [RequestCode]; the RESPONSE flag bit tells them apart.
 type ResponseCode int16
 
-// Response codes of RocketMQ 4.x (PROTOCOL.md §2.2).
+// Response codes of RocketMQ 4.x (docs/protocol.md §2.2).
 const (
 	Success                            ResponseCode = 0   // SUCCESS
 	SystemError                        ResponseCode = 1   // SYSTEM_ERROR: processor exception or ACL failure; producers retry
@@ -228,7 +228,7 @@ func (c ResponseCode) Retryable() bool {
 // it as the name string ("GO"); the binary header carries it as one byte.
 type LanguageCode byte
 
-// Language codes (PROTOCOL.md §1.2).
+// Language codes (docs/protocol.md §1.2).
 const (
 	LanguageJava   LanguageCode = 0  // JAVA
 	LanguageCPP    LanguageCode = 1  // CPP

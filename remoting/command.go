@@ -10,17 +10,17 @@ import (
 // Java broker or name server treats Sluice clients exactly like the Go client it has been
 // tested against. Consequence: a Java 4.9.x name server answers routes in fastjson's
 // non-standard form (unquoted numeric map keys) unless the request carries
-// acceptStandardJsonOnly=true (PROTOCOL.md §3.1, §7.7 item 14).
+// acceptStandardJsonOnly=true (docs/protocol.md §3.1, §7.7 item 14).
 const DefaultVersion int16 = 317
 
-// Flag bits of the header "flag" field (PROTOCOL.md §1.2).
+// Flag bits of the header "flag" field (docs/protocol.md §1.2).
 const (
 	FlagResponse int32 = 1 << 0 // set on responses
 	FlagOneway   int32 = 1 << 1 // set on one-way requests; the receiver sends no response
 )
 
 // RemotingCommand is one RocketMQ remoting frame: a request or a response
-// (PROTOCOL.md §1). The header fields are the JSON header keys code, language,
+// (docs/protocol.md §1). The header fields are the JSON header keys code, language,
 // version, opaque, flag, remark and extFields; Body is the frame's payload after the header.
 type RemotingCommand struct {
 	Code      int16             // request code ([RequestCode]) or response code ([ResponseCode])

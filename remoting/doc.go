@@ -1,7 +1,7 @@
 // Package remoting implements the RocketMQ 4.x remoting protocol: the frame codec,
 // [RemotingCommand], the request and response codes, a [Client] and a [Server].
 //
-// # Wire format (PROTOCOL.md §1)
+// # Wire format (docs/protocol.md §1)
 //
 // Every frame is [4-byte length][4-byte serializeType<<24 | headerLength][header][body],
 // big-endian, where length counts everything after itself. The header is JSON

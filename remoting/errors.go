@@ -34,7 +34,7 @@ func (e *HeaderError) Error() string {
 // Unwrap returns the underlying error.
 func (e *HeaderError) Unwrap() error { return e.Err }
 
-// FrameError reports a frame that violates the remoting frame format (PROTOCOL.md §1.1):
+// FrameError reports a frame that violates the remoting frame format (docs/protocol.md §1.1):
 // a length field below 4 or above the maximum frame size, a header length beyond the
 // frame, an unknown serialize type, or a truncated frame.
 type FrameError struct {

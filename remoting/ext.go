@@ -3,7 +3,7 @@ package remoting
 import "slices"
 
 // ExtField is one ext field of a command header: a key and its string value (all ext
-// values are strings on the wire, PROTOCOL.md §1.2).
+// values are strings on the wire, docs/protocol.md §1.2).
 type ExtField struct {
 	Key   string
 	Value string

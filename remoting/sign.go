@@ -7,7 +7,7 @@ import (
 	"sort"
 )
 
-// Ext-field names of RocketMQ plain ACL 1.0 (Java SessionCredentials, PROTOCOL.md §8.1).
+// Ext-field names of RocketMQ plain ACL 1.0 (Java SessionCredentials, docs/protocol.md §8.1).
 const (
 	ExtAccessKey     = "AccessKey"     // the account's access key
 	ExtSignature     = "Signature"     // Base64(HmacSHA1(secretKey, content))
@@ -49,7 +49,7 @@ func (c Credentials) Sign(cmd *RemotingCommand) {
 	cmd.ExtFields[ExtSignature] = Signature(c.SecretKey, cmd.ExtFields, cmd.Body, false)
 }
 
-// Signature computes a RocketMQ plain-ACL signature (PROTOCOL.md §8.1): the values of ext
+// Signature computes a RocketMQ plain-ACL signature (docs/protocol.md §8.1): the values of ext
 // sorted by key (byte order), without Signature and _UNIQUE_KEY_QUERY, concatenated with
 // no separator, then the body bytes; HMAC-SHA1 keyed with secretKey (UTF-8); standard
 // Base64 with padding. withoutToken leaves the SecurityToken value out of the content, as

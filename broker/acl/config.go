@@ -2,7 +2,7 @@
 // plain_acl.yml file (parsed with go.yaml.in/yaml/v3, reloaded when it changes), remote
 // address patterns, signature verification and per-resource permissions, with the
 // semantics of RocketMQ 4.9.8's PlainAccessValidator and PlainPermissionManager
-// (PROTOCOL.md §8).
+// (docs/protocol.md §8).
 //
 // The broker decides which request codes need an admin account and which topics and
 // groups a request touches; this package answers whether the caller may.

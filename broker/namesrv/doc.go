@@ -1,6 +1,6 @@
 // Package namesrv is Sluice's name server.
 //
-// The name server speaks the RocketMQ 4.x remoting protocol (PROTOCOL.md §3.1, §3.2):
+// The name server speaks the RocketMQ 4.x remoting protocol (docs/protocol.md §3.1, §3.2):
 // brokers register their topic tables with REGISTER_BROKER (request code 103) and
 // clients, including the official RocketMQ Go client, fetch topic routes with
 // GET_ROUTEINFO_BY_TOPIC (105). Routes are strict JSON with quoted map keys

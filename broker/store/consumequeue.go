@@ -13,7 +13,7 @@ import (
 )
 
 // cqEntrySize is the size of a consume-queue entry: commitlog offset int64, record size
-// int32, tags code int64 (RocketMQ CQ_STORE_UNIT_SIZE, PROTOCOL §6.1).
+// int32, tags code int64 (RocketMQ CQ_STORE_UNIT_SIZE, docs/protocol.md §6.1).
 const cqEntrySize = 20
 
 // paddingSize is the size field of a padding entry (commitlog offset 0, size

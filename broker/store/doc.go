@@ -11,14 +11,14 @@
 //	<Dir>/index/20240102030405006                key index file (name = creation time, UTC, yyyyMMddHHmmssSSS)
 //
 // The commitlog is the single source of truth. Every message of every topic is appended to it
-// as a stored record (PROTOCOL §4.1, built by [message.AppendRecord]) in segment files of
+// as a stored record (docs/protocol.md §4.1, built by [message.AppendRecord]) in segment files of
 // [Config.CommitLogSegmentSize] bytes, preallocated with Truncate. When a record (plus 8 bytes)
 // does not fit in the space left in a segment, the rest of the segment gets a blank filler
 // ([int32 remaining][message.BlankMagicCode]) and the record starts the next segment, so a
 // record never spans two files.
 //
 // A consume queue is an index of one topic/queue id: fixed 20-byte entries (commitlog offset
-// int64, record size int32, tags code int64; PROTOCOL §6.1), one per message, in files of
+// int64, record size int32, tags code int64; docs/protocol.md §6.1), one per message, in files of
 // [Config.ConsumeQueueEntries] entries. Entry n is the message with queue offset n, so a
 // pull at an offset is a seek into the consume queue followed by a read of the commitlog.
 //
@@ -64,7 +64,7 @@
 // topic) fails alone; a failed write fails the messages not yet written.
 // Half messages and rolled-back transactional messages (transaction type PREPARED or
 // ROLLBACK in the sysflag) are written to the commitlog only: they get queue offset 0 and no
-// consume-queue entry (PROTOCOL §4.2). After the lock is released, the [Store.OnDispatch]
+// consume-queue entry (docs/protocol.md §4.2). After the lock is released, the [Store.OnDispatch]
 // hooks run, which is how the broker wakes long-polling pulls.
 //
 // # Flushing and group commit
@@ -116,7 +116,7 @@
 //
 // The key index finds messages by key: each key of a message's KEYS property (split on
 // " ") and its UNIQ_KEY, under the index key topic + "#" + key, as RocketMQ's IndexFile
-// does (PROTOCOL §3.12 QUERY_MESSAGE, §5). Rolled-back transactional messages are not
+// does (docs/protocol.md §3.12 QUERY_MESSAGE, §5). Rolled-back transactional messages are not
 // indexed; half messages are, under their half topic. An index file (index_file.go has the
 // byte layout) holds a header, a fixed number of 20-byte entries {keyHash, commitlog
 // offset, store-time delta in seconds, previous entry of the same slot} and a fixed number

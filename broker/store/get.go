@@ -10,7 +10,7 @@ import (
 	"github.com/sluicemq/sluice/message"
 )
 
-// Pull limits (PROTOCOL §3.4, §6.2).
+// Pull limits (docs/protocol.md §3.4, §6.2).
 const (
 	// DefaultMaxTransferBytes is the byte cap GetMessage uses when maxBytes < 1: 256 KiB
 	// (RocketMQ maxTransferBytesOnMessageInMemory).
@@ -27,7 +27,7 @@ const (
 // consume-queue file. maxMsgNums < 1 means 1; maxBytes < 1 means 256 KiB. The broker applies
 // its own transfer caps (32 messages) by passing them here.
 //
-// Status and NextBeginOffset follow PROTOCOL §3.4 "Store lookup":
+// Status and NextBeginOffset follow docs/protocol.md §3.4 "Store lookup":
 //
 //	no consume queue          NO_MATCHED_LOGIC_QUEUE  0
 //	queue empty (max = 0)     NO_MESSAGE_IN_QUEUE     0

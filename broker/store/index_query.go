@@ -49,7 +49,7 @@ type QueryResult struct {
 	// Messages are the matching messages (body as stored, not decompressed), at most
 	// MaxNum, the newest ones, in commitlog order (oldest first).
 	Messages []*message.MessageExt
-	// Records holds the raw stored record (PROTOCOL §4.1) of each message, in the same
+	// Records holds the raw stored record (docs/protocol.md §4.1) of each message, in the same
 	// order; concatenated they are the QUERY_MESSAGE response body.
 	Records [][]byte
 	// IndexLastUpdateTimestamp is the newest store time in the newest index file, unix ms

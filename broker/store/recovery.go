@@ -13,7 +13,7 @@ import (
 )
 
 // minRecordSize is the smallest possible stored record: IPv4 hosts, empty body, topic and
-// properties (PROTOCOL §4.1).
+// properties (docs/protocol.md §4.1).
 var minRecordSize = message.RecordSize(0, 0, 0, 0)
 
 // rawProperties returns the PROPERTIES bytes of a record that message.DecodeRecord accepted.

@@ -207,7 +207,7 @@ func (s *Store) queueList() []*consumeQueue {
 	return out
 }
 
-// Byte positions of the fields the store assigns inside an encoded record (PROTOCOL §4.1).
+// Byte positions of the fields the store assigns inside an encoded record (docs/protocol.md §4.1).
 const (
 	posQueueOffset    = 20 // QUEUEOFFSET int64
 	posPhysicalOffset = 28 // PHYSICALOFFSET int64
@@ -224,7 +224,7 @@ func storeTimestampPos(sysFlag int32) int {
 }
 
 // dispatched reports whether a message with sysFlag gets a consume-queue entry: not for
-// half messages (PREPARED) and rolled-back ones (PROTOCOL §4.2).
+// half messages (PREPARED) and rolled-back ones (docs/protocol.md §4.2).
 func dispatched(sysFlag int32) bool {
 	t := message.TransactionType(sysFlag)
 	return t != message.SysFlagTransactionPrepared && t != message.SysFlagTransactionRollback

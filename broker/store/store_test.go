@@ -257,7 +257,7 @@ func TestGetMessageStatuses(t *testing.T) {
 		}
 		put(t, s, newMsg("T", 0, fmt.Sprintf("m%d", i), tag))
 	}
-	// A half message: stored in the commitlog, not in a consume queue (PROTOCOL §4.2).
+	// A half message: stored in the commitlog, not in a consume queue (docs/protocol.md §4.2).
 	half := newMsg("Half", 0, "half", "")
 	half.SysFlag = message.WithTransactionType(0, message.SysFlagTransactionPrepared)
 	hres := put(t, s, half)

@@ -48,7 +48,7 @@ type PutResult struct {
 	WroteBytes int64
 }
 
-// GetStatus is the outcome of GetMessage (Java GetMessageStatus; PROTOCOL §3.4 "Store lookup").
+// GetStatus is the outcome of GetMessage (Java GetMessageStatus; docs/protocol.md §3.4 "Store lookup").
 type GetStatus int
 
 const (
@@ -95,7 +95,7 @@ func (s GetStatus) String() string {
 
 // GetResult is the answer of GetMessage.
 type GetResult struct {
-	// Status is the lookup outcome (PROTOCOL §3.4 "Store lookup").
+	// Status is the lookup outcome (docs/protocol.md §3.4 "Store lookup").
 	Status GetStatus
 	// NextBeginOffset is the queue offset the consumer should pull from next.
 	NextBeginOffset int64

@@ -27,7 +27,7 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// Defaults of Config (PROTOCOL §7.1).
+// Defaults of Config (docs/protocol.md §7.1).
 const (
 	DefaultRouteRefreshInterval = 30 * time.Second
 	DefaultHeartbeatInterval    = 30 * time.Second
@@ -377,7 +377,7 @@ func (c *Client) CachedRoute(topic string) *wire.TopicRouteData {
 }
 
 // FetchRoute asks the name servers for the route of topic (GET_ROUTEINFO_BY_TOPIC,
-// RocketMQ request code 105; PROTOCOL §3.1), trying each name server once, round-robin,
+// RocketMQ request code 105; docs/protocol.md §3.1), trying each name server once, round-robin,
 // NamesrvTimeout each. On success the route is cached (and refreshed from then on) and
 // the broker address table updated. Errors: ErrTopicNotExist (wrapped) when a name server
 // answered 17 TOPIC_NOT_EXIST; a *wire.RouteError (wrapping wire.ErrBadRouteData) for an
@@ -519,7 +519,7 @@ func (c *Client) BrokerNames() []string {
 }
 
 // brokerTargets returns the addresses heartbeats go to: every master, and slaves too
-// when withSlaves (consumers read from slaves; PROTOCOL §7.1).
+// when withSlaves (consumers read from slaves; docs/protocol.md §7.1).
 func (c *Client) brokerTargets(withSlaves bool) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -535,7 +535,7 @@ func (c *Client) brokerTargets(withSlaves bool) []string {
 	return out
 }
 
-// SendHeartbeat sends HEART_BEAT (RocketMQ request code 34; PROTOCOL §3.6) with the body
+// SendHeartbeat sends HEART_BEAT (RocketMQ request code 34; docs/protocol.md §3.6) with the body
 // built by Config.Heartbeat to every known broker master, and to slaves too when the
 // body has consumer data. Each broker gets BrokerTimeout. It returns the errors of the
 // brokers that failed, joined; nil when there is nothing to send.
@@ -596,7 +596,7 @@ func (c *Client) sendHeartbeat(ctx context.Context, onlyNew bool) error {
 	return errors.Join(errs...)
 }
 
-// Unregister sends UNREGISTER_CLIENT (RocketMQ request code 35; PROTOCOL §3.6) with this
+// Unregister sends UNREGISTER_CLIENT (RocketMQ request code 35; docs/protocol.md §3.6) with this
 // client id and the given producer and/or consumer group ("" leaves a group out) to every
 // known broker master, BrokerTimeout each. It returns the failures joined.
 func (c *Client) Unregister(ctx context.Context, producerGroup, consumerGroup string) error {

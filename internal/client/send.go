@@ -8,7 +8,7 @@ import (
 )
 
 // DefaultTopicQueueNums is how many queues a producer asks the broker to create for a
-// topic it auto-creates from TBW102 (PROTOCOL §3.3 field defaultTopicQueueNums, §7.2).
+// topic it auto-creates from TBW102 (docs/protocol.md §3.3 field defaultTopicQueueNums, §7.2).
 const DefaultTopicQueueNums = 4
 
 // InnerProducerGroup is the producer group of messages a consumer re-sends to its retry

@@ -77,7 +77,7 @@ type Driver struct {
 // SerializeRocketMQ is the JVM flag that makes the RocketMQ Java client write its
 // request headers in the binary ROCKETMQ encoding instead of JSON: RemotingCommand
 // reads the system property rocketmq.serialize.type once, when the class loads
-// (PROTOCOL.md §1.3).
+// (docs/protocol.md §1.3).
 const SerializeRocketMQ = "-Drocketmq.serialize.type=ROCKETMQ"
 
 // WithJVMFlags returns a copy of d whose processes run with flags added to the JVM's

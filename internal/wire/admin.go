@@ -68,7 +68,7 @@ type GroupQueueOffset struct {
 
 // EncodeResetOffsetBody encodes table as the ResetOffsetBody of
 // RESET_CONSUMER_CLIENT_OFFSET (220) in the gson layout that valid-JSON parsers and the
-// official Go client's hand-written parser both read (PROTOCOL §3.13):
+// official Go client's hand-written parser both read (docs/protocol.md §3.13):
 // {"offsetTable":[[{"topic":"T","brokerName":"b","queueId":0},123],...]}, no spaces,
 // queues sorted by (topic, broker name, queue id).
 func EncodeResetOffsetBody(table map[message.MessageQueue]int64) []byte {
@@ -98,7 +98,7 @@ func EncodeResetOffsetBody(table map[message.MessageQueue]int64) []byte {
 var ErrBadResetOffsetBody = errors.New("wire: bad ResetOffsetBody")
 
 // DecodeResetOffsetBody reads a ResetOffsetBody in either layout a broker sends
-// (PROTOCOL §3.13): the gson form {"offsetTable":[[{mq},123],...]} (valid JSON; what
+// (docs/protocol.md §3.13): the gson form {"offsetTable":[[{mq},123],...]} (valid JSON; what
 // Sluice sends) or Java fastjson's object-keyed form {"offsetTable":{{mq}:123,...}}
 // (not valid JSON). An empty body or table gives an empty map. Errors wrap
 // ErrBadResetOffsetBody.

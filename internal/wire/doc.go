@@ -1,7 +1,7 @@
 // Package wire holds the RocketMQ remoting bodies and headers that both sides of the
 // protocol use — Sluice's broker and name server on one side, its producer, consumer,
 // admin client and their shared internal client on the other — so that each exists
-// once, with one encoder and one parser (PROTOCOL.md §3):
+// once, with one encoder and one parser (docs/protocol.md §3):
 //
 //   - routes: [TopicRouteData], [QueueData], [BrokerData] (GET_ROUTEINFO_BY_TOPIC, 105),
 //     parsed by [ParseTopicRouteData] in the strict and in the fastjson dialect, and the

@@ -12,7 +12,7 @@ import (
 )
 
 // Values of ConsumerData and SubscriptionData fields (Java ConsumeType, MessageModel,
-// ConsumeFromWhere and ExpressionType names; PROTOCOL §3.6).
+// ConsumeFromWhere and ExpressionType names; docs/protocol.md §3.6).
 const (
 	ConsumeTypePassively = "CONSUME_PASSIVELY" // push consumer
 	ConsumeTypeActively  = "CONSUME_ACTIVELY"  // pull consumer
@@ -28,7 +28,7 @@ const (
 	ExpressionTypeSQL92 = "SQL92" // SQL92 property filter (brokers need enablePropertyFilter=true)
 )
 
-// HeartbeatData is the JSON body of HEART_BEAT (RocketMQ request code 34; PROTOCOL §3.6):
+// HeartbeatData is the JSON body of HEART_BEAT (RocketMQ request code 34; docs/protocol.md §3.6):
 // the client id and the producer and consumer groups this client takes part in.
 type HeartbeatData struct {
 	ClientID        string         `json:"clientID"`        // "<ip>@<instance>"
@@ -84,7 +84,7 @@ type SubscriptionData struct {
 
 // CodeSet is the codeSet of a SubscriptionData: tag hash codes as decimal strings. It
 // is written as JSON strings, the official Go client's form; it reads strings or
-// numbers, since Java clients (fastjson, Set<Integer>) send numbers (PROTOCOL §3.6).
+// numbers, since Java clients (fastjson, Set<Integer>) send numbers (docs/protocol.md §3.6).
 type CodeSet []string
 
 // UnmarshalJSON reads an array of strings or numbers (null gives nil).

@@ -47,7 +47,7 @@ func TestHeartbeatJSONShape(t *testing.T) {
 
 func TestParseHeartbeatJavaAndGo(t *testing.T) {
 	// A Java client (fastjson) writes codeSet as numbers; the official Go client as
-	// strings (PROTOCOL §3.6). Both parse to the same decimal strings.
+	// strings (docs/protocol.md §3.6). Both parse to the same decimal strings.
 	java := `{"clientID":"10.0.0.6@4242","producerDataSet":[{"groupName":"pg"}],"consumerDataSet":[{"groupName":"cg",` +
 		`"consumeType":"CONSUME_ACTIVELY","messageModel":"BROADCASTING","consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET","unitMode":false,` +
 		`"subscriptionDataSet":[{"classFilterMode":false,"topic":"T","subString":"TagA || TagB","tagsSet":["TagA","TagB"],` +

@@ -9,7 +9,7 @@ import (
 )
 
 // LockBatchBody is the body of LOCK_BATCH_MQ and UNLOCK_BATCH_MQ (RocketMQ request
-// codes 41 and 42; Java LockBatchRequestBody / UnlockBatchRequestBody, PROTOCOL §3.11):
+// codes 41 and 42; Java LockBatchRequestBody / UnlockBatchRequestBody, docs/protocol.md §3.11):
 // the queues a client of a consumer group wants to lock or release.
 type LockBatchBody struct {
 	ConsumerGroup string                 `json:"consumerGroup"`

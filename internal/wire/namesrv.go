@@ -39,7 +39,7 @@ type TopicConfigSerializeWrapper struct {
 }
 
 // RegisterBrokerBody is the JSON body of REGISTER_BROKER (RocketMQ request code 103,
-// Java RegisterBrokerBody, PROTOCOL.md §3.2), e.g.
+// Java RegisterBrokerBody, docs/protocol.md §3.2), e.g.
 //
 //	{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":1,"timestamp":1700000000000},
 //	 "topicConfigTable":{"T":{"order":false,"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"T","topicSysFlag":0,"writeQueueNums":4}}}}

@@ -20,7 +20,7 @@ var ErrTopicNotExist = errors.New("wire: no route for topic")
 var ErrKVNotFound = errors.New("wire: kv config not found")
 
 // RegisterBrokerRequest is what a broker sends with REGISTER_BROKER (RocketMQ request
-// code 103, PROTOCOL.md §3.2).
+// code 103, docs/protocol.md §3.2).
 type RegisterBrokerRequest struct {
 	ClusterName  string // required, e.g. "DefaultCluster"
 	BrokerName   string // required, e.g. "broker-a"

@@ -9,7 +9,7 @@ import (
 
 // ConsumerOffsetHeader is the custom header of QUERY_CONSUMER_OFFSET (RocketMQ request
 // code 14) and UPDATE_CONSUMER_OFFSET (15) (Java QueryConsumerOffsetRequestHeader and
-// UpdateConsumerOffsetRequestHeader, PROTOCOL §3.5). The comments give the ext keys.
+// UpdateConsumerOffsetRequestHeader, docs/protocol.md §3.5). The comments give the ext keys.
 type ConsumerOffsetHeader struct {
 	ConsumerGroup string // consumerGroup
 	Topic         string // topic
@@ -56,7 +56,7 @@ func ParseConsumerOffsetHeader(req *remoting.RemotingCommand, update bool) (Cons
 // ResetOffsetHeader is the custom header of INVOKE_BROKER_TO_RESET_OFFSET (RocketMQ
 // request code 222, admin → broker; Java ResetOffsetRequestHeader) and of
 // RESET_CONSUMER_CLIENT_OFFSET (220, broker → consumer, with a ResetOffsetBody, see
-// [EncodeResetOffsetBody]); PROTOCOL §3.13. The comments give the ext keys.
+// [EncodeResetOffsetBody]); docs/protocol.md §3.13. The comments give the ext keys.
 type ResetOffsetHeader struct {
 	Topic     string // topic
 	Group     string // group: the consumer group
@@ -96,7 +96,7 @@ func ParseResetOffsetHeader(req *remoting.RemotingCommand) (ResetOffsetHeader, e
 
 // QueueHeader is the custom header of GET_MAX_OFFSET (RocketMQ request code 30),
 // GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32) and, with Timestamp,
-// SEARCH_OFFSET_BY_TIMESTAMP (29); PROTOCOL §3.5. The comments give the ext keys.
+// SEARCH_OFFSET_BY_TIMESTAMP (29); docs/protocol.md §3.5. The comments give the ext keys.
 type QueueHeader struct {
 	Topic     string // topic
 	QueueID   int32  // queueId

@@ -7,7 +7,7 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// PULL_MESSAGE sysFlag bits (Java PullSysFlag; PROTOCOL §3.4).
+// PULL_MESSAGE sysFlag bits (Java PullSysFlag; docs/protocol.md §3.4).
 const (
 	PullFlagCommitOffset = 1 << 0 // the broker stores CommitOffset for the group
 	PullFlagSuspend      = 1 << 1 // long polling allowed
@@ -16,7 +16,7 @@ const (
 )
 
 // PullHeader is the custom header of PULL_MESSAGE (RocketMQ request code 11; Java
-// PullMessageRequestHeader, PROTOCOL §3.4). The comments give the ext keys.
+// PullMessageRequestHeader, docs/protocol.md §3.4). The comments give the ext keys.
 type PullHeader struct {
 	ConsumerGroup        string // consumerGroup
 	Topic                string // topic
@@ -74,7 +74,7 @@ func ParsePullHeader(req *remoting.RemotingCommand) (PullHeader, error) {
 }
 
 // PullResponseHeader is the custom header of a PULL_MESSAGE answer (Java
-// PullMessageResponseHeader, PROTOCOL §3.4), also used by Sluice's READ_QUEUE (7001).
+// PullMessageResponseHeader, docs/protocol.md §3.4), also used by Sluice's READ_QUEUE (7001).
 // The comments give the ext keys.
 type PullResponseHeader struct {
 	NextBeginOffset      int64 // nextBeginOffset: where the next pull starts

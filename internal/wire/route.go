@@ -11,7 +11,7 @@ import (
 	"github.com/sluicemq/sluice/message"
 )
 
-// Perm bits of a topic, a queue data or a broker (Java PermName, PROTOCOL.md §6.4). A
+// Perm bits of a topic, a queue data or a broker (Java PermName, docs/protocol.md §6.4). A
 // typical topic has perm 6 (read|write); TBW102 has 7 (inherit|read|write).
 const (
 	PermInherit  = 1 // PERM_INHERIT: new topics may be auto-created from this one (TBW102)
@@ -31,7 +31,7 @@ const MasterID int64 = 0
 const MaxQueueNums = 1 << 16
 
 // TopicRouteData is the body of a successful GET_ROUTEINFO_BY_TOPIC (RocketMQ request
-// code 105) response (Java TopicRouteData, PROTOCOL.md §3.1): which brokers hold the
+// code 105) response (Java TopicRouteData, docs/protocol.md §3.1): which brokers hold the
 // topic and how many queues each has. Marshal writes queueDatas, brokerDatas and
 // filterServerTable always, as [] and {} when empty (the official Go client slices the
 // raw text and needs them).
@@ -70,7 +70,7 @@ func (r TopicRouteData) MarshalJSON() ([]byte, error) {
 //
 // JSON: brokerName, readQueueNums, writeQueueNums, perm, topicSysFlag — and the same
 // flag once more as topicSynFlag, the spelling of RocketMQ ≤ 4.5 that the official Go
-// client still reads (PROTOCOL.md §3.1). Marshal always writes both keys; Unmarshal
+// client still reads (docs/protocol.md §3.1). Marshal always writes both keys; Unmarshal
 // accepts either (topicSysFlag wins when both are present).
 type QueueData struct {
 	BrokerName     string // broker holding these queues
@@ -174,7 +174,7 @@ func (e *RouteError) Is(target error) bool { return target == ErrBadRouteData }
 // ParseTopicRouteData decodes a GET_ROUTEINFO_BY_TOPIC (RocketMQ request code 105)
 // response body for topic (used only in errors). It accepts strict JSON
 // ({"0":"ip:port"}) and the fastjson dialect of Java name servers answering clients
-// older than 4.9.4, whose numeric map keys are unquoted ({0:"ip:port"}, PROTOCOL.md
+// older than 4.9.4, whose numeric map keys are unquoted ({0:"ip:port"}, docs/protocol.md
 // §3.1). A missing brokerDatas or filterServerTable, and a missing brokerAddrs, give
 // an empty slice or map. It returns a [*RouteError] (wrapping [ErrBadRouteData]) when
 // the body is empty, is not JSON after quoting bare numeric keys, has no queueDatas
@@ -317,7 +317,7 @@ func (rd *TopicRouteData) Broker(brokerName string) (BrokerData, bool) {
 
 // CapQueueNums returns a copy of rd with every queue data's read and write queue counts
 // capped at n. Producers use it on the TBW102 route when a topic does not exist yet
-// (defaultTopicQueueNums = 4, PROTOCOL §7.2).
+// (defaultTopicQueueNums = 4, docs/protocol.md §7.2).
 func (rd *TopicRouteData) CapQueueNums(n int) *TopicRouteData {
 	c := rd.Clone()
 	for i := range c.QueueDatas {
@@ -327,7 +327,7 @@ func (rd *TopicRouteData) CapQueueNums(n int) *TopicRouteData {
 	return c
 }
 
-// PublishQueues returns the message queues producers may send topic to (PROTOCOL §7.2):
+// PublishQueues returns the message queues producers may send topic to (docs/protocol.md §7.2):
 // with orderTopicConf set, queues 0..n-1 of each listed broker in listed order; otherwise,
 // for the queue datas with PermWrite whose broker has a master (id 0), sorted by broker
 // name, queues 0..writeQueueNums-1. A bad orderTopicConf is an error wrapping
@@ -365,7 +365,7 @@ func PublishQueues(topic string, rd *TopicRouteData) ([]message.MessageQueue, er
 
 // SubscribeQueues returns the message queues consumers read topic from: for the queue
 // datas with PermRead, queues 0..readQueueNums-1, sorted by broker name then queue id
-// (PROTOCOL §6.4, §7.3).
+// (docs/protocol.md §6.4, §7.3).
 func SubscribeQueues(topic string, rd *TopicRouteData) []message.MessageQueue {
 	var out []message.MessageQueue
 	for _, qd := range rd.QueueDatas {

@@ -167,7 +167,7 @@ func TestCapQueueNums(t *testing.T) {
 }
 
 func TestParseTopicRouteData(t *testing.T) {
-	// fastjson dialect of a Java name server answering an old client (PROTOCOL.md §3.1).
+	// fastjson dialect of a Java name server answering an old client (docs/protocol.md §3.1).
 	fast := `{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"},` +
 		`{"brokerAddrs":{ 0 : "10.0.0.3:10911" },"brokerName":"b,1:x","cluster":"C"}],"filterServerTable":{},` +
 		`"orderTopicConf":"broker-a:4;broker-b:4",` +

@@ -9,7 +9,7 @@ import (
 
 // SendHeader is the custom header of SEND_MESSAGE (RocketMQ request code 10, Java
 // SendMessageRequestHeader, long keys) and of SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
-// (310 and 320, Java SendMessageRequestHeaderV2, the one-letter keys a..n); PROTOCOL
+// (310 and 320, Java SendMessageRequestHeaderV2, the one-letter keys a..n); docs/protocol.md
 // §3.3. Each field's comment gives its V2 key; [SendHeaderKeys] lists both spellings.
 type SendHeader struct {
 	ProducerGroup         string // a: producer group

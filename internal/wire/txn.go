@@ -7,7 +7,7 @@ import (
 )
 
 // EndTransactionHeader is the custom header of END_TRANSACTION (RocketMQ request code
-// 37; Java EndTransactionRequestHeader, PROTOCOL §3.9): a producer's commit, rollback
+// 37; Java EndTransactionRequestHeader, docs/protocol.md §3.9): a producer's commit, rollback
 // or unknown for a half message. The comments give the ext keys.
 type EndTransactionHeader struct {
 	ProducerGroup        string // producerGroup
@@ -61,7 +61,7 @@ func ParseEndTransactionHeader(req *remoting.RemotingCommand) (EndTransactionHea
 
 // CheckTransactionStateHeader is the custom header of CHECK_TRANSACTION_STATE (RocketMQ
 // request code 39, broker → producer, one-way; Java CheckTransactionStateRequestHeader,
-// PROTOCOL §3.10). The body is the half message's record. The comments give the ext
+// docs/protocol.md §3.10). The body is the half message's record. The comments give the ext
 // keys.
 type CheckTransactionStateHeader struct {
 	TranStateTableOffset int64  // tranStateTableOffset: the half message's queue offset
@@ -98,7 +98,7 @@ func ParseCheckTransactionStateHeader(req *remoting.RemotingCommand) (CheckTrans
 }
 
 // SendBackHeader is the custom header of CONSUMER_SEND_MSG_BACK (RocketMQ request code
-// 36; Java ConsumerSendMsgBackRequestHeader, PROTOCOL §3.8): a consumer hands a failed
+// 36; Java ConsumerSendMsgBackRequestHeader, docs/protocol.md §3.8): a consumer hands a failed
 // message back for a later retry. The comments give the ext keys.
 type SendBackHeader struct {
 	Offset      int64  // offset: the message's commitlog offset
