@@ -6,7 +6,7 @@
 // and disk usage are computed when Prometheus asks. [Start] serves /metrics (with the Go
 // runtime and process collectors) and, when asked, net/http/pprof under /debug/pprof/.
 //
-// Every metric and its labels is listed in the README's "Monitoring" section.
+// Every metric and its labels is listed in docs/operations.md ("Metrics").
 package brokermetrics
 
 import (

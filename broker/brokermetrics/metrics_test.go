@@ -235,8 +235,8 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if got := value(fams, "sluice_broker_register_total", "result", "failed"); got != 0 {
 		t.Errorf("failed registrations %v", got)
 	}
-	// The README's Monitoring table lists exactly the metrics exported.
-	readme, err := os.ReadFile("../../README.md")
+	// The metrics table of docs/operations.md lists exactly the metrics exported.
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +246,12 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	}
 	for name := range fams {
 		if (strings.HasPrefix(name, "sluice_broker_") || strings.HasPrefix(name, "sluice_namesrv_")) && !documented[name] {
-			t.Errorf("metric %s is not in the README", name)
+			t.Errorf("metric %s is not in docs/operations.md", name)
 		}
 	}
 	for name := range documented {
 		if fams[name] == nil {
-			t.Errorf("the README lists %s, which is not exported", name)
+			t.Errorf("docs/operations.md lists %s, which is not exported", name)
 		}
 	}
 

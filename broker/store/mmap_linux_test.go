@@ -256,7 +256,7 @@ func TestPrefaulterStartsAtTheWriter(t *testing.T) {
 
 // TestPrefaulterStopsAtItsWindow: the prefaulter faults in no more than prefaultAhead
 // bytes beyond the writer (rounded up to a page): its last step of a window is cut at
-// the window's end, so that the space a full disk still takes (the README's "at most
+// the window's end, so that the space a full disk still takes (docs/guarantees.md: "at most
 // 4 MiB ahead of the last write") is that. Before, the last step went on for a whole
 // prefaultStep (256 KiB) past it.
 func TestPrefaulterStopsAtItsWindow(t *testing.T) {

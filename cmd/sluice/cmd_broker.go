@@ -29,7 +29,7 @@ Unless the GOGC environment variable is set, the broker runs Go's garbage collec
 with GOGC=400 instead of Go's default 100: its heap is small (tens of MiB) and mostly
 the short-lived garbage of requests, so collecting a quarter as often costs about
 30 MiB more resident memory and saves about 14% of the broker's CPU time per send
-(README, "Performance"). Set GOGC (e.g. GOGC=100) to choose otherwise.`,
+(docs/performance.md). Set GOGC (e.g. GOGC=100) to choose otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: runBroker,
 	}

@@ -4,7 +4,7 @@ package peers_test
 // against the Sluice broker, with the same client (the RocketMQ 4.9.7 Java client through
 // the driver, or Sluice's own remoting client for raw requests), and what the client
 // observes on each is compared. Scenarios that differ on purpose say why (diff), and
-// the README lists them under "Differences from Apache RocketMQ".
+// docs/differences.md lists them.
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type scenario struct {
 	// run plays the scenario against tg, checks what must hold on any broker, and
 	// returns the observations compared across brokers.
 	run func(t *testing.T, tg target) obs
-	// diff, when set, is why the observations may differ (listed in the README); they
+	// diff, when set, is why the observations may differ (listed in docs/differences.md); they
 	// are then logged, not compared.
 	diff string
 }
