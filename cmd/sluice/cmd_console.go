@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/console"
+	"github.com/sluicemq/sluice/lifecycle"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
 	"github.com/sluicemq/sluice/retrytask"
@@ -102,11 +103,18 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return errors.Join(err, stopParked(context.Background()))
 	}
+	// The console (a frontend) stops first, then the parked-sends resender it drives
+	// (retry task, its producer, the Redis client).
+	g, err := newGroup(grace, log)
+	if err != nil {
+		return errors.Join(err, shutdownNow(lifecycle.ShutdownFunc(func(ctx context.Context) error {
+			return errors.Join(stop(ctx), stopParked(ctx))
+		}), grace))
+	}
+	_ = g.AddFrontend("console", lifecycle.ShutdownFunc(stop))
+	_ = g.AddRetryTask("parked-sends resender", lifecycle.ShutdownFunc(stopParked))
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice console on http://%s/\n", addr)
-	<-cmd.Context().Done()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := errors.Join(stop(ctx), stopParked(ctx)); err != nil {
+	if err := g.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("console shutdown: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), "sluice console stopped")
