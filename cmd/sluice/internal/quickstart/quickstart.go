@@ -1,4 +1,10 @@
-package main
+// Package quickstart is sluice quickstart: an embedded name server and broker (or a
+// Kafka cluster) with a payment-events demo of the SDK and the reliability middleware
+// (Keys, Park and the retry task, Dedup, the transactional inbox), which prints what
+// happened and fails naming what is missing or doubled. The command's help in cmd/sluice
+// tells the story; [Run] is its entry and [RunInboxChild] the hidden child process of
+// its inbox part.
+package quickstart
 
 import (
 	"context"
@@ -20,7 +26,6 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
-	"github.com/spf13/cobra"
 )
 
 // Quickstart scenario names.
@@ -35,93 +40,48 @@ const (
 	qsShutdownTime = 10 * time.Second
 )
 
-func newQuickstartCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "quickstart",
-		Short: "Run an embedded name server and broker with a payment-events demo, then exit",
-		Long: `Start a name server and a broker in this process on free loopback ports with a
-temporary data directory, create topic PayEvents, send one PaySuccess event per order
-(key = order id, JSON body) and a few PayFailed events, and consume them with two
-consumer groups: order_service subscribes "PaySuccess || PayFailed", points_service
-subscribes "PaySuccess" and adds loyalty points per payment behind the Dedup middleware.
-Print what each group received.
+// Defaults of Options (the flags' defaults of sluice quickstart).
+const (
+	DefaultOrders      = 10
+	DefaultFailed      = 2
+	DefaultOutageSends = 3
+	DefaultTimeout     = 30 * time.Second
+)
 
-Then show the reliability middleware, with an embedded miniredis (or the Redis at
---redis, under a key namespace unique to this run whose keys are deleted at the end):
-the producer is wrapped with Keys + Park; the broker is stopped and --outage-sends
-payments fail after the producer's own retries and are parked in Redis; the broker is
-started again on the same addresses and data directory and the retry task resends the
-parked payments; then one payment is delivered twice (the same message, the same key)
-and points_service adds its points once, skipping the duplicate. Print the tally (sent,
-parked, resent, consumed, duplicates skipped, business effects).
-
-Then book the same PaySuccess payments exactly once through a transactional inbox
-(package inbox; an embedded SQLite file, or PostgreSQL with --postgres): group
-ledger_service writes one ledger row per payment in the same transaction as the
-payment's inbox row. Its first consumer is a child process that commits one batch and
-crashes in the middle of the next (its transaction is never finished: the database
-drops it); a consumer in this process takes over, the broker redelivers, the inbox skips
-what was booked, and a tally counts ledger rows per payment: any payment booked twice or
-never fails the run.
-
-Shut everything down, remove the data directory and exit 0 — or exit non-zero naming
-what is missing or doubled once --timeout has passed.
-
-With --kafka the payment scenario runs on Kafka instead (package kafka): on the cluster
-at --kafka=host:port[,host:port] (also accepted as "--kafka host:port"), or, with a bare
---kafka, on an embedded in-process Kafka-protocol cluster (kfake). The same two groups
-consume; points_service fails one payment once (it comes back through its retry topic
-points_service.retry.1), cannot parse a malformed event (two retries, then its
-dead-letter topic points_service.dlq) and skips a duplicate payment with Dedup. On a real
-cluster the topic and group names get a per-run suffix and the run's topics are deleted
-at the end. --outage-sends does not apply.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			// "--kafka host:port": a bare --kafka takes no value, so the address arrives
-			// as the one argument.
-			if k, _ := cmd.Flags().GetString("kafka"); k == qsKafkaEmbedded && len(args) == 1 {
-				return nil
-			}
-			return cobra.NoArgs(cmd, args)
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f := cmd.Flags()
-			var o qsOptions
-			o.orders, _ = f.GetInt("orders")
-			o.failed, _ = f.GetInt("failed")
-			o.outageSends, _ = f.GetInt("outage-sends")
-			o.redisAddr, _ = f.GetString("redis")
-			o.timeout, _ = f.GetDuration("timeout")
-			o.postgresDSN, _ = f.GetString("postgres")
-			o.log = discardLogger()
-			if verbose, _ := f.GetBool("verbose"); verbose {
-				l, err := newLogger(cmd)
-				if err != nil {
-					return err
-				}
-				o.log = l
-			}
-			if k, _ := f.GetString("kafka"); k != "" {
-				if len(args) == 1 {
-					k = args[0]
-				}
-				return runKafkaQuickstart(cmd.Context(), cmd.OutOrStdout(), o, k)
-			}
-			return runQuickstart(cmd.Context(), cmd.OutOrStdout(), o)
-		},
-	}
-	f := cmd.Flags()
-	f.String("kafka", "", "run the payment scenario on Kafka: --kafka=host:port[,host:port], or a bare --kafka for an embedded in-process cluster")
-	f.Lookup("kafka").NoOptDefVal = qsKafkaEmbedded
-	f.Int("orders", 10, "orders paid successfully (one PaySuccess event each), 1..1000")
-	f.Int("failed", 2, "orders whose payment failed (one PayFailed event each), 0..1000")
-	f.Int("outage-sends", 3, "payments sent while the broker is down (each parked, then resent), 1..100")
-	f.String("redis", "", "Redis \"host:port\" for the reliability part (default: an embedded miniredis); only keys under this run's namespace are written, and they are deleted at the end")
-	f.String("postgres", "", "PostgreSQL DSN for the inbox part (postgres://user:pass@host:port/db; default: an embedded SQLite file in the run's data directory); its two tables get names unique to the run and are dropped at the end")
-	f.Duration("timeout", 30*time.Second, "how long the whole run may take before it fails, naming what is missing")
-	f.Bool("verbose", false, "show the broker, producer, consumer, middleware and retry task logs on stderr (level from --log-level)")
-	cmd.AddCommand(newQuickstartInboxChildCmd())
-	return cmd
+// Options configures Run: what the flags of sluice quickstart say.
+type Options struct {
+	Orders      int           // orders paid successfully, 1..1000
+	Failed      int           // orders whose payment failed, 0..1000
+	OutageSends int           // payments sent while the broker is down, 1..100 (not with Kafka)
+	Redis       string        // Redis host:port of the reliability part; "" = an embedded miniredis
+	Postgres    string        // PostgreSQL DSN of the inbox part; "" = an embedded SQLite file
+	Kafka       string        // "" = the RocketMQ scenario; KafkaEmbedded or host:port[,host:port] = the Kafka one
+	Timeout     time.Duration // how long the whole run may take
+	Out         io.Writer     // the human-readable account; nil = discarded
+	Logger      *slog.Logger  // broker, client, middleware and retry task logs; nil = none
 }
+
+// Run runs the quickstart (see the package doc) and writes its account to o.Out.
+// Everything it starts is shut down before it returns; it fails naming what is missing
+// or doubled.
+func Run(ctx context.Context, o Options) error {
+	q := qsOptions{orders: o.Orders, failed: o.Failed, outageSends: o.OutageSends, redisAddr: o.Redis,
+		timeout: o.Timeout, log: o.Logger, postgresDSN: o.Postgres}
+	if q.log == nil {
+		q.log = discardLogger()
+	}
+	out := o.Out
+	if out == nil {
+		out = io.Discard
+	}
+	if o.Kafka != "" {
+		return runKafkaQuickstart(ctx, out, q, o.Kafka)
+	}
+	return runQuickstart(ctx, out, q)
+}
+
+// discardLogger is the logger of a run without Options.Logger.
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // qsOptions configures runQuickstart.
 type qsOptions struct {
@@ -304,7 +264,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		r.b = nil // Start stopped it again
 		return fmt.Errorf("broker start: %w", err)
 	}
-	r.ns = splitAddrs(b.NamesrvAddr())
+	r.ns = []string{b.NamesrvAddr()}
 	fmt.Fprintf(out, "started name server %s and broker %s at %s (data in %s)\n", b.NamesrvAddr(), b.Name(), b.Addr(), r.dir)
 
 	a, err := admin.New(admin.Config{NamesrvAddrs: r.ns, Logger: o.log})

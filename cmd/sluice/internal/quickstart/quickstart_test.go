@@ -1,4 +1,4 @@
-package main
+package quickstart
 
 import (
 	"bytes"
@@ -13,22 +13,43 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluicemq/sluice/internal/redistest"
 )
 
-// execRoot runs the command tree in-process with args and returns stdout, stderr and
-// the command's error.
-func execRoot(t *testing.T, timeout time.Duration, args ...string) (string, string, error) {
+func TestMain(m *testing.M) {
+	// The inbox part's crashing consumer runs this executable as "quickstart
+	// inbox-child" (SLUICE_MAIN_ARGS says so when it is a test binary): here, this test
+	// binary in child mode.
+	if args, ok := os.LookupEnv("SLUICE_MAIN_ARGS"); ok {
+		if args != "quickstart inbox-child" {
+			fmt.Fprintf(os.Stderr, "quickstart test binary: unknown child mode %q\n", args)
+			os.Exit(2)
+		}
+		if err := RunInboxChild(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "inbox-child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// defaults returns the Options of sluice quickstart without flags.
+func defaults() Options {
+	return Options{Orders: DefaultOrders, Failed: DefaultFailed, OutageSends: DefaultOutageSends, Timeout: DefaultTimeout}
+}
+
+// runFor runs the quickstart with o within timeout and returns its output.
+func runFor(t *testing.T, timeout time.Duration, o Options) (string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
+	var out bytes.Buffer
+	o.Out = &out
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
+	err := Run(ctx, o)
+	return out.String(), err
 }
 
 // groupSection returns the lines printed under "consumer group <group> ...", up to the
@@ -50,12 +71,9 @@ func groupSection(t *testing.T, out, group string) (header string, lines []strin
 var qsDataDir = regexp.MustCompile(`\(data in (\S+)\)`)
 
 func TestQuickstart(t *testing.T) {
-	out, stderr, err := execRoot(t, 60*time.Second, "quickstart")
+	out, err := runFor(t, 60*time.Second, defaults())
 	if err != nil {
 		t.Fatalf("quickstart failed: %v\n%s", err, out)
-	}
-	if stderr != "" {
-		t.Errorf("quickstart without --verbose wrote logs to stderr:\n%s", stderr)
 	}
 
 	header, lines := groupSection(t, out, "order_service")
@@ -144,36 +162,24 @@ func TestQuickstartReportsMissingMessages(t *testing.T) {
 	}
 }
 
-func TestQuickstartFlagErrors(t *testing.T) {
+func TestQuickstartOptionErrors(t *testing.T) {
 	for _, tc := range []struct {
-		args []string
+		edit func(*Options)
 		want string
 	}{
-		{[]string{"quickstart", "--orders", "0"}, "--orders 0: must be 1..1000"},
-		{[]string{"quickstart", "--failed", "-1"}, "--failed -1: must be 0..1000"},
-		{[]string{"quickstart", "--timeout", "0s"}, "--timeout 0s: must be positive"},
-		{[]string{"quickstart", "--outage-sends", "0"}, "--outage-sends 0: must be 1..100"},
-		{[]string{"quickstart", "--outage-sends", "101"}, "--outage-sends 101: must be 1..100"},
-		{[]string{"quickstart", "--redis", closedAddr(t)}, "no answer to PING"},
-		{[]string{"quickstart", "--verbose", "--log-level", "loud"}, `--log-level "loud"`},
+		{func(o *Options) { o.Orders = 0 }, "--orders 0: must be 1..1000"},
+		{func(o *Options) { o.Failed = -1 }, "--failed -1: must be 0..1000"},
+		{func(o *Options) { o.Timeout = 0 }, "--timeout 0s: must be positive"},
+		{func(o *Options) { o.OutageSends = 0 }, "--outage-sends 0: must be 1..100"},
+		{func(o *Options) { o.OutageSends = 101 }, "--outage-sends 101: must be 1..100"},
+		{func(o *Options) { o.Redis = closedAddr(t) }, "no answer to PING"},
 	} {
-		_, _, err := execRoot(t, 10*time.Second, tc.args...)
+		o := defaults()
+		tc.edit(&o)
+		_, err := runFor(t, 10*time.Second, o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+			t.Errorf("err = %v, want %q", err, tc.want)
 		}
-	}
-}
-
-func TestQuickstartVerboseLogs(t *testing.T) {
-	out, stderr, err := execRoot(t, 60*time.Second, "quickstart", "--verbose", "--log-level", "debug", "--orders", "2", "--failed", "0")
-	if err != nil {
-		t.Fatalf("quickstart --verbose: %v\n%s", err, out)
-	}
-	if !strings.Contains(stderr, "level=") {
-		t.Errorf("--verbose --log-level debug wrote no logs to stderr")
-	}
-	if !strings.Contains(out, `points_service (subscribed "PaySuccess") received 2 message(s)`) {
-		t.Errorf("output:\n%s", out)
 	}
 }
 
@@ -287,7 +293,7 @@ func TestQuickstartExternalRedis(t *testing.T) {
 		if err := tg.Client.Set(ctx, other, "kept", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		out, _, err := execRoot(t, 60*time.Second, "quickstart", "--redis", tg.Addr, "--orders", "3", "--failed", "1", "--outage-sends", "2")
+		out, err := runFor(t, 60*time.Second, Options{Redis: tg.Addr, Orders: 3, Failed: 1, OutageSends: 2, Timeout: DefaultTimeout})
 		if err != nil {
 			t.Fatalf("quickstart --redis %s: %v\n%s", tg.Addr, err, out)
 		}
@@ -466,7 +472,7 @@ func TestQuickstartInboxPostgres(t *testing.T) {
 		t.Skip("SLUICE_POSTGRES_DSN not set: skipping quickstart --postgres")
 	}
 	t.Parallel()
-	out, _, err := execRoot(t, 60*time.Second, "quickstart", "--orders", "5", "--failed", "0", "--outage-sends", "1", "--postgres", dsn)
+	out, err := runFor(t, 60*time.Second, Options{Orders: 5, Failed: 0, OutageSends: 1, Postgres: dsn, Timeout: DefaultTimeout})
 	if err != nil {
 		t.Fatalf("quickstart --postgres: %v\n%s", err, out)
 	}
