@@ -1,10 +1,11 @@
-package main
+package bench
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,160 +17,115 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
-	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
 
-func newBenchCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure produce and consume throughput (embedded broker by default)",
-		Long: `Measure Sluice end to end over TCP. Without --namesrv the bench starts a broker
-with an embedded name server as a process of its own ("sluice broker", --broker
-process, the default), on free loopback ports with a temporary data directory
-(removed afterwards), flushing as --flush says; so a comparison with another server
-(--target both) compares like with like: every server in its own process, the
-client in this one. --broker embedded runs the broker inside this process instead.
-With --namesrv the run goes to that cluster (its own flush setting applies).
+// Options is what sluice bench produce|consume was given: each field is the flag of
+// the same name (the flags' help in cmd/sluice says what they mean).
+type Options struct {
+	Size, Producers, Inflight int
+	Flush                     string // --flush: AsyncFlush or SyncFlush
+	Duration                  time.Duration
+	Messages                  int64
+	Broker                    string // --broker: BrokerProcess or BrokerEmbedded
+	Namesrv                   string // an external broker's name server(s) ip:port;ip:port
+	Topic                     string
+	Queues                    int
+	Progress                  bool
+	CPUProfile                string
+	Kafka                     string // Kafka bootstrap address(es) host:port,host:port
+	Target                    string
+	NatsURL                   string
+	RocketMQNamesrv           string // --rocketmq-namesrv
+	RocketMQHeap              string // --rocketmq-heap
 
-Every run reports CPU time per message: this process's (getrusage) and the
-server's (/proc/<pid>/stat: the broker process, or the process listening on the
-NATS port), a figure that holds on a noisy machine where msg/s does not.
+	// produce only
+	Async     bool
+	Mode      string
+	BatchSize int
 
-  sluice bench produce --messages 200000                   # one producer, one send in flight
-  sluice bench produce --inflight 16 --duration 20s
-  sluice bench produce --async --inflight 64 --messages 500000
-  sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
-  sluice bench produce --target rocketmq --messages 100000 # Apache RocketMQ, then Sluice (own process), ratios
-  sluice bench consume --target rocketmq --messages 100000 # the same for draining a backlog
-  sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it
-  sluice bench produce --target sluice,kafka --inflight 16 # Sluice, then Kafka (package kafka), and the ratio
-  sluice bench consume --target sluice,kafka --kafka 127.0.0.1:9092
+	// consume only
+	ConsumeGoroutines int
+	Orderly           bool
+	ConsumeBatch      int
+	PullBatch         int
 
-Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
---kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
-CPU is then part of this process's): producers of package kafka (kafka-go Writers, all
-in-sync replicas acknowledging, 1 ms batch timeout) and a consumer group of package
-kafka, on a fresh topic of --queues partitions deleted afterwards.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	pf := cmd.PersistentFlags()
-	pf.Int("size", bench.DefaultSize, "message body size in bytes (8..4194304)")
-	pf.Int("producers", 1, "number of producers, each with its own connections")
-	pf.Int("inflight", 1, "concurrent synchronous sends per producer (one goroutine each)")
-	pf.String("flush", bench.AsyncFlush, "flushDiskType of the embedded broker: ASYNC_FLUSH or SYNC_FLUSH")
-	pf.Duration("duration", 0, "send for this long (produce; default 10s unless --messages is given)")
-	pf.Int64("messages", 0, "number of messages to send (produce) or to prefill and drain (consume; default 100000)")
-	pf.String("broker", bench.BrokerProcess, "where the bench's own Sluice broker runs: process (a child \"sluice broker\" process) or embedded (inside the bench process)")
-	pf.String("namesrv", "", "name server address(es) ip:port;ip:port of an external broker (default: embedded broker)")
-	pf.String("topic", bench.DefaultTopic, "topic to send to (consume uses a fresh <topic>_c<ns> topic and deletes it)")
-	pf.Int("queues", bench.DefaultQueues, "queue count the topic is created with")
-	pf.Bool("progress", true, "show a progress bar on stderr (when stderr is a terminal, or when the flag is given explicitly)")
-	pf.Bool("verbose", false, "show broker and client logs on stderr (level from --log-level)")
-	pf.String("cpuprofile", "", "write a CPU profile of the bench process (the clients; with --broker embedded also the broker) to this file, for go tool pprof")
-	pf.String("kafka", "", "Kafka bootstrap address(es) host:port,host:port for Kafka runs (default: an embedded in-process kfake cluster)")
-
-	produce := &cobra.Command{
-		Use:   "produce",
-		Short: "Send messages and report msg/s, MB/s and p50/p99 send latency",
-		Args:  cobra.NoArgs,
-		RunE:  runBenchProduce,
-	}
-	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
-	addRocketMQFlags(produce)
-	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
-	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
-	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
-	produce.Flags().Int("batch-size", bench.DefaultBatchSize, "messages per SendBatch with --mode batch")
-
-	consume := &cobra.Command{
-		Use:   "consume",
-		Short: "Prefill --messages messages, then report how fast a push consumer drains them",
-		Args:  cobra.NoArgs,
-		RunE:  runBenchConsume,
-	}
-	consume.Flags().Int("consume-goroutines", 20, "push consumer handler goroutines (ConsumeGoroutines; Kafka: divided among the partitions)")
-	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
-	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
-	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
-	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
-	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
-	addRocketMQFlags(consume)
-	cmd.AddCommand(produce, consume)
-	return cmd
+	// Logger receives the broker's and the clients' logs (--verbose); nil = none.
+	Logger *slog.Logger
+	// Out receives the report, Err the progress bar.
+	Out, Err io.Writer
+	// Changed reports whether the flag of that name was given (some flags may not be
+	// combined, and a given --progress draws the bar on a stderr that is no terminal);
+	// nil = none was.
+	Changed func(flag string) bool
+	// BrokerCommand builds the command of the bench's broker process from its
+	// arguments ("broker", flags); nil runs this executable.
+	BrokerCommand func(args []string) *exec.Cmd
 }
+
+// changed is o.Changed(flag), false without Changed.
+func (o Options) changed(flag string) bool { return o.Changed != nil && o.Changed(flag) }
 
 // benchSetup is what runBenchProduce and runBenchConsume share.
 type benchSetup struct {
-	cfg      bench.Config
+	cfg      Config
 	flush    string
-	where    string // bench.BrokerProcess or bench.BrokerEmbedded
-	embedded *bench.Embedded
-	process  *bench.Process
-	kfake    *bench.EmbeddedKafka
+	where    string // BrokerProcess or BrokerEmbedded
+	embedded *Embedded
+	process  *Process
+	kfake    *EmbeddedKafka
 	bar      *barProgress
-	profile  *os.File // --cpuprofile, stopped and closed by close
+	profile  *os.File                      // --cpuprofile, stopped and closed by close
+	command  func(args []string) *exec.Cmd // Options.BrokerCommand
 }
 
-// benchBrokerCommand builds the child broker's command; nil runs this executable.
-// Tests set it to run their own binary in its child mode.
-var benchBrokerCommand func(args []string) *exec.Cmd
-
-// benchConfig reads the shared flags into a bench.Config and validates them.
-func benchConfig(cmd *cobra.Command) (*benchSetup, error) {
-	f := cmd.Flags()
-	s := &benchSetup{}
+// benchConfig reads the shared options into a Config and validates them.
+func benchConfig(o Options) (*benchSetup, error) {
+	s := &benchSetup{command: o.BrokerCommand}
 	c := &s.cfg
-	c.Size, _ = f.GetInt("size")
-	c.Producers, _ = f.GetInt("producers")
-	c.Inflight, _ = f.GetInt("inflight")
-	c.Duration, _ = f.GetDuration("duration")
-	c.Messages, _ = f.GetInt64("messages")
-	c.Topic, _ = f.GetString("topic")
-	c.Queues, _ = f.GetInt("queues")
-	s.flush, _ = f.GetString("flush")
-	s.where, _ = f.GetString("broker")
-	ns, _ := f.GetString("namesrv")
-	c.NamesrvAddrs = splitAddrs(ns)
+	c.Size = o.Size
+	c.Producers = o.Producers
+	c.Inflight = o.Inflight
+	c.Duration = o.Duration
+	c.Messages = o.Messages
+	c.Topic = o.Topic
+	c.Queues = o.Queues
+	s.flush = o.Flush
+	s.where = o.Broker
+	c.NamesrvAddrs = splitAddrs(o.Namesrv)
 	switch {
-	case c.Size < 8 || c.Size > bench.MaxSize:
-		return nil, fmt.Errorf("--size %d: must be 8..%d bytes", c.Size, bench.MaxSize)
-	case c.Producers < 1 || c.Producers > bench.MaxProducers:
-		return nil, fmt.Errorf("--producers %d: must be 1..%d", c.Producers, bench.MaxProducers)
-	case c.Inflight < 1 || c.Inflight > bench.MaxInflight:
-		return nil, fmt.Errorf("--inflight %d: must be 1..%d", c.Inflight, bench.MaxInflight)
-	case c.Queues < 1 || c.Queues > bench.MaxQueues:
-		return nil, fmt.Errorf("--queues %d: must be 1..%d", c.Queues, bench.MaxQueues)
+	case c.Size < 8 || c.Size > MaxSize:
+		return nil, fmt.Errorf("--size %d: must be 8..%d bytes", c.Size, MaxSize)
+	case c.Producers < 1 || c.Producers > MaxProducers:
+		return nil, fmt.Errorf("--producers %d: must be 1..%d", c.Producers, MaxProducers)
+	case c.Inflight < 1 || c.Inflight > MaxInflight:
+		return nil, fmt.Errorf("--inflight %d: must be 1..%d", c.Inflight, MaxInflight)
+	case c.Queues < 1 || c.Queues > MaxQueues:
+		return nil, fmt.Errorf("--queues %d: must be 1..%d", c.Queues, MaxQueues)
 	case c.Messages < 0:
 		return nil, fmt.Errorf("--messages %d: must not be negative", c.Messages)
 	case c.Duration < 0:
 		return nil, fmt.Errorf("--duration %v: must not be negative", c.Duration)
-	case f.Changed("duration") && f.Changed("messages"):
+	case o.changed("duration") && o.changed("messages"):
 		return nil, errors.New("--duration and --messages: give one of them, not both")
-	case s.flush != bench.AsyncFlush && s.flush != bench.SyncFlush:
-		return nil, fmt.Errorf("--flush %q: want %s or %s", s.flush, bench.AsyncFlush, bench.SyncFlush)
-	case len(c.NamesrvAddrs) > 0 && f.Changed("flush"):
+	case s.flush != AsyncFlush && s.flush != SyncFlush:
+		return nil, fmt.Errorf("--flush %q: want %s or %s", s.flush, AsyncFlush, SyncFlush)
+	case len(c.NamesrvAddrs) > 0 && o.changed("flush"):
 		return nil, errors.New("--flush applies to the bench's own broker only; an external broker flushes as its broker.conf says")
-	case s.where != bench.BrokerProcess && s.where != bench.BrokerEmbedded:
-		return nil, fmt.Errorf("--broker %q: want %s or %s", s.where, bench.BrokerProcess, bench.BrokerEmbedded)
-	case len(c.NamesrvAddrs) > 0 && f.Changed("broker"):
+	case s.where != BrokerProcess && s.where != BrokerEmbedded:
+		return nil, fmt.Errorf("--broker %q: want %s or %s", s.where, BrokerProcess, BrokerEmbedded)
+	case len(c.NamesrvAddrs) > 0 && o.changed("broker"):
 		return nil, errors.New("--broker applies to the bench's own broker only; with --namesrv the broker is external")
 	}
-	c.Logger = discardLogger()
-	if v, _ := f.GetBool("verbose"); v {
-		l, err := newLogger(cmd)
-		if err != nil {
-			return nil, err
-		}
-		c.Logger = l
+	c.Logger = discard
+	if o.Logger != nil {
+		c.Logger = o.Logger
 	}
-	if p, _ := f.GetBool("progress"); p && (f.Changed("progress") || isTerminal(cmd.ErrOrStderr())) {
-		s.bar = newBarProgress(cmd.ErrOrStderr())
+	if o.Progress && (o.changed("progress") || isTerminal(o.Err)) {
+		s.bar = newBarProgress(o.Err)
 		c.Progress = s.bar
 	}
-	if path, _ := f.GetString("cpuprofile"); path != "" {
+	if path := o.CPUProfile; path != "" {
 		pf, err := os.Create(path)
 		if err != nil {
 			return nil, fmt.Errorf("--cpuprofile: %w", err)
@@ -190,8 +146,8 @@ func (s *benchSetup) startBroker(out io.Writer) error {
 		fmt.Fprintf(out, "broker: external, name server %v (its CPU is not measured)\n", s.cfg.NamesrvAddrs)
 		return nil
 	}
-	if s.where == bench.BrokerProcess {
-		p, err := bench.StartProcess(bench.ProcessConfig{FlushDiskType: s.flush, Command: benchBrokerCommand})
+	if s.where == BrokerProcess {
+		p, err := StartProcess(ProcessConfig{FlushDiskType: s.flush, Command: s.command})
 		if err != nil {
 			return err
 		}
@@ -202,7 +158,7 @@ func (s *benchSetup) startBroker(out io.Writer) error {
 			p.Pid(), p.Addr(), s.flush, strings.Join(p.NamesrvAddrs(), ";"), p.Dir())
 		return nil
 	}
-	e, err := bench.StartEmbedded(bench.EmbeddedConfig{FlushDiskType: s.flush, Logger: s.cfg.Logger})
+	e, err := StartEmbedded(EmbeddedConfig{FlushDiskType: s.flush, Logger: s.cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -246,15 +202,15 @@ func (s *benchSetup) close() error {
 
 // startKafka points Kafka runs at --kafka, or starts an embedded kfake cluster, and
 // says which.
-func (s *benchSetup) startKafka(cmd *cobra.Command, out io.Writer) error {
-	addrs, _ := cmd.Flags().GetString("kafka")
+func (s *benchSetup) startKafka(o Options, out io.Writer) error {
+	addrs := o.Kafka
 	s.cfg.KafkaBrokers = strings.FieldsFunc(addrs, func(r rune) bool { return r == ',' || r == ';' || r == ' ' })
 	s.cfg.ServerPid = 0
 	if len(s.cfg.KafkaBrokers) > 0 {
 		fmt.Fprintf(out, "kafka: external cluster at %s (its CPU is not measured)\n", strings.Join(s.cfg.KafkaBrokers, ","))
 		return nil
 	}
-	k, err := bench.StartEmbeddedKafka()
+	k, err := StartEmbeddedKafka()
 	if err != nil {
 		return err
 	}
@@ -267,7 +223,7 @@ func (s *benchSetup) startKafka(cmd *cobra.Command, out io.Writer) error {
 // benchTargets parses --target: a comma-separated list of the allowed names ("both" is
 // sluice,jetstream), in the order given, each once.
 func benchTargets(v string, allowed ...string) ([]string, error) {
-	v = strings.ReplaceAll(v, "both", bench.TargetSluice+","+bench.TargetJetStream)
+	v = strings.ReplaceAll(v, "both", TargetSluice+","+TargetJetStream)
 	var out []string
 	seen := map[string]bool{}
 	for _, t := range strings.Split(v, ",") {
@@ -286,7 +242,7 @@ func benchTargets(v string, allowed ...string) ([]string, error) {
 }
 
 // printRatio prints r against the Sluice result base (nil: nothing to compare).
-func printRatio(out io.Writer, base, r *bench.Result) {
+func printRatio(out io.Writer, base, r *Result) {
 	if base == nil || r == nil || r == base || r.MsgPerSec() <= 0 {
 		return
 	}
@@ -312,22 +268,22 @@ func (s *benchSetup) describe(target string) string {
 	if c.Messages == 0 {
 		amount = fmt.Sprintf("for %v", c.Duration)
 		if c.Duration == 0 {
-			amount = fmt.Sprintf("for %v", bench.DefaultDuration)
+			amount = fmt.Sprintf("for %v", DefaultDuration)
 		}
 	}
 	mode := "sync"
 	switch {
 	case c.Async:
 		mode = "async"
-	case c.Mode == bench.ModeOneway:
+	case c.Mode == ModeOneway:
 		mode = "oneway"
-	case c.Mode == bench.ModeBatch:
+	case c.Mode == ModeBatch:
 		mode = fmt.Sprintf("batches of %d", max(c.BatchSize, 1))
 	}
 	return fmt.Sprintf("%s produce: %d producer(s) x %d in flight (%s), %d-byte bodies, %s", target, c.Producers, c.Inflight, mode, c.Size, amount)
 }
 
-func printProduce(out io.Writer, r *bench.Result) {
+func printProduce(out io.Writer, r *Result) {
 	h := &r.Latency
 	fmt.Fprintf(out, "  sent       %d messages (%d bytes) in %v\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
@@ -339,7 +295,7 @@ func printProduce(out io.Writer, r *bench.Result) {
 }
 
 // printCPU prints the CPU time per message of the client and the server process.
-func printCPU(out io.Writer, r *bench.Result) {
+func printCPU(out io.Writer, r *Result) {
 	c, sv := r.CPUPerMessage()
 	if r.ServerPid > 0 {
 		fmt.Fprintf(out, "  cpu/msg    client %v, server %v (pid %d), total %v\n", roundLat(c), roundLat(sv), r.ServerPid, roundLat(c+sv))
@@ -363,55 +319,57 @@ func roundLat(d time.Duration) time.Duration {
 	}
 }
 
-func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
-	s, err := benchConfig(cmd)
+// RunProduce is sluice bench produce: it sends messages to each --target and reports
+// msg/s, MB/s, p50/p99 send latency and CPU per message to o.Out, with the ratios
+// against Sluice.
+func RunProduce(ctx context.Context, o Options) (err error) {
+	s, err := benchConfig(o)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, s.close()) }()
-	target, _ := cmd.Flags().GetString("target")
-	s.cfg.NatsURL, _ = cmd.Flags().GetString("nats-url")
-	s.cfg.Async, _ = cmd.Flags().GetBool("async")
-	s.cfg.Mode, _ = cmd.Flags().GetString("mode")
-	s.cfg.BatchSize, _ = cmd.Flags().GetInt("batch-size")
-	if s.cfg.Mode == bench.ModeAsync {
+	target := o.Target
+	s.cfg.NatsURL = o.NatsURL
+	s.cfg.Async = o.Async
+	s.cfg.Mode = o.Mode
+	s.cfg.BatchSize = o.BatchSize
+	if s.cfg.Mode == ModeAsync {
 		s.cfg.Async = true
 	}
-	if s.cfg.Async && s.cfg.Mode != "" && s.cfg.Mode != bench.ModeAsync {
+	if s.cfg.Async && s.cfg.Mode != "" && s.cfg.Mode != ModeAsync {
 		return fmt.Errorf("--async and --mode %s: pick one", s.cfg.Mode)
 	}
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
 	if target == targetRocketMQ {
-		return runVsRocketMQ(cmd, s, s.describe("same workload:"), bench.Produce, printProduce)
+		return runVsRocketMQ(ctx, o, s, s.describe("same workload:"), Produce, printProduce)
 	}
-	targets, err := benchTargets(target, bench.TargetSluice, bench.TargetJetStream, bench.TargetKafka)
+	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka)
 	if err != nil {
 		return err
 	}
-	if (s.cfg.Mode == bench.ModeOneway || s.cfg.Mode == bench.ModeBatch) && (len(targets) > 1 || targets[0] != bench.TargetSluice) {
+	if (s.cfg.Mode == ModeOneway || s.cfg.Mode == ModeBatch) && (len(targets) > 1 || targets[0] != TargetSluice) {
 		return fmt.Errorf("--mode %s: only with --target sluice or rocketmq", s.cfg.Mode)
 	}
-	out := cmd.OutOrStdout()
-	ctx := cmd.Context()
+	out := o.Out
 
-	var sres *bench.Result
-	var results []*bench.Result
+	var sres *Result
+	var results []*Result
 	for _, tgt := range targets {
-		var res *bench.Result
+		var res *Result
 		switch tgt {
-		case bench.TargetSluice:
+		case TargetSluice:
 			if err := s.startBroker(out); err != nil {
 				return err
 			}
 			fmt.Fprintln(out, s.describe("sluice"))
-			if res, err = bench.Produce(ctx, s.cfg); err != nil {
+			if res, err = Produce(ctx, s.cfg); err != nil {
 				return err
 			}
 			sres = res
-		case bench.TargetJetStream:
-			stream, _ := bench.JetStreamNames(s.cfg.Topic)
+		case TargetJetStream:
+			stream, _ := JetStreamNames(s.cfg.Topic)
 			mode := "sync"
 			if s.cfg.Async {
 				mode = "async"
@@ -424,19 +382,19 @@ func runBenchProduce(cmd *cobra.Command, _ []string) (err error) {
 				where = fmt.Sprintf("own process, pid %d", pid)
 			}
 			fmt.Fprintf(out, "%s (stream %s at %s (%s), file storage, %s publish)\n", s.describe("jetstream"), stream, s.cfg.NatsURL, where, mode)
-			if res, err = bench.ProduceJetStream(ctx, jcfg); err != nil {
+			if res, err = ProduceJetStream(ctx, jcfg); err != nil {
 				return err
 			}
-		case bench.TargetKafka:
+		case TargetKafka:
 			kcfg := s.cfg
 			ks := *s
 			ks.cfg = kcfg
-			if err := ks.startKafka(cmd, out); err != nil {
+			if err := ks.startKafka(o, out); err != nil {
 				return err
 			}
 			s.kfake = ks.kfake
-			fmt.Fprintf(out, "%s (package kafka, all in-sync replicas acknowledge, %v batch timeout)\n", ks.describe("kafka"), bench.KafkaBatchTimeout)
-			if res, err = bench.ProduceKafka(ctx, ks.cfg); err != nil {
+			fmt.Fprintf(out, "%s (package kafka, all in-sync replicas acknowledge, %v batch timeout)\n", ks.describe("kafka"), KafkaBatchTimeout)
+			if res, err = ProduceKafka(ctx, ks.cfg); err != nil {
 				return err
 			}
 		}
@@ -460,23 +418,25 @@ func natsPid(natsURL string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("nats url %q: no port", natsURL)
 	}
-	return bench.PidListening(port)
+	return PidListening(port)
 }
 
-func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
-	s, err := benchConfig(cmd)
+// RunConsume is sluice bench consume: it prefills each --target with o.Messages
+// messages and reports how fast one push consumer (JetStream: a durable pull consumer;
+// Kafka: a consumer group) drains them to o.Out, with the ratios against Sluice.
+func RunConsume(ctx context.Context, o Options) (err error) {
+	s, err := benchConfig(o)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, s.close()) }()
-	f := cmd.Flags()
-	if f.Changed("duration") {
+	if o.changed("duration") {
 		return errors.New("--duration: consume drains a fixed backlog; give --messages instead")
 	}
-	s.cfg.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
-	s.cfg.Orderly, _ = f.GetBool("orderly")
-	s.cfg.ConsumeBatch, _ = f.GetInt("consume-batch")
-	s.cfg.PullBatch, _ = f.GetInt("pull-batch")
+	s.cfg.ConsumeGoroutines = o.ConsumeGoroutines
+	s.cfg.Orderly = o.Orderly
+	s.cfg.ConsumeBatch = o.ConsumeBatch
+	s.cfg.PullBatch = o.PullBatch
 	switch {
 	case s.cfg.ConsumeGoroutines < 1 || s.cfg.ConsumeGoroutines > 1000:
 		return fmt.Errorf("--consume-goroutines %d: must be 1..1000", s.cfg.ConsumeGoroutines)
@@ -486,36 +446,36 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 		return fmt.Errorf("--pull-batch %d: must be 1..1024", s.cfg.PullBatch)
 	}
 	if s.cfg.Messages == 0 {
-		s.cfg.Messages = bench.DefaultMessages
+		s.cfg.Messages = DefaultMessages
 	}
-	target, _ := f.GetString("target")
-	s.cfg.NatsURL, _ = f.GetString("nats-url")
+	target := o.Target
+	s.cfg.NatsURL = o.NatsURL
 	if target == targetRocketMQ {
 		what := fmt.Sprintf("consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d",
 			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
-		return runVsRocketMQ(cmd, s, what, bench.Consume, printConsume)
+		return runVsRocketMQ(ctx, o, s, what, Consume, printConsume)
 	}
-	targets, err := benchTargets(target, bench.TargetSluice, bench.TargetJetStream, bench.TargetKafka)
+	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka)
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	var sres *bench.Result
-	var results []*bench.Result
+	out := o.Out
+	var sres *Result
+	var results []*Result
 	for _, tgt := range targets {
-		var r *bench.Result
+		var r *Result
 		switch tgt {
-		case bench.TargetSluice:
+		case TargetSluice:
 			if err := s.startBroker(out); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "sluice consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d\n",
 				s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
-			if r, err = bench.Consume(cmd.Context(), s.cfg); err != nil {
+			if r, err = Consume(ctx, s.cfg); err != nil {
 				return err
 			}
 			sres = r
-		case bench.TargetJetStream:
+		case TargetJetStream:
 			jcfg := s.cfg
 			jcfg.ServerPid = 0
 			where := "server not found on this machine: its CPU is not measured"
@@ -525,18 +485,18 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 			}
 			fmt.Fprintf(out, "jetstream consume: prefill %d messages of %d bytes into a file stream at %s (%s), then one durable pull consumer (explicit acks): %d handler goroutines\n",
 				s.cfg.Messages, s.cfg.Size, s.cfg.NatsURL, where, s.cfg.ConsumeGoroutines)
-			if r, err = bench.ConsumeJetStream(cmd.Context(), jcfg); err != nil {
+			if r, err = ConsumeJetStream(ctx, jcfg); err != nil {
 				return err
 			}
-		case bench.TargetKafka:
+		case TargetKafka:
 			ks := *s
-			if err := ks.startKafka(cmd, out); err != nil {
+			if err := ks.startKafka(o, out); err != nil {
 				return err
 			}
 			s.kfake = ks.kfake
 			fmt.Fprintf(out, "kafka consume: prefill %d messages of %d bytes (%d producer(s)), then one consumer group of package kafka: %d partitions, %d handler call(s) at once per partition, consume batch %d\n",
 				ks.cfg.Messages, ks.cfg.Size, ks.cfg.Producers, ks.cfg.Queues, max(1, ks.cfg.ConsumeGoroutines/ks.cfg.Queues), ks.cfg.ConsumeBatch)
-			if r, err = bench.ConsumeKafka(cmd.Context(), ks.cfg); err != nil {
+			if r, err = ConsumeKafka(ctx, ks.cfg); err != nil {
 				return err
 			}
 		}
@@ -550,13 +510,13 @@ func runBenchConsume(cmd *cobra.Command, _ []string) (err error) {
 	return nil
 }
 
-func printConsume(out io.Writer, r *bench.Result) {
+func printConsume(out io.Writer, r *Result) {
 	fmt.Fprintf(out, "  consumed   %d messages (%d bytes) in %v, %d duplicate(s)\n", r.Messages, r.Bytes, r.Elapsed.Round(time.Millisecond), r.Duplicates)
 	fmt.Fprintf(out, "  throughput %.0f msg/s, %.2f MB/s\n", r.MsgPerSec(), r.MBPerSec())
 	printCPU(out, r)
 }
 
-// barProgress shows a bench.Progress on a progress bar: Add only bumps an atomic
+// barProgress shows a Progress on a progress bar: Add only bumps an atomic
 // counter; one goroutine copies it to the bar every 100 ms (so senders never wait on
 // the bar's lock). Its methods are safe on a nil *barProgress (no bar).
 type barProgress struct {
@@ -594,7 +554,7 @@ func (b *barProgress) loop() {
 	}
 }
 
-// Phase implements bench.Progress: it closes the previous bar and starts a new one.
+// Phase implements Progress: it closes the previous bar and starts a new one.
 func (b *barProgress) Phase(name string, total int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -616,7 +576,7 @@ func (b *barProgress) Phase(name string, total int64) {
 	)
 }
 
-// Add implements bench.Progress.
+// Add implements Progress.
 func (b *barProgress) Add(n int64) { b.count.Add(n) }
 
 func (b *barProgress) closeBarLocked() {
@@ -663,5 +623,10 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// Ensure barProgress satisfies bench.Progress.
-var _ bench.Progress = (*barProgress)(nil)
+// Ensure barProgress satisfies Progress.
+var _ Progress = (*barProgress)(nil)
+
+// splitAddrs splits "ip:port;ip:port" (RocketMQ's namesrvAddr form; commas accepted too).
+func splitAddrs(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
+}

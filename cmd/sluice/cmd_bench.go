@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure produce and consume throughput (embedded broker by default)",
+		Long: `Measure Sluice end to end over TCP. Without --namesrv the bench starts a broker
+with an embedded name server as a process of its own ("sluice broker", --broker
+process, the default), on free loopback ports with a temporary data directory
+(removed afterwards), flushing as --flush says; so a comparison with another server
+(--target both) compares like with like: every server in its own process, the
+client in this one. --broker embedded runs the broker inside this process instead.
+With --namesrv the run goes to that cluster (its own flush setting applies).
+
+Every run reports CPU time per message: this process's (getrusage) and the
+server's (/proc/<pid>/stat: the broker process, or the process listening on the
+NATS port), a figure that holds on a noisy machine where msg/s does not.
+
+  sluice bench produce --messages 200000                   # one producer, one send in flight
+  sluice bench produce --inflight 16 --duration 20s
+  sluice bench produce --async --inflight 64 --messages 500000
+  sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
+  sluice bench produce --target rocketmq --messages 100000 # Apache RocketMQ, then Sluice (own process), ratios
+  sluice bench consume --target rocketmq --messages 100000 # the same for draining a backlog
+  sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it
+  sluice bench produce --target sluice,kafka --inflight 16 # Sluice, then Kafka (package kafka), and the ratio
+  sluice bench consume --target sluice,kafka --kafka 127.0.0.1:9092
+
+Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
+--kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
+CPU is then part of this process's): producers of package kafka (kafka-go Writers, all
+in-sync replicas acknowledging, 1 ms batch timeout) and a consumer group of package
+kafka, on a fresh topic of --queues partitions deleted afterwards.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	pf := cmd.PersistentFlags()
+	pf.Int("size", bench.DefaultSize, "message body size in bytes (8..4194304)")
+	pf.Int("producers", 1, "number of producers, each with its own connections")
+	pf.Int("inflight", 1, "concurrent synchronous sends per producer (one goroutine each)")
+	pf.String("flush", bench.AsyncFlush, "flushDiskType of the embedded broker: ASYNC_FLUSH or SYNC_FLUSH")
+	pf.Duration("duration", 0, "send for this long (produce; default 10s unless --messages is given)")
+	pf.Int64("messages", 0, "number of messages to send (produce) or to prefill and drain (consume; default 100000)")
+	pf.String("broker", bench.BrokerProcess, "where the bench's own Sluice broker runs: process (a child \"sluice broker\" process) or embedded (inside the bench process)")
+	pf.String("namesrv", "", "name server address(es) ip:port;ip:port of an external broker (default: embedded broker)")
+	pf.String("topic", bench.DefaultTopic, "topic to send to (consume uses a fresh <topic>_c<ns> topic and deletes it)")
+	pf.Int("queues", bench.DefaultQueues, "queue count the topic is created with")
+	pf.Bool("progress", true, "show a progress bar on stderr (when stderr is a terminal, or when the flag is given explicitly)")
+	pf.Bool("verbose", false, "show broker and client logs on stderr (level from --log-level)")
+	pf.String("cpuprofile", "", "write a CPU profile of the bench process (the clients; with --broker embedded also the broker) to this file, for go tool pprof")
+	pf.String("kafka", "", "Kafka bootstrap address(es) host:port,host:port for Kafka runs (default: an embedded in-process kfake cluster)")
+
+	produce := &cobra.Command{
+		Use:   "produce",
+		Short: "Send messages and report msg/s, MB/s and p50/p99 send latency",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, bench.RunProduce) },
+	}
+	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
+	addRocketMQFlags(produce)
+	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
+	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
+	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
+	produce.Flags().Int("batch-size", bench.DefaultBatchSize, "messages per SendBatch with --mode batch")
+
+	consume := &cobra.Command{
+		Use:   "consume",
+		Short: "Prefill --messages messages, then report how fast a push consumer drains them",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, bench.RunConsume) },
+	}
+	consume.Flags().Int("consume-goroutines", 20, "push consumer handler goroutines (ConsumeGoroutines; Kafka: divided among the partitions)")
+	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
+	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
+	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
+	addRocketMQFlags(consume)
+	cmd.AddCommand(produce, consume)
+	return cmd
+}
+
+// addRocketMQFlags adds the flags of --target rocketmq to a bench subcommand.
+func addRocketMQFlags(cmd *cobra.Command) {
+	cmd.Flags().String("rocketmq-namesrv", "", "with --target rocketmq: name server of a running Apache RocketMQ (default: start one from the peers' jars, see bash .ci/peers)")
+	cmd.Flags().String("rocketmq-heap", "1g", "with --target rocketmq: heap (-Xms and -Xmx) of the Apache RocketMQ JVMs it starts")
+}
+
+// benchBrokerCommand builds the child broker's command; nil runs this executable.
+// Tests set it to run their own binary in its child mode.
+var benchBrokerCommand func(args []string) *exec.Cmd
+
+// runBench reads the flags of bench produce|consume into bench.Options and runs run.
+func runBench(cmd *cobra.Command, run func(context.Context, bench.Options) error) error {
+	f := cmd.Flags()
+	o := bench.Options{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), Changed: f.Changed, BrokerCommand: benchBrokerCommand}
+	o.Size, _ = f.GetInt("size")
+	o.Producers, _ = f.GetInt("producers")
+	o.Inflight, _ = f.GetInt("inflight")
+	o.Flush, _ = f.GetString("flush")
+	o.Duration, _ = f.GetDuration("duration")
+	o.Messages, _ = f.GetInt64("messages")
+	o.Broker, _ = f.GetString("broker")
+	o.Namesrv, _ = f.GetString("namesrv")
+	o.Topic, _ = f.GetString("topic")
+	o.Queues, _ = f.GetInt("queues")
+	o.Progress, _ = f.GetBool("progress")
+	o.CPUProfile, _ = f.GetString("cpuprofile")
+	o.Kafka, _ = f.GetString("kafka")
+	o.Target, _ = f.GetString("target")
+	o.NatsURL, _ = f.GetString("nats-url")
+	o.RocketMQNamesrv, _ = f.GetString("rocketmq-namesrv")
+	o.RocketMQHeap, _ = f.GetString("rocketmq-heap")
+	o.Async, _ = f.GetBool("async")
+	o.Mode, _ = f.GetString("mode")
+	o.BatchSize, _ = f.GetInt("batch-size")
+	o.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
+	o.Orderly, _ = f.GetBool("orderly")
+	o.ConsumeBatch, _ = f.GetInt("consume-batch")
+	o.PullBatch, _ = f.GetInt("pull-batch")
+	if v, _ := f.GetBool("verbose"); v {
+		l, err := newLogger(cmd)
+		if err != nil {
+			return err
+		}
+		o.Logger = l
+	}
+	return run(cmd.Context(), o)
+}
