@@ -112,6 +112,12 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	if grace <= 0 {
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", grace)
 	}
+	// What the command starts stops through g, in its stages: the console and the
+	// metrics endpoint (frontends) first, the broker (with its name server) last.
+	g, err := newGroup(grace, log)
+	if err != nil {
+		return err
+	}
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err
@@ -121,12 +127,6 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 		defer cancel()
 		_ = b.Shutdown(ctx)
 		return err
-	}
-	// What runs from here on stops through g, in its stages: the console and the
-	// metrics endpoint (frontends) first, the broker (with its name server) last.
-	g, err := newGroup(grace, log)
-	if err != nil {
-		return errors.Join(err, shutdownNow(lifecycle.ShutdownFunc(b.Shutdown), grace))
 	}
 	_ = g.AddServer("broker "+b.Name(), b)
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker %s listening on %s, name server %s, data in %s\n",

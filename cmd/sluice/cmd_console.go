@@ -86,6 +86,12 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if (creds.AccessKey == "") != (creds.SecretKey == "") {
 		return fmt.Errorf("--access-key (or $SLUICE_ACCESS_KEY) and $SLUICE_SECRET_KEY go together")
 	}
+	// The console (a frontend) stops first, then the parked-sends resender it drives
+	// (retry task, its producer, the Redis client).
+	g, err := newGroup(grace, log)
+	if err != nil {
+		return err
+	}
 	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(ns), Logger: log, Credentials: creds})
 	if err != nil {
 		return err
@@ -102,14 +108,6 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	stop, addr, err := startConsole(cfg)
 	if err != nil {
 		return errors.Join(err, stopParked(context.Background()))
-	}
-	// The console (a frontend) stops first, then the parked-sends resender it drives
-	// (retry task, its producer, the Redis client).
-	g, err := newGroup(grace, log)
-	if err != nil {
-		return errors.Join(err, shutdownNow(lifecycle.ShutdownFunc(func(ctx context.Context) error {
-			return errors.Join(stop(ctx), stopParked(ctx))
-		}), grace))
 	}
 	_ = g.AddFrontend("console", lifecycle.ShutdownFunc(stop))
 	_ = g.AddRetryTask("parked-sends resender", lifecycle.ShutdownFunc(stopParked))

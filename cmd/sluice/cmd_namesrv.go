@@ -60,7 +60,7 @@ func runNamesrv(cmd *cobra.Command, _ []string) error {
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
 	}
-	// What runs from here on stops through g: the metrics endpoint first, then the name
+	// What the command starts stops through g: the metrics endpoint first, then the name
 	// server with its ACL file watcher.
 	g, err := newGroup(grace, log)
 	if err != nil {
