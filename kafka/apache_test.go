@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/transporttest"
@@ -21,7 +21,7 @@ func TestConformanceApacheKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an Apache Kafka JVM")
 	}
-	k := peers.StartKafka(t, 1)
+	k := peertest.StartKafka(t, 1)
 	tr := kafkaTransport(t, k.Brokers)
 	tr.Timeout = 60 * time.Second
 	transporttest.Run(t, tr)
@@ -35,7 +35,7 @@ func TestApacheKafkaNodeKilledMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three Apache Kafka JVMs")
 	}
-	k := peers.StartKafka(t, 3)
+	k := peertest.StartKafka(t, 3)
 	const topic, n = "survive", 600
 	ctx := ctxT(t, 5*time.Minute)
 	if err := EnsureTopicsAt(ctx, k.Brokers, 3, topic); err != nil {

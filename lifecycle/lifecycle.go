@@ -6,14 +6,21 @@
 // [Group.Run] (which uses [signal.NotifyContext]) or by cancelling the context it passes
 // to Run itself. The stop order is fixed by [Stage]:
 //
-//  1. [StageConsumers]: consumers stop pulling, finish in-flight handlers, persist offsets
-//     and unregister from the brokers. They go first because handlers may send.
-//  2. [StageRetryTask]: the parked-send retry task stops between records; a claimed
+//  1. [StageFrontends]: HTTP front ends (the web console, the metrics endpoint) stop
+//     accepting requests and finish those in flight. They go first because their
+//     requests read from and act on every other part.
+//  2. [StageConsumers]: consumers stop pulling, finish in-flight handlers, persist offsets
+//     and unregister from the brokers. They go before the senders because handlers may
+//     send.
+//  3. [StageRetryTask]: the parked-send retry task stops between records; a claimed
 //     record is either finished or handed back to Redis. It needs the producers, so it
 //     stops before them.
-//  3. [StageProducers]: producers finish in-flight (and async) sends and unregister.
-//  4. [StageExecutors]: the XXL-JOB executor stops serving and unregisters from the
+//  4. [StageProducers]: producers finish in-flight (and async) sends and unregister.
+//  5. [StageExecutors]: the XXL-JOB executor stops serving and unregisters from the
 //     admin.
+//  6. [StageServers]: brokers and name servers stop accepting connections, finish the
+//     requests in flight and flush their stores. They go last so that the clients of the
+//     same process can still reach them while they stop.
 //
 // The components of one stage stop concurrently; the stages run one after another and
 // share one deadline ([Config.Timeout]). When the deadline passes, the remaining stages
@@ -50,10 +57,10 @@ type ShutdownFunc func(ctx context.Context) error
 // Shutdown calls f(ctx).
 func (f ShutdownFunc) Shutdown(ctx context.Context) error { return f(ctx) }
 
-// Stage orders shutdown: lower stages stop first.
+// Stage orders shutdown; the package doc gives the stop order.
 type Stage int
 
-// The stages, in stop order.
+// The stages (their values are not their stop order: see the package doc).
 const (
 	// StageConsumers: push/pull consumers (stop pulling, finish handlers, persist offsets).
 	StageConsumers Stage = iota + 1
@@ -63,12 +70,19 @@ const (
 	StageProducers
 	// StageExecutors: XXL-JOB executors (stop serving, unregister from the admin).
 	StageExecutors
+	// StageFrontends: HTTP front ends such as the web console and the metrics endpoint
+	// (stop accepting requests, finish those in flight). Stops first.
+	StageFrontends
+	// StageServers: brokers and name servers (stop accepting connections, finish the
+	// requests in flight, flush the stores). Stops last.
+	StageServers
 )
 
 // stages lists every stage in stop order.
-var stages = []Stage{StageConsumers, StageRetryTask, StageProducers, StageExecutors}
+var stages = []Stage{StageFrontends, StageConsumers, StageRetryTask, StageProducers, StageExecutors, StageServers}
 
-// String returns the stage's name: "consumers", "retry-task", "producers", "executors".
+// String returns the stage's name: "frontends", "consumers", "retry-task", "producers",
+// "executors", "servers".
 func (s Stage) String() string {
 	switch s {
 	case StageConsumers:
@@ -79,6 +93,10 @@ func (s Stage) String() string {
 		return "producers"
 	case StageExecutors:
 		return "executors"
+	case StageFrontends:
+		return "frontends"
+	case StageServers:
+		return "servers"
 	}
 	return fmt.Sprintf("Stage(%d)", int(s))
 }
@@ -178,8 +196,8 @@ type entry struct {
 }
 
 // Group is a set of components to shut down together. Create it with New, register
-// components with Add (or the AddConsumer/AddRetryTask/AddProducer/AddExecutor
-// shorthands), then call Run from main. Safe for concurrent use.
+// components with Add (or the AddConsumer/AddRetryTask/AddProducer/AddExecutor/
+// AddFrontend/AddServer shorthands), then call Run from main. Safe for concurrent use.
 type Group struct {
 	cfg Config
 
@@ -208,7 +226,7 @@ func (g *Group) Add(stage Stage, name string, c Component) error {
 	if c == nil {
 		return fmt.Errorf("lifecycle: component %q is nil", name)
 	}
-	if stage < StageConsumers || stage > StageExecutors {
+	if stage < StageConsumers || stage > StageServers {
 		return fmt.Errorf("lifecycle: component %q: unknown stage %d", name, int(stage))
 	}
 	g.mu.Lock()
@@ -231,6 +249,12 @@ func (g *Group) AddProducer(name string, c Component) error { return g.Add(Stage
 
 // AddExecutor is Add(StageExecutors, name, c).
 func (g *Group) AddExecutor(name string, c Component) error { return g.Add(StageExecutors, name, c) }
+
+// AddFrontend is Add(StageFrontends, name, c).
+func (g *Group) AddFrontend(name string, c Component) error { return g.Add(StageFrontends, name, c) }
+
+// AddServer is Add(StageServers, name, c).
+func (g *Group) AddServer(name string, c Component) error { return g.Add(StageServers, name, c) }
 
 // Run waits until ctx is done or one of Config.Signals arrives (through
 // signal.NotifyContext, so this is the only place a signal handler is installed, and

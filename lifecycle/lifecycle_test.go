@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -49,15 +50,17 @@ func TestShutdownOrder(t *testing.T) {
 	}
 	r := &recorder{}
 	// Registered out of order on purpose.
+	must(t, g.AddServer("broker", r.comp("broker", nil)))
 	must(t, g.AddExecutor("xxl", r.comp("xxl", nil)))
 	must(t, g.AddProducer("producer", r.comp("producer", nil)))
 	must(t, g.AddRetryTask("retry", r.comp("retry", nil)))
 	must(t, g.AddConsumer("consumer", r.comp("consumer", nil)))
+	must(t, g.AddFrontend("console", r.comp("console", nil)))
 	if err := g.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"start consumer", "done consumer", "start retry", "done retry",
-		"start producer", "done producer", "start xxl", "done xxl"}
+	want := []string{"start console", "done console", "start consumer", "done consumer", "start retry", "done retry",
+		"start producer", "done producer", "start xxl", "done xxl", "start broker", "done broker"}
 	if got := r.get(); !slices.Equal(got, want) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
@@ -208,8 +211,15 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("negative Timeout accepted")
 	}
 	g, _ := New(Config{})
-	if err := g.Add(Stage(9), "x", ShutdownFunc(func(context.Context) error { return nil })); err == nil {
-		t.Fatal("unknown stage accepted")
+	for _, st := range []Stage{0, StageServers + 1, 9} {
+		if err := g.Add(st, "x", ShutdownFunc(func(context.Context) error { return nil })); err == nil {
+			t.Fatalf("unknown stage %d accepted", int(st))
+		}
+	}
+	for _, st := range stages {
+		if strings.HasPrefix(st.String(), "Stage(") {
+			t.Errorf("stage %d has no name", int(st))
+		}
 	}
 	if err := g.AddProducer("nil", nil); err == nil {
 		t.Fatal("nil component accepted")

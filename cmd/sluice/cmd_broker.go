@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/brokermetrics"
 	"github.com/sluicemq/sluice/console"
+	"github.com/sluicemq/sluice/lifecycle"
 )
 
 func newBrokerCmd() *cobra.Command {
@@ -111,6 +112,12 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	if grace <= 0 {
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", grace)
 	}
+	// What the command starts stops through g, in its stages: the console and the
+	// metrics endpoint (frontends) first, the broker (with its name server) last.
+	g, err := newGroup(grace, log)
+	if err != nil {
+		return err
+	}
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err
@@ -121,6 +128,7 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 		_ = b.Shutdown(ctx)
 		return err
 	}
+	_ = g.AddServer("broker "+b.Name(), b)
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker %s listening on %s, name server %s, data in %s\n",
 		b.Name(), b.Addr(), b.NamesrvAddr(), cfg.StorePathRootDir)
 	collectors := []prometheus.Collector{brokermetrics.NewCollector(b)}
@@ -129,29 +137,20 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	}
 	stopMetrics, err := startMetrics(cmd, log, collectors...)
 	if err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		return errors.Join(err, b.Shutdown(ctx))
+		return errors.Join(err, shutdownNow(g, grace))
 	}
-	stopConsole := func(context.Context) error { return nil }
+	_ = g.AddFrontend("metrics", lifecycle.ShutdownFunc(stopMetrics))
 	if addr, _ := cmd.Flags().GetString("console"); addr != "" {
-		var bound string
 		ro, _ := cmd.Flags().GetBool("console-read-only")
-		stopConsole, bound, err = brokerConsole(console.Config{Listen: addr, ReadOnly: ro, Token: os.Getenv("SLUICE_CONSOLE_TOKEN"), Logger: log},
+		stopConsole, bound, err := brokerConsole(console.Config{Listen: addr, ReadOnly: ro, Token: os.Getenv("SLUICE_CONSOLE_TOKEN"), Logger: log},
 			b.NamesrvAddr(), collectors...)
 		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), grace)
-			defer cancel()
-			return errors.Join(err, stopMetrics(ctx), b.Shutdown(ctx))
+			return errors.Join(err, shutdownNow(g, grace))
 		}
+		_ = g.AddFrontend("console", lifecycle.ShutdownFunc(stopConsole))
 		fmt.Fprintf(cmd.OutOrStdout(), "sluice console on http://%s/\n", bound)
 	}
-	<-cmd.Context().Done()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	_ = stopConsole(ctx)
-	_ = stopMetrics(ctx)
-	if err := b.Shutdown(ctx); err != nil {
+	if err := g.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("broker shutdown: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), "sluice broker stopped")

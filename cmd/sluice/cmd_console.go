@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/console"
+	"github.com/sluicemq/sluice/lifecycle"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
 	"github.com/sluicemq/sluice/retrytask"
@@ -85,6 +86,12 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if (creds.AccessKey == "") != (creds.SecretKey == "") {
 		return fmt.Errorf("--access-key (or $SLUICE_ACCESS_KEY) and $SLUICE_SECRET_KEY go together")
 	}
+	// The console (a frontend) stops first, then the parked-sends resender it drives
+	// (retry task, its producer, the Redis client).
+	g, err := newGroup(grace, log)
+	if err != nil {
+		return err
+	}
 	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(ns), Logger: log, Credentials: creds})
 	if err != nil {
 		return err
@@ -102,11 +109,10 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return errors.Join(err, stopParked(context.Background()))
 	}
+	_ = g.AddFrontend("console", lifecycle.ShutdownFunc(stop))
+	_ = g.AddRetryTask("parked-sends resender", lifecycle.ShutdownFunc(stopParked))
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice console on http://%s/\n", addr)
-	<-cmd.Context().Done()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := errors.Join(stop(ctx), stopParked(ctx)); err != nil {
+	if err := g.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("console shutdown: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), "sluice console stopped")

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 )
 
 // quickstart --kafka=ADDR against a real Apache Kafka (skipped without Java or the peer
@@ -14,7 +14,7 @@ func TestQuickstartApacheKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an Apache Kafka JVM")
 	}
-	k := peers.StartKafka(t, 1)
+	k := peertest.StartKafka(t, 1)
 	out, _, err := execRoot(t, 120*time.Second, "quickstart", "--kafka="+k.Brokers[0], "--timeout", "90s")
 	if err != nil {
 		t.Fatalf("quickstart --kafka=%s: %v\n%s", k.Brokers[0], err, out)

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/brokermetrics"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/lifecycle"
 )
 
 func newNamesrvCmd() *cobra.Command {
@@ -59,31 +60,43 @@ func runNamesrv(cmd *cobra.Command, _ []string) error {
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
 	}
+	// What the command starts stops through g: the metrics endpoint first, then the name
+	// server with its ACL file watcher.
+	g, err := newGroup(grace, log)
+	if err != nil {
+		return err
+	}
 	if path, _ := f.GetString("acl-file"); path != "" {
 		if cfg.ACL, err = acl.Load(path, log); err != nil {
 			return fmt.Errorf("--acl-file: %w", err)
 		}
-		go cfg.ACL.Watch(cmd.Context(), time.Second) // ends with the command's context
+		wctx, stopWatch := context.WithCancel(cmd.Context())
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			cfg.ACL.Watch(wctx, time.Second)
+		}()
+		_ = g.AddServer("acl file watcher", lifecycle.ShutdownFunc(func(context.Context) error {
+			stopWatch()
+			<-watched
+			return nil
+		}))
 	}
 	ns, err := namesrv.New(cfg)
 	if err != nil {
-		return err
+		return errors.Join(err, shutdownNow(g, grace))
 	}
 	if err := ns.Start(); err != nil {
-		return err
+		return errors.Join(err, shutdownNow(g, grace))
 	}
+	_ = g.AddServer("name server", ns)
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice name server listening on %s\n", ns.Addr())
 	stopMetrics, err := startMetrics(cmd, log, brokermetrics.NewNameServerCollector(ns))
 	if err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		return errors.Join(err, ns.Shutdown(ctx))
+		return errors.Join(err, shutdownNow(g, grace))
 	}
-	<-cmd.Context().Done()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	_ = stopMetrics(ctx)
-	if err := ns.Shutdown(ctx); err != nil {
+	_ = g.AddFrontend("metrics", lifecycle.ShutdownFunc(stopMetrics))
+	if err := g.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("name server shutdown: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), "sluice name server stopped")

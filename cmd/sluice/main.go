@@ -6,8 +6,10 @@
 //	sluice admin topic list
 //	sluice admin topic route --topic T
 //
-// The long-running commands stop on SIGINT or SIGTERM and shut down within
-// --shutdown-timeout.
+// The long-running commands (namesrv, broker, console) stop on SIGINT or SIGTERM through
+// package lifecycle: what they started shuts down in order within --shutdown-timeout,
+// and a second signal ends the process at once. Every other command has its context
+// cancelled by SIGINT or SIGTERM and cleans up before it exits.
 package main
 
 import (
@@ -19,8 +21,12 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	root := newRootCmd()
+	ctx, stop := context.Background(), func() {}
+	if cmd, _, err := root.Find(os.Args[1:]); err != nil || cmd.Annotations[servesUntilSignal] == "" {
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	}
+	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)

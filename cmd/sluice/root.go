@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluicemq/sluice/lifecycle"
 )
 
 // newRootCmd builds the whole command tree. To add a command, write
@@ -45,9 +48,34 @@ func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 // discardLogger is used by short commands whose output is the result.
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// addShutdownFlag adds --shutdown-timeout to a long-running command.
+// addShutdownFlag adds --shutdown-timeout to a long-running command and marks it as one
+// that serves until SIGINT/SIGTERM: main then leaves the signals to the command's
+// lifecycle.Group (see newGroup).
 func addShutdownFlag(cmd *cobra.Command) {
 	cmd.Flags().Duration("shutdown-timeout", 10*time.Second, "how long to wait for in-flight work on SIGINT/SIGTERM")
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[servesUntilSignal] = "true"
+}
+
+// servesUntilSignal is the annotation of a command that runs until SIGINT/SIGTERM and
+// stops through package lifecycle.
+const servesUntilSignal = "sluice/serves-until-signal"
+
+// newGroup returns the lifecycle group a long-running command registers what it started
+// with: Run waits for SIGINT/SIGTERM (or the command's context) and stops them stage by
+// stage within grace (--shutdown-timeout).
+func newGroup(grace time.Duration, log *slog.Logger) (*lifecycle.Group, error) {
+	return lifecycle.New(lifecycle.Config{Timeout: grace, Logger: log})
+}
+
+// shutdownNow shuts c (a lifecycle.Group, or one component) down within grace: the
+// clean-up of a long-running command that failed to start.
+func shutdownNow(c lifecycle.Component, grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return c.Shutdown(ctx)
 }
 
 // splitAddrs splits "ip:port;ip:port" (RocketMQ's namesrvAddr form; commas accepted too).

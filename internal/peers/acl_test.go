@@ -10,6 +10,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
@@ -42,7 +43,7 @@ func TestSluiceSDKWithCredentialsAgainstApacheRocketMQ(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts an Apache RocketMQ of its own (two JVMs); run without -short")
 	}
-	r := peers.StartRocketMQ(t, peers.RocketMQOptions{BrokerConf: map[string]string{"aclEnable": "true"},
+	r := peertest.StartRocketMQ(t, peers.RocketMQOptions{BrokerConf: map[string]string{"aclEnable": "true"},
 		ConfFiles: map[string]string{"plain_acl.yml": apacheACL}})
 	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{r.NamesrvAddr}, Logger: testkit.Quiet(),
 		Credentials: remoting.Credentials{AccessKey: "peerAdmin", SecretKey: "peerAdminSecret"}})

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
-	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -81,8 +81,8 @@ func createTopic(t *testing.T, tg target, topic string, queues int) {
 	}
 }
 
-func msgs(evs []peers.Event) []peers.Event {
-	var out []peers.Event
+func msgs(evs []peertest.Event) []peertest.Event {
+	var out []peertest.Event
 	for _, e := range evs {
 		if e.Event == "msg" {
 			out = append(out, e)
@@ -93,7 +93,7 @@ func msgs(evs []peers.Event) []peers.Event {
 
 // quiet waits until p has printed no new event for 1.5 s (at most 20 s), so that a
 // delivery that should not happen has had its chance.
-func quiet(t *testing.T, p *peers.DriverProc) []peers.Event {
+func quiet(t *testing.T, p *peertest.DriverProc) []peertest.Event {
 	t.Helper()
 	n, since := -1, time.Now()
 	deadline := time.Now().Add(20 * time.Second)
@@ -111,7 +111,7 @@ func quiet(t *testing.T, p *peers.DriverProc) []peers.Event {
 }
 
 // bodies returns the sorted bodies of first deliveries (reconsumeTimes 0, SUCCESS or not).
-func bodies(evs []peers.Event) []string {
+func bodies(evs []peertest.Event) []string {
 	var out []string
 	for _, e := range msgs(evs) {
 		if e.ReconsumeTimes == 0 {
@@ -124,14 +124,14 @@ func bodies(evs []peers.Event) []string {
 
 // produce sends ms through one driver producer (mode given per message) and returns the
 // sent events in input order; every send must succeed.
-func produce(t *testing.T, d *peers.Driver, tg target, args []string, ms ...peers.Msg) []peers.Event {
+func produce(t *testing.T, d *peertest.Driver, tg target, args []string, ms ...peertest.Msg) []peertest.Event {
 	t.Helper()
 	p := d.Start(t, append([]string{"produce", "--namesrv", tg.namesrv}, args...)...)
 	for _, m := range ms {
 		p.Send(m)
 	}
 	evs := p.Close()
-	sent := make([]peers.Event, len(ms))
+	sent := make([]peertest.Event, len(ms))
 	for _, e := range evs {
 		if e.Event == "sent" {
 			sent[e.I] = e
@@ -145,30 +145,30 @@ func produce(t *testing.T, d *peers.Driver, tg target, args []string, ms ...peer
 	return sent
 }
 
-func consume(t *testing.T, d *peers.Driver, tg target, group, topic string, args ...string) *peers.DriverProc {
+func consume(t *testing.T, d *peertest.Driver, tg target, group, topic string, args ...string) *peertest.DriverProc {
 	return d.Start(t, append([]string{"consume", "--namesrv", tg.namesrv, "--group", group, "--topic", topic}, args...)...)
 }
 
-func atLeast(n int) func([]peers.Event) bool {
-	return func(evs []peers.Event) bool { return len(msgs(evs)) >= n }
+func atLeast(n int) func([]peertest.Event) bool {
+	return func(evs []peertest.Event) bool { return len(msgs(evs)) >= n }
 }
 
 func qid(i int) *int { return &i }
 
 var scenarios = []scenario{
 	{name: "send modes, tags, keys, batch; order per queue", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffSend")
 		createTopic(t, tg, topic, 4)
-		var ms []peers.Msg
+		var ms []peertest.Msg
 		for i := 0; i < 8; i++ {
-			ms = append(ms, peers.Msg{Topic: topic, Tags: "t" + strconv.Itoa(i%2), Keys: fmt.Sprintf("s%d", i), Body: fmt.Sprintf("sync-%d", i), QueueID: qid(i % 2), Props: map[string]string{"p": strconv.Itoa(i)}})
+			ms = append(ms, peertest.Msg{Topic: topic, Tags: "t" + strconv.Itoa(i%2), Keys: fmt.Sprintf("s%d", i), Body: fmt.Sprintf("sync-%d", i), QueueID: qid(i % 2), Props: map[string]string{"p": strconv.Itoa(i)}})
 		}
 		ms = append(ms,
-			peers.Msg{Topic: topic, Mode: "async", Keys: "a0", Body: "async-0"},
-			peers.Msg{Topic: topic, Mode: "async", Keys: "a1", Body: "async-1"},
-			peers.Msg{Topic: topic, Mode: "oneway", Keys: "o0", Body: "oneway-0"},
-			peers.Msg{Topic: topic, Mode: "batch", Batch: []peers.Msg{{Topic: topic, Body: "batch-0"}, {Topic: topic, Body: "batch-1"}, {Topic: topic, Body: "batch-2"}}})
+			peertest.Msg{Topic: topic, Mode: "async", Keys: "a0", Body: "async-0"},
+			peertest.Msg{Topic: topic, Mode: "async", Keys: "a1", Body: "async-1"},
+			peertest.Msg{Topic: topic, Mode: "oneway", Keys: "o0", Body: "oneway-0"},
+			peertest.Msg{Topic: topic, Mode: "batch", Batch: []peertest.Msg{{Topic: topic, Body: "batch-0"}, {Topic: topic, Body: "batch-1"}, {Topic: topic, Body: "batch-2"}}})
 		sent := produce(t, d, tg, nil, ms...)
 		for i := 0; i < 8; i++ {
 			if sent[i].QueueID != i%2 || sent[i].Status != "SEND_OK" {
@@ -207,50 +207,50 @@ var scenarios = []scenario{
 			"batchConsecutive": consecutive, "batchIDs": len(strings.Split(sent[11].MsgID, ","))}
 	}},
 	{name: "tag filter", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffTag")
 		createTopic(t, tg, topic, 2)
 		c := consume(t, d, tg, "diff-tag", topic, "--expr", "a || c")
-		var ms []peers.Msg
+		var ms []peertest.Msg
 		for i, tag := range []string{"a", "b", "c", "a", "b", "c", ""} {
-			ms = append(ms, peers.Msg{Topic: topic, Tags: tag, Body: fmt.Sprintf("%s-%d", tag, i)})
+			ms = append(ms, peertest.Msg{Topic: topic, Tags: tag, Body: fmt.Sprintf("%s-%d", tag, i)})
 		}
 		produce(t, d, tg, nil, ms...)
 		c.WaitFor(60*time.Second, "4 deliveries", atLeast(4))
 		return obs{"bodies": bodies(quiet(t, c))}
 	}},
 	{name: "SQL92 filter", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffSQL")
 		createTopic(t, tg, topic, 2)
 		c := consume(t, d, tg, "diff-sql", topic, "--filter", "sql", "--expr", "n > 3 AND color = 'red'")
-		var ms []peers.Msg
+		var ms []peertest.Msg
 		for i := 1; i <= 8; i++ {
 			color := map[bool]string{true: "red", false: "blue"}[i%2 == 0]
-			ms = append(ms, peers.Msg{Topic: topic, Body: fmt.Sprintf("m%d-%s", i, color), Props: map[string]string{"n": strconv.Itoa(i), "color": color}})
+			ms = append(ms, peertest.Msg{Topic: topic, Body: fmt.Sprintf("m%d-%s", i, color), Props: map[string]string{"n": strconv.Itoa(i), "color": color}})
 		}
-		ms = append(ms, peers.Msg{Topic: topic, Body: "no-props"})
+		ms = append(ms, peertest.Msg{Topic: topic, Body: "no-props"})
 		produce(t, d, tg, nil, ms...)
 		c.WaitFor(60*time.Second, "3 deliveries", atLeast(3))
 		return obs{"bodies": bodies(quiet(t, c))}
 	}},
 	{name: "delay level", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffDelay")
 		createTopic(t, tg, topic, 1)
 		c := consume(t, d, tg, "diff-delay", topic)
-		produce(t, d, tg, nil, peers.Msg{Topic: topic, Body: "delayed", Delay: 3, Keys: "dk"}, peers.Msg{Topic: topic, Body: "now"})
+		produce(t, d, tg, nil, peertest.Msg{Topic: topic, Body: "delayed", Delay: 3, Keys: "dk"}, peertest.Msg{Topic: topic, Body: "now"})
 		evs := msgs(c.WaitFor(60*time.Second, "2 deliveries", atLeast(2)))
 		// every level is 1 s on both brokers: the immediate message comes first
 		return obs{"order": []string{evs[0].Body, evs[1].Body}, "delayedKeys": evs[1].Keys, "delayedTopic": evs[1].Topic == topic}
 	}},
 	{name: "transactions with check-back", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffTxn")
 		createTopic(t, tg, topic, 2)
 		c := consume(t, d, tg, "diff-txn", topic)
 		p := d.Start(t, "produce", "--namesrv", tg.namesrv, "--mode", "txn", "--group", "diff-txn-producer")
-		for _, m := range []peers.Msg{
+		for _, m := range []peertest.Msg{
 			{Topic: topic, Keys: "commit", Body: "commit", Txn: "commit"},
 			{Topic: topic, Keys: "rollback", Body: "rollback", Txn: "rollback"},
 			{Topic: topic, Keys: "unknown-commit", Body: "unknown-commit", Txn: "unknown", Check: "commit"},
@@ -259,7 +259,7 @@ var scenarios = []scenario{
 			p.Send(m)
 		}
 		c.WaitFor(60*time.Second, "2 deliveries", atLeast(2))
-		p.WaitFor(30*time.Second, "checks of both unknown transactions", func(evs []peers.Event) bool {
+		p.WaitFor(30*time.Second, "checks of both unknown transactions", func(evs []peertest.Event) bool {
 			seen := map[string]bool{}
 			for _, e := range evs {
 				if e.Event == "check" {
@@ -283,12 +283,12 @@ var scenarios = []scenario{
 		return obs{"bodies": bodies(evs), "sendStates": states, "checked": checked}
 	}},
 	{name: "concurrent consumer retry", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffRetry")
 		createTopic(t, tg, topic, 2)
 		c := consume(t, d, tg, "diff-retry", topic, "--later-keys", "r1", "--later-times", "2")
-		produce(t, d, tg, nil, peers.Msg{Topic: topic, Keys: "r1", Body: "retry-me"}, peers.Msg{Topic: topic, Keys: "ok", Body: "fine"})
-		c.WaitFor(60*time.Second, "r1 succeeds on its third delivery", func(evs []peers.Event) bool {
+		produce(t, d, tg, nil, peertest.Msg{Topic: topic, Keys: "r1", Body: "retry-me"}, peertest.Msg{Topic: topic, Keys: "ok", Body: "fine"})
+		c.WaitFor(60*time.Second, "r1 succeeds on its third delivery", func(evs []peertest.Event) bool {
 			for _, e := range msgs(evs) {
 				if e.Keys == "r1" && e.Result == "SUCCESS" {
 					return true
@@ -303,12 +303,12 @@ var scenarios = []scenario{
 		return obs{"deliveries": seq}
 	}},
 	{name: "DLQ after max reconsume times", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffDLQ")
 		group := "diff-dlq-" + tg.name + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 		createTopic(t, tg, topic, 1)
 		c := consume(t, d, tg, group, topic, "--later-keys", "dead", "--max-reconsume", "1")
-		produce(t, d, tg, nil, peers.Msg{Topic: topic, Keys: "dead", Tags: "tg", Body: "dead-letter"})
+		produce(t, d, tg, nil, peertest.Msg{Topic: topic, Keys: "dead", Tags: "tg", Body: "dead-letter"})
 		c.WaitFor(60*time.Second, "2 deliveries", atLeast(2))
 		evs := quiet(t, c)
 		var seq []int
@@ -332,13 +332,13 @@ var scenarios = []scenario{
 		return obs{"reconsumeTimes": seq, "dlq": dlq}
 	}},
 	{name: "orderly consumer suspends and retries in place", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffOrderly")
 		createTopic(t, tg, topic, 2)
 		c := consume(t, d, tg, "diff-orderly", topic, "--orderly", "--later-keys", "o2", "--later-times", "2")
-		var ms []peers.Msg
+		var ms []peertest.Msg
 		for i := 0; i < 6; i++ {
-			ms = append(ms, peers.Msg{Topic: topic, Keys: fmt.Sprintf("o%d", i), Body: fmt.Sprintf("ord-%d", i), QueueID: qid(0)})
+			ms = append(ms, peertest.Msg{Topic: topic, Keys: fmt.Sprintf("o%d", i), Body: fmt.Sprintf("ord-%d", i), QueueID: qid(0)})
 		}
 		produce(t, d, tg, nil, ms...)
 		c.WaitFor(60*time.Second, "8 deliveries", atLeast(8))
@@ -393,13 +393,13 @@ var scenarios = []scenario{
 	// CONSUMER_NOT_ONLINE (206) and leaves the offsets; Sluice's admin then writes them
 	// itself (as Apache's mqadmin does), so the client observes the same on both.
 	{name: "offsets after an admin reset of an offline group", run: func(t *testing.T, tg target) obs {
-		d := peers.JavaDriver(t)
+		d := peertest.JavaDriver(t)
 		topic := topicFor(t, "DiffReset")
 		group := "diff-reset-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 		createTopic(t, tg, topic, 1)
-		var ms []peers.Msg
+		var ms []peertest.Msg
 		for i := 0; i < 5; i++ {
-			ms = append(ms, peers.Msg{Topic: topic, Body: fmt.Sprintf("r%d", i)})
+			ms = append(ms, peertest.Msg{Topic: topic, Body: fmt.Sprintf("r%d", i)})
 		}
 		produce(t, d, tg, nil, ms...)
 		c := consume(t, d, tg, group, topic)

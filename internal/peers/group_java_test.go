@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -23,7 +23,7 @@ func TestJavaAsyncBurstsAgainstSluice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts two JVMs (the Java driver, with JSON and with binary headers); run without -short")
 	}
-	base := peers.JavaDriver(t)
+	base := peertest.JavaDriver(t)
 	b := sluiceBroker(t)
 	tg := target{name: "sluice", namesrv: b.NamesrvAddr(), broker: b.Addr(), adm: newAdmin(t, b.NamesrvAddr())}
 	topic := topicFor(t, "JavaBursts")
@@ -36,12 +36,12 @@ func TestJavaAsyncBurstsAgainstSluice(t *testing.T) {
 		id     string
 	}
 	want := map[string]result{} // body -> where its SendResult says it is
-	for k, d := range []*peers.Driver{base, base.WithJVMFlags(peers.SerializeRocketMQ)} {
+	for k, d := range []*peertest.Driver{base, base.WithJVMFlags(peertest.SerializeRocketMQ)} {
 		p := d.Start(t, "produce", "--namesrv", tg.namesrv, "--mode", "async", "--group", "bursts-producer-"+strconv.Itoa(k), "--retries", "0")
 		for i := range per {
-			p.Send(peers.Msg{Topic: topic, Keys: fmt.Sprintf("k%d-%d", k, i), Body: fmt.Sprintf("p%d-%d|%s", k, i, strings.Repeat("j", i%900))})
+			p.Send(peertest.Msg{Topic: topic, Keys: fmt.Sprintf("k%d-%d", k, i), Body: fmt.Sprintf("p%d-%d|%s", k, i, strings.Repeat("j", i%900))})
 		}
-		evs := p.WaitFor(90*time.Second, "every async send answered", func(evs []peers.Event) bool { return countEvents(evs, "sent") == per })
+		evs := p.WaitFor(90*time.Second, "every async send answered", func(evs []peertest.Event) bool { return countEvents(evs, "sent") == per })
 		for _, e := range evs {
 			if e.Event != "sent" {
 				continue

@@ -5,9 +5,10 @@
 //
 // The jars come from Maven Central through the repository's own descriptors: run
 // `bash .ci/peers`, which fills [Dir] (SLUICE_PEERS_DIR, default
-// $HOME/.cache/sluice-peers). Without Java or the jars the Start functions return an error
-// wrapping [ErrUnavailable], and the test helpers ([StartRocketMQ], [StartKafka],
-// [JavaDriver]) skip the test with a message saying how to fetch them.
+// $HOME/.cache/sluice-peers). Without Java or the jars the Launch functions return an
+// error wrapping [ErrUnavailable], and the test helpers of package peertest
+// (StartRocketMQ, StartKafka, JavaDriver) skip the test with a message saying how to
+// fetch them. This package imports no test code: the sluice binary links it.
 //
 // Every process runs in its own process group and is killed with its group on Stop (and,
 // on Linux, when the process that started it dies); each peer's data lives in a

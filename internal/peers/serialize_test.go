@@ -20,7 +20,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/remoting"
@@ -139,7 +139,7 @@ func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts five JVMs (the Java driver and a name-server proxy beside Sluice); run without -short")
 	}
-	d := peers.JavaDriver(t).WithJVMFlags(peers.SerializeRocketMQ)
+	d := peertest.JavaDriver(t).WithJVMFlags(peertest.SerializeRocketMQ)
 	b := sluiceBroker(t)
 	ns := newSniffer(t, b.NamesrvAddr())
 	tg := target{name: "sluice", namesrv: ns.addr(), broker: b.Addr(), adm: newAdmin(t, b.NamesrvAddr())}
@@ -156,12 +156,12 @@ func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 		props[k] = v
 	}
 	p := d.Start(t, "produce", "--namesrv", tg.namesrv, "--mode", "txn", "--group", "bin-txn-producer")
-	in := []peers.Msg{
+	in := []peertest.Msg{
 		{Topic: topic, Mode: "sync", Tags: "标签", Keys: "ключ-1 k2", Body: "sync-awkward", Props: props},
 		{Topic: topic, Mode: "sync", Keys: "later", Body: "sync-later"},
 		{Topic: topic, Mode: "async", Keys: "a0", Body: "async-0", Props: awkward},
 		{Topic: topic, Mode: "oneway", Keys: "o0", Body: "oneway-0", Props: awkward},
-		{Topic: topic, Mode: "batch", Batch: []peers.Msg{{Topic: topic, Keys: "b0", Body: "batch-0", Props: awkward}, {Topic: topic, Keys: "b1", Body: "batch-1"}}},
+		{Topic: topic, Mode: "batch", Batch: []peertest.Msg{{Topic: topic, Keys: "b0", Body: "batch-0", Props: awkward}, {Topic: topic, Keys: "b1", Body: "batch-1"}}},
 		{Topic: topic, Mode: "txn", Keys: "tc", Body: "txn-commit", Txn: "commit", Props: awkward},
 		{Topic: topic, Mode: "txn", Keys: "tr", Body: "txn-rollback", Txn: "rollback"},
 		{Topic: topic, Mode: "txn", Keys: "tu", Body: "txn-checked", Txn: "unknown", Check: "commit", Props: awkward},
@@ -171,7 +171,7 @@ func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 		p.Send(m)
 	}
 	const refused = 8
-	sent := p.WaitFor(60*time.Second, "every send answered and the check-back", func(evs []peers.Event) bool {
+	sent := p.WaitFor(60*time.Second, "every send answered and the check-back", func(evs []peertest.Event) bool {
 		return countEvents(evs, "sent") == len(in) && countEvents(evs, "check") >= 1
 	})
 	for _, e := range sent {
@@ -191,9 +191,9 @@ func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 	want := []string{"async-0", "batch-0", "batch-1", "oneway-0", "sync-awkward", "sync-later", "txn-checked", "txn-commit"}
 	for _, c := range []struct {
 		name string
-		p    *peers.DriverProc
+		p    *peertest.DriverProc
 	}{{"push", push}, {"orderly", orderly}, {"pull", pull}} {
-		evs := c.p.WaitFor(60*time.Second, c.name+": every committed message", func(evs []peers.Event) bool {
+		evs := c.p.WaitFor(60*time.Second, c.name+": every committed message", func(evs []peertest.Event) bool {
 			return len(distinctBodies(evs)) >= len(want)
 		})
 		if got := distinctBodies(evs); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -203,7 +203,7 @@ func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 			checkDelivery(t, c.name, e, props)
 		}
 	}
-	push.WaitFor(30*time.Second, "the message answered RECONSUME_LATER comes back", func(evs []peers.Event) bool {
+	push.WaitFor(30*time.Second, "the message answered RECONSUME_LATER comes back", func(evs []peertest.Event) bool {
 		for _, e := range msgs(evs) {
 			if e.Keys == "later" && e.ReconsumeTimes == 1 && e.Result == "SUCCESS" {
 				return true
@@ -217,7 +217,7 @@ func TestJavaBinaryHeadersAgainstSluice(t *testing.T) {
 	}
 }
 
-func countEvents(evs []peers.Event, kind string) int {
+func countEvents(evs []peertest.Event, kind string) int {
 	n := 0
 	for _, e := range evs {
 		if e.Event == kind {
@@ -227,7 +227,7 @@ func countEvents(evs []peers.Event, kind string) int {
 	return n
 }
 
-func distinctBodies(evs []peers.Event) []string {
+func distinctBodies(evs []peertest.Event) []string {
 	set := map[string]bool{}
 	for _, e := range msgs(evs) {
 		set[e.Body] = true
@@ -242,7 +242,7 @@ func distinctBodies(evs []peers.Event) []string {
 
 // checkDelivery checks the keys, tag and user properties of one delivery of the
 // binary-header test against what was sent.
-func checkDelivery(t *testing.T, who string, e peers.Event, props map[string]string) {
+func checkDelivery(t *testing.T, who string, e peertest.Event, props map[string]string) {
 	t.Helper()
 	var want map[string]string
 	switch e.Body {
@@ -271,7 +271,7 @@ func TestJavaBinaryHeadersWithACLAgainstSluice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts four JVMs; run without -short")
 	}
-	d := peers.JavaDriver(t).WithJVMFlags(peers.SerializeRocketMQ)
+	d := peertest.JavaDriver(t).WithJVMFlags(peertest.SerializeRocketMQ)
 	dir := t.TempDir()
 	aclFile := filepath.Join(dir, "plain_acl.yml")
 	if err := os.WriteFile(aclFile, []byte(apacheACL), 0o600); err != nil {
@@ -292,11 +292,11 @@ func TestJavaBinaryHeadersWithACLAgainstSluice(t *testing.T) {
 	push := consume(t, d, tg, "bin-acl-push", topic, app...)
 	pull := d.Start(t, append([]string{"pull", "--namesrv", tg.namesrv, "--group", "bin-acl-pull", "--topic", topic}, app...)...)
 	produce(t, d, tg, app,
-		peers.Msg{Topic: topic, Tags: "标签", Keys: "ключ", Body: "signed-sync", Props: awkward},
-		peers.Msg{Topic: topic, Mode: "batch", Batch: []peers.Msg{{Topic: topic, Body: "signed-batch-0", Props: awkward}, {Topic: topic, Body: "signed-batch-1"}}})
+		peertest.Msg{Topic: topic, Tags: "标签", Keys: "ключ", Body: "signed-sync", Props: awkward},
+		peertest.Msg{Topic: topic, Mode: "batch", Batch: []peertest.Msg{{Topic: topic, Body: "signed-batch-0", Props: awkward}, {Topic: topic, Body: "signed-batch-1"}}})
 	refused := b.Stats().RefusedACL
 	bad := d.Start(t, "produce", "--namesrv", tg.namesrv, "--retries", "0", "--access-key", "peerApp", "--secret-key", "wrong-secret")
-	bad.Send(peers.Msg{Topic: topic, Body: "forged", Props: awkward})
+	bad.Send(peertest.Msg{Topic: topic, Body: "forged", Props: awkward})
 	for _, e := range bad.Close() {
 		if e.Event == "sent" && e.OK {
 			t.Fatalf("a send signed with a wrong secret was stored: %+v", e)
@@ -308,9 +308,9 @@ func TestJavaBinaryHeadersWithACLAgainstSluice(t *testing.T) {
 	want := []string{"signed-batch-0", "signed-batch-1", "signed-sync"}
 	for _, c := range []struct {
 		name string
-		p    *peers.DriverProc
+		p    *peertest.DriverProc
 	}{{"push", push}, {"pull", pull}} {
-		evs := c.p.WaitFor(60*time.Second, c.name+": every message", func(evs []peers.Event) bool {
+		evs := c.p.WaitFor(60*time.Second, c.name+": every message", func(evs []peertest.Event) bool {
 			return len(distinctBodies(evs)) >= len(want)
 		})
 		if got := distinctBodies(evs); fmt.Sprint(got) != fmt.Sprint(want) {

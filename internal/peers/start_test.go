@@ -9,16 +9,17 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 )
 
 // The Apache RocketMQ peer starts, and the Java client sends to it and consumes back.
 func TestApacheRocketMQStartsAndServesJavaClient(t *testing.T) {
 	r := apacheRocketMQ(t)
-	d := peers.JavaDriver(t)
+	d := peertest.JavaDriver(t)
 	topic := "PeerSmoke"
 	prod := d.Start(t, "produce", "--namesrv", r.NamesrvAddr)
 	for i := 0; i < 3; i++ {
-		prod.Send(peers.Msg{Topic: topic, Keys: fmt.Sprintf("k%d", i), Body: fmt.Sprintf("b%d", i)})
+		prod.Send(peertest.Msg{Topic: topic, Keys: fmt.Sprintf("k%d", i), Body: fmt.Sprintf("b%d", i)})
 	}
 	evs := prod.Close()
 	sent := 0
@@ -34,7 +35,7 @@ func TestApacheRocketMQStartsAndServesJavaClient(t *testing.T) {
 		t.Fatalf("sent %d of 3: %v", sent, evs)
 	}
 	cons := d.Start(t, "consume", "--namesrv", r.NamesrvAddr, "--group", "peer-smoke", "--topic", topic)
-	cons.WaitFor(60*time.Second, "3 deliveries", func(evs []peers.Event) bool {
+	cons.WaitFor(60*time.Second, "3 deliveries", func(evs []peertest.Event) bool {
 		n := 0
 		for _, e := range evs {
 			if e.Event == "msg" {
@@ -86,7 +87,7 @@ func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string, from int64) {
 
 // Apache Kafka starts in KRaft mode (one combined node) and serves kafka-go.
 func TestApacheKafkaOneNode(t *testing.T) {
-	k := peers.StartKafka(t, 1)
+	k := peertest.StartKafka(t, 1)
 	kafkaRoundTrip(t, k, "peer-smoke-1", 0)
 }
 
@@ -96,7 +97,7 @@ func TestApacheKafkaThreeNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three Kafka JVMs: skipped with -short")
 	}
-	k := peers.StartKafka(t, 3)
+	k := peertest.StartKafka(t, 3)
 	kafkaRoundTrip(t, k, "peer-smoke-3", 0)
 	if err := k.StopNode(2); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,9 @@
 // latency (Produce), push-consumer drain throughput (Consume), and, as comparison
 // peers, synchronous publishes to a NATS JetStream stream (ProduceJetStream) and the
 // same producer and consumer workloads over Kafka through package kafka
-// (ProduceKafka, ConsumeKafka). The
-// `sluice bench` command and this package's go test benchmarks use it.
+// (ProduceKafka, ConsumeKafka). RunProduce and RunConsume are the `sluice bench`
+// command (cmd/sluice reads its flags into Options); this package's go test benchmarks
+// use the workloads directly.
 //
 // Numbers are only measured here, never asserted: a run reports what it saw.
 package bench

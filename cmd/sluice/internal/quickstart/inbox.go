@@ -1,4 +1,4 @@
-package main
+package quickstart
 
 import (
 	"bytes"
@@ -22,7 +22,6 @@ import (
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
-	"github.com/spf13/cobra"
 	_ "modernc.org/sqlite" // driver "sqlite": the embedded default
 )
 
@@ -47,22 +46,15 @@ const (
 	qsMainArgsEnvVar = "SLUICE_MAIN_ARGS"
 )
 
-// newQuickstartInboxChildCmd is the hidden "sluice quickstart inbox-child": the
-// crashing ledger_service consumer the quickstart starts as a child process (configured
-// by the SLUICE_QS_INBOX_* environment).
-func newQuickstartInboxChildCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    "inbox-child",
-		Short:  "internal: the crashing consumer process of the quickstart's inbox part",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if os.Getenv(qsChildEnv) != "1" {
-				return errors.New("inbox-child is started by sluice quickstart only")
-			}
-			return runQSInboxChild(cmd.Context())
-		},
+// RunInboxChild is the hidden "sluice quickstart inbox-child": the crashing
+// ledger_service consumer process that Run starts (this executable with the arguments
+// "quickstart inbox-child"), configured by the SLUICE_QS_INBOX_* environment. Started
+// otherwise it refuses.
+func RunInboxChild(ctx context.Context) error {
+	if os.Getenv(qsChildEnv) != "1" {
+		return errors.New("inbox-child is started by sluice quickstart only")
 	}
+	return runQSInboxChild(ctx)
 }
 
 // qsBook is the effect: one ledger row for the payment in m, written through tx. It

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -8,36 +8,26 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
-	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
 	"github.com/sluicemq/sluice/internal/peers"
 )
 
 // targetRocketMQ runs a workload against Apache RocketMQ and against Sluice.
 const targetRocketMQ = "rocketmq"
 
-// addRocketMQFlags adds the flags of --target rocketmq to a bench subcommand.
-func addRocketMQFlags(cmd *cobra.Command) {
-	cmd.Flags().String("rocketmq-namesrv", "", "with --target rocketmq: name server of a running Apache RocketMQ (default: start one from the peers' jars, see bash .ci/peers)")
-	cmd.Flags().String("rocketmq-heap", "1g", "with --target rocketmq: heap (-Xms and -Xmx) of the Apache RocketMQ JVMs it starts")
-}
-
 // runVsRocketMQ runs one workload (run) against an Apache RocketMQ broker (started from
 // the peers' jars, or the one at --rocketmq-namesrv) and then against a Sluice broker
 // started as its own process (this binary's `broker` command), and prints both results
 // (print) and the ratios sluice/rocketmq. Each broker runs alone while it is measured.
-func runVsRocketMQ(cmd *cobra.Command, s *benchSetup, what string,
-	run func(context.Context, bench.Config) (*bench.Result, error), print func(io.Writer, *bench.Result)) error {
+func runVsRocketMQ(ctx context.Context, o Options, s *benchSetup, what string,
+	run func(context.Context, Config) (*Result, error), print func(io.Writer, *Result)) error {
 	cfg := s.cfg
 	cfg.ServerPid = 0 // an external Apache broker's CPU is not measured
 	if len(s.cfg.NamesrvAddrs) > 0 {
 		return errors.New("--namesrv with --target rocketmq: give Apache's name server as --rocketmq-namesrv; Sluice runs as its own process")
 	}
-	out := cmd.OutOrStdout()
-	ctx := cmd.Context()
-	ext, _ := cmd.Flags().GetString("rocketmq-namesrv")
-	heap, _ := cmd.Flags().GetString("rocketmq-heap")
+	out := o.Out
+	ext := o.RocketMQNamesrv
+	heap := o.RocketMQHeap
 
 	// Apache RocketMQ.
 	var apache *peers.RocketMQ
@@ -73,7 +63,7 @@ func runVsRocketMQ(cmd *cobra.Command, s *benchSetup, what string,
 	}
 
 	// Sluice, in its own process (the bench's broker process).
-	sl, err := bench.StartProcess(bench.ProcessConfig{FlushDiskType: s.flush, Command: benchBrokerCommand})
+	sl, err := StartProcess(ProcessConfig{FlushDiskType: s.flush, Command: s.command})
 	if err != nil {
 		return err
 	}
@@ -109,7 +99,7 @@ func runVsRocketMQ(cmd *cobra.Command, s *benchSetup, what string,
 }
 
 // shutdownProcess stops the bench's broker process (bounded by 20 s).
-func shutdownProcess(p *bench.Process) error {
+func shutdownProcess(p *Process) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	return p.Shutdown(ctx)

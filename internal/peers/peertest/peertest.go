@@ -1,4 +1,8 @@
-package peers
+// Package peertest holds the test helpers of package peers: they start Apache RocketMQ,
+// Apache Kafka and the Java driver for a test (testing.TB), stop them at its cleanup and
+// skip the test when Java or the peer jars are absent. They live apart from package peers
+// so that the sluice binary, whose bench starts the peers too, links no test code.
+package peertest
 
 import (
 	"bufio"
@@ -17,23 +21,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/peers"
 )
 
 // skipOrFatal skips t when err wraps ErrUnavailable and fails it otherwise.
 func skipOrFatal(t testing.TB, what string, err error) {
 	t.Helper()
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, peers.ErrUnavailable) {
 		t.Skipf("%s: %v", what, err)
 	}
 	t.Fatalf("%s: %v", what, err)
 }
 
-// StartRocketMQ starts an Apache RocketMQ name server and broker for t ([LaunchRocketMQ]
+// StartRocketMQ starts an Apache RocketMQ name server and broker for t ([peers.LaunchRocketMQ]
 // with opt) and stops them at t.Cleanup, logging their last output when t failed. It
 // skips t when Java or the jars are absent.
-func StartRocketMQ(t testing.TB, opt RocketMQOptions) *RocketMQ {
+func StartRocketMQ(t testing.TB, opt peers.RocketMQOptions) *peers.RocketMQ {
 	t.Helper()
-	r, err := LaunchRocketMQ(context.Background(), opt)
+	r, err := peers.LaunchRocketMQ(context.Background(), opt)
 	if err != nil {
 		skipOrFatal(t, "apache rocketmq", err)
 	}
@@ -49,10 +55,10 @@ func StartRocketMQ(t testing.TB, opt RocketMQOptions) *RocketMQ {
 }
 
 // StartKafka starts an Apache Kafka KRaft cluster of nodes combined nodes for t
-// ([LaunchKafka]) and stops it at t.Cleanup. It skips t when Java or the jars are absent.
-func StartKafka(t testing.TB, nodes int) *Kafka {
+// ([peers.LaunchKafka]) and stops it at t.Cleanup. It skips t when Java or the jars are absent.
+func StartKafka(t testing.TB, nodes int) *peers.Kafka {
 	t.Helper()
-	k, err := LaunchKafka(context.Background(), KafkaOptions{Nodes: nodes})
+	k, err := peers.LaunchKafka(context.Background(), peers.KafkaOptions{Nodes: nodes})
 	if err != nil {
 		skipOrFatal(t, "apache kafka", err)
 	}
@@ -92,29 +98,24 @@ func (d *Driver) WithJVMFlags(flags ...string) *Driver {
 // absent.
 func JavaDriver(t testing.TB) *Driver {
 	t.Helper()
-	java, err := javaPath()
-	if err == nil {
-		_, err = classPath("driver", driverJar())
-	}
+	home := t.TempDir()
+	argv, err := peers.DriverArgv(home)
 	if err != nil {
 		skipOrFatal(t, "java driver", err)
 	}
 	if err := driverFresh(); err != nil {
 		t.Fatal(err)
 	}
-	cp, _ := classPath("driver", driverJar())
-	home := t.TempDir()
-	return &Driver{home: home, argv: []string{java, "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Duser.home=" + home, "-Drocketmq.client.logRoot=" + filepath.Join(home, "logs"), "-cp", cp, "io.sluicemq.peers.Driver"}}
+	return &Driver{home: home, argv: argv}
 }
 
-// driverFresh reports an error when the driver in [Dir] was built from other sources
+// driverFresh reports an error when the driver in [peers.Dir] was built from other sources
 // than internal/peers/javadriver (a test's working directory is its package's): its
 // .stamp, written by .ci/peers, is the first 16 hex digits of the SHA-256 of pom.xml and
 // then every file under src, in sorted path order. A driver without a stamp, or a test
 // run from elsewhere, is taken as it is.
 func driverFresh() error {
-	stamp, err := os.ReadFile(filepath.Join(Dir(), "driver", ".stamp"))
+	stamp, err := os.ReadFile(filepath.Join(peers.Dir(), "driver", ".stamp"))
 	if err != nil {
 		return nil
 	}
@@ -138,7 +139,7 @@ func driverFresh() error {
 		h.Write(b)
 	}
 	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != strings.TrimSpace(string(stamp)) {
-		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/javadriver: run bash .ci/peers", filepath.Join(Dir(), "driver"))
+		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/javadriver: run bash .ci/peers", filepath.Join(peers.Dir(), "driver"))
 	}
 	return nil
 }
@@ -195,7 +196,7 @@ type DriverProc struct {
 	stdin  io.WriteCloser
 	mu     sync.Mutex
 	events []Event
-	stderr *tail
+	stderr *peers.Tail
 	done   chan struct{}
 	enc    *json.Encoder
 }
@@ -205,10 +206,8 @@ type DriverProc struct {
 // driver's "started" event.
 func (d *Driver) Start(t testing.TB, args ...string) *DriverProc {
 	t.Helper()
-	cmd := exec.Command(d.argv[0], append(append([]string{}, d.argv[1:]...), args...)...)
-	cmd.Env = os.Environ()
-	setProcAttr(cmd)
-	p := &DriverProc{t: t, cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	cmd := peers.Command(append(append([]string{}, d.argv...), args...)...)
+	p := &DriverProc{t: t, cmd: cmd, stderr: peers.NewTail(16 << 10), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -242,7 +241,7 @@ func (d *Driver) Start(t testing.TB, args ...string) *DriverProc {
 		select {
 		case <-p.done:
 		case <-time.After(15 * time.Second):
-			signalGroup(cmd, true)
+			peers.KillGroup(cmd)
 			<-p.done
 		}
 		if t.Failed() {
@@ -327,7 +326,7 @@ func (p *DriverProc) Close() []Event {
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
-		signalGroup(p.cmd, true)
+		peers.KillGroup(p.cmd)
 		<-p.done
 		p.t.Fatalf("java driver did not exit 30s after its input closed; stderr:\n%s", p.stderr.String())
 	}

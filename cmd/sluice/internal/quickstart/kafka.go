@@ -1,4 +1,4 @@
-package main
+package quickstart
 
 import (
 	"context"
@@ -21,8 +21,9 @@ import (
 	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
-// qsKafkaEmbedded is the --kafka value meaning "an in-process Kafka-protocol cluster".
-const qsKafkaEmbedded = "embedded"
+// KafkaEmbedded is the Options.Kafka (and --kafka) value meaning "an in-process
+// Kafka-protocol cluster".
+const KafkaEmbedded = "embedded"
 
 // qsPoisonOrder is the order whose event body is not JSON: points_service cannot parse
 // it, retries it twice through its retry topics, then it lands in its dead-letter topic.
@@ -89,7 +90,7 @@ func runKafkaQuickstart(ctx context.Context, out io.Writer, o qsOptions, addr st
 		}
 	}()
 
-	if addr == qsKafkaEmbedded {
+	if addr == KafkaEmbedded {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 		if err != nil {
 			return fmt.Errorf("start the embedded Kafka cluster: %w", err)
