@@ -345,7 +345,9 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col1.total() >= 30 }, "the first 30 messages: ",
-		func() string { return fmt.Sprintf("%d delivered; c1 ", col1.total()) + queueState(c1, "Points", first.ends) })
+		func() string {
+			return fmt.Sprintf("%d delivered; c1 ", col1.total()) + queueState(c1, "Points", first.ends)
+		})
 	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", first.ends, c1) }, "committed offsets at the queue ends: ",
 		func() string { return queueState(c1, "Points", first.ends) })
 	shutdown(t, c1)
@@ -360,7 +362,9 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 20 }, "the 20 new messages: ",
-		func() string { return fmt.Sprintf("%d delivered; c2 ", col2.total()) + queueState(c2, "Points", second.ends) })
+		func() string {
+			return fmt.Sprintf("%d delivered; c2 ", col2.total()) + queueState(c2, "Points", second.ends)
+		})
 	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", second.ends, c2) }, "committed offsets at the queue ends: ",
 		func() string { return queueState(c2, "Points", second.ends) })
 	col2.mu.Lock()
