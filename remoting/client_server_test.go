@@ -745,3 +745,46 @@ func stallPulls(t *testing.T, s *Server) {
 		return nil
 	})
 }
+
+// TestOnConnectBeforeFirstCall: OnConnect runs before the call that dialed (or any other
+// waiting for the dial) is sent on the new connection, so what it marks — a broker
+// needing a heartbeat — cannot land after that call's answer has cleared it (a second,
+// needless greeting, or a mark clearing the record of one that was sent).
+func TestOnConnectBeforeFirstCall(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	var served atomic.Int32
+	s.Handle(HeartBeat, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		served.Add(1)
+		return NewResponse(Success, "")
+	})
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var onConnect atomic.Int32
+	c := newClient(t, ClientConfig{OnConnect: func(string) {
+		if onConnect.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+	}})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil))
+		errc <- err
+	}()
+	<-entered
+	// While OnConnect has not returned the call must not reach the server: give it the
+	// time it would need (it is local and answers in microseconds).
+	time.Sleep(200 * time.Millisecond)
+	if n := served.Load(); n != 0 {
+		close(release)
+		<-errc
+		t.Fatalf("%d requests served before OnConnect returned", n)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if served.Load() != 1 || onConnect.Load() != 1 {
+		t.Fatalf("served %d, OnConnect called %d times; want 1 and 1", served.Load(), onConnect.Load())
+	}
+}
