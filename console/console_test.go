@@ -140,6 +140,12 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal("read-only topics page shows the create form or lacks the badge")
 	}
 	e.send(t, "RO", 1)
+	// The send auto-creates the topic; the broker registers it with the name server
+	// after answering the send (registerNow), so wait for the route before proving that
+	// the refused delete leaves it in place.
+	if _, err := e.a.WaitTopicRoute(ctx(t), "RO"); err != nil {
+		t.Fatal(err)
+	}
 	for _, path := range []string{"/topics", "/topics/RO/delete", "/groups/g/reset", "/dlq/g/resend"} {
 		// Even with a valid-looking token (read-only refuses before the CSRF check).
 		code, body, _ := do(t, "POST", e.base+path, url.Values{"topic": {"X"}, "queues": {"1"}, "confirm": {"RO"}}, nil)

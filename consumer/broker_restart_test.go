@@ -42,19 +42,17 @@ func TestResumesSoonAfterBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b2 *broker.Broker
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b2, err = broker.New(broker.Config{ListenAddr: addr, NamesrvListenAddr: ns, StorePathRootDir: dir, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
+	// The old listeners' ports may still be in use for a moment: retry the bind, 100 ms
+	// apart.
+	testkit.EventuallyEvery(20*time.Second, 100*time.Millisecond, func() bool {
+		if b2, err = broker.New(broker.Config{ListenAddr: addr, NamesrvListenAddr: ns, StorePathRootDir: dir, Logger: quiet}); err != nil {
+			return true
 		}
-		if err = b2.Start(); err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond) // back-off between bind attempts
+		err = b2.Start()
+		return err == nil || !errors.Is(err, syscall.EADDRINUSE)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
 	e.broker = b2

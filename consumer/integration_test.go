@@ -198,6 +198,23 @@ func assigned(c *PushConsumer, topic string) map[message.MessageQueue]bool {
 	return out
 }
 
+// queueState describes c's queues of topic for a failure message: per queue its
+// committed offset, the end it should reach, and its cached (unfinished) messages, so a
+// stall names the queue and where it stands.
+func queueState(c *PushConsumer, topic string, ends map[message.MessageQueue]int64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d queues assigned:", len(c.pqs))
+	for mq, pq := range c.pqs {
+		if mq.Topic == topic {
+			n, _ := pq.load()
+			fmt.Fprintf(&sb, " q%d committed %d of %d (%d cached)", mq.QueueID, pq.commitOffset(), ends[mq], n)
+		}
+	}
+	return sb.String()
+}
+
 func TestRoundTripWithTags(t *testing.T) {
 	e := newEnv(t)
 	e.createTopic("Orders", 4)
@@ -327,8 +344,12 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 	if err := c1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 20*time.Second, func() bool { return col1.total() >= 30 }, "the first 30 messages")
-	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", first.ends, c1) }, "committed offsets at the queue ends")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col1.total() >= 30 }, "the first 30 messages: ",
+		func() string {
+			return fmt.Sprintf("%d delivered; c1 ", col1.total()) + queueState(c1, "Points", first.ends)
+		})
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", first.ends, c1) }, "committed offsets at the queue ends: ",
+		func() string { return queueState(c1, "Points", first.ends) })
 	shutdown(t, c1)
 
 	second := send(t, p, "Points", 20, "new")
@@ -340,8 +361,12 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 	if err := c2.Start(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 20 }, "the 20 new messages")
-	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", second.ends, c2) }, "committed offsets at the queue ends")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 20 }, "the 20 new messages: ",
+		func() string {
+			return fmt.Sprintf("%d delivered; c2 ", col2.total()) + queueState(c2, "Points", second.ends)
+		})
+	testkit.WaitFor(t, 10*time.Second, func() bool { return committedAtLeast("Points", second.ends, c2) }, "committed offsets at the queue ends: ",
+		func() string { return queueState(c2, "Points", second.ends) })
 	col2.mu.Lock()
 	defer col2.mu.Unlock()
 	if col2.count != 20 {

@@ -164,27 +164,21 @@ func TestRunOnSignal(t *testing.T) {
 		errc <- g.Run(context.Background())
 	}()
 	<-waiting
-	// Run may not have installed its handler yet; keep signalling until it returns.
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := r.get(); len(got) != 4 || got[0] != "start consumer" || got[2] != "start producer" {
-				t.Fatalf("events %v", got)
-			}
-			return
-		case <-tick.C:
-			if signalInstalled(g) {
-				_ = syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
-			}
-		case <-deadline:
-			t.Fatal("Run did not return after SIGTERM")
+	// Run may not have installed its handler yet: signal once it has.
+	testkit.WaitFor(t, 30*time.Second, func() bool { return signalInstalled(g) }, "Run's signal handler")
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
 		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after SIGTERM")
+	}
+	if got := r.get(); len(got) != 4 || got[0] != "start consumer" || got[2] != "start producer" {
+		t.Fatalf("events %v", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"syscall"
@@ -75,19 +76,13 @@ func TestSIGTERMMidBatch(t *testing.T) {
 		}
 		errc := make(chan error, 1)
 		go func() { errc <- g.Run(context.Background()) }()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		sentSoFar := func() int {
 			mu.Lock()
-			k := len(sent)
-			mu.Unlock()
-			if k >= 20 && signalInstalled(g) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d sent before the signal", k)
-			}
-			time.Sleep(2 * time.Millisecond)
+			defer mu.Unlock()
+			return len(sent)
 		}
+		testkit.WaitFor(t, 30*time.Second, func() bool { return sentSoFar() >= 20 && signalInstalled(g) },
+			"20 sent and the signal handler installed: ", func() string { return fmt.Sprintf("%d sent", sentSoFar()) })
 		start := time.Now()
 		if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 			t.Fatal(err)

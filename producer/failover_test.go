@@ -75,19 +75,23 @@ type childBroker struct {
 func startChildBroker(t *testing.T, c childConfig) *childBroker {
 	t.Helper()
 	env, _ := json.Marshal(c)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cb, line := spawnChild(t, string(env))
+	var cb *childBroker
+	var line string
+	// A port of the previous child may still be in use for a moment: start again, 100 ms
+	// apart.
+	testkit.EventuallyEvery(20*time.Second, 100*time.Millisecond, func() bool {
+		cb, line = spawnChild(t, string(env))
 		if strings.HasPrefix(line, "READY ") {
-			t.Cleanup(cb.kill)
-			return cb
+			return true
 		}
 		cb.kill()
-		if !strings.Contains(line, "address already in use") || time.Now().After(deadline) {
-			t.Fatalf("child broker: %q", line)
-		}
-		time.Sleep(100 * time.Millisecond) // back-off between bind attempts
+		return !strings.Contains(line, "address already in use")
+	})
+	if !strings.HasPrefix(line, "READY ") {
+		t.Fatalf("child broker: %q", line)
 	}
+	t.Cleanup(cb.kill)
+	return cb
 }
 
 func spawnChild(t *testing.T, env string) (*childBroker, string) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/client"
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -49,20 +50,16 @@ func TestBrokerAutoCreatesTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rd, err := cl.FetchRoute(context.Background(), "FreshTopic")
-		if err == nil {
-			qs, _ := wire.PublishQueues("FreshTopic", rd)
-			if len(qs) != 4 {
-				t.Fatalf("auto-created topic has %d write queues, want 4", len(qs))
-			}
-			break
-		}
-		if !errors.Is(err, client.ErrTopicNotExist) || time.Now().After(deadline) {
-			t.Fatalf("route of the auto-created topic: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var rd *wire.TopicRouteData
+	testkit.WaitFor(t, 20*time.Second, func() bool {
+		rd, err = cl.FetchRoute(context.Background(), "FreshTopic")
+		return err == nil || !errors.Is(err, client.ErrTopicNotExist)
+	}, "the route of the auto-created topic")
+	if err != nil {
+		t.Fatalf("route of the auto-created topic: %v", err)
+	}
+	if qs, _ := wire.PublishQueues("FreshTopic", rd); len(qs) != 4 {
+		t.Fatalf("auto-created topic has %d write queues, want 4", len(qs))
 	}
 }
 

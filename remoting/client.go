@@ -35,8 +35,8 @@ type ClientConfig struct {
 	// Logger receives connection events. Default: slog.Default().
 	Logger *slog.Logger
 	// OnConnect, if set, is called with the address each time a new connection to it is
-	// established (the first one and every reconnect), from the dialing goroutine: it
-	// must not block. RocketMQ clients use it to heartbeat a broker that restarted, which
+	// established (the first one and every reconnect), from the dialing goroutine, before
+	// any call can use that connection: it must not block. RocketMQ clients use it to heartbeat a broker that restarted, which
 	// has forgotten their subscriptions and producer groups.
 	OnConnect func(addr string)
 	// TLS, when set, makes every connection TLS (crypto/tls) with this configuration; the
@@ -379,18 +379,25 @@ func (c *Client) dial(addr string, e *clientEntry) {
 	if e.err != nil && c.conns[addr] == e {
 		delete(c.conns, addr)
 	}
-	close(e.ready)
+	failed := e.err != nil
+	if failed {
+		close(e.ready)
+	}
 	c.mu.Unlock()
-	if e.err != nil {
+	if failed {
 		c.log.Debug("remoting: dial failed", "addr", addr, "err", e.err)
 		return
 	}
+	// OnConnect runs before the calls waiting for this dial are released, so whatever it
+	// marks (a broker needing a heartbeat) is in place before any call on the new
+	// connection can answer (a heartbeat that would clear the mark).
 	if conn.start() {
 		c.log.Debug("remoting: connected", "addr", addr, "conn", conn.ID(), "local", conn.LocalAddr())
 		if c.cfg.OnConnect != nil {
 			c.cfg.OnConnect(addr)
 		}
 	}
+	close(e.ready)
 }
 
 // InvokeSync sends req to addr and waits for the response. ctx's deadline is the call

@@ -26,7 +26,7 @@ func TestSyncAsyncOneway(t *testing.T) {
 
 	// Sync.
 	req := NewRequest(SendMessage, map[string]string{"topic": "T", "queueId": "2"}, []byte("payload"))
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), req)
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestSyncAsyncOneway(t *testing.T) {
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		body := fmt.Sprintf("async-%d", i)
-		err := c.InvokeAsync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte(body)),
+		err := c.InvokeAsync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte(body)),
 			func(resp *RemotingCommand, err error) {
 				defer wg.Done()
 				calls.Add(1)
@@ -70,7 +70,7 @@ func TestSyncAsyncOneway(t *testing.T) {
 
 	// Oneway: flag bit1 set on the wire, handler sees it, and no response is written.
 	ow := NewRequest(UpdateConsumerOffset, map[string]string{"consumerGroup": "g"}, nil)
-	if err := c.InvokeOneway(ctxTimeout(t, 3*time.Second), s.Addr(), ow); err != nil {
+	if err := c.InvokeOneway(ctxTimeout(t, 20*time.Second), s.Addr(), ow); err != nil {
 		t.Fatal(err)
 	}
 	got := <-oneways
@@ -123,7 +123,7 @@ func TestInvokeSyncTimeoutRemovesPending(t *testing.T) {
 		t.Fatalf("pending entries after timeout: %d", n)
 	}
 	close(release) // the late response arrives and is dropped
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("next")))
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("next")))
 	if err != nil || string(resp.Body) != "next" {
 		t.Fatalf("call after timeout: %v %v", resp, err)
 	}
@@ -194,7 +194,7 @@ func TestServerInitiatedRequest(t *testing.T) {
 		resp.Body = []byte("running:" + req.ExtFields["consumerGroup"])
 		return resp
 	})
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil))
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestServerInitiatedRequest(t *testing.T) {
 func TestUnknownCodeAndDefaultHandler(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	c := newClient(t, ClientConfig{})
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(RequestCode(999), nil, nil))
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(RequestCode(999), nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestUnknownCodeAndDefaultHandler(t *testing.T) {
 	s.SetDefaultHandler(func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
 		return NewResponse(TopicNotExist, "default")
 	})
-	resp, err = c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(RequestCode(999), nil, nil))
+	resp, err = c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(RequestCode(999), nil, nil))
 	if err != nil || resp.ResponseCode() != TopicNotExist || resp.Remark != "default" {
 		t.Fatalf("default handler: %v %v", resp, err)
 	}
@@ -241,7 +241,7 @@ func TestHandlerPanic(t *testing.T) {
 		return echoHandler(ctx, conn, req)
 	})
 	c := newClient(t, ClientConfig{})
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("boom")))
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("boom")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestHandlerPanic(t *testing.T) {
 		t.Fatalf("got %v", resp)
 	}
 	for i := 0; i < 3; i++ {
-		resp, err = c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("ok")))
+		resp, err = c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(SendMessage, nil, []byte("ok")))
 		if err != nil || string(resp.Body) != "ok" {
 			t.Fatalf("after panic: %v %v", resp, err)
 		}
@@ -294,14 +294,14 @@ func TestSystemBusyBeyondMaxInFlight(t *testing.T) {
 	c := newClient(t, ClientConfig{})
 	results := make(chan *RemotingCommand, 2)
 	for i := 0; i < 2; i++ {
-		if err := c.InvokeAsync(ctxTimeout(t, 5*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil), func(r *RemotingCommand, err error) {
+		if err := c.InvokeAsync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil), func(r *RemotingCommand, err error) {
 			results <- r
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testkit.WaitFor(t, 3*time.Second, func() bool { return started.Load() == 2 }, "two handlers running")
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil))
+	testkit.WaitFor(t, 20*time.Second, func() bool { return started.Load() == 2 }, "two handlers running")
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -744,4 +744,47 @@ func stallPulls(t *testing.T, s *Server) {
 		}
 		return nil
 	})
+}
+
+// TestOnConnectBeforeFirstCall: OnConnect runs before the call that dialed (or any other
+// waiting for the dial) is sent on the new connection, so what it marks — a broker
+// needing a heartbeat — cannot land after that call's answer has cleared it (a second,
+// needless greeting, or a mark clearing the record of one that was sent).
+func TestOnConnectBeforeFirstCall(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	var served atomic.Int32
+	s.Handle(HeartBeat, func(ctx context.Context, conn *Conn, req *RemotingCommand) *RemotingCommand {
+		served.Add(1)
+		return NewResponse(Success, "")
+	})
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var onConnect atomic.Int32
+	c := newClient(t, ClientConfig{OnConnect: func(string) {
+		if onConnect.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+	}})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil))
+		errc <- err
+	}()
+	<-entered
+	// While OnConnect has not returned the call must not reach the server: give it the
+	// time it would need (it is local and answers in microseconds).
+	time.Sleep(200 * time.Millisecond)
+	if n := served.Load(); n != 0 {
+		close(release)
+		<-errc
+		t.Fatalf("%d requests served before OnConnect returned", n)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if served.Load() != 1 || onConnect.Load() != 1 {
+		t.Fatalf("served %d, OnConnect called %d times; want 1 and 1", served.Load(), onConnect.Load())
+	}
 }

@@ -204,6 +204,11 @@ func TestInvokeSyncTimeout(t *testing.T) {
 		return nil
 	})
 	c := newClient(t, ClientConfig{})
+	// Connect first: the timeout also bounds a dial, and a loaded machine may take longer
+	// than 50 ms to dial, leaving no connection to inspect below.
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	_, err := c.InvokeSyncTimeout(context.Background(), s.Addr(), NewRequest(SendMessage, nil, nil), 50*time.Millisecond)
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {

@@ -20,16 +20,16 @@ func TestConnectionLimits(t *testing.T) {
 		nc := rawDial(t, s.Addr())
 		kept = append(kept, nc)
 	}
-	testkit.WaitFor(t, 3*time.Second, func() bool { return s.Conns() == 3 }, "three connections")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return s.Conns() == 3 }, "three connections")
 	extra := rawDial(t, s.Addr())
 	expectClosed(t, extra)
 	if s.RefusedConns() != 1 || s.Conns() != 3 {
 		t.Fatalf("refused %d, open %d", s.RefusedConns(), s.Conns())
 	}
 	_ = kept[0].Close()
-	testkit.WaitFor(t, 3*time.Second, func() bool { return s.Conns() == 2 }, "room again")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return s.Conns() == 2 }, "room again")
 	c := newClient(t, ClientConfig{})
-	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatalf("a connection within the limit: %v", err)
 	}
 }

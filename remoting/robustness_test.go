@@ -60,7 +60,7 @@ func startBackgroundCaller(t *testing.T, c *Client, addr string) *backgroundCall
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			body := []byte{byte(i)}
 			resp, err := c.InvokeSync(ctx, addr, NewRequest(HeartBeat, nil, body))
 			cancel()
@@ -111,10 +111,10 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 	rec := recordCloses(s)
 	good := newClient(t, ClientConfig{})
 	bg := startBackgroundCaller(t, good, s.Addr())
-	testkit.WaitFor(t, 3*time.Second, func() bool { return bg.ok.Load() > 0 }, "first good call")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return bg.ok.Load() > 0 }, "first good call")
 	goodBinary := newClient(t, ClientConfig{SerializeType: SerializeRocketMQ})
 	bgBinary := startBackgroundCaller(t, goodBinary, s.Addr())
-	testkit.WaitFor(t, 3*time.Second, func() bool { return bgBinary.ok.Load() > 0 }, "first good binary call")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return bgBinary.ok.Load() > 0 }, "first good binary call")
 
 	be32 := func(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 	frameWith := func(typeAndHeaderLen uint32, rest []byte) []byte {
@@ -159,7 +159,7 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 			}
 			expectClosed(t, nc)
 			var cause error
-			testkit.WaitFor(t, 3*time.Second, func() bool {
+			testkit.WaitFor(t, 20*time.Second, func() bool {
 				var ok bool
 				cause, ok = rec.cause(local)
 				return ok
@@ -255,7 +255,7 @@ func TestBrokenConnectionFailsPendingPromptlyAndRedials(t *testing.T) {
 		return nil
 	})
 	c := newClient(t, ClientConfig{})
-	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	first := clientConn(c, s.Addr())
@@ -269,8 +269,8 @@ func TestBrokenConnectionFailsPendingPromptlyAndRedials(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("pending call failed only at its timeout")
 	}
-	testkit.WaitFor(t, 3*time.Second, func() bool { return clientConn(c, s.Addr()) != first }, "cached conn dropped")
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("again")))
+	testkit.WaitFor(t, 20*time.Second, func() bool { return clientConn(c, s.Addr()) != first }, "cached conn dropped")
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("again")))
 	if err != nil || string(resp.Body) != "again" {
 		t.Fatalf("re-dial: %v %v", resp, err)
 	}
@@ -293,7 +293,7 @@ func TestBrokenConnectionFailsPendingPromptlyAndRedials(t *testing.T) {
 		_, err := c.InvokeSync(context.Background(), s.Addr(), NewRequest(PullMessage, nil, nil))
 		errc <- err
 	}()
-	testkit.WaitFor(t, 3*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, func() bool {
 		cc := clientConn(c, s.Addr())
 		return cc != nil && cc.pendingLen() == 1
 	}, "pending call")
@@ -311,12 +311,12 @@ func TestDialFailure(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there any more
 	c := newClient(t, ClientConfig{})
-	_, err = c.InvokeSync(ctxTimeout(t, 3*time.Second), addr, NewRequest(HeartBeat, nil, nil))
+	_, err = c.InvokeSync(ctxTimeout(t, 20*time.Second), addr, NewRequest(HeartBeat, nil, nil))
 	var ce *ConnError
 	if !errors.As(err, &ce) || ce.Op != "dial" || ce.Addr != addr {
 		t.Fatalf("want dial *ConnError, got %v", err)
 	}
-	if err := c.InvokeAsync(ctxTimeout(t, 3*time.Second), addr, NewRequest(HeartBeat, nil, nil), func(*RemotingCommand, error) {
+	if err := c.InvokeAsync(ctxTimeout(t, 20*time.Second), addr, NewRequest(HeartBeat, nil, nil), func(*RemotingCommand, error) {
 		t.Error("callback must not run when InvokeAsync fails")
 	}); !errors.As(err, &ce) {
 		t.Fatalf("async: want *ConnError, got %v", err)
@@ -345,7 +345,7 @@ func TestCloseAndShutdownLeaveNoGoroutines(t *testing.T) {
 	c.RegisterHandler(NotifyConsumerIDsChanged, func(ctx context.Context, addr string, req *RemotingCommand) *RemotingCommand {
 		return nil
 	})
-	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	syncErr := make(chan error, 1)
@@ -452,12 +452,12 @@ func TestIdleConnectionClosed(t *testing.T) {
 		}
 		errc <- err
 	}()
-	testkit.WaitFor(t, 3*time.Second, func() bool { return s.Conns() == 1 }, "client connection")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return s.Conns() == 1 }, "client connection")
 
 	idle := rawDial(t, s.Addr())
 	local := idle.LocalAddr().String()
 	expectClosed(t, idle)
-	testkit.WaitFor(t, 3*time.Second, func() bool { _, ok := rec.cause(local); return ok }, "idle close recorded")
+	testkit.WaitFor(t, 20*time.Second, func() bool { _, ok := rec.cause(local); return ok }, "idle close recorded")
 	if cause, _ := rec.cause(local); cause == nil || !bytes.Contains([]byte(cause.Error()), []byte("idle")) {
 		t.Fatalf("close cause %v", cause)
 	}
@@ -476,16 +476,16 @@ func TestOversizedOutgoingFrameRejected(t *testing.T) {
 	})
 	s.Handle(HeartBeat, echoHandler)
 	c := newClient(t, ClientConfig{MaxFrameSize: 4096})
-	_, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(SendMessage, nil, make([]byte, 8192)))
+	_, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(SendMessage, nil, make([]byte, 8192)))
 	var fe *FrameError
 	if !errors.As(err, &fe) {
 		t.Fatalf("want *FrameError for an oversized request, got %v", err)
 	}
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil))
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(PullMessage, nil, nil))
 	if err != nil || resp.ResponseCode() != SystemError {
 		t.Fatalf("oversized response should become SYSTEM_ERROR: %v %v", resp, err)
 	}
-	resp, err = c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("still fine")))
+	resp, err = c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("still fine")))
 	if err != nil || string(resp.Body) != "still fine" {
 		t.Fatalf("%v %v", resp, err)
 	}

@@ -30,7 +30,7 @@ func TestServerInvokeTimeoutAndConnLoss(t *testing.T) {
 		}
 		return NewResponse(Success, "")
 	})
-	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	conn := serverConn.Load()
@@ -50,7 +50,7 @@ func TestServerInvokeTimeoutAndConnLoss(t *testing.T) {
 		_, err := conn.Invoke(context.Background(), NewRequest(CheckTransactionState, nil, nil))
 		results <- err
 	}()
-	testkit.WaitFor(t, 3*time.Second, func() bool { return conn.pendingLen() == 1 }, "pending server call")
+	testkit.WaitFor(t, 20*time.Second, func() bool { return conn.pendingLen() == 1 }, "pending server call")
 	c.CloseConn(s.Addr())
 	var ce *ConnError
 	if err := <-results; !errors.As(err, &ce) {
@@ -125,12 +125,12 @@ func TestCloseFlushesQueuedOneways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	const n = 500
 	for i := 0; i < n; i++ {
-		if err := c.InvokeOneway(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(UpdateConsumerOffset, nil, make([]byte, 512))); err != nil {
+		if err := c.InvokeOneway(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(UpdateConsumerOffset, nil, make([]byte, 512))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +157,7 @@ func TestConnCloseDeliversQueuedFrames(t *testing.T) {
 		notified <- req.ExtFields["consumerGroup"]
 		return nil
 	})
-	_, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(UnregisterClient, nil, nil))
+	_, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(UnregisterClient, nil, nil))
 	var ce *ConnError
 	if !errors.As(err, &ce) {
 		t.Fatalf("want *ConnError once the server closed, got %v", err)
@@ -167,7 +167,7 @@ func TestConnCloseDeliversQueuedFrames(t *testing.T) {
 		if g != "g" {
 			t.Fatalf("got group %q", g)
 		}
-	case <-ctxTimeout(t, 3*time.Second).Done():
+	case <-ctxTimeout(t, 20*time.Second).Done():
 		t.Fatal("one-way request queued before Conn.Close was lost")
 	}
 }
@@ -182,7 +182,7 @@ func TestStalledFrameClosedAfterIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectClosed(t, nc)
-	testkit.WaitFor(t, 3*time.Second, func() bool { _, ok := rec.cause(local); return ok }, "close recorded")
+	testkit.WaitFor(t, 20*time.Second, func() bool { _, ok := rec.cause(local); return ok }, "close recorded")
 	if cause, _ := rec.cause(local); cause == nil {
 		t.Fatal("no cause")
 	}
@@ -193,7 +193,7 @@ func TestClientIdleTimeout(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	s.Handle(HeartBeat, echoHandler)
 	c := newClient(t, ClientConfig{IdleTimeout: 100 * time.Millisecond})
-	if _, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
+	if _, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	first := clientConn(c, s.Addr())
@@ -201,7 +201,7 @@ func TestClientIdleTimeout(t *testing.T) {
 	if err := first.Err(); err == nil || !strings.Contains(err.Error(), "idle") {
 		t.Fatalf("close cause %v", err)
 	}
-	resp, err := c.InvokeSync(ctxTimeout(t, 3*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("b")))
+	resp, err := c.InvokeSync(ctxTimeout(t, 20*time.Second), s.Addr(), NewRequest(HeartBeat, nil, []byte("b")))
 	if err != nil || string(resp.Body) != "b" {
 		t.Fatalf("%v %v", resp, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,17 +178,11 @@ func TestSeedKeysFindableAfterRestart(t *testing.T) {
 	}
 	b = start(addr)
 	ns := b.NamesrvAddr()
-	waitForRoute := time.Now().Add(10 * time.Second)
-	for {
-		out, err := run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "Refunds")
-		if err == nil && strings.Contains(out, addr) {
-			break
-		}
-		if time.Now().After(waitForRoute) {
-			t.Fatalf("no route of Refunds after the restart: %v %s", err, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var out string
+	testkit.WaitFor(t, 20*time.Second, func() bool {
+		out, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "Refunds")
+		return err == nil && strings.Contains(out, addr)
+	}, "the route of Refunds after the restart: ", func() string { return fmt.Sprint(err, " ", out) })
 	for _, s := range all {
 		out, err := run(t, "admin", "message", "find", "--namesrv", ns, "--topic", "Refunds", "--key", s.key, "--json")
 		var views []messageView

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
 )
 
@@ -104,22 +105,33 @@ func (bg *background) stop(t *testing.T) error {
 // waitLine polls the command's output until re matches, and returns the submatches.
 func (bg *background) waitLine(t *testing.T, re *regexp.Regexp) []string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(bg.out.String()); m != nil {
-			return m
+	var m []string
+	var exitErr error
+	exited := false
+	testkit.Eventually(30*time.Second, func() bool {
+		if m = re.FindStringSubmatch(bg.out.String()); m != nil {
+			return true
 		}
 		select {
-		case err := <-bg.done:
-			bg.done <- err
-			t.Fatalf("command exited before printing %v: %v; output %q", re, err, bg.out.String())
+		case exitErr = <-bg.done:
+			bg.done <- exitErr
+			exited = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no line matching %v in %q", re, bg.out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return exited
+	})
+	if m == nil && exited { // the line may have been printed just before the exit
+		m = re.FindStringSubmatch(bg.out.String())
 	}
+	switch {
+	case m != nil:
+		return m
+	case exited:
+		t.Fatalf("command exited before printing %v: %v; output %q", re, exitErr, bg.out.String())
+	default:
+		t.Fatalf("no line matching %v within 30s in %q", re, bg.out.String())
+	}
+	return nil
 }
 
 var brokerLine = regexp.MustCompile(`sluice broker (\S+) listening on (\S+), name server (\S+), data in`)
@@ -259,14 +271,10 @@ func TestSignalStopsNamesrv(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), "listening on") {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("child printed no listening line: %q", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Eventually(30*time.Second, func() bool { return strings.Contains(out.String(), "listening on") }) {
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("child printed no listening line within 30s: %q", out.String())
 	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

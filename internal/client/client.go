@@ -586,7 +586,9 @@ func (c *Client) sendHeartbeat(ctx context.Context, onlyNew bool) error {
 			err = resp.ResponseErr()
 		}
 		c.mu.Lock()
-		c.heartbeated[addr] = err == nil
+		if c.knownLocked(addr) { // a broker forgotten meanwhile is greeted afresh when it returns
+			c.heartbeated[addr] = err == nil
+		}
 		c.mu.Unlock()
 		if err != nil {
 			c.log.Warn("client: heartbeat failed", "broker", addr, "err", err)
@@ -594,6 +596,18 @@ func (c *Client) sendHeartbeat(ctx context.Context, onlyNew bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// knownLocked reports whether addr is an address of a broker in the table.
+func (c *Client) knownLocked(addr string) bool {
+	for _, b := range c.brokers {
+		for _, a := range b.BrokerAddrs {
+			if a == addr {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Unregister sends UNREGISTER_CLIENT (RocketMQ request code 35; docs/protocol.md §3.6) with this

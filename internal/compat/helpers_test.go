@@ -144,9 +144,10 @@ func newEnv(t *testing.T) *env {
 // for up to 20 s while a fixed address is still in use.
 func (e *env) startBroker(addr, ns string) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, err := broker.New(broker.Config{
+	var err error
+	testkit.EventuallyEvery(20*time.Second, 100*time.Millisecond, func() bool { // bind attempts 100 ms apart
+		var b *broker.Broker
+		b, err = broker.New(broker.Config{
 			ListenAddr:        addr,
 			NamesrvListenAddr: ns,
 			StorePathRootDir:  e.dir,
@@ -154,17 +155,15 @@ func (e *env) startBroker(addr, ns string) {
 			Logger:            e.log,
 		})
 		if err != nil {
-			e.t.Fatal(err)
+			return true
 		}
-		err = b.Start()
-		if err == nil {
+		if err = b.Start(); err == nil {
 			e.b = b
-			return
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
-			e.t.Fatalf("start broker on %s (name server %s): %v", addr, ns, err)
-		}
-		time.Sleep(100 * time.Millisecond) // back-off between bind attempts
+		return err == nil || !errors.Is(err, syscall.EADDRINUSE)
+	})
+	if err != nil {
+		e.t.Fatalf("start broker on %s (name server %s): %v", addr, ns, err)
 	}
 }
 

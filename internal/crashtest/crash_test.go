@@ -195,19 +195,20 @@ func tryStartChild(dir, addr, namesrv, flush string) (*child, error) {
 // while they are still in use (bounded by a deadline).
 func startChild(t *testing.T, dir, addr, namesrv, flush string) *child {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := tryStartChild(dir, addr, namesrv, flush)
-		if err == nil {
-			t.Cleanup(func() { c.kill() })
-			return c
+	var c *child
+	var err error
+	testkit.EventuallyEvery(20*time.Second, 100*time.Millisecond, func() bool { // bind attempts 100 ms apart
+		if c, err = tryStartChild(dir, addr, namesrv, flush); err != nil && errors.Is(err, errAddrInUse) {
+			t.Logf("ports %s/%s still in use; retrying", addr, namesrv)
+			return false
 		}
-		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
-			t.Fatalf("start broker child: %v", err)
-		}
-		t.Logf("ports %s/%s still in use; retrying", addr, namesrv)
-		time.Sleep(100 * time.Millisecond) // back-off between bind attempts, not a condition wait
+		return true
+	})
+	if err != nil {
+		t.Fatalf("start broker child: %v", err)
 	}
+	t.Cleanup(func() { c.kill() })
+	return c
 }
 
 // kill sends SIGKILL and waits until the process is reaped. Safe to call twice.

@@ -95,19 +95,11 @@ func msgs(evs []peertest.Event) []peertest.Event {
 // delivery that should not happen has had its chance.
 func quiet(t *testing.T, p *peertest.DriverProc) []peertest.Event {
 	t.Helper()
-	n, since := -1, time.Now()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		evs := p.Events()
-		if len(evs) != n {
-			n, since = len(evs), time.Now()
-		} else if time.Since(since) > 1500*time.Millisecond {
-			return evs
-		}
-		time.Sleep(50 * time.Millisecond)
+	n, ok := testkit.Settle(20*time.Second, 1500*time.Millisecond, func() int { return len(p.Events()) }, nil)
+	if !ok {
+		t.Fatalf("driver never went quiet: %d events", n)
 	}
-	t.Fatalf("driver never went quiet: %d events", n)
-	return nil
+	return p.Events()
 }
 
 // bodies returns the sorted bodies of first deliveries (reconsumeTimes 0, SUCCESS or not).
@@ -477,11 +469,11 @@ var badSQLPull = scenario{name: "pull with a malformed SQL92 expression",
 			"sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "a >", "subVersion": "0", "expressionType": "SQL92"}
 		// Apache stores asynchronously into the consume queue: PULL_NOT_FOUND (19) until the
 		// message is dispatched there.
-		code := rawCall(t, tg.broker, remoting.PullMessage, pull, nil)
-		for deadline := time.Now().Add(10 * time.Second); code == "19" && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
+		var code string
+		testkit.EventuallyEvery(20*time.Second, 50*time.Millisecond, func() bool {
 			code = rawCall(t, tg.broker, remoting.PullMessage, pull, nil)
-		}
+			return code != "19"
+		})
 		want := map[string]string{"apache": "0", "sluice": "23"}[tg.name]
 		if code != want {
 			t.Fatalf("%s: pull with a malformed SQL92 expression answered %s, want %s", tg.name, code, want)

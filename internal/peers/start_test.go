@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/peers"
 	"github.com/sluicemq/sluice/internal/peers/peertest"
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // The Apache RocketMQ peer starts, and the Java client sends to it and consumes back.
@@ -60,12 +61,11 @@ func kafkaRoundTrip(t *testing.T, k *peers.Kafka, topic string, from int64) {
 	defer func() { _ = w.Close() }()
 	msgs := []kafkago.Message{{Value: []byte("one")}, {Value: []byte("two")}, {Value: []byte("three")}}
 	var err error
-	for try := 0; try < 50; try++ { // the topic is created by the first write; leadership follows shortly
-		if err = w.WriteMessages(ctx, msgs...); err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// The topic is created by the first write; leadership follows shortly.
+	testkit.EventuallyEvery(30*time.Second, 200*time.Millisecond, func() bool {
+		err = w.WriteMessages(ctx, msgs...)
+		return err == nil
+	})
 	if err != nil {
 		t.Fatalf("produce: %v", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // Unreachable returns a client pointed at a closed port on 127.0.0.1: every command fails
@@ -86,18 +88,16 @@ func (s *Switch) Up() error {
 		return nil
 	}
 	var err error
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", s.addr); err == nil {
-			s.serve(ln)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond) // rebinding a just-closed port; bounded by deadline
+	var ln net.Listener
+	// Rebinding a just-closed port: tried every 20 ms, for up to 10 s on a loaded machine.
+	if !testkit.EventuallyEvery(10*time.Second, 20*time.Millisecond, func() bool {
+		ln, err = net.Listen("tcp", s.addr)
+		return err == nil
+	}) {
+		return err
 	}
+	s.serve(ln)
+	return nil
 }
 
 func (s *Switch) serve(ln net.Listener) {

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -168,15 +170,15 @@ func (p *PostgresServer) Open(t testing.TB) *sql.DB {
 }
 
 func waitPort(addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			return c.Close()
+	var err error
+	if testkit.EventuallyEvery(d, 20*time.Millisecond, func() bool {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sqltest: %s not accepting connections after %v: %w", addr, d, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a port; bounded by the deadline
+		return err == nil
+	}) {
+		return nil
 	}
+	return fmt.Errorf("sqltest: %s not accepting connections after %v: %w", addr, d, err)
 }

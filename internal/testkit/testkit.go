@@ -53,6 +53,13 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, what ...any)
 // Eventually re-checks cond every [PollInterval] until it holds (true) or timeout passes
 // (false). It is WaitFor for callers that decide themselves what a timeout means.
 func Eventually(timeout time.Duration, cond func() bool) bool {
+	return EventuallyEvery(timeout, PollInterval, cond)
+}
+
+// EventuallyEvery is [Eventually] re-checking cond every interval: for a cond that is
+// costly to try (starting a process, binding a port that is still being released), so
+// it is not tried every [PollInterval].
+func EventuallyEvery(timeout, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond() {
@@ -61,7 +68,32 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
+		time.Sleep(interval)
+	}
+}
+
+// Settle re-reads count every [PollInterval] and returns its value once done(value)
+// holds (done may be nil), or once the value has not changed for still; ok is false
+// when neither happened within timeout. It is for waiting until something has stopped
+// moving: a stream that should deliver nothing more has had its chance, or what is
+// still in flight has landed.
+func Settle(timeout, still time.Duration, count func() int, done func(int) bool) (n int, ok bool) {
+	deadline := time.Now().Add(timeout)
+	n, since := count(), time.Now()
+	for {
+		if done != nil && done(n) {
+			return n, true
+		}
+		if time.Since(since) >= still {
+			return n, true
+		}
+		if time.Now().After(deadline) {
+			return n, false
+		}
 		time.Sleep(PollInterval)
+		if v := count(); v != n {
+			n, since = v, time.Now()
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // skipOrFatal skips t when err wraps ErrUnavailable and fails it otherwise.
@@ -288,34 +289,34 @@ func (p *DriverProc) Of(kind string) []Event {
 	return out
 }
 
-// WaitFor polls the events every 20 ms until cond holds, failing the test after timeout
-// (or when the driver exits first) with what and the events seen.
+// WaitFor re-checks the events (testkit.Eventually) until cond holds, failing the test
+// after timeout (or when the driver exits first) with what and the events seen.
 func (p *DriverProc) WaitFor(timeout time.Duration, what string, cond func([]Event) bool) []Event {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		evs := p.Events()
-		if cond(evs) {
-			return evs
+	var evs []Event
+	exited := false
+	testkit.Eventually(timeout, func() bool {
+		if evs = p.Events(); cond(evs) {
+			return true
 		}
-		exited := false
 		select {
 		case <-p.done:
 			exited = true
 		default:
 		}
-		if exited || time.Now().After(deadline) {
-			if exited {
-				evs = p.Events()
-				if cond(evs) {
-					return evs
-				}
-			}
-			p.t.Fatalf("java driver: %s: not reached (exited %v) after %v; events %s; stderr:\n%s",
-				what, exited, timeout, brief(evs), p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return exited
+	})
+	if cond(evs) {
+		return evs
 	}
+	if exited { // events printed just before the exit count
+		if evs = p.Events(); cond(evs) {
+			return evs
+		}
+	}
+	p.t.Fatalf("java driver: %s: not reached (exited %v) after %v; events %s; stderr:\n%s",
+		what, exited, timeout, brief(evs), p.stderr.String())
+	return nil
 }
 
 // Close closes the driver's input (it then finishes, shuts the client down and exits)
