@@ -173,9 +173,13 @@ func NewPullConsumer(cfg PullConfig) (*PullConsumer, error) {
 	return c, nil
 }
 
-// Start begins the periodic route refresh. Calls made before Start work too. It returns
+// Start begins the periodic route refresh; it contacts no broker itself, so ctx only
+// refuses a start when it has already ended. Calls made before Start work too. It returns
 // ErrClosed after Shutdown; a second call does nothing.
-func (c *PullConsumer) Start() error {
+func (c *PullConsumer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("consumer: start: %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.state {

@@ -138,8 +138,8 @@ type Config struct {
 	// MaxAsyncInflightBytes bounds the body bytes of those sends the same way (a single
 	// larger message is still let through alone). Default: 128 MiB.
 	MaxAsyncInflightBytes int64
-	// Middlewares wrap every SendSync, SendAsync, SendAsyncChan and SendOneway (and
-	// AsSendFunc), the first listed outermost (middleware.ChainSend); a send with the
+	// Middlewares wrap every Send, SendSync, SendAsync, SendAsyncWith, SendAsyncChan and SendOneway (and
+	// SendFunc), the first listed outermost (middleware.ChainSend); a send with the
 	// WithoutMiddlewares option skips them. Where they cannot run, the path refuses
 	// instead of skipping them: SendBatch fails with a *MiddlewareError unless called
 	// with WithoutMiddlewares, and NewTransactionProducer refuses a Config that sets

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
-	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Defaults of Config.
@@ -59,7 +59,7 @@ type Config struct {
 	// BatchSize is the most records one RunOnce claims. Default: 256.
 	BatchSize int
 	// DelayLevels maps delay level n to DelayLevels[n-1], used only for a record that
-	// has a DelayLevel but no DeliverAtMs. Default: redismw.DefaultDelayLevels
+	// has a DelayLevel but no DeliverAtMs. Default: message.DefaultDelayLevels()
 	// (RocketMQ "1s 5s 10s 30s 1m … 2h").
 	DelayLevels []time.Duration
 	// DeliverTolerance: a delayed or timed record is sent (without a delay level) once its
@@ -106,7 +106,7 @@ func (c *Config) setDefaults() {
 		c.BatchSize = DefaultBatchSize
 	}
 	if c.DelayLevels == nil {
-		c.DelayLevels = redismw.DefaultDelayLevels
+		c.DelayLevels = message.DefaultDelayLevels()
 	}
 	if c.DeliverTolerance == 0 {
 		c.DeliverTolerance = DefaultDeliverTolerance

@@ -350,7 +350,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		if err := c.Subscribe(qsTopic, g.tags, handler); err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			return fmt.Errorf("consumer group %s: %w", g.name, err)
 		}
 		fmt.Fprintf(out, "started consumer group %s subscribed to %s %q\n", g.name, qsTopic, g.tags)
@@ -361,7 +361,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		return err
 	}
 	stops = append(stops, r.p.Shutdown) // stops run in reverse: the sender stops before the receivers
-	if err := r.p.Start(); err != nil {
+	if err := r.p.Start(context.Background()); err != nil {
 		return err
 	}
 	if err := r.fanOut(ctx); err != nil {

@@ -95,7 +95,7 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -122,7 +122,7 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 		return err
 	}
 	start := time.Now()
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)

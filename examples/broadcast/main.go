@@ -94,7 +94,7 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -119,7 +119,7 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 		}); err != nil {
 			return nil, err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			return nil, err
 		}
 		in.c = c

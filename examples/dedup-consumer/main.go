@@ -189,7 +189,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 		if err := c.Subscribe(topic, tag, credit); err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			return err
 		}
 		consumers = append(consumers, c)
@@ -200,7 +200,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)

@@ -174,7 +174,7 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 	if err := c.Subscribe(topic, "*", ib.Consume(credit)); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)
@@ -183,7 +183,7 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)

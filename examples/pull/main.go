@@ -69,7 +69,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -87,7 +87,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 	if err != nil {
 		return err
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("pull consumer", pc.Shutdown)

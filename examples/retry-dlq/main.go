@@ -74,7 +74,7 @@ func run(ctx context.Context, namesrv string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -117,7 +117,7 @@ func run(ctx context.Context, namesrv string) error {
 	if err := c.Subscribe(topic, "*", handler); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)
