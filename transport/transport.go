@@ -24,17 +24,22 @@
 //     [ErrClosed] and its callback never runs, a consumer fetches no more messages. It waits,
 //     bounded by ctx, for what is in flight (sends and their callbacks, handler calls and
 //     their commits), releases every connection and goroutine, and returns ctx's error
-//     (wrapped) when ctx ended first. A second call returns nil.
+//     (wrapped) when ctx ended first. A later call does no work again (it returns nil or
+//     the first call's result).
 //
 // Producer:
 //
-//   - Send before Start returns an error matching [ErrNotStarted] and sends nothing.
+//   - An invalid message fails first, before any network traffic, with a
+//     *message.ValidationError naming the field (or the engine's typed refusal of what it
+//     cannot carry, e.g. kafka.UnsupportedError). A valid one sent before Start fails with
+//     an error matching [ErrNotStarted] and is not sent.
 //   - Send stores one message and returns once the cluster acknowledged it. The
 //     [message.SendResult]'s MsgID is the message's UNIQ_KEY (set on msg when missing),
-//     the id a consumer sees again as the delivered message's MsgID. A message with a
-//     sharding key goes to one shard (queue, partition) per key. With an error the
-//     message may or may not be stored. Invalid messages fail before any network traffic
-//     with a *message.ValidationError naming the field.
+//     the id a consumer sees again as the delivered message's MsgID. With an error the
+//     message may or may not be stored. Which shard (queue, partition) a message goes to
+//     is engine configuration: Kafka hashes the sharding key (one partition per key); the
+//     RocketMQ producer asks its producer.Config.Selector (round robin by default, one
+//     queue per key with producer.HashSelector).
 //   - SendAsync queues msg and returns. When it returns nil, cb runs exactly once, later,
 //     with the result or the error — also when Shutdown cuts the send short; a panicking
 //     cb is recovered and logged. When it returns an error (nil cb, invalid message, not

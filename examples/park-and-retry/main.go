@@ -189,7 +189,7 @@ func demo(ctx context.Context, g *lifecycle.Group, send middleware.SendFunc, tas
 	}); err != nil {
 		return nb, err
 	}
-	if err := c.Start(context.Background()); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return nb, err
 	}
 	_ = g.AddConsumer("consumer", c)
