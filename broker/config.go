@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -214,13 +215,17 @@ type Config struct {
 // IgnoredConfKeys are Apache RocketMQ broker.conf keys Sluice accepts so an existing file
 // loads, but that have no effect here (thread pools, JVM-side tuning, HA addresses). A
 // broker logs a warning naming each one that is set. Keys for features Sluice lacks are
-// not here: set to true they are an error (see UnsupportedConfKeys).
-var IgnoredConfKeys = ignoredConfKeys
+// not here: set to true they are an error (see UnsupportedConfKeys). Each call returns a
+// fresh map.
+func IgnoredConfKeys() map[string]bool { return maps.Clone(ignoredConfKeys) }
 
 // UnsupportedConfKeys are Apache RocketMQ broker.conf switches for features Sluice does
 // not have. Set to false they are accepted; set to true they are a *ConfigError, so a
-// file that relies on them fails loudly instead of running without them.
-var UnsupportedConfKeys = map[string]string{
+// file that relies on them fails loudly instead of running without them. Each call
+// returns a fresh map.
+func UnsupportedConfKeys() map[string]string { return maps.Clone(unsupportedConfKeys) }
+
+var unsupportedConfKeys = map[string]string{
 	"enableDLegerCommitLog":           "DLedger (Raft) commitlog replication is not supported",
 	"fetchNamesrvAddrByAddressServer": "name-server discovery through an address server is not supported",
 	"rejectTransactionMessage":        "rejecting transactional messages is not supported",
@@ -494,7 +499,7 @@ func ParseConfig(r io.Reader) (Config, error) {
 			c.ignored = append(c.ignored, key)
 			continue
 		}
-		if why, ok := UnsupportedConfKeys[key]; ok {
+		if why, ok := unsupportedConfKeys[key]; ok {
 			if on, err := strconv.ParseBool(val); err != nil || on {
 				return Config{}, &ConfigError{Key: key, Value: val, Reason: why + " (only false is accepted)"}
 			}

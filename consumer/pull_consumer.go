@@ -53,7 +53,7 @@ type PullConfig struct {
 }
 
 // Validate reports the first invalid field as an error naming it.
-func (c PullConfig) Validate() error {
+func (c *PullConfig) Validate() error {
 	if c.Group == "" {
 		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
 	}
@@ -63,7 +63,7 @@ func (c PullConfig) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("consumer: PullConfig.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}
-	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
 }
 
 // PullStatus is the outcome of one Pull (RocketMQ PullStatus).

@@ -60,16 +60,18 @@ type LatencyFaultRule struct {
 	NotAvailable time.Duration
 }
 
-// DefaultLatencyFaultRules is RocketMQ's table (Java MQFaultStrategy latencyMax /
+// DefaultLatencyFaultRules returns RocketMQ's table (Java MQFaultStrategy latencyMax /
 // notAvailableDuration): at least 550 ms → 30 s, 1 s → 60 s, 2 s → 120 s, 3 s → 180 s,
 // 15 s → 600 s. Faster answers (Java's 50 ms and 100 ms rows map to 0) keep the broker
-// available.
-var DefaultLatencyFaultRules = []LatencyFaultRule{
-	{550 * time.Millisecond, 30 * time.Second},
-	{1 * time.Second, 60 * time.Second},
-	{2 * time.Second, 120 * time.Second},
-	{3 * time.Second, 180 * time.Second},
-	{15 * time.Second, 600 * time.Second},
+// available. Each call returns a fresh slice.
+func DefaultLatencyFaultRules() []LatencyFaultRule {
+	return []LatencyFaultRule{
+		{550 * time.Millisecond, 30 * time.Second},
+		{1 * time.Second, 60 * time.Second},
+		{2 * time.Second, 120 * time.Second},
+		{3 * time.Second, 180 * time.Second},
+		{15 * time.Second, 600 * time.Second},
+	}
 }
 
 // Config configures a Producer. The zero value is usable apart from NamesrvAddrs; every
@@ -112,7 +114,7 @@ type Config struct {
 	// the official Go client has no such feature. Set a pointer to false to turn it off.
 	SendLatencyFaultEnable *bool
 	// LatencyFaultRules is the latency → not-available table, sorted by Latency
-	// ascending. Default: DefaultLatencyFaultRules.
+	// ascending. Default: DefaultLatencyFaultRules().
 	LatencyFaultRules []LatencyFaultRule
 	// FaultIsolationDuration is how long a broker whose attempt failed is avoided.
 	// Default: 30s (DefaultFaultIsolationDuration).
@@ -183,7 +185,7 @@ func (c *Config) setDefaults() {
 		c.SendLatencyFaultEnable = &on
 	}
 	if c.LatencyFaultRules == nil {
-		c.LatencyFaultRules = DefaultLatencyFaultRules
+		c.LatencyFaultRules = DefaultLatencyFaultRules()
 	}
 	if c.FaultIsolationDuration == 0 {
 		c.FaultIsolationDuration = DefaultFaultIsolationDuration
@@ -228,7 +230,7 @@ const MaxRetryTimes = 32
 // MaxAsyncInflight or MaxAsyncInflightBytes, a retry count above MaxRetryTimes, a
 // CompressLevel outside 0..9, or LatencyFaultRules that are not sorted by Latency or
 // have a negative duration. Zero values are fine: they mean the documented defaults.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("producer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}
@@ -264,5 +266,5 @@ func (c Config) Validate() error {
 				i, r.Latency, c.LatencyFaultRules[i-1].Latency)
 		}
 	}
-	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
 }

@@ -125,7 +125,7 @@ func (c *Config) setDefaults() {
 // missing Client or Send, a Namespace with '{' or '}', a negative MaxAttempts,
 // BackoffBase, BackoffMax, Lease, SendTimeout or BatchSize, a Lease shorter than
 // 2×SendTimeout (after defaults), or a DelayLevels entry that is not positive.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if c.Client == nil {
 		return errors.New("retrytask: Config.Client is nil: need a Redis client")
 	}
@@ -152,7 +152,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("retrytask: Config.DelayLevels[%d] = %v: must be positive", i, d)
 		}
 	}
-	d := c
+	d := *c
 	d.setDefaults()
 	if d.Lease < 2*d.SendTimeout {
 		return fmt.Errorf("retrytask: Config.Lease %v must be at least 2×SendTimeout (%v) so a live resender never loses its lease mid-send", d.Lease, 2*d.SendTimeout)
