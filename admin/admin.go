@@ -72,7 +72,7 @@ func (c *Config) setDefaults() {
 
 // Validate reports the first invalid field: no name server, a name server address
 // that is not host:port, or a negative Timeout.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return &ConfigError{Field: "NamesrvAddrs", Reason: "at least one name server address is required"}
 	}
@@ -263,7 +263,7 @@ func (s *TopicSpec) setDefaults() {
 }
 
 // Validate reports the first invalid field of a defaulted spec as a [*ConfigError].
-func (s TopicSpec) Validate() error {
+func (s *TopicSpec) Validate() error {
 	if err := message.ValidateTopic(s.Topic); err != nil {
 		return &ConfigError{Field: "Topic", Reason: err.Error()}
 	}

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -33,7 +34,7 @@ func newDLQEnv(t *testing.T) *dlqEnv {
 	if e.p, err = producer.New(producer.Config{NamesrvAddrs: []string{b.NamesrvAddr()}, Group: "dlq-pg", Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.p.Start(); err != nil {
+	if err := e.p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, e.p.Shutdown)

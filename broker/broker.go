@@ -98,7 +98,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	levels, _ := ParseDelayLevels(cfg.MessageDelayLevel)
+	levels, _ := message.ParseDelayLevels(cfg.MessageDelayLevel)
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("broker", cfg.BrokerName), delayLevels: levels,
 		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls(), traffic: newBrokerStats()}
 	for _, k := range cfg.ignored {

@@ -7,20 +7,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/message"
 )
-
-// DefaultMessageDelayLevel is RocketMQ's default delay table (messageDelayLevel): level n
-// is the n-th duration.
-const DefaultMessageDelayLevel = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 // Config configures a broker. Each field with a `conf` tag is the broker.conf key of the
 // same name in Apache RocketMQ 4.x, with the same unit, so an existing broker.conf works;
@@ -98,7 +95,7 @@ type Config struct {
 	// Default 5000.
 	FlushConsumerOffsetInterval int64 `conf:"flushConsumerOffsetInterval"`
 	// MessageDelayLevel is the delay table: space-separated durations with unit s, m, h or
-	// d. Default DefaultMessageDelayLevel.
+	// d. Default message.DefaultMessageDelayLevel.
 	MessageDelayLevel string `conf:"messageDelayLevel"`
 	// FileReservedTime is how long commitlog files are kept, in hours. Default 72.
 	FileReservedTime int `conf:"fileReservedTime"`
@@ -218,13 +215,17 @@ type Config struct {
 // IgnoredConfKeys are Apache RocketMQ broker.conf keys Sluice accepts so an existing file
 // loads, but that have no effect here (thread pools, JVM-side tuning, HA addresses). A
 // broker logs a warning naming each one that is set. Keys for features Sluice lacks are
-// not here: set to true they are an error (see UnsupportedConfKeys).
-var IgnoredConfKeys = ignoredConfKeys
+// not here: set to true they are an error (see UnsupportedConfKeys). Each call returns a
+// fresh map.
+func IgnoredConfKeys() map[string]bool { return maps.Clone(ignoredConfKeys) }
 
 // UnsupportedConfKeys are Apache RocketMQ broker.conf switches for features Sluice does
 // not have. Set to false they are accepted; set to true they are a *ConfigError, so a
-// file that relies on them fails loudly instead of running without them.
-var UnsupportedConfKeys = map[string]string{
+// file that relies on them fails loudly instead of running without them. Each call
+// returns a fresh map.
+func UnsupportedConfKeys() map[string]string { return maps.Clone(unsupportedConfKeys) }
+
+var unsupportedConfKeys = map[string]string{
 	"enableDLegerCommitLog":           "DLedger (Raft) commitlog replication is not supported",
 	"fetchNamesrvAddrByAddressServer": "name-server discovery through an address server is not supported",
 	"rejectTransactionMessage":        "rejecting transactional messages is not supported",
@@ -281,7 +282,7 @@ func (c *Config) setDefaults() {
 	def(&c.NamesrvListenAddr, "127.0.0.1:9876")
 	def(&c.FlushDiskType, "ASYNC_FLUSH")
 	def(&c.RegionID, "DefaultRegion")
-	def(&c.MessageDelayLevel, DefaultMessageDelayLevel)
+	def(&c.MessageDelayLevel, message.DefaultMessageDelayLevel)
 	def(&c.BrokerRole, "ASYNC_MASTER")
 	def(&c.DeleteWhen, "04")
 	def(&c.DiskPressurePolicy, DiskPressureRefuseWrites)
@@ -442,44 +443,10 @@ func (c *Config) validate() error {
 	if c.DiskMaxUsedSpaceRatio < 10 || c.DiskMaxUsedSpaceRatio > 95 {
 		return &ConfigError{Key: "diskMaxUsedSpaceRatio", Value: strconv.Itoa(c.DiskMaxUsedSpaceRatio), Reason: "must be 10..95 (percent)"}
 	}
-	if _, err := ParseDelayLevels(c.MessageDelayLevel); err != nil {
+	if _, err := message.ParseDelayLevels(c.MessageDelayLevel); err != nil {
 		return &ConfigError{Key: "messageDelayLevel", Value: c.MessageDelayLevel, Reason: err.Error()}
 	}
 	return nil
-}
-
-// ParseDelayLevels parses a messageDelayLevel table ("1s 5s 10s 1m 2h 1d"). Level n is
-// element n-1. Units: s, m, h, d (and ms for tests).
-func ParseDelayLevels(s string) ([]time.Duration, error) {
-	fields := strings.Fields(s)
-	if len(fields) == 0 {
-		return nil, fmt.Errorf("empty delay table")
-	}
-	out := make([]time.Duration, 0, len(fields))
-	for _, f := range fields {
-		unit := time.Second
-		num := f
-		switch {
-		case strings.HasSuffix(f, "ms"):
-			unit, num = time.Millisecond, strings.TrimSuffix(f, "ms")
-		case strings.HasSuffix(f, "s"):
-			num = strings.TrimSuffix(f, "s")
-		case strings.HasSuffix(f, "m"):
-			unit, num = time.Minute, strings.TrimSuffix(f, "m")
-		case strings.HasSuffix(f, "h"):
-			unit, num = time.Hour, strings.TrimSuffix(f, "h")
-		case strings.HasSuffix(f, "d"):
-			unit, num = 24*time.Hour, strings.TrimSuffix(f, "d")
-		default:
-			return nil, fmt.Errorf("level %q has no unit (s, m, h, d)", f)
-		}
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("level %q is not a positive whole number of its unit", f)
-		}
-		out = append(out, time.Duration(n)*unit)
-	}
-	return out, nil
 }
 
 // LoadConfigFile reads a RocketMQ-style broker.conf (see ParseConfig).
@@ -532,7 +499,7 @@ func ParseConfig(r io.Reader) (Config, error) {
 			c.ignored = append(c.ignored, key)
 			continue
 		}
-		if why, ok := UnsupportedConfKeys[key]; ok {
+		if why, ok := unsupportedConfKeys[key]; ok {
 			if on, err := strconv.ParseBool(val); err != nil || on {
 				return Config{}, &ConfigError{Key: key, Value: val, Reason: why + " (only false is accepted)"}
 			}

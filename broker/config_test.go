@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -83,15 +82,5 @@ maxIndexNum=20000000
 		if err := bad.Validate(); !errors.As(err, &ce) {
 			t.Errorf("%+v: want ConfigError, got %v", bad, err)
 		}
-	}
-}
-
-func TestParseDelayLevels(t *testing.T) {
-	got, err := ParseDelayLevels(DefaultMessageDelayLevel)
-	if err != nil || len(got) != 18 || got[0] != time.Second || got[4] != time.Minute || got[17] != 2*time.Hour {
-		t.Fatalf("%v %v", got, err)
-	}
-	if _, err := ParseDelayLevels("1s 0s"); err == nil {
-		t.Fatal("zero level accepted")
 	}
 }

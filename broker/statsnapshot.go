@@ -22,8 +22,11 @@ import (
 // scrapes pays only for the counters. Counters are kept per topic and per group/topic
 // that saw traffic since the broker started (a deleted topic's stay until a restart).
 
-// LatencyBounds are the upper bounds of the latency histograms' buckets (see [Histogram]).
-var LatencyBounds = []time.Duration{
+// LatencyBounds returns the upper bounds of the latency histograms' buckets (see
+// [Histogram]). Each call returns a fresh slice.
+func LatencyBounds() []time.Duration { return slices.Clone(latencyBounds) }
+
+var latencyBounds = []time.Duration{
 	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
 	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
 	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
@@ -43,28 +46,28 @@ type Histogram struct {
 	Sum time.Duration
 }
 
-// latencyHistogram counts durations in the buckets of LatencyBounds with atomics.
+// latencyHistogram counts durations in the buckets of latencyBounds with atomics.
 type latencyHistogram struct {
-	buckets []atomic.Uint64 // len(LatencyBounds)+1: the last counts overflows
+	buckets []atomic.Uint64 // len(latencyBounds)+1: the last counts overflows
 	sum     atomic.Int64    // nanoseconds
 }
 
 func newLatencyHistogram() *latencyHistogram {
-	return &latencyHistogram{buckets: make([]atomic.Uint64, len(LatencyBounds)+1)}
+	return &latencyHistogram{buckets: make([]atomic.Uint64, len(latencyBounds)+1)}
 }
 
 func (h *latencyHistogram) observe(d time.Duration) {
-	i, _ := slices.BinarySearch(LatencyBounds, d) // first bound >= d
+	i, _ := slices.BinarySearch(latencyBounds, d) // first bound >= d
 	h.buckets[i].Add(1)
 	h.sum.Add(int64(d))
 }
 
 func (h *latencyHistogram) snapshot() Histogram {
-	s := Histogram{Bounds: LatencyBounds, Cumulative: make([]uint64, len(LatencyBounds))}
+	s := Histogram{Bounds: LatencyBounds(), Cumulative: make([]uint64, len(latencyBounds))}
 	var n uint64
 	for i := range h.buckets {
 		n += h.buckets[i].Load()
-		if i < len(LatencyBounds) {
+		if i < len(latencyBounds) {
 			s.Cumulative[i] = n
 		}
 	}

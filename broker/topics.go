@@ -61,7 +61,7 @@ func newTopicTable(root string, cfg *Config) (*topicTable, error) {
 	} else {
 		delete(t.topics, message.AutoCreateTopicKey)
 	}
-	levels, _ := ParseDelayLevels(cfg.MessageDelayLevel)
+	levels, _ := message.ParseDelayLevels(cfg.MessageDelayLevel)
 	t.putSystem(message.ScheduleTopic, len(levels))
 	t.putSystem(message.TransHalfTopic, 1)
 	t.putSystem(message.TransOpHalfTopic, 1)

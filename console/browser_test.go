@@ -130,7 +130,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, pc.Shutdown)

@@ -282,7 +282,7 @@ func TestPagesOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, pc.Shutdown)
@@ -379,7 +379,7 @@ func TestInconsistentGroupWarned(t *testing.T) {
 		if err := c.Subscribe("Mixed", tags, ok); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		testkit.ShutdownOnCleanup(t, c.Shutdown)

@@ -76,7 +76,7 @@ func (e *env) producer(t *testing.T) *producer.Producer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, p.Shutdown)

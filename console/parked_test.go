@@ -50,7 +50,7 @@ func TestParkedSends(t *testing.T) {
 		c.Parked = task
 	}, broker.Config{})
 	testkit.ShutdownOnCleanup(t, task.Shutdown)
-	sendVia.Store(e.producer(t).AsSendFunc())
+	sendVia.Store(e.producer(t).SendFunc())
 	if _, err := e.a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "Orders", Queues: 1}); err != nil {
 		t.Fatal(err)
 	}

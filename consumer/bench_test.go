@@ -48,7 +48,7 @@ func benchConsume(b *testing.B, orderly bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	body := make([]byte, benchBodySize)
@@ -89,7 +89,7 @@ func benchConsume(b *testing.B, orderly bool) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	select {

@@ -40,7 +40,7 @@ func TestBroadcastingEveryConsumerGetsAllAndResumesFromLocalOffsets(t *testing.T
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -63,7 +63,7 @@ func TestBroadcastingEveryConsumerGetsAllAndResumesFromLocalOffsets(t *testing.T
 	if err := dup.Subscribe("Bcast", "*", ok); err != nil {
 		t.Fatal(err)
 	}
-	if err := dup.Start(); !errors.Is(err, ErrOffsetFileInUse) {
+	if err := dup.Start(context.Background()); !errors.Is(err, ErrOffsetFileInUse) {
 		t.Fatalf("second consumer of one offset file: %v", err)
 	}
 	_ = dup.Shutdown(context.Background())

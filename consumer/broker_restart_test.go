@@ -28,7 +28,7 @@ func TestResumesSoonAfterBrokerRestart(t *testing.T) {
 	if err := c.Subscribe("Restart", "*", col.handler("c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	send(t, p, "Restart", 1, "before")

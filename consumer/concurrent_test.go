@@ -32,7 +32,7 @@ func TestConcurrentRetryTwiceThenSuccess(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	sendBodies(t, p, "Retry2", "X")
@@ -66,7 +66,7 @@ func TestConcurrentAlwaysFailingGoesToDLQOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	sendBodies(t, p, "Retry3", "Y")
@@ -126,7 +126,7 @@ func TestBatchConsume(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := send(t, p, "Batch", 300, "b")
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, func() bool {
@@ -208,7 +208,7 @@ func TestFlowControlPausesAndResumes(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Start(); err != nil {
+			if err := c.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			var pq *processQueue

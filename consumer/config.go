@@ -278,7 +278,7 @@ func (c *Config) maxReconsume() int {
 }
 
 // Validate reports the first invalid field as an error naming it and the limit.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("consumer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}
@@ -314,5 +314,5 @@ func (c Config) Validate() error {
 			return fmt.Errorf("consumer: Config.%s %v must not be negative", name, d)
 		}
 	}
-	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
 }

@@ -56,7 +56,7 @@ func TestSubscriptionConsistencyReportedAndWarned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []*PushConsumer{a, b, c} {
-		if err := x.Start(); err != nil {
+		if err := x.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -86,7 +86,7 @@ func TestSubscribeAndHeartbeatShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Shutdown(context.Background())
-	if err := c.Start(); !errors.Is(err, ErrNoSubscription) {
+	if err := c.Start(context.Background()); !errors.Is(err, ErrNoSubscription) {
 		t.Fatalf("Start without Subscribe: %v", err)
 	}
 	var ve *message.ValidationError

@@ -51,7 +51,7 @@ func TestHandlerThatDropsBodiesDoesNotStallFlowControl(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if !testkit.Eventually(20*time.Second, func() bool {
@@ -110,7 +110,7 @@ func TestHandlerThatEditsItsSliceDoesNotBreakTheConsumer(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Start(); err != nil {
+			if err := c.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if !testkit.Eventually(30*time.Second, func() bool {

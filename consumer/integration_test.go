@@ -67,7 +67,7 @@ func (e *env) producer() *producer.Producer {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() {
@@ -226,7 +226,7 @@ func TestRoundTripWithTags(t *testing.T) {
 	if err := c.Subscribe("Orders", "TagA || TagC", col.handler("c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want := 0
@@ -272,11 +272,11 @@ func TestTwoConsumersShareQueuesExactlyOnce(t *testing.T) {
 	if err := c2.Subscribe("Payments", "*", col.handler("c2")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.Start(); err != nil {
+	if err := c1.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 10*time.Second, func() bool { return len(assigned(c1, "Payments")) == 8 }, "c1 owns all 8 queues")
-	if err := c2.Start(); err != nil {
+	if err := c2.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 15*time.Second, func() bool {
@@ -341,7 +341,7 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 	if err := c1.Subscribe("Points", "*", col1.handler("c1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.Start(); err != nil {
+	if err := c1.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col1.total() >= 30 }, "the first 30 messages: ",
@@ -358,7 +358,7 @@ func TestOffsetsCommittedOnShutdownAndResumed(t *testing.T) {
 	if err := c2.Subscribe("Points", "*", col2.handler("c2")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.Start(); err != nil {
+	if err := c2.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 20 }, "the 20 new messages: ",
@@ -408,7 +408,7 @@ func TestFailedMessageRedeliveredThroughRetryTopic(t *testing.T) {
 	if err := c.Subscribe("Refunds", "*", handler); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var ids = map[string]string{}
@@ -472,7 +472,7 @@ func TestShutdownNeverCommitsPastUnfinishedHandler(t *testing.T) {
 	if err := c1.Subscribe("Ledger", "*", handler); err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.Start(); err != nil {
+	if err := c1.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() == 4 }, "l-0, l-1, l-3, l-4")
@@ -491,7 +491,7 @@ func TestShutdownNeverCommitsPastUnfinishedHandler(t *testing.T) {
 	if err := c2.Subscribe("Ledger", "*", col2.handler("c2")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.Start(); err != nil {
+	if err := c2.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col2.total() >= 3 }, "l-2..l-4 again")
@@ -520,7 +520,7 @@ func TestSendToRetryTopicFallback(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	r, err := p.SendSync(context.Background(), message.NewMessage("Coupons", []byte("coupon-1")).SetTag("Gold"))

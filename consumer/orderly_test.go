@@ -45,7 +45,7 @@ func TestOrderlySuspendOnceThenInOrder(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool {
@@ -93,7 +93,7 @@ func TestOrderlyFailuresThenSuccessNoStall(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool {
@@ -128,7 +128,7 @@ func TestOrderlyMaxReconsumeTimesToDLQ(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool {
@@ -222,7 +222,7 @@ func TestOrderlyPerQueueOrderUnderFailures(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(done) == n }, "all messages done")
@@ -304,7 +304,7 @@ func TestOrderlyHandoverBetweenConsumers(t *testing.T) {
 		if err := c.Subscribe("OrdHand", "*", handler(who)); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -388,7 +388,7 @@ func TestOrderlyRenewsAndReleasesLocks(t *testing.T) {
 	if err := c.Subscribe("OrdLock", "*", ok); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 10*time.Second, func() bool { return len(assigned(c, "OrdLock")) == 2 }, "both queues assigned")

@@ -53,7 +53,7 @@ type PullConfig struct {
 }
 
 // Validate reports the first invalid field as an error naming it.
-func (c PullConfig) Validate() error {
+func (c *PullConfig) Validate() error {
 	if c.Group == "" {
 		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
 	}
@@ -63,7 +63,7 @@ func (c PullConfig) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("consumer: PullConfig.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}
-	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
 }
 
 // PullStatus is the outcome of one Pull (RocketMQ PullStatus).
@@ -173,9 +173,13 @@ func NewPullConsumer(cfg PullConfig) (*PullConsumer, error) {
 	return c, nil
 }
 
-// Start begins the periodic route refresh. Calls made before Start work too. It returns
+// Start begins the periodic route refresh; it contacts no broker itself, so ctx only
+// refuses a start when it has already ended. Calls made before Start work too. It returns
 // ErrClosed after Shutdown; a second call does nothing.
-func (c *PullConsumer) Start() error {
+func (c *PullConsumer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("consumer: start: %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.state {

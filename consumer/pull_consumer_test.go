@@ -28,7 +28,7 @@ func TestPullConsumerExplicitQueueOffsetAndCommit(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -157,7 +157,7 @@ func TestPullConsumerCannotReadDLQ(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return len(e.dlq("deadg")) == 1 }, "the dead letter")

@@ -36,13 +36,18 @@ import (
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
+	"github.com/sluicemq/sluice/transport"
 )
 
+var _ transport.Consumer = (*PushConsumer)(nil)
+
 var (
-	// ErrClosed is returned by Start and Subscribe after Shutdown.
-	ErrClosed = errors.New("consumer: closed")
-	// ErrStarted is returned by Subscribe after Start (subscriptions are fixed at Start).
-	ErrStarted = errors.New("consumer: already started")
+	// ErrClosed is returned by Start and Subscribe after Shutdown; it matches
+	// transport.ErrClosed.
+	ErrClosed = fmt.Errorf("consumer: %w", transport.ErrClosed)
+	// ErrStarted is returned by Subscribe after Start (subscriptions are fixed at Start);
+	// it matches transport.ErrStarted.
+	ErrStarted = fmt.Errorf("consumer: %w", transport.ErrStarted)
 	// ErrNoSubscription is returned by Start when Subscribe was never called.
 	ErrNoSubscription = errors.New("consumer: no subscription")
 )
@@ -297,8 +302,12 @@ func (c *PushConsumer) orderlyLocks() bool {
 // logged and picked up by a later rebalance. Errors: ErrNoSubscription, ErrClosed,
 // ErrOffsetFileInUse and offset-file errors, ErrSubscriptionRefused when a broker
 // refused a subscription in that heartbeat (the consumer is then shut down; see
-// SubscribeSQL). A second call does nothing.
-func (c *PushConsumer) Start() error {
+// SubscribeSQL). ctx bounds the first route lookups and heartbeat (the consumer then
+// runs until Shutdown). A second call does nothing. Implements [transport.Consumer].
+func (c *PushConsumer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("consumer: start: %w", err)
+	}
 	c.mu.Lock()
 	need := 1
 	if c.retryTopic != "" {
@@ -353,16 +362,19 @@ func (c *PushConsumer) Start() error {
 	// Routes of the subscribed topics first: they name the brokers the heartbeat goes to.
 	// The retry topic usually appears only after that heartbeat (the broker creates it),
 	// so a rebalance picks it up later.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)() // Shutdown ends Start's waits too
 	for _, t := range topics {
-		if _, err := c.cl.Route(c.ctx, t); err != nil {
+		if _, err := c.cl.Route(sctx, t); err != nil {
 			level := slog.LevelWarn
 			if errors.Is(err, client.ErrTopicNotExist) {
 				level = slog.LevelDebug
 			}
-			c.log.Log(c.ctx, level, "consumer: no route yet", "topic", t, "err", err)
+			c.log.Log(sctx, level, "consumer: no route yet", "topic", t, "err", err)
 		}
 	}
-	if err := c.cl.SendHeartbeat(c.ctx); err != nil {
+	if err := c.cl.SendHeartbeat(sctx); err != nil {
 		if refused := c.refusedAtStart(err); refused != nil { // selector.go
 			return refused
 		}

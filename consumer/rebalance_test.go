@@ -87,7 +87,7 @@ func TestRebalanceJoinAndLeaveMidStream(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		return c

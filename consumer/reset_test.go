@@ -31,7 +31,7 @@ func TestResetOffsetByTimeRedeliversExactlyTheLaterMessages(t *testing.T) {
 	if err := c.Subscribe("Rewind", "*", col.handler("c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	before := send(t, p, "Rewind", 30, "before")
@@ -112,7 +112,7 @@ func TestResetOffsetOfflineGroupAndNoForce(t *testing.T) {
 		if err := c.Subscribe("Rewind2", "*", col.handler("c")); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 3 }, "3 messages")
@@ -166,7 +166,7 @@ func TestResetOffsetOfflineGroupAndNoForce(t *testing.T) {
 	if err := c.Subscribe("Rewind2", "*", col.handler("c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want := int(3 - target)
@@ -194,7 +194,7 @@ func TestConsumeFromTimestamp(t *testing.T) {
 	if err := c0.Subscribe("FromTs", "*", probe.handler("p")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c0.Start(); err != nil {
+	if err := c0.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return probe.total() >= 2 }, "the old messages")
@@ -218,7 +218,7 @@ func TestConsumeFromTimestamp(t *testing.T) {
 	if err := c.Subscribe("FromTs", "*", col.handler("c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return col.total() >= 2 }, "the new messages")

@@ -120,7 +120,7 @@ func TestSQL92PushConsumer(t *testing.T) {
 	if err := c.SubscribeSQL("Points", "(amount >= 150 AND vip = 'true') OR TAGS = 'special' OR (TAGS IN ('gold') AND amount < 60)", col.handler("c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 20*time.Second, func() bool { return committedAtLeast("Points", ends, c) }, "every queue's committed offset at its end")
@@ -148,13 +148,13 @@ func TestSQL92RefusedByBroker(t *testing.T) {
 		if err := c.SubscribeSQL("NoSQL", "a > 1", newCollector().handler("c")); err != nil {
 			t.Fatal(err)
 		}
-		err := c.Start()
+		err := c.Start(context.Background())
 		var re *remoting.ResponseError
 		if !errors.Is(err, ErrSubscriptionRefused) || !errors.As(err, &re) || re.Code != remoting.SystemError ||
 			!strings.Contains(err.Error(), "enablePropertyFilter") {
 			t.Fatalf("Start with SQL92 off: %v", err)
 		}
-		if err := c.Start(); !errors.Is(err, ErrClosed) {
+		if err := c.Start(context.Background()); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Start after a refusal: %v", err)
 		}
 	})
@@ -170,7 +170,7 @@ func TestSQL92RefusedByBroker(t *testing.T) {
 		c.mu.Lock()
 		c.subs["BadSQL"].data.SubString = "a >= 9 AND"
 		c.mu.Unlock()
-		err := c.Start()
+		err := c.Start(context.Background())
 		var re *remoting.ResponseError
 		if !errors.Is(err, ErrSubscriptionRefused) || !errors.As(err, &re) || re.Code != remoting.SubscriptionParseFailed ||
 			!strings.Contains(re.Remark, "a >= 9 AND") || !strings.Contains(re.Remark, "byte 10") {
@@ -184,7 +184,7 @@ func TestSQL92RefusedByBroker(t *testing.T) {
 		if err := c.Subscribe("Tags", "*", newCollector().handler("c")); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatalf("a TAG subscription with the filter off: %v", err)
 		}
 	})

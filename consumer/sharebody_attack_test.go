@@ -188,7 +188,7 @@ func TestShareBodyAttack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*PushConsumer{all, two1, two2, tag} {
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -203,7 +203,7 @@ func TestShareBodyAttack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -335,7 +335,7 @@ func TestShareBodyAttack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Start(); err != nil {
+		if err := p.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {

@@ -59,7 +59,7 @@ func TestShutdownStartsNoNewHandler(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Start(); err != nil {
+			if err := c.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			testkit.WaitFor(t, 30*time.Second, func() bool { return started.Load() >= int64(tc.busy) }, "every worker busy")

@@ -120,7 +120,7 @@ func runSigtermChild() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}

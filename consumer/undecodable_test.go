@@ -49,7 +49,7 @@ func TestUndecodableBodiesGoToDLQ(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, func() bool { return len(e.dlq("bombs")) >= 2 }, "two dead letters")

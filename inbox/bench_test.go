@@ -120,7 +120,7 @@ func benchConsume(b *testing.B, mode string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	defer shutdownT(b, "producer", p.Shutdown)
@@ -158,7 +158,7 @@ func benchConsume(b *testing.B, mode string) {
 	}
 	b.SetBytes(1024)
 	b.ResetTimer()
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	select {

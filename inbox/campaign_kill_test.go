@@ -83,7 +83,7 @@ func killCampaign(t *testing.T, db *sqltest.Target, mode, redisAddr string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Start(); err != nil {
+		if err := p.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		defer shutdownT(t, "producer", p.Shutdown)

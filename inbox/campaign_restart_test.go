@@ -88,7 +88,7 @@ func TestCampaignRestarts(t *testing.T) {
 	if err := c.Subscribe(topic, "*", h); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer shutdownT(t, "consumer", c.Shutdown)
@@ -96,7 +96,7 @@ func TestCampaignRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer shutdownT(t, "producer", p.Shutdown)

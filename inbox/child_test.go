@@ -136,7 +136,7 @@ func runConsumerChild() error {
 	if err := c.Subscribe(os.Getenv(envTopic), "*", h); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		return err
 	}
 	time.Sleep(60 * time.Second) // the parent kills us long before; bounded if it does not

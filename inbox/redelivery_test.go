@@ -95,7 +95,7 @@ func TestStableKeyAcrossRedeliveries(t *testing.T) {
 	if err := c.Subscribe(topic, "*", h); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer shutdownT(t, "consumer", c.Shutdown)
@@ -104,7 +104,7 @@ func TestStableKeyAcrossRedeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer shutdownT(t, "producer", p.Shutdown)
@@ -114,7 +114,7 @@ func TestStableKeyAcrossRedeliveries(t *testing.T) {
 	}
 	defer parker.Close()
 	down := errors.New("broker unreachable")
-	send := middleware.ChainSend(p.AsSendFunc(), middleware.Keys())
+	send := middleware.ChainSend(p.SendFunc(), middleware.Keys())
 	sendParked := middleware.ChainSend(func(context.Context, *message.Message) (*message.SendResult, error) { return nil, down },
 		middleware.Keys(), parkMW)
 
@@ -124,7 +124,7 @@ func TestStableKeyAcrossRedeliveries(t *testing.T) {
 		want[body] = middleware.ContentKey(m)
 		if body == "parked" {
 			_, err := sendParked(ctx, m)
-			var pe *redismw.ParkedError
+			var pe *middleware.ParkedError
 			if !errors.As(err, &pe) {
 				t.Fatalf("parked send: %v", err)
 			}
@@ -135,7 +135,7 @@ func TestStableKeyAcrossRedeliveries(t *testing.T) {
 		}
 	}
 	// Resend the parked one (MinAge 1 ms so the run takes it now).
-	task, err := retrytask.New(retrytask.Config{Client: rdb, Namespace: "idem", Send: p.AsSendFunc(), MinAge: time.Millisecond, Logger: testkit.Quiet()})
+	task, err := retrytask.New(retrytask.Config{Client: rdb, Namespace: "idem", Send: p.SendFunc(), MinAge: time.Millisecond, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

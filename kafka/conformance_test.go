@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/redisdedup"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/transport"
 	"github.com/sluicemq/sluice/transporttest"
 )
 
@@ -31,17 +33,6 @@ var kafkaFeatures = transporttest.Features{
 // kafkaTransport returns the conformance harness of package kafka against brokers.
 func kafkaTransport(t *testing.T, brokers []string) transporttest.Transport {
 	quiet := testkit.Quiet()
-	p, err := NewProducer(ProducerConfig{Brokers: brokers, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("producer shutdown: %v", err)
-		}
-	})
 	cl := clientFor(t, brokers)
 	return transporttest.Transport{
 		Features: kafkaFeatures,
@@ -53,8 +44,14 @@ func kafkaTransport(t *testing.T, brokers []string) transporttest.Transport {
 				t.Fatalf("create topic %s: %v", topic, err)
 			}
 		},
-		Send: p.Send,
-		StartConsumer: func(t testing.TB, cfg transporttest.ConsumerConfig) transporttest.Consumer {
+		NewProducer: func(t testing.TB) transport.Producer {
+			p, err := NewProducer(ProducerConfig{Brokers: brokers, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		},
+		NewConsumer: func(t testing.TB, cfg transporttest.ConsumerConfig) transport.Consumer {
 			t.Helper()
 			cc := Config{
 				Brokers: brokers, Group: cfg.Group, Orderly: cfg.Orderly, Logger: quiet,
@@ -69,22 +66,6 @@ func kafkaTransport(t *testing.T, brokers []string) transporttest.Transport {
 			c, err := NewConsumer(cc)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if cfg.SQL != "" {
-				err = c.SubscribeSQL(cfg.Topic, cfg.SQL, cfg.Handler)
-			} else {
-				err = c.Subscribe(cfg.Topic, cfg.Tags, cfg.Handler)
-			}
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err = c.Start(ctx)
-				cancel()
-			}
-			if err != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = c.Shutdown(ctx)
-				t.Fatalf("start consumer of %s: %v", cfg.Group, err)
 			}
 			return c
 		},
@@ -101,6 +82,7 @@ func kafkaTransport(t *testing.T, brokers []string) transporttest.Transport {
 			}
 			return out, nil
 		},
+		Dedup:   redisdedup.Each,
 		Timeout: 20 * time.Second,
 	}
 }

@@ -33,10 +33,10 @@ const (
 	DefaultJoinGroupBackoff  = time.Second
 )
 
-// DefaultRetrySchedule is RocketMQ's consume-retry schedule: attempt n waits
-// DefaultRetrySchedule[n-1], delay levels 3..18 of the default delay table (10 s … 2 h,
-// 16 tries).
-var DefaultRetrySchedule = DefaultDelayLevels[2:]
+// DefaultRetrySchedule returns RocketMQ's consume-retry schedule: attempt n waits element
+// n-1, delay levels 3..18 of the default delay table (10 s … 2 h, 16 tries). Each call
+// returns a fresh slice.
+func DefaultRetrySchedule() []time.Duration { return message.DefaultDelayLevels()[2:] }
 
 // RetryTopic returns the retry topic of attempt level n (1-based) of group:
 // "<group>.retry.<n>".
@@ -76,7 +76,7 @@ type Config struct {
 	MaxReconsumeTimes *int
 	// RetrySchedule is how long attempt n waits: RetrySchedule[n-1]; attempts beyond its
 	// length wait the last entry (topic "<group>.retry.<len>"). Default
-	// DefaultRetrySchedule (10 s … 2 h). Tests use milliseconds.
+	// DefaultRetrySchedule() (10 s … 2 h). Tests use milliseconds.
 	RetrySchedule []time.Duration
 	// SuspendCurrentQueueTime is the orderly consumer's pause before a failed message
 	// runs again. Default 1 s.
@@ -113,6 +113,10 @@ type Config struct {
 	JoinGroupBackoff  time.Duration
 	// Logger receives the consumer's log lines. Default slog.Default().
 	Logger *slog.Logger
+	// Middlewares wrap every handler given to Subscribe and SubscribeSQL, the first listed
+	// outermost (middleware.ChainConsume), as consumer.Config.Middlewares does on the
+	// RocketMQ push consumer.
+	Middlewares []middleware.ConsumeMiddleware
 
 	// retryForever (DelayForwarder): an orderly failure is retried until it succeeds.
 	retryForever bool
@@ -142,7 +146,7 @@ func (c *Config) setDefaults() {
 	def(&c.ReplicationFactor, -1)
 	def(&c.FetchMaxBytes, DefaultFetchMaxBytes)
 	if len(c.RetrySchedule) == 0 {
-		c.RetrySchedule = DefaultRetrySchedule
+		c.RetrySchedule = DefaultRetrySchedule()
 	}
 	defD(&c.SuspendCurrentQueueTime, DefaultSuspendTime)
 	defD(&c.CommitInterval, DefaultCommitInterval)
@@ -288,9 +292,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 
 // Subscribe registers handler for the records of topic whose tag (header TAGS) matches
 // tagExpr: "*" or "" for all, or "TagA || TagB" (filter.NewTagFilter). Records that do
-// not match are skipped (and committed). One handler per topic. Errors: a
-// *message.ValidationError for a bad topic name, or a *ConfigError after Start, for a
-// nil handler or for a topic subscribed already.
+// not match are skipped (and committed). One handler per topic; Config.Middlewares wrap
+// it. Errors: a *message.ValidationError for a bad topic name, ErrStarted after Start,
+// ErrClosed after Shutdown, a *ConfigError for a nil handler or for a topic subscribed
+// already.
 func (c *Consumer) Subscribe(topic, tagExpr string, handler middleware.ConsumeFunc) error {
 	return c.subscribe(&subscription{topic: topic, tags: filter.NewTagFilter(tagExpr), handler: handler})
 }
@@ -313,10 +318,16 @@ func (c *Consumer) subscribe(s *subscription) error {
 	if s.handler == nil && s.raw == nil {
 		return &ConfigError{"Subscribe handler", "must not be nil"}
 	}
+	if s.handler != nil {
+		s.handler = middleware.ChainConsume(s.handler, c.cfg.Middlewares...)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state != stateNew {
-		return &ConfigError{"Subscribe", "subscriptions are fixed once the consumer started"}
+	switch c.state {
+	case stateRunning:
+		return ErrStarted
+	case stateClosed:
+		return ErrClosed
 	}
 	if _, dup := c.subs[s.topic]; dup {
 		// Replacing it would silently stop the first handler (one handler per topic, as
@@ -341,15 +352,21 @@ func (c *Consumer) retryTopics() []string {
 
 // Start checks that the subscribed topics exist, creates the group's retry and
 // dead-letter topics when missing (unless NoTopicCreation; ctx bounds that), joins the
-// group and starts consuming in the background. Errors: a *ConfigError without
-// subscriptions, when already started or naming a subscribed topic the cluster does not
-// have (Start creates no subscribed topic: their partition count is the application's
-// choice), the metadata request's error, or the topic creation's error.
+// group and starts consuming in the background. A second call on a started consumer
+// does nothing. Errors: ErrClosed after Shutdown (or after a failed Start, which releases
+// everything), a *ConfigError without subscriptions or naming a subscribed topic the
+// cluster does not have (Start creates no subscribed topic: their partition count is the
+// application's choice), the metadata request's error, or the topic creation's error.
+// Implements [transport.Consumer].
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
-	if c.state != stateNew {
+	switch c.state {
+	case stateRunning:
 		c.mu.Unlock()
-		return &ConfigError{"Start", "the consumer was already started"}
+		return nil
+	case stateClosed:
+		c.mu.Unlock()
+		return ErrClosed
 	}
 	if len(c.subs) == 0 {
 		c.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 )
 
 func startConsumer(t *testing.T, cfg Config, subscribe func(*Consumer)) *Consumer {
@@ -486,4 +487,47 @@ func TestDelayForwarderRefusesFewerLevelsThanTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	shutdown(t, f3, 10*time.Second)
+}
+
+// Config.Middlewares wrap every handler, the first listed outermost, as on the RocketMQ
+// push consumer; a middleware's answer is what the consumer acts on.
+func TestConsumerMiddlewares(t *testing.T) {
+	c := newCluster(t, 1, "mw")
+	brokers := c.ListenAddrs()
+	p := newProducer(t, brokers, nil)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := p.Send(ctx, message.NewMessage("mw", []byte("m1"))); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var trace []string
+	note := func(s string) { mu.Lock(); trace = append(trace, s); mu.Unlock() }
+	mw := func(name string) middleware.ConsumeMiddleware {
+		return func(next middleware.ConsumeFunc) middleware.ConsumeFunc {
+			return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+				note(name + ">")
+				r, err := next(ctx, msgs)
+				note("<" + name)
+				return r, err
+			}
+		}
+	}
+	var handled seen
+	cfg := fastConfig(t, brokers, "g-mw")
+	cfg.Middlewares = []middleware.ConsumeMiddleware{mw("outer"), mw("inner")}
+	cons := startConsumer(t, cfg, func(c *Consumer) {
+		if err := c.Subscribe("mw", "*", func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			note("handler")
+			return recordOK(&handled)(ctx, msgs)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	testkit.WaitFor(t, 15*time.Second, func() bool { return handled.len() >= 1 }, "the message handled")
+	shutdown(t, cons, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(trace, " "); got != "outer> inner> handler <inner <outer" {
+		t.Fatalf("call order %q, want %q", got, "outer> inner> handler <inner <outer")
+	}
 }

@@ -24,7 +24,7 @@ type DelayForwarderConfig struct {
 	// share the delay topics' partitions. Default "sluice-delay-forwarder".
 	Group string
 	// Levels is how many delay levels exist: the forwarder consumes topics
-	// "sluice.delay.1" … "sluice.delay.<Levels>". Default len(DefaultDelayLevels), 18.
+	// "sluice.delay.1" … "sluice.delay.<Levels>". Default len(message.DefaultDelayLevels()), 18.
 	Levels int
 	// Partitions of the delay topics it creates at Start when missing. Default 1.
 	Partitions int
@@ -61,7 +61,7 @@ func NewDelayForwarder(cfg DelayForwarderConfig) (*DelayForwarder, error) {
 		cfg.Group = DefaultDelayGroup
 	}
 	if cfg.Levels == 0 {
-		cfg.Levels = len(DefaultDelayLevels)
+		cfg.Levels = len(message.DefaultDelayLevels())
 	}
 	if cfg.Levels < 0 || cfg.Levels > 1000 {
 		return nil, &ConfigError{"Levels", fmt.Sprintf("%d is outside 1..1000", cfg.Levels)}

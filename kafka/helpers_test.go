@@ -53,6 +53,9 @@ func newProducer(t *testing.T, brokers []string, mod func(*ProducerConfig)) *Pro
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Start(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

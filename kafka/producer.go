@@ -12,6 +12,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/transport"
 )
 
 // Producer defaults (see ProducerConfig).
@@ -23,24 +24,28 @@ const (
 	DefaultMaxBodyBytes = message.DefaultMaxMessageSize // ProducerConfig.MaxBodyBytes, 4 MiB
 )
 
-// DefaultDelayLevels is RocketMQ's default delay table (messageDelayLevel
-// "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"): level n waits
-// DefaultDelayLevels[n-1].
-var DefaultDelayLevels = []time.Duration{
-	time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second,
-	time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute, 5 * time.Minute, 6 * time.Minute,
-	7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute,
-	time.Hour, 2 * time.Hour,
-}
-
 // DelayTopicPrefix starts the topics delayed sends go to: "sluice.delay.<level>".
 const DelayTopicPrefix = "sluice.delay."
 
 // DelayTopic returns the topic of delay level (1-based): "sluice.delay.<level>".
 func DelayTopic(level int) string { return DelayTopicPrefix + strconv.Itoa(level) }
 
-// ErrClosed is returned by sends after Shutdown started.
-var ErrClosed = errors.New("kafka: producer is shut down")
+// The life-cycle errors of the producer and the consumer; each matches its counterpart in
+// package transport (errors.Is(err, transport.ErrNotStarted) …), as the RocketMQ
+// producer's and consumer's do.
+var (
+	// ErrNotStarted is returned by sends before Producer.Start.
+	ErrNotStarted = fmt.Errorf("kafka: %w", transport.ErrNotStarted)
+	// ErrStarted is returned by Consumer.Subscribe after Start.
+	ErrStarted = fmt.Errorf("kafka: %w", transport.ErrStarted)
+	// ErrClosed is returned by sends, Start and Subscribe after Shutdown started.
+	ErrClosed = fmt.Errorf("kafka: %w", transport.ErrClosed)
+)
+
+var (
+	_ transport.Producer = (*Producer)(nil)
+	_ transport.Consumer = (*Consumer)(nil)
+)
 
 // ConfigError names a configuration field that is wrong and why.
 type ConfigError struct {
@@ -90,7 +95,7 @@ type ProducerConfig struct {
 	// *UnsupportedError, because without a forwarder the message would never arrive.
 	DelayTopics bool
 	// DelayLevels is the delay table, level n waits DelayLevels[n-1]. Default
-	// DefaultDelayLevels. The forwarder waits until the due time written by the
+	// message.DefaultDelayLevels(). The forwarder waits until the due time written by the
 	// producer, so only the producer's table matters.
 	DelayLevels []time.Duration
 	// Logger receives warnings (a panicking completion callback). Default slog.Default().
@@ -126,7 +131,7 @@ func (c *ProducerConfig) setDefaults() {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if len(c.DelayLevels) == 0 {
-		c.DelayLevels = DefaultDelayLevels
+		c.DelayLevels = message.DefaultDelayLevels()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -164,6 +169,7 @@ type Producer struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
+	started bool
 	closed  bool
 	pending int           // async sends whose completion has not run yet
 	idle    chan struct{} // closed when pending drops to 0 after Shutdown began
@@ -182,8 +188,7 @@ type asyncSlot struct {
 	cb  func(*message.SendResult, error)
 }
 
-// NewProducer validates cfg and returns a Producer. It dials nothing until the first
-// send.
+// NewProducer validates cfg and returns a Producer. It dials nothing until Start.
 func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -318,14 +323,14 @@ func (p *Producer) sendError(msg *message.Message, km kafkago.Message, err error
 // Status SendOK, MsgID = UNIQ_KEY (set on msg when missing), and the partition (QueueID)
 // and offset (QueueOffset) the record got — of the delay topic for a delayed message.
 // Errors: a *message.ValidationError (topic name, body size), an *UnsupportedError,
-// ErrClosed, or kafka-go's error wrapped ("kafka: send to topic T: …"); with an error
+// ErrNotStarted, ErrClosed, or kafka-go's error wrapped ("kafka: send to topic T: …"); with an error
 // the message may or may not be stored.
 func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
-	if p.isClosed() {
-		return nil, ErrClosed
-	}
 	km, err := p.prepare(msg)
 	if err != nil {
+		return nil, err
+	}
+	if err := p.usable(); err != nil {
 		return nil, err
 	}
 	slot := &sendSlot{}
@@ -347,7 +352,8 @@ func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.Sen
 
 // SendAsync queues msg and returns; cb runs exactly once, on a writer goroutine, with the
 // result or the error (a panicking cb is logged). It returns an error, and cb never
-// runs, when msg is refused before queueing (validation, *UnsupportedError, ErrClosed).
+// runs, when msg is refused before queueing (validation, *UnsupportedError, ErrNotStarted,
+// ErrClosed).
 // Shutdown waits for the callbacks of queued sends; when its deadline cuts the
 // connections, they run with an error shortly after — a completion is never dropped.
 func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error)) error {
@@ -359,9 +365,9 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 		return err
 	}
 	p.mu.Lock()
-	if p.closed {
+	if err := p.usableLocked(); err != nil {
 		p.mu.Unlock()
-		return ErrClosed
+		return err
 	}
 	p.pending++
 	p.mu.Unlock()
@@ -376,10 +382,50 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 // SendFunc returns p.Send as a [middleware.SendFunc], for middleware.ChainSend.
 func (p *Producer) SendFunc() middleware.SendFunc { return p.Send }
 
-func (p *Producer) isClosed() bool {
+// Start checks that the cluster answers — a metadata request to the bootstrap brokers
+// over the producer's own connections, bounded by ctx and DialTimeout — and lets sends
+// through. Errors: ErrClosed after Shutdown, or the metadata request's error wrapped
+// ("kafka: start producer: …"; the producer stays unstarted and Start may be called
+// again). A second call on a started producer does nothing. Implements
+// [transport.Producer].
+func (p *Producer) Start(ctx context.Context) error {
+	p.mu.Lock()
+	started, closed := p.started, p.closed
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case started:
+		return nil
+	}
+	cl := &kafkago.Client{Addr: kafkago.TCP(p.cfg.Brokers...), Timeout: p.cfg.DialTimeout, Transport: p.sync.Transport}
+	if _, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}}); err != nil {
+		return fmt.Errorf("kafka: start producer: brokers %v do not answer: %w", p.cfg.Brokers, err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.closed
+	if p.closed {
+		return ErrClosed
+	}
+	p.started = true
+	return nil
+}
+
+// usable returns ErrNotStarted before Start, ErrClosed after Shutdown began, else nil.
+func (p *Producer) usable() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.usableLocked()
+}
+
+func (p *Producer) usableLocked() error {
+	switch {
+	case p.closed:
+		return ErrClosed
+	case !p.started:
+		return ErrNotStarted
+	}
+	return nil
 }
 
 // Shutdown refuses new sends, flushes queued ones and waits for their completions, then

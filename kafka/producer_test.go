@@ -13,6 +13,7 @@ import (
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
+	"github.com/sluicemq/sluice/transport"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -72,7 +73,8 @@ func TestProducerMapping(t *testing.T) {
 
 // What Kafka cannot do is a permanent *UnsupportedError, never a silent no-op; bad topic
 // names and oversized bodies are typed errors; a Kafka that is down gives a wrapped,
-// retriable error; after Shutdown sends fail with ErrClosed.
+// retriable error from Start; a send before Start fails with ErrNotStarted (also
+// transport.ErrNotStarted); after Shutdown sends fail with ErrClosed.
 func TestProducerRefusals(t *testing.T) {
 	p, err := NewProducer(ProducerConfig{Brokers: []string{"127.0.0.1:1"}, MaxAttempts: 1, WriteTimeout: time.Second,
 		DialTimeout: time.Second, MaxBodyBytes: 10, Logger: testkit.Quiet()})
@@ -82,7 +84,7 @@ func TestProducerRefusals(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	cases := map[string]*message.Message{
 		"delay without DelayTopics": message.NewMessage("t", []byte("x")).SetDelayLevel(3),
-		"timer":                     message.NewMessage("t", []byte("x")).SetProperty(redismw.PropertyTimerDeliverMs, "1800000000000"),
+		"timer":                     message.NewMessage("t", []byte("x")).SetProperty(message.PropertyTimerDeliverMs, "1800000000000"),
 		"half":                      message.NewMessage("t", []byte("x")).SetProperty(message.PropertyTransactionPrepared, "true"),
 	}
 	for name, m := range cases {
@@ -102,9 +104,18 @@ func TestProducerRefusals(t *testing.T) {
 	if _, err := p.Send(ctx, message.NewMessage("t", []byte("01234567890"))); !errors.As(err, &ve) || ve.Field != "body" || ve.Limit != 10 {
 		t.Errorf("big body: %v", err)
 	}
-	_, err = p.Send(ctx, message.NewMessage("t", []byte("x")))
-	if err == nil || !redismw.DefaultRetriable(err) || !strings.Contains(err.Error(), `kafka: send to topic "t"`) {
-		t.Fatalf("send to a down Kafka: %v, want a wrapped retriable error", err)
+	if _, err := p.Send(ctx, message.NewMessage("t", []byte("x"))); !errors.Is(err, ErrNotStarted) || !errors.Is(err, transport.ErrNotStarted) {
+		t.Fatalf("send before Start: %v, want ErrNotStarted", err)
+	}
+	if err := p.SendAsync(ctx, message.NewMessage("t", []byte("x")), func(*message.SendResult, error) { t.Error("callback of a refused send ran") }); !errors.Is(err, transport.ErrNotStarted) {
+		t.Fatalf("async send before Start: %v, want ErrNotStarted", err)
+	}
+	err = p.Start(ctx)
+	if err == nil || !redismw.DefaultRetriable(err) || !strings.Contains(err.Error(), "kafka: start producer") {
+		t.Fatalf("Start against a down Kafka: %v, want a wrapped retriable error", err)
+	}
+	if _, err := p.Send(ctx, message.NewMessage("t", []byte("x"))); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("send after a failed Start: %v, want ErrNotStarted", err)
 	}
 	if err := p.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -112,8 +123,11 @@ func TestProducerRefusals(t *testing.T) {
 	if _, err := p.Send(ctx, message.NewMessage("t", []byte("x"))); !errors.Is(err, ErrClosed) {
 		t.Fatalf("send after shutdown: %v", err)
 	}
-	if err := p.SendAsync(ctx, message.NewMessage("t", []byte("x")), func(*message.SendResult, error) {}); !errors.Is(err, ErrClosed) {
+	if err := p.SendAsync(ctx, message.NewMessage("t", []byte("x")), func(*message.SendResult, error) {}); !errors.Is(err, ErrClosed) || !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("async send after shutdown: %v", err)
+	}
+	if err := p.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after shutdown: %v, want ErrClosed", err)
 	}
 	for _, bad := range []ProducerConfig{{}, {Brokers: []string{"x:1"}, DelayLevels: []time.Duration{0}}} {
 		var ce *ConfigError
@@ -167,6 +181,9 @@ func TestProducerAsyncCompletions(t *testing.T) {
 	c2 := newCluster(t, 1, topic)
 	p2, err := NewProducer(ProducerConfig{Brokers: c2.ListenAddrs(), WriteTimeout: 30 * time.Second, Logger: testkit.Logger(t)})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p2.Send(ctx, message.NewMessage(topic, []byte("warm"))); err != nil {

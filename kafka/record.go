@@ -10,7 +10,6 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/sluicemq/sluice/message"
-	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Header names Sluice adds to Kafka records beyond the message properties.
@@ -80,8 +79,10 @@ func (e *UnsupportedError) Permanent() bool { return true }
 // them). A delay level is kept as header DELAY; [Producer] routes such messages to the
 // delay topics.
 func ToKafka(msg *message.Message) (kafkago.Message, error) {
-	if msg.Property(redismw.PropertyTimerDeliverMs) != "" {
-		return kafkago.Message{}, &UnsupportedError{Topic: msg.Topic, Feature: "timed delivery (" + redismw.PropertyTimerDeliverMs + ")"}
+	for _, p := range []string{message.PropertyTimerDeliverMs, message.PropertyTimerDelaySec, message.PropertyTimerDelayMs} {
+		if msg.Property(p) != "" {
+			return kafkago.Message{}, &UnsupportedError{Topic: msg.Topic, Feature: "timed delivery (" + p + ")"}
+		}
 	}
 	if msg.Property(message.PropertyTransactionPrepared) == "true" {
 		return kafkago.Message{}, &UnsupportedError{Topic: msg.Topic, Feature: "transactional half message"}

@@ -132,7 +132,7 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports a negative Timeout or a nil signal.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("lifecycle: Config.Timeout %v is negative", c.Timeout)
 	}

@@ -30,7 +30,7 @@
 // Recommended consume order: ChainConsume(handler, Logging(l), prommw.Metrics(reg),
 // ConsumeKeys(), redismw.Dedup(cfg), Recover()) — observers outermost so they see
 // duplicates and lock reasons, Recover innermost so every step outside it sees a panic as
-// a failure. Recommended send order: ChainSend(p.AsSendFunc(), prommw.SendMetrics(reg),
+// a failure. Recommended send order: ChainSend(p.SendFunc(), prommw.SendMetrics(reg),
 // Keys(), redismw.Park(cfg)) — Keys before Park so a parked record carries its key, Park
 // innermost so it sees the producer's final error.
 //

@@ -13,7 +13,13 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// SendAsync starts sending msg and returns without waiting for the broker (it may block
+// SendAsync is SendAsyncWith without options: the asynchronous send of
+// [transport.Producer].
+func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error)) error {
+	return p.SendAsyncWith(ctx, msg, cb)
+}
+
+// SendAsyncWith starts sending msg and returns without waiting for the broker (it may block
 // briefly to connect to a broker for the first time). Unless it returns an error, cb is
 // called exactly once, in a goroutine the producer owns (the callbacks of one broker
 // connection run one after another; one that blocks holds the later ones back for about
@@ -29,7 +35,7 @@ import (
 // MaxAsyncInflightBytes body bytes) are already in flight, SendAsync waits for room,
 // bounded by ctx.
 //
-// SendAsync returns an error, and never calls cb, when cb is nil, msg breaks the rules
+// SendAsyncWith returns an error, and never calls cb, when cb is nil, msg breaks the rules
 // (*message.ValidationError, checked before anything else), the producer is not started
 // or is closed (ErrNotStarted, ErrClosed), or ctx ended while waiting for room.
 //
@@ -38,7 +44,7 @@ import (
 // msg (which gets a UNIQ_KEY) must not be changed until cb runs. Async sends of one
 // sharding key may complete in any order: for ordered messages use SendSync. cb should
 // return quickly and must not call Shutdown (Shutdown waits for callbacks).
-func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error), opts ...SendOption) error {
+func (p *Producer) SendAsyncWith(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error), opts ...SendOption) error {
 	if cb == nil {
 		return errors.New("producer: SendAsync needs a callback")
 	}
@@ -235,15 +241,15 @@ func (op *asyncOp) finish(r *message.SendResult, se *SendError, inline bool) {
 // AsyncResult is the outcome of one SendAsyncChan: the stored result, or the error.
 type AsyncResult struct {
 	Result *message.SendResult // set when the broker stored the message
-	Err    error               // set otherwise (see SendAsync)
+	Err    error               // set otherwise (see SendAsyncWith)
 }
 
-// SendAsyncChan is SendAsync delivering the outcome on a channel instead of a callback:
+// SendAsyncChan is SendAsyncWith delivering the outcome on a channel instead of a callback:
 // the returned channel (buffered, capacity 1) receives exactly one AsyncResult, also
 // when SendAsync itself would have returned an error.
 func (p *Producer) SendAsyncChan(ctx context.Context, msg *message.Message, opts ...SendOption) <-chan AsyncResult {
 	ch := make(chan AsyncResult, 1)
-	if err := p.SendAsync(ctx, msg, func(r *message.SendResult, err error) { ch <- AsyncResult{r, err} }, opts...); err != nil {
+	if err := p.SendAsyncWith(ctx, msg, func(r *message.SendResult, err error) { ch <- AsyncResult{r, err} }, opts...); err != nil {
 		ch <- AsyncResult{Err: err}
 	}
 	return ch

@@ -55,7 +55,7 @@ func TestAsyncUserCodePanicEndsTheSend(t *testing.T) {
 				ran := make(chan error, 1)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				err := p.SendAsync(ctx, message.NewMessage("T", []byte("b")), func(_ *message.SendResult, err error) { ran <- err }, tc.opts...)
+				err := p.SendAsyncWith(ctx, message.NewMessage("T", []byte("b")), func(_ *message.SendResult, err error) { ran <- err }, tc.opts...)
 				if err != nil {
 					t.Fatalf("send %d: SendAsync: %v", i, err)
 				}

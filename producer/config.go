@@ -60,16 +60,18 @@ type LatencyFaultRule struct {
 	NotAvailable time.Duration
 }
 
-// DefaultLatencyFaultRules is RocketMQ's table (Java MQFaultStrategy latencyMax /
+// DefaultLatencyFaultRules returns RocketMQ's table (Java MQFaultStrategy latencyMax /
 // notAvailableDuration): at least 550 ms → 30 s, 1 s → 60 s, 2 s → 120 s, 3 s → 180 s,
 // 15 s → 600 s. Faster answers (Java's 50 ms and 100 ms rows map to 0) keep the broker
-// available.
-var DefaultLatencyFaultRules = []LatencyFaultRule{
-	{550 * time.Millisecond, 30 * time.Second},
-	{1 * time.Second, 60 * time.Second},
-	{2 * time.Second, 120 * time.Second},
-	{3 * time.Second, 180 * time.Second},
-	{15 * time.Second, 600 * time.Second},
+// available. Each call returns a fresh slice.
+func DefaultLatencyFaultRules() []LatencyFaultRule {
+	return []LatencyFaultRule{
+		{550 * time.Millisecond, 30 * time.Second},
+		{1 * time.Second, 60 * time.Second},
+		{2 * time.Second, 120 * time.Second},
+		{3 * time.Second, 180 * time.Second},
+		{15 * time.Second, 600 * time.Second},
+	}
 }
 
 // Config configures a Producer. The zero value is usable apart from NamesrvAddrs; every
@@ -112,7 +114,7 @@ type Config struct {
 	// the official Go client has no such feature. Set a pointer to false to turn it off.
 	SendLatencyFaultEnable *bool
 	// LatencyFaultRules is the latency → not-available table, sorted by Latency
-	// ascending. Default: DefaultLatencyFaultRules.
+	// ascending. Default: DefaultLatencyFaultRules().
 	LatencyFaultRules []LatencyFaultRule
 	// FaultIsolationDuration is how long a broker whose attempt failed is avoided.
 	// Default: 30s (DefaultFaultIsolationDuration).
@@ -138,8 +140,8 @@ type Config struct {
 	// MaxAsyncInflightBytes bounds the body bytes of those sends the same way (a single
 	// larger message is still let through alone). Default: 128 MiB.
 	MaxAsyncInflightBytes int64
-	// Middlewares wrap every SendSync, SendAsync, SendAsyncChan and SendOneway (and
-	// AsSendFunc), the first listed outermost (middleware.ChainSend); a send with the
+	// Middlewares wrap every Send, SendSync, SendAsync, SendAsyncWith, SendAsyncChan and SendOneway (and
+	// SendFunc), the first listed outermost (middleware.ChainSend); a send with the
 	// WithoutMiddlewares option skips them. Where they cannot run, the path refuses
 	// instead of skipping them: SendBatch fails with a *MiddlewareError unless called
 	// with WithoutMiddlewares, and NewTransactionProducer refuses a Config that sets
@@ -183,7 +185,7 @@ func (c *Config) setDefaults() {
 		c.SendLatencyFaultEnable = &on
 	}
 	if c.LatencyFaultRules == nil {
-		c.LatencyFaultRules = DefaultLatencyFaultRules
+		c.LatencyFaultRules = DefaultLatencyFaultRules()
 	}
 	if c.FaultIsolationDuration == 0 {
 		c.FaultIsolationDuration = DefaultFaultIsolationDuration
@@ -228,7 +230,7 @@ const MaxRetryTimes = 32
 // MaxAsyncInflight or MaxAsyncInflightBytes, a retry count above MaxRetryTimes, a
 // CompressLevel outside 0..9, or LatencyFaultRules that are not sorted by Latency or
 // have a negative duration. Zero values are fine: they mean the documented defaults.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("producer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}
@@ -264,5 +266,5 @@ func (c Config) Validate() error {
 				i, r.Latency, c.LatencyFaultRules[i-1].Latency)
 		}
 	}
-	return client.Config{NamesrvAddrs: c.NamesrvAddrs}.Validate()
+	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
 }

@@ -109,7 +109,7 @@ func TestDelayedMessagesSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	sentAt := map[string]time.Time{}

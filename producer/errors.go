@@ -7,13 +7,15 @@ import (
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
+	"github.com/sluicemq/sluice/transport"
 )
 
 var (
-	// ErrNotStarted is returned by sends before Start.
-	ErrNotStarted = errors.New("producer: not started")
-	// ErrClosed is returned by sends and Start after Shutdown.
-	ErrClosed = errors.New("producer: closed")
+	// ErrNotStarted is returned by sends before Start; it matches transport.ErrNotStarted.
+	ErrNotStarted = fmt.Errorf("producer: %w", transport.ErrNotStarted)
+	// ErrClosed is returned by sends and Start after Shutdown; it matches
+	// transport.ErrClosed.
+	ErrClosed = fmt.Errorf("producer: %w", transport.ErrClosed)
 	// ErrNoQueue is wrapped in a *SendError when a topic's route has no writable queue on
 	// a broker with a master.
 	ErrNoQueue = errors.New("producer: no writable message queue")

@@ -24,7 +24,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	defer func() {
@@ -71,7 +71,7 @@ func exampleProducer(nsAddr string, cfg producer.Config) (*producer.Producer, fu
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	return p, func() {
@@ -182,7 +182,7 @@ func ExampleProducer_SendSync_delay() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	defer p.Shutdown(context.Background())

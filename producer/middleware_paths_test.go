@@ -102,8 +102,8 @@ func TestMiddlewaresOnEverySendPath(t *testing.T) {
 		}
 		ran(t, "sync", true)
 	})
-	t.Run("AsSendFunc", func(t *testing.T) {
-		if _, err := p.AsSendFunc()(ctx, message.NewMessage("T", []byte("x")).SetTag("func")); err != nil {
+	t.Run("SendFunc", func(t *testing.T) {
+		if _, err := p.SendFunc()(ctx, message.NewMessage("T", []byte("x")).SetTag("func")); err != nil {
 			t.Fatal(err)
 		}
 		ran(t, "func", true)

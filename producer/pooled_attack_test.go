@@ -150,7 +150,7 @@ func pooledSendsMatchPulls(t *testing.T, jsonHeaders bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

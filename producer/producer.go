@@ -4,11 +4,15 @@
 // key for ordered sends, or a queue the caller chooses) and sends with SEND_MESSAGE_V2
 // (RocketMQ request code 310) or SEND_BATCH_MESSAGE (320).
 //
-// Send modes:
-//   - SendSync waits for the broker; it retries RetryTimesWhenSendFailed more times
-//     (default 2), each on another broker when there is one.
-//   - SendAsync returns at once and delivers the result to a callback (SendAsyncChan: a
-//     channel); it retries RetryTimesWhenSendAsyncFailed times on the same queue.
+// A Producer implements [transport.Producer] (Start, Send, SendAsync, SendFunc,
+// Shutdown), the shape the Kafka producer shares; the RocketMQ-only forms take
+// SendOptions. Send modes:
+//   - Send (SendSync with options) waits for the broker; it retries
+//     RetryTimesWhenSendFailed more times (default 2), each on another broker when there
+//     is one.
+//   - SendAsync (SendAsyncWith with options) returns at once and delivers the result to a
+//     callback (SendAsyncChan: a channel); it retries RetryTimesWhenSendAsyncFailed times
+//     on the same queue.
 //   - SendOneway sends with the RocketMQ ONEWAY flag and waits for nothing; no retry.
 //   - SendBatch sends several messages of one topic in one request (see SplitBatch).
 //
@@ -39,7 +43,10 @@ import (
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/remoting"
+	"github.com/sluicemq/sluice/transport"
 )
+
+var _ transport.Producer = (*Producer)(nil)
 
 type state int
 
@@ -106,9 +113,13 @@ func New(cfg Config) (*Producer, error) {
 }
 
 // Start starts route refresh (every 30 s) and heartbeats (every 30 s, and at once to a
-// broker first seen in a route). A second call does nothing; after Shutdown it returns
-// ErrClosed.
-func (p *Producer) Start() error {
+// broker first seen in a route); it contacts no broker itself, so ctx only refuses a
+// start when it has already ended. A second call does nothing; after Shutdown it returns
+// ErrClosed. Implements [transport.Producer].
+func (p *Producer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("producer: start: %w", err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch p.state {
@@ -217,13 +228,14 @@ func (p *Producer) SendSync(ctx context.Context, msg *message.Message, opts ...S
 	return p.chain(ctx, msg, p.options(opts), modeSync)
 }
 
-// AsSendFunc returns SendSync as a middleware.SendFunc (Config.Middlewares included),
-// for code that wraps producers generically.
-func (p *Producer) AsSendFunc() middleware.SendFunc {
-	return func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
-		return p.SendSync(ctx, msg)
-	}
+// Send is SendSync without options: the send of [transport.Producer].
+func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
+	return p.chain(ctx, msg, p.options(nil), modeSync)
 }
+
+// SendFunc returns Send as a middleware.SendFunc (Config.Middlewares included), for code
+// that wraps producers generically.
+func (p *Producer) SendFunc() middleware.SendFunc { return p.Send }
 
 // enter registers a send in progress; the caller must call p.inflight.Done.
 func (p *Producer) enter() error {

@@ -85,7 +85,7 @@ func newProducer(t testing.TB, cfg Config) *Producer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -360,10 +360,10 @@ func TestMiddlewaresAndLifecycle(t *testing.T) {
 	if _, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x"))); !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("before Start: %v", err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	send := p.AsSendFunc()
+	send := p.SendFunc()
 	if _, err := send(context.Background(), message.NewMessage("T", []byte("x"))); err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestMiddlewaresAndLifecycle(t *testing.T) {
 	if err := p.Shutdown(ctx); err != nil {
 		t.Fatalf("second Shutdown: %v", err)
 	}
-	if err := p.Start(); !errors.Is(err, ErrClosed) {
+	if err := p.Start(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after Shutdown: %v", err)
 	}
 }

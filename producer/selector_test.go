@@ -62,7 +62,7 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) now() time.Time      { return c.t }
 func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newTestFault(c *fakeClock) *latencyFault {
-	f := newLatencyFault(DefaultLatencyFaultRules, DefaultFaultIsolationDuration)
+	f := newLatencyFault(DefaultLatencyFaultRules(), DefaultFaultIsolationDuration)
 	f.base, f.now = c.t, c.now
 	return f
 }

@@ -221,7 +221,7 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var done atomic.Int32
@@ -271,7 +271,7 @@ func TestShutdownWaitsForAsyncSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p2.Start(); err != nil {
+	if err := p2.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ch := p2.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))

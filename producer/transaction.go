@@ -246,8 +246,9 @@ func (tp *TransactionProducer) DroppedChecks() uint64 { return tp.dropped.Load()
 
 // Start starts the producer (route refresh, heartbeats naming the producer group — the
 // broker sends checks only to producers it knows from a heartbeat) and the check
-// workers. A second call does nothing; after Shutdown it returns ErrClosed.
-func (tp *TransactionProducer) Start() error {
+// workers; ctx as in Producer.Start. A second call does nothing; after Shutdown it returns
+// ErrClosed.
+func (tp *TransactionProducer) Start(ctx context.Context) error {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	switch tp.state {
@@ -256,7 +257,7 @@ func (tp *TransactionProducer) Start() error {
 	case stateStarted:
 		return nil
 	}
-	if err := tp.p.Start(); err != nil {
+	if err := tp.p.Start(ctx); err != nil {
 		return err
 	}
 	tp.state = stateStarted

@@ -58,7 +58,7 @@ func ExampleTransactionProducer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	defer func() {

@@ -106,7 +106,7 @@ func newTxnProducer(t *testing.T, cfg Config, l TransactionListener, opts ...Tra
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -151,10 +151,10 @@ func TestTransactionProducerLifecycle(t *testing.T) {
 	if _, err := tp.SendMessageInTransaction(context.Background(), message.NewMessage("T", []byte("commit"))); !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("before Start: %v", err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		t.Fatalf("second Start: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -165,7 +165,7 @@ func TestTransactionProducerLifecycle(t *testing.T) {
 	if err := tp.Shutdown(ctx); err != nil {
 		t.Fatalf("second Shutdown: %v", err)
 	}
-	if err := tp.Start(); !errors.Is(err, ErrClosed) {
+	if err := tp.Start(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after Shutdown: %v", err)
 	}
 	if _, err := tp.SendMessageInTransaction(context.Background(), message.NewMessage("T", []byte("commit"))); !errors.Is(err, ErrClosed) {
@@ -415,7 +415,7 @@ func TestTransactionShutdownCancelsChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	tp.onCheck(context.Background(), b.Addr(), checkRequest(t, "pg", "commit", 1, 2))

@@ -84,7 +84,7 @@ func (c *ClientConfig) setDefaults() {
 
 // Validate reports the first invalid field (negative durations or sizes, or a
 // MaxFrameSize below 64 bytes) as an error naming it.
-func (c ClientConfig) Validate() error {
+func (c *ClientConfig) Validate() error {
 	switch {
 	case c.DialTimeout < 0:
 		return fmt.Errorf("remoting: ClientConfig.DialTimeout %v must not be negative", c.DialTimeout)

@@ -97,7 +97,7 @@ func TestClientSerializeType(t *testing.T) {
 			}
 		})
 	}
-	if err := (ClientConfig{SerializeType: 2}).Validate(); err == nil {
+	if err := (&ClientConfig{SerializeType: 2}).Validate(); err == nil {
 		t.Fatal("SerializeType 2 was accepted")
 	}
 	if _, err := NewClient(ClientConfig{SerializeType: 7}); err == nil {

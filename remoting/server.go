@@ -129,7 +129,7 @@ func (c *ServerConfig) setDefaults() {
 }
 
 // Validate reports the first invalid field as an error naming it and the limit.
-func (c ServerConfig) Validate() error {
+func (c *ServerConfig) Validate() error {
 	switch {
 	case c.MaxFrameSize < 0 || (c.MaxFrameSize > 0 && c.MaxFrameSize < 64):
 		return fmt.Errorf("remoting: ServerConfig.MaxFrameSize %d must be 0 (default) or at least 64 bytes", c.MaxFrameSize)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
-	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Defaults of Config.
@@ -59,7 +59,7 @@ type Config struct {
 	// BatchSize is the most records one RunOnce claims. Default: 256.
 	BatchSize int
 	// DelayLevels maps delay level n to DelayLevels[n-1], used only for a record that
-	// has a DelayLevel but no DeliverAtMs. Default: redismw.DefaultDelayLevels
+	// has a DelayLevel but no DeliverAtMs. Default: message.DefaultDelayLevels()
 	// (RocketMQ "1s 5s 10s 30s 1m … 2h").
 	DelayLevels []time.Duration
 	// DeliverTolerance: a delayed or timed record is sent (without a delay level) once its
@@ -106,7 +106,7 @@ func (c *Config) setDefaults() {
 		c.BatchSize = DefaultBatchSize
 	}
 	if c.DelayLevels == nil {
-		c.DelayLevels = redismw.DefaultDelayLevels
+		c.DelayLevels = message.DefaultDelayLevels()
 	}
 	if c.DeliverTolerance == 0 {
 		c.DeliverTolerance = DefaultDeliverTolerance
@@ -125,7 +125,7 @@ func (c *Config) setDefaults() {
 // missing Client or Send, a Namespace with '{' or '}', a negative MaxAttempts,
 // BackoffBase, BackoffMax, Lease, SendTimeout or BatchSize, a Lease shorter than
 // 2×SendTimeout (after defaults), or a DelayLevels entry that is not positive.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if c.Client == nil {
 		return errors.New("retrytask: Config.Client is nil: need a Redis client")
 	}
@@ -152,7 +152,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("retrytask: Config.DelayLevels[%d] = %v: must be positive", i, d)
 		}
 	}
-	d := c
+	d := *c
 	d.setDefaults()
 	if d.Lease < 2*d.SendTimeout {
 		return fmt.Errorf("retrytask: Config.Lease %v must be at least 2×SendTimeout (%v) so a live resender never loses its lease mid-send", d.Lease, 2*d.SendTimeout)

@@ -147,13 +147,13 @@ func (s Shard) norm() Shard {
 }
 
 // Validate reports a Total below 1 or an Index outside [0, Total).
-func (s Shard) Validate() error {
-	s = s.norm()
-	if s.Total < 1 {
-		return &ShardError{Shard: s, Reason: "Total must be at least 1"}
+func (s *Shard) Validate() error {
+	n := s.norm()
+	if n.Total < 1 {
+		return &ShardError{Shard: n, Reason: "Total must be at least 1"}
 	}
-	if s.Index < 0 || s.Index >= s.Total {
-		return &ShardError{Shard: s, Reason: "Index must be in [0, Total)"}
+	if n.Index < 0 || n.Index >= n.Total {
+		return &ShardError{Shard: n, Reason: "Index must be in [0, Total)"}
 	}
 	return nil
 }

@@ -563,7 +563,7 @@ func TestSchedulerKeepsDeliveryTime(t *testing.T) {
 		}
 		task := newTask(t, Config{Client: c, Namespace: ns, Send: rec.Send, MinAge: -1, BackoffBase: 100 * time.Millisecond})
 		m := testMsg(4)
-		m.SetProperty(redismw.PropertyTimerDeliverMs, strconv.FormatInt(deliverAt.UnixMilli(), 10))
+		m.SetProperty(message.PropertyTimerDeliverMs, strconv.FormatInt(deliverAt.UnixMilli(), 10))
 		park(t, c, ns, m, t0)
 		park(t, c, ns, testMsg(5), t0) // a plain one, resent once the "broker" is back
 		if err := task.Start(100 * time.Millisecond); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/transport"
 )
 
 // delivery is one delivered message as one handler call saw it.
@@ -135,7 +136,10 @@ func name(t testing.TB, kind string) string {
 type suite struct {
 	t  *testing.T
 	tr Transport
+	p  *transport.Producer // the producer a Test function started when not run by Run
 }
+
+func newSuite(t *testing.T, tr Transport) suite { return suite{t, tr, new(transport.Producer)} }
 
 func (s suite) timeout() time.Duration {
 	if s.tr.Timeout > 0 {
@@ -152,16 +156,13 @@ func (s suite) topic(shards int) string {
 	return tp
 }
 
-// start starts a consumer and shuts it down in the test's cleanup (again, if the test
-// already did).
-func (s suite) start(cfg ConsumerConfig) Consumer {
+// newConsumer makes an unstarted consumer for cfg with Transport.NewConsumer and shuts it
+// down in the test's cleanup (again, if the test already did).
+func (s suite) newConsumer(cfg ConsumerConfig) transport.Consumer {
 	s.t.Helper()
-	if cfg.Handler == nil {
-		cfg.Handler = ok
-	}
-	c := s.tr.StartConsumer(s.t, cfg)
+	c := s.tr.NewConsumer(s.t, cfg)
 	if c == nil {
-		s.t.Fatalf("transporttest: StartConsumer returned no consumer for group %s", cfg.Group)
+		s.t.Fatalf("transporttest: NewConsumer returned no consumer for group %s", cfg.Group)
 	}
 	s.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -171,8 +172,82 @@ func (s suite) start(cfg ConsumerConfig) Consumer {
 	return c
 }
 
+// start makes a consumer for cfg, subscribes cfg.Handler to cfg.Topic (SubscribeSQL when
+// cfg.SQL is set, else Subscribe with cfg.Tags) and starts it, all through the
+// transport.Consumer contract.
+func (s suite) start(cfg ConsumerConfig) transport.Consumer {
+	s.t.Helper()
+	if cfg.Handler == nil {
+		cfg.Handler = ok
+	}
+	c := s.newConsumer(cfg)
+	var err error
+	if cfg.SQL != "" {
+		err = c.SubscribeSQL(cfg.Topic, cfg.SQL, cfg.Handler)
+	} else {
+		err = c.Subscribe(cfg.Topic, cfg.Tags, cfg.Handler)
+	}
+	if err != nil {
+		s.t.Fatalf("subscribe %s to %s: %v", cfg.Group, cfg.Topic, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		s.t.Fatalf("start consumer of %s: %v", cfg.Group, err)
+	}
+	return c
+}
+
+// newProducer makes a producer with Transport.NewProducer and shuts it down in the test's
+// cleanup; it does not start it.
+func (s suite) newProducer() transport.Producer {
+	s.t.Helper()
+	return newProducer(s.t, s.tr)
+}
+
+func newProducer(t *testing.T, tr Transport) transport.Producer {
+	t.Helper()
+	p := tr.NewProducer(t)
+	if p == nil {
+		t.Fatal("transporttest: NewProducer returned no producer")
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("producer shutdown: %v", err)
+		}
+	})
+	return p
+}
+
+// startProducer makes and starts a producer; see Run.
+func startProducer(t *testing.T, tr Transport) transport.Producer {
+	t.Helper()
+	p := newProducer(t, tr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("start producer: %v", err)
+	}
+	return p
+}
+
+// producer returns the producer Run started, or starts one for this test when a Test
+// function runs on its own.
+func (s suite) producer() transport.Producer {
+	s.t.Helper()
+	if s.tr.producer != nil {
+		return s.tr.producer
+	}
+	if *s.p == nil {
+		*s.p = startProducer(s.t, s.tr)
+	}
+	return *s.p
+}
+
 // stop shuts c down (bounded) and fails the test on an error.
-func (s suite) stop(c Consumer) {
+func (s suite) stop(c transport.Consumer) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -184,7 +259,7 @@ func (s suite) stop(c Consumer) {
 // send sends msg with Send and fails the test on an error.
 func (s suite) send(msg *message.Message) *message.SendResult {
 	s.t.Helper()
-	return s.sendWith(s.tr.Send, msg)
+	return s.sendWith(s.producer().SendFunc(), msg)
 }
 
 func (s suite) sendWith(f middleware.SendFunc, msg *message.Message) *message.SendResult {

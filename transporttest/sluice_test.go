@@ -16,9 +16,11 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/redisdedup"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 	"github.com/sluicemq/sluice/transporttest"
 )
 
@@ -55,24 +57,26 @@ func TestConformance(t *testing.T) {
 	}
 	t.Cleanup(func() { adm.Close() })
 
-	p, err := producer.New(producer.Config{NamesrvAddrs: ns, Group: "tt_producer", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tp, err := producer.NewTransactionProducer(producer.Config{NamesrvAddrs: ns, Group: "tt_txn_producer", Logger: quiet}, listener{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, start := range []func() error{p.Start, tp.Start} {
-		if err := start(); err != nil {
-			t.Fatal(err)
-		}
+	if err := tp.Start(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = p.Shutdown(ctx)
 		_ = tp.Shutdown(ctx)
+	})
+	// Messages with a sharding key go to the queue of their key's hash, the others round
+	// robin: the shard-per-key promise the suite relies on (package doc).
+	roundRobin := producer.RoundRobinSelector()
+	bySharding := producer.SelectorFunc(func(msg *message.Message, queues []message.MessageQueue, lastBroker string) (message.MessageQueue, error) {
+		if msg.ShardingKey() != "" {
+			return producer.HashSelector().Select(msg, queues, lastBroker)
+		}
+		return roundRobin.Select(msg, queues, lastBroker)
 	})
 
 	transporttest.Run(t, transporttest.Transport{
@@ -91,13 +95,14 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("route of %s: %v", topic, err)
 			}
 		},
-		Send: func(ctx context.Context, msg *message.Message) (*message.SendResult, error) {
-			if msg.ShardingKey() != "" {
-				return p.SendSync(ctx, msg, producer.WithSelector(producer.HashSelector()))
+		NewProducer: func(t testing.TB) transport.Producer {
+			p, err := producer.New(producer.Config{NamesrvAddrs: ns, Group: "tt_producer", Selector: bySharding, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return p.SendSync(ctx, msg)
+			return p
 		},
-		StartConsumer: func(t testing.TB, cfg transporttest.ConsumerConfig) transporttest.Consumer {
+		NewConsumer: func(t testing.TB, cfg transporttest.ConsumerConfig) transport.Consumer {
 			t.Helper()
 			cc := consumer.Config{
 				NamesrvAddrs:               ns,
@@ -116,20 +121,6 @@ func TestConformance(t *testing.T) {
 			c, err := consumer.NewPushConsumer(cc)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if cfg.SQL != "" {
-				err = c.SubscribeSQL(cfg.Topic, cfg.SQL, cfg.Handler)
-			} else {
-				err = c.Subscribe(cfg.Topic, cfg.Tags, cfg.Handler)
-			}
-			if err == nil {
-				err = c.Start()
-			}
-			if err != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = c.Shutdown(ctx)
-				t.Fatalf("start consumer of %s: %v", cfg.Group, err)
 			}
 			return c
 		},
@@ -157,6 +148,7 @@ func TestConformance(t *testing.T) {
 			}
 			return nil
 		},
+		Dedup:   redisdedup.Each,
 		Timeout: 20 * time.Second,
 	})
 }

@@ -11,13 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
-	"github.com/sluicemq/sluice/middleware/redismw"
+	"github.com/sluicemq/sluice/transport"
 )
 
 // Run runs every test of the suite against tr, each as a subtest named after it (run one
@@ -28,19 +25,23 @@ func Run(t *testing.T, tr Transport) {
 	switch {
 	case tr.CreateTopic == nil:
 		t.Fatal("transporttest: Transport.CreateTopic is nil")
-	case tr.Send == nil:
-		t.Fatal("transporttest: Transport.Send is nil")
-	case tr.StartConsumer == nil:
-		t.Fatal("transporttest: Transport.StartConsumer is nil")
+	case tr.NewProducer == nil:
+		t.Fatal("transporttest: Transport.NewProducer is nil")
+	case tr.NewConsumer == nil:
+		t.Fatal("transporttest: Transport.NewConsumer is nil")
 	case tr.Features.DeadLetter && tr.DeadLetters == nil:
 		t.Fatal("transporttest: Features.DeadLetter needs Transport.DeadLetters")
 	case tr.Features.Transactions && tr.SendInTransaction == nil:
 		t.Fatal("transporttest: Features.Transactions needs Transport.SendInTransaction")
 	}
+	// One started producer for every test; shut down in t's cleanup, after the parallel
+	// subtests.
+	tr.producer = startProducer(t, tr)
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, Transport)
 	}{
+		{"Lifecycle", TestLifecycle},
 		{"SendReceive", TestSendReceive},
 		{"Tags", TestTags},
 		{"SQL92", TestSQL92},
@@ -63,11 +64,105 @@ func Run(t *testing.T, tr Transport) {
 	}
 }
 
+// TestLifecycle checks the life-cycle promises of package transport on a producer and a
+// consumer of their own: a send before Start fails with transport.ErrNotStarted (and an
+// async one never calls its callback); Start twice is fine; an async send calls its
+// callback exactly once; Subscribe after Start fails with transport.ErrStarted; Shutdown
+// twice is fine; after Shutdown sends, Start and Subscribe fail with transport.ErrClosed
+// and no callback runs.
+func TestLifecycle(t *testing.T, tr Transport) {
+	s := newSuite(t, tr)
+	topic := s.topic(1)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout())
+	defer cancel()
+	var stray atomic.Int32 // callbacks of refused async sends (must stay 0)
+	strayCB := func(*message.SendResult, error) { stray.Add(1) }
+
+	p := s.newProducer()
+	if _, err := p.Send(ctx, message.NewMessage(topic, []byte("early"))); !errors.Is(err, transport.ErrNotStarted) {
+		t.Errorf("Send before Start: %v, want an error matching transport.ErrNotStarted", err)
+	}
+	if err := p.SendAsync(ctx, message.NewMessage(topic, []byte("early")), strayCB); !errors.Is(err, transport.ErrNotStarted) {
+		t.Errorf("SendAsync before Start: %v, want an error matching transport.ErrNotStarted", err)
+	}
+	for i := range 2 {
+		if err := p.Start(ctx); err != nil {
+			t.Fatalf("producer Start #%d: %v", i+1, err)
+		}
+	}
+	results := make(chan error, 2)
+	if err := p.SendAsync(ctx, message.NewMessage(topic, []byte("async")), func(r *message.SendResult, err error) {
+		if err == nil && (r == nil || r.MsgID == "") {
+			err = fmt.Errorf("no result or no MsgID (%+v)", r)
+		}
+		results <- err
+	}); err != nil {
+		t.Fatalf("SendAsync: %v", err)
+	}
+	select {
+	case err := <-results:
+		if err != nil {
+			t.Errorf("SendAsync callback: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("SendAsync callback did not run")
+	}
+	if r, err := p.SendFunc()(ctx, message.NewMessage(topic, []byte("func"))); err != nil || r == nil || r.MsgID == "" {
+		t.Errorf("SendFunc: %+v, %v", r, err)
+	}
+
+	c := s.newConsumer(ConsumerConfig{Topic: topic, Group: name(t, "g"), MaxReconsumeTimes: -1})
+	if err := c.Subscribe(topic, "*", ok); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	for i := range 2 {
+		if err := c.Start(ctx); err != nil {
+			t.Fatalf("consumer Start #%d: %v", i+1, err)
+		}
+	}
+	other := name(t, "t")
+	if err := c.Subscribe(other, "*", ok); !errors.Is(err, transport.ErrStarted) {
+		t.Errorf("Subscribe after Start: %v, want an error matching transport.ErrStarted", err)
+	}
+
+	for i := range 2 {
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("producer Shutdown #%d: %v", i+1, err)
+		}
+		if err := c.Shutdown(ctx); err != nil {
+			t.Errorf("consumer Shutdown #%d: %v", i+1, err)
+		}
+	}
+	if _, err := p.Send(ctx, message.NewMessage(topic, []byte("late"))); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Send after Shutdown: %v, want an error matching transport.ErrClosed", err)
+	}
+	if err := p.SendAsync(ctx, message.NewMessage(topic, []byte("late")), strayCB); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("SendAsync after Shutdown: %v, want an error matching transport.ErrClosed", err)
+	}
+	if err := p.Start(ctx); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("producer Start after Shutdown: %v, want an error matching transport.ErrClosed", err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("consumer Start after Shutdown: %v, want an error matching transport.ErrClosed", err)
+	}
+	if err := c.Subscribe(other, "*", ok); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Subscribe after Shutdown: %v, want an error matching transport.ErrClosed", err)
+	}
+	if n := stray.Load(); n != 0 {
+		t.Errorf("the callbacks of %d refused async sends ran", n)
+	}
+	select {
+	case err := <-results:
+		t.Errorf("an async send's callback ran a second time (%v)", err)
+	default:
+	}
+}
+
 // TestSendReceive sends 20 messages to a topic of 2 shards, half before and half after
 // the consumer started, and checks that each arrives exactly once with its body, topic,
 // tag, keys, user property, MsgID and ReconsumeTimes 0.
 func TestSendReceive(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	topic := s.topic(2)
 	rec := &recorder{}
 	ids := map[string]string{}
@@ -132,7 +227,7 @@ func filtered(s suite, cfg ConsumerConfig, bodies []string, want map[string]bool
 
 // TestTags subscribes "A || B" and sends tags A, B and C in turn: only A and B arrive.
 func TestTags(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.Tags, "Tags")
 	topic := s.topic(1)
 	tags := []string{"A", "C", "B", "C", "C", "A", "B", "C", "A"}
@@ -149,7 +244,7 @@ func TestTags(t *testing.T, tr Transport) {
 
 // TestSQL92 subscribes "a >= 5 AND kind = 'x'" and sends a = 0..9 with kind x or y.
 func TestSQL92(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.SQL92, "SQL92")
 	topic := s.topic(1)
 	kinds := []string{"x", "x", "y", "x", "x", "x", "y", "x", "y", "x"}
@@ -170,7 +265,7 @@ func TestSQL92(t *testing.T, tr Transport) {
 // consumer must handle each key's messages in send order, one call at a time per shard,
 // also when one message fails twice before it succeeds.
 func TestOrderPerShardingKey(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.OrderPerShardingKey, "OrderPerShardingKey")
 	const keys, per = 6, 15
 	topic := s.topic(4)
@@ -252,7 +347,7 @@ func TestOrderPerShardingKey(t *testing.T, tr Transport) {
 // second one succeed: the first is delivered three times with ReconsumeTimes 0, 1, 2 and
 // the same MsgID, topic, tag and keys; the second once.
 func TestConsumeRetry(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.ConsumeRetry, "ConsumeRetry")
 	topic := s.topic(2)
 	rec := &recorder{}
@@ -295,7 +390,7 @@ func TestConsumeRetry(t *testing.T, tr Transport) {
 // with ReconsumeTimes 0, 1, 2, then listed as a dead letter with its body, MsgID, tag and
 // keys, and not delivered again; a message that succeeds is no dead letter.
 func TestDeadLetter(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.DeadLetter, "DeadLetter")
 	topic := s.topic(1)
 	group := name(t, "g")
@@ -348,7 +443,7 @@ func TestDeadLetter(t *testing.T, tr Transport) {
 // starts: every message arrives, no handler call gets more than 4, and some get more
 // than one.
 func TestBatchConsume(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.BatchConsume, "BatchConsume")
 	topic := s.topic(1)
 	rec := &recorder{}
@@ -373,7 +468,7 @@ func TestBatchConsume(t *testing.T, tr Transport) {
 // in waves of 20 until both have handled messages (at most 10 waves): every message
 // arrives, and both consumers did part of the work.
 func TestConsumerGroups(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.ConsumerGroups, "ConsumerGroups")
 	topic := s.topic(4)
 	group := name(t, "g")
@@ -407,7 +502,7 @@ func TestConsumerGroups(t *testing.T, tr Transport) {
 // TestRestart consumes 10 messages, shuts the consumer down, sends 10 more and starts a
 // new consumer of the same group: it gets the 10 new ones and none of the first 10.
 func TestRestart(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.Restart, "Restart")
 	topic := s.topic(2)
 	group := name(t, "g")
@@ -442,7 +537,7 @@ func TestRestart(t *testing.T, tr Transport) {
 // returns only after the call finished, its context was not cancelled, and a new consumer
 // of the group does not get the message again.
 func TestGracefulShutdown(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.GracefulShutdown, "GracefulShutdown")
 	topic := s.topic(1)
 	group := name(t, "g")
@@ -484,7 +579,7 @@ func TestGracefulShutdown(t *testing.T, tr Transport) {
 // plain one, to one shard: the committed one and the plain one arrive, the rolled-back
 // one never.
 func TestTransactions(t *testing.T, tr Transport) {
-	s := suite{t, tr}
+	s := newSuite(t, tr)
 	s.need(tr.Features.Transactions, "Transactions")
 	topic := s.topic(1)
 	rec := &recorder{}
@@ -512,16 +607,15 @@ func TestTransactions(t *testing.T, tr Transport) {
 // side sets keys ([middleware.Keys]) and every one of 10 messages is sent twice (as a
 // producer retry after a lost answer would), so every message is stored and delivered
 // twice; one copy of one message also fails once (with [Features.ConsumeRetry]). The
-// consumer side (ConsumeKeys, [redismw.Dedup], Recover) must give one business effect per
-// key. Runs against miniredis and, when SLUICE_REDIS_ADDR is set, that Redis.
+// consumer side (ConsumeKeys, the deduplication of [Transport.Dedup], Recover) must give
+// one business effect per key. It runs once per deduplication store Transport.Dedup offers.
 func TestReliabilityMiddleware(t *testing.T, tr Transport) {
-	redistest.Each(t, func(t *testing.T, rc redis.UniversalClient) {
-		s := suite{t, tr}
+	if tr.Dedup == nil {
+		t.Skip("transporttest: Transport.Dedup is nil (no consume-side deduplication to run the middleware chain with)")
+	}
+	tr.Dedup(t, func(t *testing.T, dedup middleware.ConsumeMiddleware) {
+		s := newSuite(t, tr)
 		topic := s.topic(2)
-		dedup, err := redismw.Dedup(redismw.DedupConfig{Client: rc, Prefix: "tt:" + redistest.NS(t), LockExpiry: 2 * time.Second, Logger: testkit.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
 		effects := testkit.NewEffects()
 		var failedOnce atomic.Bool
 		business := func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
@@ -536,7 +630,7 @@ func TestReliabilityMiddleware(t *testing.T, tr Transport) {
 		rec := &recorder{}
 		handler := middleware.ChainConsume(business, rec.middleware("c"), middleware.ConsumeKeys(), dedup, middleware.Recover())
 		c := s.start(ConsumerConfig{Topic: topic, Group: name(t, "g"), Handler: handler, MaxReconsumeTimes: 5})
-		send := middleware.ChainSend(tr.Send, middleware.Keys())
+		send := middleware.ChainSend(s.producer().SendFunc(), middleware.Keys())
 		keys := map[string]bool{}
 		for i := 0; i < 10; i++ {
 			for range 2 {

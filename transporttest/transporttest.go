@@ -1,6 +1,8 @@
-// Package transporttest is the conformance suite every Sluice transport runs: today the
+// Package transporttest is the conformance suite every Sluice transport runs: the
 // RocketMQ-protocol producer and push consumer against an embedded Sluice broker (the
-// suite is not run against Apache RocketMQ), the Kafka transport next. A transport that passes it behaves the way the
+// suite is not run against Apache RocketMQ) and the Kafka producer and consumer against
+// an in-process Kafka-protocol cluster. It drives both through the contract of package
+// [github.com/sluicemq/sluice/transport]. A transport that passes it behaves the way the
 // reliability middleware ([github.com/sluicemq/sluice/middleware]) assumes.
 //
 // # Implementing the harness
@@ -10,33 +12,36 @@
 //	func TestConformance(t *testing.T) {
 //		transporttest.Run(t, transporttest.Transport{
 //			Features:      transporttest.Features{Tags: true, ConsumeRetry: true, ...},
-//			CreateTopic:   func(t testing.TB, topic string, shards int) { ... },
-//			Send:          mySendFunc,
-//			StartConsumer: func(t testing.TB, cfg transporttest.ConsumerConfig) transporttest.Consumer { ... },
-//			DeadLetters:   func(ctx context.Context, group, topic string) ([]*message.MessageExt, error) { ... },
+//			CreateTopic: func(t testing.TB, topic string, shards int) { ... },
+//			NewProducer: func(t testing.TB) transport.Producer { ... },
+//			NewConsumer: func(t testing.TB, cfg transporttest.ConsumerConfig) transport.Consumer { ... },
+//			DeadLetters: func(ctx context.Context, group, topic string) ([]*message.MessageExt, error) { ... },
 //		})
 //	}
 //
 // The harness is transport-neutral: messages are [message.Message] on the way in and
-// [message.MessageExt] on the way out, the producer is a [middleware.SendFunc] and a
-// consumer runs a [middleware.ConsumeFunc]. What the suite relies on:
+// [message.MessageExt] on the way out, the producer is a [transport.Producer] and a
+// consumer a [transport.Consumer] running a [middleware.ConsumeFunc]; the suite starts,
+// subscribes and shuts them down itself. What the suite relies on, beyond the promises
+// of package transport (checked by [TestLifecycle]):
 //
 //   - Names. The suite makes every topic and group name itself, unique per test and per
 //     process, from ASCII letters, digits, '-' and '_', at most 100 bytes. It calls
 //     CreateTopic once per topic before it sends to it or consumes it.
-//   - Send stores one message and returns once it is stored (a nil error), with the
+//   - Producer.Send stores one message and returns once it is stored (a nil error), with the
 //     SendResult's MsgID set to an id the consumer sees again as the delivered message's
 //     MsgID. Messages that carry a sharding key ([message.Message.ShardingKey]) must go to
-//     one shard per key (RocketMQ: a hash selector over the queues; Kafka: the record
-//     key), so their order is kept. Tags ([message.Message.Tag]), keys
+//     one shard per key (RocketMQ: a hash selector over the queues, set up by NewProducer
+//     as producer.Config.Selector; Kafka: the record key), so their order is kept. Tags ([message.Message.Tag]), keys
 //     ([message.Message.Keys]) and user properties travel with the message.
-//   - StartConsumer starts a consumer of [ConsumerConfig.Group] on [ConsumerConfig.Topic]
-//     and returns once it is started (it fails t itself on an error). A group the
+//   - NewConsumer makes an unstarted consumer of [ConsumerConfig.Group] with the settings
+//     of cfg (Orderly, MaxReconsumeTimes, BatchSize); the suite subscribes it to
+//     [ConsumerConfig.Topic] (Subscribe with cfg.Tags, or SubscribeSQL with cfg.SQL) and
+//     starts it. A group the
 //     transport has not seen before starts at the beginning of the topic, so messages sent
 //     before the consumer started are delivered too. A group that has committed offsets
 //     resumes after them. The suite shuts every consumer it starts down itself (often in
-//     the middle of a test); a transport may also register a t.Cleanup that shuts it down
-//     again, so Shutdown must be idempotent.
+//     the middle of a test) and again in the test's cleanup.
 //   - Delivered messages carry Topic (the original topic, also for redeliveries), Body,
 //     tag, keys, user properties, MsgID (as Send returned it), ReconsumeTimes (0 on the
 //     first delivery, n on the n-th redelivery), QueueID (the shard) and QueueOffset (the
@@ -59,18 +64,19 @@
 //
 // # What the suite checks
 //
-// Send and receive (all bodies, tags, keys and ids arrive, once), tag filters, SQL92
+// The life cycle of package transport (send before Start, Start twice, Shutdown twice,
+// sends and subscriptions after Shutdown, one callback per async send), send and receive (all bodies, tags, keys and ids arrive, once), tag filters, SQL92
 // filters, order per sharding key with an orderly consumer (also across a failed
 // message), redelivery after a failure with ReconsumeTimes 1, 2, ..., dead letters after
 // the maximum, batches of several messages per handler call, one group sharing the work
 // between two consumers, resume after a consumer restart (no loss, committed messages
 // not delivered again), graceful shutdown that finishes the handler calls in flight,
 // transactional sends (committed delivered, rolled back never), and the reliability
-// middleware over the transport: [middleware.Keys] on the send side and
-// [github.com/sluicemq/sluice/middleware/redismw.Dedup] on the consume side give one
+// middleware over the transport: [middleware.Keys] on the send side and a deduplication
+// middleware on the consume side ([Transport.Dedup], e.g. redismw.Dedup) give one
 // business effect per key although every message is stored, and delivered, twice.
-// The Dedup test runs against an embedded miniredis and, when SLUICE_REDIS_ADDR is set,
-// against that Redis too.
+// The suite itself reaches no Redis module: the deduplication store comes from the
+// transport's test.
 package transporttest
 
 import (
@@ -80,6 +86,7 @@ import (
 
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/transport"
 )
 
 // Features says what a transport offers. A test that needs a feature the transport
@@ -146,15 +153,8 @@ type ConsumerConfig struct {
 	BatchSize int
 }
 
-// Consumer is a started consumer.
-type Consumer interface {
-	// Shutdown stops the consumer: no more deliveries; handler calls in flight may finish
-	// until ctx ends; finished messages are committed. Idempotent.
-	Shutdown(ctx context.Context) error
-}
-
-// Transport is what a transport gives the suite. CreateTopic, Send and StartConsumer are
-// required; the others go with a feature.
+// Transport is what a transport gives the suite. CreateTopic, NewProducer and NewConsumer
+// are required; the others go with a feature.
 type Transport struct {
 	// Features switches the tests of optional behaviour on.
 	Features Features
@@ -162,11 +162,13 @@ type Transport struct {
 	// queues, Kafka partitions), and returns when a producer can route to it. It fails t
 	// itself on an error.
 	CreateTopic func(t testing.TB, topic string, shards int)
-	// Send stores one message; see the package doc. Safe for concurrent use.
-	Send middleware.SendFunc
-	// StartConsumer starts a consumer for cfg; see the package doc. It fails t itself on
-	// an error.
-	StartConsumer func(t testing.TB, cfg ConsumerConfig) Consumer
+	// NewProducer returns a new, unstarted producer (it fails t itself on an error). Run
+	// makes one, starts it and sends every test's messages through it; [TestLifecycle]
+	// makes its own. The suite shuts every producer down.
+	NewProducer func(t testing.TB) transport.Producer
+	// NewConsumer returns a new, unstarted consumer for cfg; see the package doc. It
+	// fails t itself on an error.
+	NewConsumer func(t testing.TB, cfg ConsumerConfig) transport.Consumer
 	// DeadLetters lists the dead letters group has for messages of topic, each with the
 	// message's Body, MsgID, tag and keys. Required with [Features.DeadLetter].
 	DeadLetters func(ctx context.Context, group, topic string) ([]*message.MessageExt, error)
@@ -174,10 +176,16 @@ type Transport struct {
 	// or rolls it back; it returns once the decision reached the broker. Required with
 	// [Features.Transactions].
 	SendInTransaction func(ctx context.Context, msg *message.Message, commit bool) error
+	// Dedup runs fn once per deduplication store the reliability-middleware test should
+	// use (each run a subtest of t, with its dedup middleware, e.g. redismw.Dedup over a
+	// Redis); nil skips that test.
+	Dedup func(t *testing.T, fn func(t *testing.T, dedup middleware.ConsumeMiddleware))
 	// Timeout bounds each wait of a test (a delivery, a redelivery chain, a dead letter).
 	// Default: 30 s.
 	Timeout time.Duration
 	// Serial runs the tests one after another; by default they run in parallel (each
 	// uses its own topics and groups).
 	Serial bool
+
+	producer transport.Producer // started by Run, shared by its tests
 }

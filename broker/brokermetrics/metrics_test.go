@@ -112,7 +112,7 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, p.Shutdown)
@@ -138,7 +138,7 @@ func TestScrapeAfterTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, pc.Shutdown)

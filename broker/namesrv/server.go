@@ -101,7 +101,7 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports the first invalid field of a defaulted Config.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		return fmt.Errorf("namesrv: config ListenAddr %q: want host:port: %w", c.ListenAddr, err)
 	}

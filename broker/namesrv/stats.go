@@ -8,9 +8,11 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// RegisterBodyBounds are the upper bounds, in bytes, of the buckets of
-// [Stats].RegisterBodySize.
-var RegisterBodyBounds = []int64{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}
+// RegisterBodyBounds returns the upper bounds, in bytes, of the buckets of
+// [Stats].RegisterBodySize. Each call returns a fresh slice.
+func RegisterBodyBounds() []int64 { return slices.Clone(registerBodyBounds) }
+
+var registerBodyBounds = []int64{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}
 
 // SizeHistogram is a snapshot of a byte-size histogram.
 type SizeHistogram struct {
@@ -38,19 +40,19 @@ type Stats struct {
 
 type nsStats struct {
 	registerOK, registerFailed atomic.Int64
-	bodyBuckets                []atomic.Uint64 // len(RegisterBodyBounds)+1
+	bodyBuckets                []atomic.Uint64 // len(registerBodyBounds)+1
 	bodySum                    atomic.Int64
 }
 
 func newNSStats() *nsStats {
-	return &nsStats{bodyBuckets: make([]atomic.Uint64, len(RegisterBodyBounds)+1)}
+	return &nsStats{bodyBuckets: make([]atomic.Uint64, len(registerBodyBounds)+1)}
 }
 
 // countRegister wraps the REGISTER_BROKER handler: it counts outcomes and body sizes.
 func (n *NameServer) countRegister(h remoting.Handler) remoting.Handler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 		size := int64(len(req.Body))
-		i, _ := slices.BinarySearch(RegisterBodyBounds, size)
+		i, _ := slices.BinarySearch(registerBodyBounds, size)
 		n.stats.bodyBuckets[i].Add(1)
 		n.stats.bodySum.Add(size)
 		resp := h(ctx, conn, req)
@@ -67,11 +69,11 @@ func (n *NameServer) countRegister(h remoting.Handler) remoting.Handler {
 func (n *NameServer) Stats() Stats {
 	s := Stats{Connections: n.srv.Conns(), RegisterOK: n.stats.registerOK.Load(),
 		RegisterFailed: n.stats.registerFailed.Load(),
-		RegisterBody:   SizeHistogram{Bounds: RegisterBodyBounds, Cumulative: make([]uint64, len(RegisterBodyBounds)), Sum: n.stats.bodySum.Load()}}
+		RegisterBody:   SizeHistogram{Bounds: RegisterBodyBounds(), Cumulative: make([]uint64, len(registerBodyBounds)), Sum: n.stats.bodySum.Load()}}
 	var c uint64
 	for i := range n.stats.bodyBuckets {
 		c += n.stats.bodyBuckets[i].Load()
-		if i < len(RegisterBodyBounds) {
+		if i < len(registerBodyBounds) {
 			s.RegisterBody.Cumulative[i] = c
 		}
 	}

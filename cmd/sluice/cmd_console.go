@@ -125,13 +125,13 @@ func parkedTask(redisAddr, namespace, namesrvAddr string, creds remoting.Credent
 	rc := redis.NewClient(&redis.Options{Addr: redisAddr})
 	p, err := producer.New(producer.Config{NamesrvAddrs: splitAddrs(namesrvAddr), Group: "SLUICE_CONSOLE_RESEND", Logger: log, Credentials: creds})
 	if err == nil {
-		err = p.Start()
+		err = p.Start(context.Background())
 	}
 	if err != nil {
 		rc.Close()
 		return nil, nil, err
 	}
-	t, err := retrytask.New(retrytask.Config{Client: rc, Namespace: namespace, Send: p.AsSendFunc(), Logger: log})
+	t, err := retrytask.New(retrytask.Config{Client: rc, Namespace: namespace, Send: p.SendFunc(), Logger: log})
 	if err != nil {
 		_ = p.Shutdown(context.Background())
 		rc.Close()

@@ -53,7 +53,7 @@ func TestConsumerAdminCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer p.Shutdown(context.Background())
@@ -72,7 +72,7 @@ func TestConsumerAdminCommands(t *testing.T) {
 		if err := c.Subscribe("CliT", expr, h); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })

@@ -64,6 +64,9 @@ func TestAdminKafkaDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(ctx) }()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := p.Send(ctx, message.NewMessage("bills", []byte("b1")).SetKeys("bill-1")); err != nil {
 		t.Fatal(err)
 	}

@@ -59,10 +59,10 @@ func TestSignalStopsBrokerInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	ctx := testkit.Context(t, 20*time.Second)
+	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testkit.Context(t, 20*time.Second)
 	const n = 5
 	for i := range n {
 		msg := message.NewMessage("Bills", fmt.Appendf(nil, "bill %d", i)).SetTag("Paid").SetKeys(fmt.Sprintf("bill-%d", i))

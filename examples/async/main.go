@@ -55,7 +55,7 @@ func run(ctx context.Context, namesrv string, n, inflight int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 

@@ -95,13 +95,13 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
 	// Send first, so that a backlog lets batches fill up.
 	for i := 0; i < n; i++ {
-		if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte(fmt.Sprintf("points user-%04d +10", i))).SetTag("Earn")); err != nil {
+		if _, err := p.Send(ctx, message.NewMessage(topic, []byte(fmt.Sprintf("points user-%04d +10", i))).SetTag("Earn")); err != nil {
 			return err
 		}
 	}
@@ -122,7 +122,7 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 		return err
 	}
 	start := time.Now()
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)

@@ -57,7 +57,7 @@ func run(ctx context.Context, namesrv string, n, size int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -113,7 +113,7 @@ func run(ctx context.Context, namesrv string, n, size int) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)

@@ -94,7 +94,7 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -119,7 +119,7 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 		}); err != nil {
 			return nil, err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return nil, err
 		}
 		in.c = c
@@ -136,7 +136,7 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 	}
 	sendN := func(prefix string, n int) error {
 		for i := 0; i < n; i++ {
-			if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte(fmt.Sprintf("%s-%02d", prefix, i)))); err != nil {
+			if _, err := p.Send(ctx, message.NewMessage(topic, []byte(fmt.Sprintf("%s-%02d", prefix, i)))); err != nil {
 				return err
 			}
 		}

@@ -189,7 +189,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 		if err := c.Subscribe(topic, tag, credit); err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return err
 		}
 		consumers = append(consumers, c)
@@ -200,7 +200,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -212,7 +212,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 		body, _ := json.Marshal(pay)
 		for c := 1; c <= copies; c++ {
 			msg := message.NewMessage(topic, body).SetTag(tag).SetProperty(runProperty, runID)
-			res, err := p.SendSync(ctx, msg)
+			res, err := p.Send(ctx, msg)
 			if err != nil {
 				return fmt.Errorf("send %s copy %d: %w", pay.Order, c, err)
 			}

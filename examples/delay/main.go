@@ -65,13 +65,13 @@ func run(ctx context.Context, namesrv, levelList string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
 
 	// A first plain message creates the topic, so the consumer finds its route.
-	if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte("hello")).SetProperty("level", "none")); err != nil {
+	if _, err := p.Send(ctx, message.NewMessage(topic, []byte("hello")).SetProperty("level", "none")); err != nil {
 		return err
 	}
 	var (
@@ -105,7 +105,7 @@ func run(ctx context.Context, namesrv, levelList string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)
@@ -117,7 +117,7 @@ func run(ctx context.Context, namesrv, levelList string) error {
 		mu.Lock()
 		sentAt[id] = time.Now()
 		mu.Unlock()
-		if _, err := p.SendSync(ctx, msg); err != nil {
+		if _, err := p.Send(ctx, msg); err != nil {
 			return fmt.Errorf("send level %d: %w", lvl, err)
 		}
 		fmt.Printf("sent     message %d with delay level %d\n", i, lvl)

@@ -174,7 +174,7 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 	if err := c.Subscribe(topic, "*", ib.Consume(credit)); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)
@@ -183,7 +183,7 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -193,7 +193,7 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 		body, _ := json.Marshal(pay)
 		for copyNo := 1; copyNo <= 2; copyNo++ { // each payment twice, the same key
 			msg := message.NewMessage(topic, body).SetKeys(pay.ID).SetProperty("DEMO_RUN", run)
-			if _, err := p.SendSync(ctx, msg); err != nil {
+			if _, err := p.Send(ctx, msg); err != nil {
 				return err
 			}
 		}

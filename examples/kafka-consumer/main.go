@@ -99,6 +99,9 @@ func run(ctx context.Context, brokerList, redisAddr string) error {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
+	if err := p.Start(ctx); err != nil {
+		return err
+	}
 	send := middleware.ChainSend(p.SendFunc(), middleware.Keys()) // Keys: the dedup key is the payment id
 
 	dedup, err := redismw.Dedup(redismw.DedupConfig{Client: rc, Prefix: "example:" + group, Logger: log})

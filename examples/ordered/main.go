@@ -61,7 +61,7 @@ func run(ctx context.Context, namesrv string, orders int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -72,7 +72,7 @@ func run(ctx context.Context, namesrv string, orders int) error {
 		for o := 0; o < orders; o++ {
 			id := fmt.Sprintf("order-%03d", o)
 			msg := message.NewMessage(topic, []byte(id+" "+step)).SetShardingKey(id).SetKeys(id).SetTag(step)
-			r, err := p.SendSync(ctx, msg)
+			r, err := p.Send(ctx, msg)
 			if err != nil {
 				return fmt.Errorf("send %s %s: %w", id, step, err)
 			}
@@ -113,7 +113,7 @@ func run(ctx context.Context, namesrv string, orders int) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)

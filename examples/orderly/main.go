@@ -76,7 +76,7 @@ func run(ctx context.Context, namesrv string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -86,13 +86,13 @@ func run(ctx context.Context, namesrv string) error {
 	for o := 0; o < 2; o++ {
 		id := fmt.Sprintf("order-%03d", o)
 		for _, step := range steps {
-			if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte(id+" "+step)).SetShardingKey(id).SetKeys(id)); err != nil {
+			if _, err := p.Send(ctx, message.NewMessage(topic, []byte(id+" "+step)).SetShardingKey(id).SetKeys(id)); err != nil {
 				return err
 			}
 			sent++
 		}
 	}
-	if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte("poison")).SetShardingKey("order-001").SetKeys("poison")); err != nil {
+	if _, err := p.Send(ctx, message.NewMessage(topic, []byte("poison")).SetShardingKey("order-001").SetKeys("poison")); err != nil {
 		return err
 	}
 	sent++
@@ -133,7 +133,7 @@ func run(ctx context.Context, namesrv string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)

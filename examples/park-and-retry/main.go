@@ -79,7 +79,7 @@ func run(redisAddr string, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	parkMW, parker, err := redismw.Park(redismw.ParkConfig{Client: rdb, Namespace: namespace, Logger: log})
@@ -87,8 +87,8 @@ func run(redisAddr string, n int) error {
 		return err
 	}
 	defer parker.Close()
-	send := middleware.ChainSend(p.AsSendFunc(), middleware.Keys(), parkMW)
-	task, err := retrytask.New(retrytask.Config{Client: rdb, Namespace: namespace, Send: p.AsSendFunc(),
+	send := middleware.ChainSend(p.SendFunc(), middleware.Keys(), parkMW)
+	task, err := retrytask.New(retrytask.Config{Client: rdb, Namespace: namespace, Send: p.SendFunc(),
 		MinAge: time.Second, BackoffBase: time.Second, Logger: log})
 	if err != nil {
 		return err
@@ -153,7 +153,7 @@ func demo(ctx context.Context, g *lifecycle.Group, send middleware.SendFunc, tas
 	for i := n / 2; i < n; i++ {
 		err := sendOne(i)
 		switch {
-		case errors.Is(err, redismw.ErrParked):
+		case errors.Is(err, middleware.ErrParked):
 			parked++
 		case err != nil:
 			return nil, fmt.Errorf("send %d during the outage: %w", i, err)
@@ -189,7 +189,7 @@ func demo(ctx context.Context, g *lifecycle.Group, send middleware.SendFunc, tas
 	}); err != nil {
 		return nb, err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return nb, err
 	}
 	_ = g.AddConsumer("consumer", c)

@@ -69,7 +69,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -78,7 +78,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 		if i%3 == 0 {
 			tag = "Refund"
 		}
-		if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte(fmt.Sprintf("record-%02d", i))).SetTag(tag)); err != nil {
+		if _, err := p.Send(ctx, message.NewMessage(topic, []byte(fmt.Sprintf("record-%02d", i))).SetTag(tag)); err != nil {
 			return err
 		}
 	}
@@ -87,7 +87,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 	if err != nil {
 		return err
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("pull consumer", pc.Shutdown)

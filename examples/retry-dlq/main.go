@@ -74,7 +74,7 @@ func run(ctx context.Context, namesrv string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("producer", p.Shutdown)
@@ -117,12 +117,12 @@ func run(ctx context.Context, namesrv string) error {
 	if err := c.Subscribe(topic, "*", handler); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)
 	for _, body := range []string{"pay-ok", "pay-flaky", "pay-bug"} {
-		if _, err := p.SendSync(ctx, message.NewMessage(topic, []byte(body)).SetTag("Pay").SetKeys("order-"+strings.TrimPrefix(body, "pay-"))); err != nil {
+		if _, err := p.Send(ctx, message.NewMessage(topic, []byte(body)).SetTag("Pay").SetKeys("order-"+strings.TrimPrefix(body, "pay-"))); err != nil {
 			return err
 		}
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/lifecycle"
 	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/retrytask"
@@ -94,14 +95,14 @@ func run(adminURL, token, app, listen, redisAddr, namesrv, namespace string) err
 	if err != nil {
 		return err
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
 	minAge := time.Duration(0) // default 1 min
 	if demo {
 		minAge = -1 // the demo resends at once
 	}
-	task, err := retrytask.New(retrytask.Config{Client: rdb, Namespace: namespace, Send: p.AsSendFunc(), MinAge: minAge, Logger: log})
+	task, err := retrytask.New(retrytask.Config{Client: rdb, Namespace: namespace, Send: p.SendFunc(), MinAge: minAge, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func parkSome(rdb redis.UniversalClient, namespace string, n int, log *slog.Logg
 	defer parker.Close()
 	for i := 0; i < n; i++ {
 		m := message.NewMessage("Orders", []byte("order #"+strconv.Itoa(i))).SetTag("Created")
-		if err := parker.Park(context.Background(), m, errors.New("broker unreachable (demo)")); !errors.Is(err, redismw.ErrParked) {
+		if err := parker.Park(context.Background(), m, errors.New("broker unreachable (demo)")); !errors.Is(err, middleware.ErrParked) {
 			return fmt.Errorf("park: %v", err)
 		}
 	}

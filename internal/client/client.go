@@ -111,7 +111,7 @@ func (c *Config) setDefaults() {
 
 // Validate checks that there is at least one name server, each "host:port" with a
 // numeric port, and that no duration is negative. Errors name the field.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("client: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
 	}

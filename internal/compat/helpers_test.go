@@ -642,7 +642,7 @@ func sluiceConsumer(t *testing.T, e *env, group, instance, topic, expr string, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once

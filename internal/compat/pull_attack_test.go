@@ -82,7 +82,7 @@ func TestOfficialAndSluiceConsumersUnderPullLoad(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sc.Start(); err != nil {
+	if err := sc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	stopSluice := func() {

@@ -106,7 +106,7 @@ func TestSluiceTransactionProducer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -99,7 +99,7 @@ func TestTLS(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sc.Start(); err != nil {
+	if err := sc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -449,7 +449,7 @@ func sendUntilKilled(t *testing.T, c *child, led *ledger, cycle int, rng *rand.R
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var (

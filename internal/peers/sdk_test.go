@@ -222,7 +222,7 @@ func TestSluiceTransactionsAgainstApacheRocketMQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Start(); err != nil {
+	if err := tp.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -63,6 +63,9 @@ func TestTraceThroughKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
-	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 // Metric names registered by [Metrics] and [SendMetrics].
@@ -114,7 +113,7 @@ const (
 
 // SendMetrics returns a send middleware that records sluice_send_total{result} (ok,
 // error, parked, spooled, not_parked — see the SendResult constants; put it outside
-// [redismw.Park] to tell parked sends apart) and sluice_send_duration_seconds (a histogram of the
+// redismw.Park to tell parked sends apart) and sluice_send_duration_seconds (a histogram of the
 // time in the rest of the send chain). reg nil means prometheus.DefaultRegisterer;
 // repeated calls reuse the registered collectors.
 func SendMetrics(reg prometheus.Registerer) (middleware.SendMiddleware, error) {
@@ -149,14 +148,14 @@ func sendOutcome(err error) string {
 	if err == nil {
 		return SendResultOK
 	}
-	var pe *redismw.ParkedError
+	var pe *middleware.ParkedError
 	if errors.As(err, &pe) {
 		if pe.Spooled {
 			return SendResultSpooled
 		}
 		return SendResultParked
 	}
-	var pf *redismw.ParkFailedError
+	var pf *middleware.ParkFailedError
 	if errors.As(err, &pf) {
 		return SendResultNotParked
 	}

@@ -101,8 +101,8 @@ func TestSendMetrics(t *testing.T) {
 		}
 	}
 	for err, want := range map[error]string{
-		&redismw.ParkedError{Spooled: true}: SendResultSpooled,
-		&redismw.ParkFailedError{}:          SendResultNotParked,
+		&middleware.ParkedError{Spooled: true}: SendResultSpooled,
+		&middleware.ParkFailedError{}:          SendResultNotParked,
 	} {
 		if got := sendOutcome(err); got != want {
 			t.Fatalf("%T: %s", err, got)

@@ -12,7 +12,7 @@
 //     the lock.
 //   - [Park] (send side): a send that still fails with a retriable error after the
 //     producer's own retries is kept as a [ParkedRecord] in a Redis list (or a local
-//     fsynced spool file when Redis is down too) and the caller gets a [*ParkedError];
+//     fsynced spool file when Redis is down too) and the caller gets a [*middleware.ParkedError];
 //     package retrytask resends it.
 //
 // Redis state changes that must be atomic are Lua scripts (each with a comment listing

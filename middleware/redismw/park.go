@@ -27,66 +27,6 @@ const (
 	DefaultParkSeenTTL = 7 * 24 * time.Hour
 )
 
-// ErrParked is matched by every [*ParkedError] (errors.Is(err, ErrParked)): the send
-// failed, and the message was kept for a later resend.
-var ErrParked = errors.New("send failed; message parked for resend")
-
-// ParkedError is what a send through [Park] returns when the send failed with a retriable
-// error and the message was kept: in Redis (Spooled false) or, Redis being unreachable
-// too, in the local spool file (Spooled true). The message was not lost; the retry task
-// resends it. errors.Is(err, ErrParked) is true; Unwrap gives the send's error.
-type ParkedError struct {
-	// RecordID is the ParkedRecord.ID.
-	RecordID string
-	// Topic is the message's topic.
-	Topic string
-	// Spooled is true when the record went to the spool file because Redis failed; it
-	// reaches Redis on the next DrainSpool.
-	Spooled bool
-	// RedisErr is the Redis error that made the record go to the spool (nil when not spooled).
-	RedisErr error
-	// Cause is the send's error.
-	Cause error
-}
-
-// Error returns "middleware: send to topic T failed; parked as record ID[ in the local
-// spool]: <cause>".
-func (e *ParkedError) Error() string {
-	where := ""
-	if e.Spooled {
-		where = " in the local spool (redis: " + fmt.Sprint(e.RedisErr) + ")"
-	}
-	return fmt.Sprintf("middleware: send to topic %q failed; parked as record %s%s: %v", e.Topic, e.RecordID, where, e.Cause)
-}
-
-// Unwrap returns Cause.
-func (e *ParkedError) Unwrap() error { return e.Cause }
-
-// Is reports whether target is ErrParked.
-func (e *ParkedError) Is(target error) bool { return target == ErrParked }
-
-// ParkFailedError is returned when a retriable send failure could be neither parked in
-// Redis nor spooled (no SpoolPath, or the spool write failed too): the message is NOT
-// kept, and the caller must handle it. Unwrap gives both the send's error and the park
-// error.
-type ParkFailedError struct {
-	// Topic is the message's topic.
-	Topic string
-	// Cause is the send's error.
-	Cause error
-	// Err is why parking failed (the Redis error, joined with the spool error if any).
-	Err error
-}
-
-// Error returns "middleware: send to topic T failed and could not be parked: <err>; send
-// error: <cause>".
-func (e *ParkFailedError) Error() string {
-	return fmt.Sprintf("middleware: send to topic %q failed and could not be parked: %v; send error: %v", e.Topic, e.Err, e.Cause)
-}
-
-// Unwrap returns Cause and Err.
-func (e *ParkFailedError) Unwrap() []error { return []error{e.Cause, e.Err} }
-
 // DefaultRetriable is the default ParkConfig.Retriable. A send error is permanent (returned
 // as is, never parked) when something in its chain is
 //
@@ -127,7 +67,7 @@ type ParkConfig struct {
 	Namespace string
 	// SpoolPath is the local append-only spool file used when Redis is unreachable (one
 	// JSON record per line, fsynced before Send returns). Its directory must exist. Default
-	// "": no spool, and a send that cannot be parked returns a *ParkFailedError. Beside it
+	// "": no spool, and a send that cannot be parked returns a *middleware.ParkFailedError. Beside it
 	// the Parker keeps SpoolPath+".lock" (one Parker per spool, across processes),
 	// SpoolPath+".draining" (a drain in progress) and SpoolPath+".bad" (lines that did not
 	// decode).
@@ -135,7 +75,7 @@ type ParkConfig struct {
 	// Retriable decides which send errors are parked. Default DefaultRetriable.
 	Retriable func(error) bool
 	// DelayLevels maps delay level n to DelayLevels[n-1] for the record's DeliverAtMs.
-	// Default DefaultDelayLevels (RocketMQ's 18 levels).
+	// Default message.DefaultDelayLevels() (RocketMQ's 18 levels).
 	DelayLevels []time.Duration
 	// Logger receives warnings (spooled records, bad spool lines). Default slog.Default().
 	Logger *slog.Logger
@@ -161,7 +101,7 @@ func (c *ParkConfig) setDefaults() {
 		c.Retriable = DefaultRetriable
 	}
 	if c.DelayLevels == nil {
-		c.DelayLevels = DefaultDelayLevels
+		c.DelayLevels = message.DefaultDelayLevels()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -257,10 +197,10 @@ func NewParker(cfg ParkConfig) (*Parker, error) {
 // A send that fails with a retriable error (cfg.Retriable; put Park outside the
 // producer's own retries, i.e. wrap the producer's SendFunc) is written as a
 // [ParkedRecord] (JSON) to the Redis list ParkKeys.Pending (RPUSH) and the caller gets
-// (nil, *ParkedError). Non-retriable errors come back unchanged and nothing is parked.
+// (nil, *middleware.ParkedError). Non-retriable errors come back unchanged and nothing is parked.
 // Redis failing too → the record is appended to the spool file and fsynced before Send
-// returns (*ParkedError with Spooled set); [Parker.DrainSpool] moves it to Redis later.
-// No spool, or the spool failing too → *ParkFailedError: the caller still learns the
+// returns (*middleware.ParkedError with Spooled set); [Parker.DrainSpool] moves it to Redis later.
+// No spool, or the spool failing too → *middleware.ParkFailedError: the caller still learns the
 // message was not kept. Nothing handed to Send is dropped silently.
 //
 // Every push is idempotent by record ID (one Lua script: SET NX the ID's key, then RPUSH),
@@ -317,15 +257,15 @@ func (p *Parker) push(ctx context.Context, id string, data []byte) (bool, error)
 }
 
 // Park keeps msg, whose send failed with cause, for a resend, whatever cause is: the
-// middleware calls it for retriable errors only. It returns a *ParkedError when the record
-// is in Redis or in the spool, and a *ParkFailedError when it is in neither. The Redis
+// middleware calls it for retriable errors only. It returns a *middleware.ParkedError when the record
+// is in Redis or in the spool, and a *middleware.ParkFailedError when it is in neither. The Redis
 // write is bounded by RedisTimeout and ignores ctx's cancellation.
 func (p *Parker) Park(ctx context.Context, msg *message.Message, cause error) error {
 	rec := NewParkedRecord(msg, cause, p.cfg.Clock(), p.cfg.DelayLevels)
 	data, err := json.Marshal(rec)
 	if err != nil { // cannot happen for these field types; never drop silently anyway
 		middleware.Note(ctx, middleware.ReasonNotParked)
-		return &ParkFailedError{Topic: msg.Topic, Cause: cause, Err: err}
+		return &middleware.ParkFailedError{Topic: msg.Topic, Cause: cause, Err: err}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RedisTimeout)
 	_, rerr := p.push(rctx, rec.ID, data)
@@ -338,22 +278,22 @@ func (p *Parker) Park(ctx context.Context, msg *message.Message, cause error) er
 			default:
 			}
 		}
-		return &ParkedError{RecordID: rec.ID, Topic: rec.Topic, Cause: cause}
+		return &middleware.ParkedError{RecordID: rec.ID, Topic: rec.Topic, Cause: cause}
 	}
 	if p.spool == nil {
 		middleware.Note(ctx, middleware.ReasonNotParked)
-		return &ParkFailedError{Topic: msg.Topic, Cause: cause, Err: fmt.Errorf("redis: %w (no spool configured)", rerr)}
+		return &middleware.ParkFailedError{Topic: msg.Topic, Cause: cause, Err: fmt.Errorf("redis: %w (no spool configured)", rerr)}
 	}
 	if serr := p.spool.append(data); serr != nil {
 		middleware.Note(ctx, middleware.ReasonNotParked)
 		p.cfg.Logger.ErrorContext(ctx, "park: record neither in redis nor in the spool", "topic", msg.Topic,
 			"redisError", rerr, "spoolError", serr, "sendError", cause)
-		return &ParkFailedError{Topic: msg.Topic, Cause: cause, Err: errors.Join(fmt.Errorf("redis: %w", rerr), serr)}
+		return &middleware.ParkFailedError{Topic: msg.Topic, Cause: cause, Err: errors.Join(fmt.Errorf("redis: %w", rerr), serr)}
 	}
 	middleware.Note(ctx, middleware.ReasonSpooled)
 	p.cfg.Logger.WarnContext(ctx, "park: redis failed, record spooled locally", "record", rec.ID, "topic", msg.Topic,
 		"redisError", rerr)
-	return &ParkedError{RecordID: rec.ID, Topic: rec.Topic, Spooled: true, RedisErr: rerr, Cause: cause}
+	return &middleware.ParkedError{RecordID: rec.ID, Topic: rec.Topic, Spooled: true, RedisErr: rerr, Cause: cause}
 }
 
 // DrainStats counts what one DrainSpool did.
@@ -429,7 +369,7 @@ func (p *Parker) drainLoop() {
 
 // Close stops the background drain (cancelling a drain in progress, which the next
 // DrainSpool resumes), closes the spool file and releases its lock. Later sends that need
-// the spool get a *ParkFailedError. Close is idempotent.
+// the spool get a *middleware.ParkFailedError. Close is idempotent.
 func (p *Parker) Close() error {
 	p.closeOnce.Do(func() {
 		p.cancel()

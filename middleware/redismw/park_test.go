@@ -161,7 +161,7 @@ func TestParkKeysAndRecord(t *testing.T) {
 	if r.DeliverAtMs != now.UnixMilli()+(2*time.Hour).Milliseconds() { // clamped to level 18
 		t.Fatalf("clamped delay: %d", r.DeliverAtMs-now.UnixMilli())
 	}
-	m.SetDelayLevel(0).SetProperty(PropertyTimerDeliverMs, "1700000300000")
+	m.SetDelayLevel(0).SetProperty(message.PropertyTimerDeliverMs, "1700000300000")
 	if r := NewParkedRecord(m, nil, now, nil); r.DeliverAtMs != 1700000300000 || r.LastError != "" {
 		t.Fatalf("timer message: %+v", r)
 	}
@@ -178,8 +178,8 @@ func TestParkRetriableErrorParksFullRecord(t *testing.T) {
 			SetProperty("traceId", "abc").SetShardingKey("user-7")
 		msg.Flag = 7
 		res, err := send(context.Background(), msg)
-		var pe *ParkedError
-		if res != nil || !errors.As(err, &pe) || !errors.Is(err, ErrParked) || !errors.Is(err, cause) || errors.Unwrap(err) != cause || pe.Spooled {
+		var pe *middleware.ParkedError
+		if res != nil || !errors.As(err, &pe) || !errors.Is(err, middleware.ErrParked) || !errors.Is(err, cause) || errors.Unwrap(err) != cause || pe.Spooled {
 			t.Fatalf("send: %v, %v", res, err)
 		}
 		if calls.Load() != 1 {
@@ -251,7 +251,7 @@ func TestParkPermanentErrorsReturnedNotParked(t *testing.T) {
 		} {
 			var calls atomic.Int64
 			_, err := middleware.ChainSend(failingSend(cause, &calls), p.Middleware())(context.Background(), message.NewMessage("T", []byte("b")))
-			if err != cause || errors.Is(err, ErrParked) || calls.Load() != 1 {
+			if err != cause || errors.Is(err, middleware.ErrParked) || calls.Load() != 1 {
 				t.Fatalf("%v: got %v", cause, err)
 			}
 		}
@@ -288,7 +288,7 @@ func TestParkRedisDownSpoolsThenDrains(t *testing.T) {
 			go func(i int) {
 				defer wg.Done()
 				_, err := send(ctx, message.NewMessage("T", []byte(fmt.Sprintf("msg-%d", i))))
-				var pe *ParkedError
+				var pe *middleware.ParkedError
 				if !errors.As(err, &pe) || !pe.Spooled || pe.RedisErr == nil || !errors.Is(err, cause) {
 					t.Errorf("park %d while redis down: %v", i, err)
 					return
@@ -346,7 +346,7 @@ func TestParkDrainInterruptedAndRerun(t *testing.T) {
 		var ids []string
 		for i := 0; i < n; i++ {
 			_, err := send(ctx, message.NewMessage("T", []byte(fmt.Sprintf("m%d", i))))
-			var pe *ParkedError
+			var pe *middleware.ParkedError
 			if !errors.As(err, &pe) || !pe.Spooled {
 				t.Fatalf("park %d: %v", i, err)
 			}
@@ -368,7 +368,7 @@ func TestParkDrainInterruptedAndRerun(t *testing.T) {
 		}
 		// A park during the outage goes to a fresh spool file.
 		_, err = send(ctx, message.NewMessage("T", []byte("late")))
-		var pe *ParkedError
+		var pe *middleware.ParkedError
 		if !errors.As(err, &pe) || !pe.Spooled {
 			t.Fatalf("late park: %v", err)
 		}
@@ -465,8 +465,8 @@ func TestParkNoSpoolReturnsParkFailed(t *testing.T) {
 		cause := errors.New("broker down")
 		var calls atomic.Int64
 		_, err := middleware.ChainSend(failingSend(cause, &calls), p.Middleware())(context.Background(), message.NewMessage("T", []byte("b")))
-		var pf *ParkFailedError
-		if !errors.As(err, &pf) || !errors.Is(err, cause) || errors.Is(err, ErrParked) || !strings.Contains(err.Error(), "could not be parked") {
+		var pf *middleware.ParkFailedError
+		if !errors.As(err, &pf) || !errors.Is(err, cause) || errors.Is(err, middleware.ErrParked) || !strings.Contains(err.Error(), "could not be parked") {
 			t.Fatalf("got %v", err)
 		}
 		if st, err := p.DrainSpool(context.Background()); err != nil || st != (DrainStats{}) {
@@ -491,7 +491,7 @@ func TestParkBackgroundDrain(t *testing.T) {
 		var ids []string
 		for i := 0; i < 5; i++ {
 			_, err := send(ctx, message.NewMessage("T", []byte(fmt.Sprint(i))))
-			var pe *ParkedError
+			var pe *middleware.ParkedError
 			if !errors.As(err, &pe) || !pe.Spooled {
 				t.Fatalf("park: %v", err)
 			}
@@ -508,7 +508,7 @@ func TestParkBackgroundDrain(t *testing.T) {
 		// After Close the spool is gone: a park that needs it fails loudly.
 		sw.Down()
 		_, err := send(ctx, message.NewMessage("T", []byte("after close")))
-		var pf *ParkFailedError
+		var pf *middleware.ParkFailedError
 		if !errors.As(err, &pf) || !errors.Is(err, ErrSpoolClosed) {
 			t.Fatalf("park after Close: %v", err)
 		}

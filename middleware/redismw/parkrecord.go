@@ -7,20 +7,6 @@ import (
 	"github.com/sluicemq/sluice/message"
 )
 
-// DefaultDelayLevels are RocketMQ's default delay levels (broker.conf messageDelayLevel
-// "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"): level n is entry n-1.
-var DefaultDelayLevels = []time.Duration{
-	1 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second,
-	1 * time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute, 5 * time.Minute,
-	6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute,
-	20 * time.Minute, 30 * time.Minute, 1 * time.Hour, 2 * time.Hour,
-}
-
-// PropertyTimerDeliverMs is the RocketMQ 5.x timer-message property: the absolute delivery
-// time in unix ms. A RocketMQ 4.x broker (and Sluice's) ignores it, but a parked record
-// honours it as DeliverAtMs so a resend keeps the intended delivery time.
-const PropertyTimerDeliverMs = "TIMER_DELIVER_MS"
-
 // ParkedRecord is a send that failed after the producer's own retries, as [Park] writes it
 // (one JSON document) into the Redis list [ParkKeys].Pending, or one line of the local
 // spool file when Redis is unreachable too. The retry task (package retrytask) reads it,
@@ -63,13 +49,13 @@ type ParkedRecord struct {
 }
 
 // NewParkedRecord builds the record for msg, which failed with cause at now. levels maps
-// delay level n to levels[n-1] (nil means DefaultDelayLevels; levels above the last entry
+// delay level n to levels[n-1] (nil means message.DefaultDelayLevels(); levels above the last entry
 // are clamped to it, as the broker does). The body and properties are copied, so msg may be
 // reused afterwards. ID is a fresh message.NewUniqID, Attempts is 1, FirstFailedAtMs and
 // ParkedAtMs are now.
 func NewParkedRecord(msg *message.Message, cause error, now time.Time, levels []time.Duration) *ParkedRecord {
 	if levels == nil {
-		levels = DefaultDelayLevels
+		levels = message.DefaultDelayLevels()
 	}
 	nowMs := now.UnixMilli()
 	r := &ParkedRecord{
@@ -104,7 +90,7 @@ func NewParkedRecord(msg *message.Message, cause error, now time.Time, levels []
 		}
 		r.DeliverAtMs = nowMs + levels[i].Milliseconds()
 	}
-	if ms, err := strconv.ParseInt(msg.Property(PropertyTimerDeliverMs), 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(msg.Property(message.PropertyTimerDeliverMs), 10, 64); err == nil && ms > 0 {
 		r.DeliverAtMs = ms
 	}
 	return r

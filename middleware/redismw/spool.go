@@ -13,7 +13,7 @@ import (
 	"sync"
 )
 
-// ErrSpoolClosed is returned (inside a *ParkFailedError) by a park that needs the spool
+// ErrSpoolClosed is returned (inside a *middleware.ParkFailedError) by a park that needs the spool
 // after Parker.Close.
 var ErrSpoolClosed = errors.New("middleware: park spool closed")
 

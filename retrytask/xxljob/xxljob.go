@@ -174,7 +174,7 @@ func (c *Config) setDefaults() {
 // Validate reports the first invalid field: no AdminAddrs or one that is not an
 // http(s) URL, an empty AccessToken without AllowNoToken, a nil Task, a negative
 // AdminTimeout or RegistryInterval, an AdvertiseAddr that is not "ip:port".
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.AdminAddrs) == 0 {
 		return errors.New("xxljob: Config.AdminAddrs is empty: need the XXL-JOB admin URL")
 	}

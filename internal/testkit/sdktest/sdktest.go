@@ -35,7 +35,7 @@ func StartProducer(t testing.TB, cfg producer.Config, sd Shutdown) *producer.Pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -56,7 +56,7 @@ func StartPullConsumer(t testing.TB, cfg consumer.PullConfig) *consumer.PullCons
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pc.Start(); err != nil {
+	if err := pc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -108,7 +108,7 @@ func StartPushConsumer(t testing.TB, cfg consumer.Config, subscribe func(*consum
 	if err := subscribe(c); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

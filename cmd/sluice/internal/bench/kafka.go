@@ -94,6 +94,9 @@ func startKafkaProducers(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 			return nil, nil, nil, errors.Join(fmt.Errorf("bench: kafka producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
 		}
 		ps = append(ps, p)
+		if err := p.Start(context.Background()); err != nil { // bounded by the producer's DialTimeout
+			return nil, nil, nil, errors.Join(fmt.Errorf("bench: kafka producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
+		}
 		senders = append(senders, func(ctx context.Context, body []byte) error {
 			_, err := p.Send(ctx, message.NewMessage(topic, body))
 			return err

@@ -40,7 +40,7 @@ func startProducersAsync(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 	for range n {
 		p, err := producer.New(producer.Config{NamesrvAddrs: cfg.NamesrvAddrs, Group: producerGroup, Logger: cfg.Logger})
 		if err == nil {
-			err = p.Start()
+			err = p.Start(context.Background())
 		}
 		if err != nil {
 			if p != nil {
@@ -242,7 +242,7 @@ func drain(ctx context.Context, cfg *Config, topic, group string) (*Result, erro
 	var meter cpuMeter
 	meter.start(cfg.ServerPid)
 	start := time.Now()
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		_ = shutdownAll([]func(context.Context) error{c.Shutdown})
 		return nil, fmt.Errorf("bench: consumer start: %w", err)
 	}

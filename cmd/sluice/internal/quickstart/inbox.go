@@ -125,7 +125,7 @@ func runQSInboxChild(ctx context.Context) error {
 	if err := c.Subscribe(qsTopic, qsTagSuccess, h); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		return err
 	}
 	deadline := time.NewTimer(qsChildNoBatch2)
@@ -297,7 +297,7 @@ func (r *qsRun) inboxPart(ctx context.Context, stops *[]func(context.Context) er
 	if err := c.Subscribe(qsTopic, qsTagSuccess, handler); err != nil {
 		return err
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		return err
 	}
 	restarted := time.Now()

@@ -166,6 +166,9 @@ func runKafkaQuickstart(ctx context.Context, out io.Writer, o qsOptions, addr st
 		return err
 	}
 	stops = append(stops, p.Shutdown)
+	if err := p.Start(ctx); err != nil {
+		return err
+	}
 	return r.scenario(ctx, middleware.ChainSend(p.SendFunc(), middleware.Keys()), cl)
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 // Quickstart scenario names.
@@ -177,7 +178,7 @@ type qsRun struct {
 	dir     string         // the broker's data directory
 	b       *broker.Broker // the running broker (replaced by the restart; nil while down)
 	ns      []string       // name server addresses
-	p       *producer.Producer
+	p       transport.Producer
 	redis   *qsRedis
 	col     *qsCollector
 	ledger  *qsLedger
@@ -310,7 +311,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		if err := c.Subscribe(qsTopic, g.tags, handler); err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return fmt.Errorf("consumer group %s: %w", g.name, err)
 		}
 		fmt.Fprintf(out, "started consumer group %s subscribed to %s %q\n", g.name, qsTopic, g.tags)
@@ -321,7 +322,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		return err
 	}
 	stops = append(stops, r.p.Shutdown) // stops run in reverse: the sender stops before the receivers
-	if err := r.p.Start(); err != nil {
+	if err := r.p.Start(ctx); err != nil {
 		return err
 	}
 	if err := r.fanOut(ctx); err != nil {
@@ -390,7 +391,7 @@ func (r *qsRun) fanOut(ctx context.Context) error {
 		}
 		body, _ := json.Marshal(ev)
 		msg := message.NewMessage(qsTopic, body).SetTag(tag).SetKeys(ev.OrderID)
-		res, err := r.p.SendSync(r.deadline, msg)
+		res, err := r.p.Send(r.deadline, msg)
 		if err != nil {
 			return fmt.Errorf("send %s %s: %w", tag, ev.OrderID, err)
 		}

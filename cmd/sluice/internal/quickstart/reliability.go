@@ -243,7 +243,7 @@ type qsEvent struct {
 type qsTally struct {
 	outage      int   // Send calls made while the broker was down
 	sent        int   // Send calls through Keys + Park
-	parked      int   // of them answered with a *redismw.ParkedError (in Redis)
+	parked      int   // of them answered with a *middleware.ParkedError (in Redis)
 	resent      int   // parked records the retry task resent
 	stillParked int64 // records of the namespace not yet resent (pending, scheduled, ready, processing)
 	dead        int64 // records in the dead list
@@ -324,13 +324,13 @@ func (r *qsRun) reliability(ctx context.Context, stops *[]func(context.Context) 
 		return err
 	}
 	*stops = append(*stops, func(context.Context) error { return parker.Close() })
-	send := middleware.ChainSend(r.p.AsSendFunc(), middleware.Keys(), parkMW)
+	send := middleware.ChainSend(r.p.SendFunc(), middleware.Keys(), parkMW)
 
 	resends := &qsResends{}
 	task, err := retrytask.New(retrytask.Config{
 		Client:      r.redis.client,
 		Namespace:   r.redis.ns,
-		Send:        resends.wrap(r.p.AsSendFunc()), // the bare producer send: a failed resend is rescheduled, not parked again
+		Send:        resends.wrap(r.p.SendFunc()), // the bare producer send: a failed resend is rescheduled, not parked again
 		MinAge:      qsRetryMinAge,
 		BackoffBase: qsRetryBackoffBase,
 		BackoffMax:  qsRetryBackoffMax,
@@ -380,7 +380,7 @@ func (r *qsRun) reliability(ctx context.Context, stops *[]func(context.Context) 
 		_, err := send(r.deadline, msg)
 		t.sent++
 		t.outage++
-		var pe *redismw.ParkedError
+		var pe *middleware.ParkedError
 		switch {
 		case errors.As(err, &pe) && !pe.Spooled:
 			t.parked++
