@@ -466,3 +466,45 @@ func TestHalfSentConnectionsBounded(t *testing.T) {
 		t.Fatalf("a client after the attack: %d %s", r.Code, r.Remark)
 	}
 }
+
+// TestACLEndTransactionNeedsPubOnRealTopic (issue 26, finding 1): an account with PUB on
+// TopicA only and DENY on Orders committed a victim's half message into Orders and rolled
+// back another; only the producer group name had to match. END_TRANSACTION now needs PUB
+// on the half message's real topic.
+func TestACLEndTransactionNeedsPubOnRealTopic(t *testing.T) {
+	b, _ := startACLBroker(t, `  - accessKey: attackerKey
+    secretKey: attackerSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [TopicA=PUB, Orders=DENY]
+`, nil)
+	admin := signedClient(t, "adminKey", "adminSecret")
+	victim := signedClient(t, "producerKey", "producerSecret")
+	attacker := signedClient(t, "attackerKey", "attackerSecret")
+	createTopic(t, admin, b.Addr(), "Orders", 1)
+	createTopic(t, admin, b.Addr(), "TopicA", 1)
+	h1 := sendHalf(t, victim, b.Addr(), "Orders", "victim-1", "u1", nil)
+	h2 := sendHalf(t, victim, b.Addr(), "Orders", "victim-2", "u2", nil)
+	for _, d := range []struct {
+		half     *remoting.RemotingCommand
+		decision int
+	}{{h1, txnCommit}, {h2, txnRollback}} {
+		r := endTxn(t, attacker, b.Addr(), d.half, d.decision)
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "no PUB permission on topic Orders") {
+			t.Fatalf("attacker's decision %d: %d %q", d.decision, r.Code, r.Remark)
+		}
+	}
+	if n := b.store.MaxOffset("Orders", 0); n != 0 {
+		t.Fatalf("the attacker's commit stored %d message(s) in Orders", n)
+	}
+	// The victim's own decisions still go through: the half messages were left pending.
+	if r := endTxn(t, victim, b.Addr(), h1, txnCommit); r.ResponseCode() != remoting.Success {
+		t.Fatalf("victim's commit: %d %s", r.Code, r.Remark)
+	}
+	if r := endTxn(t, victim, b.Addr(), h2, txnCommit); r.ResponseCode() != remoting.Success {
+		t.Fatalf("victim's second commit (was the rollback applied?): %d %s", r.Code, r.Remark)
+	}
+	if n := b.store.MaxOffset("Orders", 0); n != 2 {
+		t.Fatalf("Orders holds %d messages, want 2", n)
+	}
+}
