@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -507,4 +509,141 @@ func TestACLEndTransactionNeedsPubOnRealTopic(t *testing.T) {
 	if n := b.store.MaxOffset("Orders", 0); n != 2 {
 		t.Fatalf("Orders holds %d messages, want 2", n)
 	}
+}
+
+// heartbeatBody is a heartbeat of clientID with one consumer group per entry of groups,
+// each subscribing n topics named <prefix><i>, and the producer groups pgs.
+func heartbeatBody(clientID string, groups []string, prefix string, n int, pgs ...string) []byte {
+	hb := wire.HeartbeatData{ClientID: clientID}
+	for _, g := range groups {
+		cd := wire.ConsumerData{GroupName: g, MessageModel: "CLUSTERING", ConsumeType: "CONSUME_PASSIVELY"}
+		for i := range n {
+			cd.SubscriptionDataSet = append(cd.SubscriptionDataSet, wire.SubscriptionData{Topic: prefix + strconv.Itoa(i), SubString: "*"})
+		}
+		hb.ConsumerDataSet = append(hb.ConsumerDataSet, cd)
+	}
+	for _, p := range pgs {
+		hb.ProducerDataSet = append(hb.ProducerDataSet, wire.ProducerData{GroupName: p})
+	}
+	body, _ := json.Marshal(hb)
+	return body
+}
+
+// floodHeartbeat is heartbeat i of the subscription flood: one consumer group g<i>
+// subscribing 45,000 topics, as compact as a client can write it (3.1 MB).
+func floodHeartbeat(i int) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"clientID":"flood` + strconv.Itoa(i) + `","consumerDataSet":[{"groupName":"g` + strconv.Itoa(i) + `","messageModel":"CLUSTERING","subscriptionDataSet":[`)
+	for j := range 45000 {
+		if j > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"topic":"TopicNumber` + strconv.Itoa(j) + `","subString":"*","subVersion":1}`)
+	}
+	sb.WriteString(`]}]}`)
+	return []byte(sb.String())
+}
+
+// TestHeartbeatSubscriptionFloodBounded (issue 26, finding 2): 20 heartbeats of 45,000
+// subscriptions each (3.8 MB, under the body limit) took the broker from 174 MB to
+// 1.04 GB, kept after the clients disconnected, with no credentials. What clients make
+// the broker keep is now bounded per group, per connection and in total, refused with
+// the limit's key, and freed when the connection closes.
+func TestHeartbeatSubscriptionFloodBounded(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	for i := range 20 {
+		c := newClient(t)
+		body := floodHeartbeat(i)
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body))
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "maxSubscriptionsPerGroup would be 45000, limit 1000") {
+			t.Fatalf("flood heartbeat %d (%d bytes): %d %.200q", i, len(body), r.Code, r.Remark)
+		}
+	}
+	if st := b.Stats(); st.ClientSubscriptions != 0 || st.ClientEntries != 0 {
+		t.Fatalf("after the refused flood the broker keeps %d subscriptions and %d client entries", st.ClientSubscriptions, st.ClientEntries)
+	}
+
+	b = startBroker(t, t.TempDir(), func(c *Config) {
+		c.MaxSubscriptionsPerGroup, c.MaxClientEntriesPerConnection, c.MaxClientEntries, c.MaxSubscriptions = 10, 3, 5, 70
+	})
+	hbOn := func(c *remoting.Client, body []byte) *remoting.RemotingCommand {
+		return invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body))
+	}
+	refused := func(what string, r *remoting.RemotingCommand, key string) {
+		t.Helper()
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, key) {
+			t.Fatalf("%s: want SYSTEM_ERROR naming %s, got %d %q", what, key, r.Code, r.Remark)
+		}
+	}
+	ca, cb, cc := newClient(t), newClient(t), newClient(t)
+	refused("4 groups on one connection", hbOn(ca, heartbeatBody("a", []string{"a1", "a2", "a3", "a4"}, "T", 10)), "maxClientEntriesPerConnection would be 4, limit 3")
+	refused("a group past the total", hbOn(cb, heartbeatBody("b", []string{"b1"}, "T", 10)), "maxSubscriptions would be 80, limit 70")
+	if r := hbOn(cb, heartbeatBody("b", []string{"b1"}, "T", 2)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("a small group: %d %s", r.Code, r.Remark)
+	}
+	refused("producers past the total", hbOn(cc, heartbeatBody("c", nil, "T", 0, "p1", "p2")), "maxClientEntries would be 6, limit 5")
+	// A client changing its subscriptions does not accumulate the old ones.
+	for i := range 5 {
+		if r := hbOn(ca, heartbeatBody("a", []string{"a1"}, "S"+strconv.Itoa(i)+"-", 10)); r.ResponseCode() != remoting.Success {
+			t.Fatalf("resubscribe %d: %d %s", i, r.Code, r.Remark)
+		}
+	}
+	st := b.Stats()
+	if st.ClientEntries != 5 || st.ClientSubscriptions != 64 {
+		t.Fatalf("kept %d entries and %d subscriptions, want 5 and 64", st.ClientEntries, st.ClientSubscriptions)
+	}
+	for _, c := range []*remoting.Client{ca, cb, cc} {
+		_ = c.Close()
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		st := b.Stats()
+		return st.ClientEntries == 0 && st.ClientSubscriptions == 0
+	}, "everything the closed connections registered to be freed")
+	if r := hbOn(newClient(t), heartbeatBody("d", []string{"d1", "d2", "d3"}, "T", 10)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("a client after the others left: %d %s", r.Code, r.Remark)
+	}
+}
+
+// TestHeartbeatFloodRSS measures the process's resident memory under the subscription
+// flood (20 connections, 45,000 subscriptions each). It runs only with
+// SLUICE_ABUSE_RSS set: "default" uses the default limits, "unlimited" sets them to -1
+// (the broker before the limits). It logs VmRSS before, during and after the flood.
+func TestHeartbeatFloodRSS(t *testing.T) {
+	mode := os.Getenv("SLUICE_ABUSE_RSS")
+	if mode == "" {
+		t.Skip("set SLUICE_ABUSE_RSS=default or unlimited to measure the broker's memory under the heartbeat flood")
+	}
+	rss := func() string {
+		runtime.GC()
+		data, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Skipf("needs /proc/self/status: %v", err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				return strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+			}
+		}
+		return "?"
+	}
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		if mode == "unlimited" {
+			c.MaxSubscriptionsPerGroup, c.MaxClientEntriesPerConnection, c.MaxClientEntries, c.MaxSubscriptions = -1, -1, -1, -1
+		}
+	})
+	before := rss()
+	var clients []*remoting.Client
+	for i := range 20 {
+		c := newClient(t)
+		clients = append(clients, c)
+		invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, floodHeartbeat(i)))
+	}
+	during, st := rss(), b.Stats()
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	testkit.WaitFor(t, 30*time.Second, func() bool { return b.Stats().ClientEntries == 0 }, "the flood's connections to be dropped")
+	debug.FreeOSMemory()
+	t.Logf("limits %s: VmRSS before %s, under the flood %s (broker keeps %d subscriptions, %d client entries), after disconnect %s",
+		mode, before, during, st.ClientSubscriptions, st.ClientEntries, rss())
 }

@@ -132,7 +132,9 @@ func New(cfg Config) (*Broker, error) {
 	b.txn = newTxnService(b)
 	b.locks = newQueueLocks(time.Duration(cfg.RebalanceLockMaxLiveTime) * time.Millisecond)
 	b.sqlCache = filter.NewSQLCache(1024)
-	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter)
+	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter, clientLimits{
+		subsPerGroup: cfg.MaxSubscriptionsPerGroup, entriesPerConn: cfg.MaxClientEntriesPerConnection,
+		entries: cfg.MaxClientEntries, subs: cfg.MaxSubscriptions})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }

@@ -168,6 +168,21 @@ type Config struct {
 	// may carry at most 4096. Larger are refused with SYSTEM_ERROR (1) naming the limit.
 	// Sends are bounded by maxMessageSize. Sluice key. Default 4194304 (4 MiB).
 	MaxRequestBodySize int `conf:"maxRequestBodySize"`
+	// MaxSubscriptionsPerGroup bounds the topics one consumer group subscribes, over its
+	// members; a heartbeat that would take a group past it is refused for that group with
+	// SYSTEM_ERROR naming the key (the client's other groups are registered). Sluice key.
+	// Default 1000; -1: unlimited.
+	MaxSubscriptionsPerGroup int `conf:"maxSubscriptionsPerGroup"`
+	// MaxClientEntriesPerConnection bounds the producer and consumer groups one
+	// connection registers by heartbeat. Sluice key. Default 1000; -1: unlimited.
+	MaxClientEntriesPerConnection int `conf:"maxClientEntriesPerConnection"`
+	// MaxClientEntries bounds the producer and consumer registrations the broker keeps
+	// over all connections. Sluice key. Default 100000; -1: unlimited.
+	MaxClientEntries int `conf:"maxClientEntries"`
+	// MaxSubscriptions bounds the subscriptions the broker keeps over all clients (each
+	// client's own plus each group's). Everything a connection registered is freed when
+	// it closes. Sluice key. Default 200000; -1: unlimited.
+	MaxSubscriptions int `conf:"maxSubscriptions"`
 	// FrameReadTimeoutMillis bounds, in ms, reading the rest of a frame once its first
 	// byte arrived; a connection stalled mid-frame is closed. Sluice key. Default 30000.
 	FrameReadTimeoutMillis int64 `conf:"frameReadTimeoutMillis"`
@@ -346,6 +361,14 @@ func (c *Config) setDefaults() {
 	if c.MaxRequestBodySize == 0 {
 		c.MaxRequestBodySize = 4 << 20
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxSubscriptionsPerGroup, 1000}, {&c.MaxClientEntriesPerConnection, 1000}, {&c.MaxClientEntries, 100000}, {&c.MaxSubscriptions, 200000}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	if c.AclEnable && c.AclFile == "" {
 		if home := os.Getenv("ROCKETMQ_HOME"); home != "" {
 			c.AclFile = filepath.Join(home, "conf", "plain_acl.yml")
@@ -402,6 +425,12 @@ func (c *Config) validate() error {
 	}
 	if c.TLSEnable && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
 		return &ConfigError{Key: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}
+	}
+	for key, v := range map[string]int{"maxSubscriptionsPerGroup": c.MaxSubscriptionsPerGroup, "maxClientEntriesPerConnection": c.MaxClientEntriesPerConnection,
+		"maxClientEntries": c.MaxClientEntries, "maxSubscriptions": c.MaxSubscriptions} {
+		if v < -1 {
+			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
+		}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
 		return &ConfigError{Key: "secretKey", Reason: "accessKey and secretKey are set together or not at all"}

@@ -126,7 +126,14 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		cd.SubscriptionDataSet = kept
 	}
-	changed := b.clients.heartbeat(conn, hb, time.Now())
+	changed, err := b.clients.heartbeat(conn, hb, time.Now())
+	if err != nil {
+		b.counters.RefusedLimits.Add(1)
+		b.log.Warn("heartbeat group refused: client limit", "client", fmt.Sprintf("%.128q", hb.ClientID), "remote", conn.RemoteAddr(), "err", err)
+		if refused == nil {
+			refused = errResponse(remoting.SystemError, "%v", err)
+		}
+	}
 	if len(changed) > 0 {
 		// Notify after answering: the client is waiting for this response.
 		b.notifyLater(changed)
