@@ -209,6 +209,7 @@ func startACLBroker(t *testing.T, extra string, mod func(*Config)) (*Broker, str
 	path := writeACL(t, dir, extra)
 	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
 		c.AclEnable, c.AclFile = true, path
+		c.AccessKey, c.SecretKey = "adminKey", "adminSecret" // the embedded name server needs them
 		if mod != nil {
 			mod(c)
 		}
@@ -646,4 +647,45 @@ func TestHeartbeatFloodRSS(t *testing.T) {
 	debug.FreeOSMemory()
 	t.Logf("limits %s: VmRSS before %s, under the flood %s (broker keeps %d subscriptions, %d client entries), after disconnect %s",
 		mode, before, during, st.ClientSubscriptions, st.ClientEntries, rss())
+}
+
+// TestACLEmbeddedNameServerNeedsBrokerCredentials (issue 26, finding 3): aclEnable=true
+// without the broker's own accessKey/secretKey left the embedded name server's writes
+// open (one WARN at start): an unsigned REGISTER_BROKER hijacked a topic's route, and KV
+// writes, unregistration and topic deletion answered success. Such a broker now fails
+// to start with a *ConfigError naming accessKey (as RocketMQ 5 needs its broker's inner
+// credentials once authentication is on), and so does one whose accessKey is not an
+// admin account of the ACL file; with them, unsigned writes are refused.
+func TestACLEmbeddedNameServerNeedsBrokerCredentials(t *testing.T) {
+	for name, keys := range map[string][2]string{"none": {"", ""}, "not admin": {"producerKey", "producerSecret"},
+		"wrong secret": {"adminKey", "not-the-secret"}, "unknown": {"nobodyKey", "nobodySecret"}} {
+		dir := t.TempDir()
+		cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: filepath.Join(dir, "store"),
+			MappedFileSizeCommitLog: 8 << 20, Logger: testkit.Quiet(), AclEnable: true, AclFile: writeACL(t, dir, ""),
+			AccessKey: keys[0], SecretKey: keys[1]}
+		b, err := New(cfg)
+		if err == nil {
+			err = b.Start()
+			_ = b.Shutdown(context.Background())
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != "accessKey" || !strings.Contains(ce.Reason, "embedded name server") {
+			t.Errorf("%s: want a ConfigError naming accessKey, got %v", name, err)
+		}
+	}
+
+	b, _ := startACLBroker(t, "", nil)
+	stranger := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := wire.PutKVConfig(ctx, stranger, b.NamesrvAddr(), "ORDER_TOPIC_CONFIG", "Orders", "broker-a:8"); err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Errorf("unsigned KV write: %v", err)
+	}
+	if err := wire.DeleteTopic(ctx, stranger, b.NamesrvAddr(), message.RetryTopic("g"), "DefaultCluster"); err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Errorf("unsigned topic delete: %v", err)
+	}
+	if _, err := wire.RegisterBroker(ctx, stranger, b.NamesrvAddr(), wire.RegisterBrokerRequest{
+		ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Errorf("unsigned register: %v", err)
+	}
 }

@@ -109,6 +109,15 @@ func New(cfg Config) (*Broker, error) {
 		if b.acl, err = acl.Load(cfg.AclFile, b.log); err != nil {
 			return nil, &ConfigError{Key: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
 		}
+		// The embedded name server takes only admin-signed writes; the broker signs its
+		// own registrations with accessKey/secretKey, so they must be an admin account.
+		// (Without them the name server's writes would be open to anyone.)
+		if cfg.NamesrvAddr == "" {
+			if err := b.acl.CheckAdmin(cfg.AccessKey, cfg.SecretKey); err != nil {
+				return nil, &ConfigError{Key: "accessKey", Reason: "aclEnable=true with the embedded name server (no namesrvAddr) needs accessKey/secretKey " +
+					"of an admin account of the acl file, which the broker signs its registrations with and the embedded name server requires for every write: " + err.Error()}
+			}
+		}
 	}
 	if b.topics, err = newTopicTable(cfg.StorePathRootDir, &b.cfg); err != nil {
 		return nil, err
@@ -188,12 +197,8 @@ func (b *Broker) Start() (err error) {
 	if b.cfg.NamesrvAddr == "" {
 		nsCfg := namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger,
 			KVConfigPath: filepath.Join(b.cfg.StorePathRootDir, "config", "namesrv_kv.json"), TLS: serverTLS}
-		switch {
-		case b.acl != nil && b.cfg.AccessKey != "":
-			nsCfg.ACL = b.acl // the broker signs its registrations with accessKey/secretKey
-		case b.acl != nil:
-			b.log.Warn("aclEnable without accessKey/secretKey: the embedded name server's write operations stay open; " +
-				"set accessKey/secretKey to an admin account of the ACL file to guard them")
+		if b.acl != nil {
+			nsCfg.ACL = b.acl // the broker signs its registrations with accessKey/secretKey (checked in New)
 		}
 		b.embedded, err = namesrv.New(nsCfg)
 		if err != nil {

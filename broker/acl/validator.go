@@ -217,6 +217,23 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// CheckAdmin reports why accessKey/secretKey is not an admin account of the rules in
+// force (unknown key, wrong secret, not admin), or nil when it is.
+func (v *Validator) CheckAdmin(accessKey, secretKey string) error {
+	a := v.cur.Load().accounts[accessKey]
+	switch {
+	case accessKey == "":
+		return errors.New("no accessKey")
+	case a == nil:
+		return fmt.Errorf("accessKey %.64s is not an account of the acl file", accessKey)
+	case a.SecretKey != secretKey:
+		return fmt.Errorf("secretKey is not accessKey %.64s's secret in the acl file", accessKey)
+	case !a.Admin:
+		return fmt.Errorf("accessKey %.64s is not an admin account", accessKey)
+	}
+	return nil
+}
+
 // Host returns the address part of a remote "ip:port" (as RocketMQ matches white lists
 // without the port).
 func Host(remote string) string {
