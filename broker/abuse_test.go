@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -687,5 +689,62 @@ func TestACLEmbeddedNameServerNeedsBrokerCredentials(t *testing.T) {
 	if _, err := wire.RegisterBroker(ctx, stranger, b.NamesrvAddr(), wire.RegisterBrokerRequest{
 		ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "no accessKey") {
 		t.Errorf("unsigned register: %v", err)
+	}
+}
+
+// TestNameServerLivenessOnlyByTheBroker (issue 26, finding 4): an unsigned
+// QUERY_DATA_VERSION from anyone kept a dead broker's registration alive (kept >= 75 s
+// against dropped in 10 s). Only the registered broker's own connection refreshes it
+// now; anyone else's query is still answered, and the dead broker expires.
+func TestNameServerLivenessOnlyByTheBroker(t *testing.T) {
+	ns, err := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", BrokerExpiry: 2 * time.Second, ScanInterval: 200 * time.Millisecond, Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Shutdown(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The "dead" broker registered, then stopped talking (its connection stays open, as
+	// a hung process's does).
+	dead := newClient(t)
+	reg := wire.RegisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: "broker-dead", BrokerAddr: "127.0.0.1:1",
+		Topics: wire.TopicConfigSerializeWrapper{DataVersion: wire.DataVersion{Timestamp: 1, Counter: 1},
+			TopicConfigTable: map[string]*wire.TopicConfig{"Orders": {TopicName: "Orders", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}}}}
+	if _, err := wire.RegisterBroker(ctx, dead, ns.Addr(), reg); err != nil {
+		t.Fatal(err)
+	}
+	id := wire.UnregisterBrokerRequest{ClusterName: reg.ClusterName, BrokerName: reg.BrokerName, BrokerAddr: reg.BrokerAddr}
+	// Its own query on its own connection is answered as unchanged (and refreshes it).
+	if changed, _, err := wire.QueryDataVersion(ctx, dead, ns.Addr(), id, reg.Topics.DataVersion); err != nil || changed {
+		t.Fatalf("the broker's own query: changed %v, %v", changed, err)
+	}
+	// A stranger queries for it over and over; it must expire all the same.
+	stranger := newClient(t)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, _, err := wire.QueryDataVersion(ctx, stranger, ns.Addr(), id, reg.Topics.DataVersion); err != nil {
+				done <- err
+				return
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	testkit.WaitFor(t, 20*time.Second, func() bool { return !slices.Contains(ns.LiveBrokers(), reg.BrokerAddr) },
+		"the dead broker to expire while a stranger queries its data version")
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("stranger's query: %v", err)
 	}
 }
