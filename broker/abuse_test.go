@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -746,5 +748,138 @@ func TestNameServerLivenessOnlyByTheBroker(t *testing.T) {
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatalf("stranger's query: %v", err)
+	}
+}
+
+// connFlood holds connections to addr from the loopback addresses 127.0.0.2 … from
+// 127.0.0.<1+hosts>, per connections each: every connection sends one request, then
+// holds the connection reading until the broker closes it, and dials again (20 ms
+// later). stop ends it and closes what it holds.
+func connFlood(t *testing.T, addr string, hosts, per int) (stop func()) {
+	t.Helper()
+	frame, err := remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	probe, err := pd.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("needs 127.0.0.2 … 127.0.0.%d to be local addresses (Linux loopback): %v", 1+hosts, err)
+	}
+	_ = probe.Close()
+	done := make(chan struct{})
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	var wg sync.WaitGroup
+	for h := range hosts {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+h))}, Timeout: time.Second}
+		for range per {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if nc, err := d.Dial("tcp", addr); err == nil {
+						mu.Lock()
+						open[nc] = true
+						mu.Unlock()
+						if _, err := nc.Write(frame); err == nil {
+							_, _ = io.Copy(io.Discard, nc)
+						}
+						mu.Lock()
+						delete(open, nc)
+						mu.Unlock()
+						_ = nc.Close()
+					}
+					select {
+					case <-done:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}()
+		}
+	}
+	return func() {
+		close(done)
+		mu.Lock()
+		for nc := range open {
+			_ = nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+// probeRate sends n GET_MAX_OFFSET requests to addr through one client (from
+// 127.0.0.1), each bounded by a second, and returns the share answered with SUCCESS.
+func probeRate(addr string, n int) float64 {
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet(), DialTimeout: time.Second})
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = c.Close() }()
+	ok := 0
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := c.InvokeSync(ctx, addr, remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil))
+		cancel()
+		if err == nil && r.ResponseCode() == remoting.Success {
+			ok++
+		}
+	}
+	return float64(ok) / float64(n)
+}
+
+// TestConnectionFloodFairness (issue 26, finding 6): connections from 10+ source
+// addresses filled maxConnections and a well-behaved client got 0 of 11,760 requests
+// through. The broker now keeps a reserve for addresses holding few connections and,
+// when full, sheds a connection of the largest holder for a smaller one: a probe
+// client from another address gets its requests through a flood from 30 addresses.
+func TestConnectionFloodFairness(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.MaxConnections = 120 })
+	stop := connFlood(t, b.Addr(), 30, 20) // 600 connections wanted, 120 allowed
+	defer stop()
+	testkit.WaitFor(t, 30*time.Second, func() bool { return b.server.Conns() >= 110 }, "the flood to fill the broker's connections")
+	rate := probeRate(b.Addr(), 200)
+	t.Logf("probe success rate under a flood from 30 addresses: %.1f%% (%d connections open, %d refused at accept)",
+		100*rate, b.server.Conns(), b.server.RefusedConns())
+	if rate < 0.9 {
+		t.Fatalf("probe success rate %.1f%% under the flood", 100*rate)
+	}
+}
+
+// TestIdleBeforeFirstRequestClosed: a connection that sends no request is closed after
+// firstRequestTimeoutMillis; one that sent a request is not.
+func TestIdleBeforeFirstRequestClosed(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.FirstRequestTimeoutMillis = 300 })
+	silent, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	c := newClient(t)
+	q := func() *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)
+	}
+	invoke(t, c, b.Addr(), q())
+	closed := make(chan error, 1)
+	go func() { _, err := silent.Read(make([]byte, 1)); closed <- err }()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Fatal("the broker sent bytes to a silent connection")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a connection that sent nothing is still open after 30 s")
+	}
+	// More than 300 ms have passed: the client's connection, which sent a request, is open.
+	conns := b.server.Conns()
+	if r := invoke(t, c, b.Addr(), q()); r.ResponseCode() != remoting.Success || b.server.Conns() != conns {
+		t.Fatalf("the active connection: %d %s, %d connections before, %d after", r.Code, r.Remark, conns, b.server.Conns())
 	}
 }

@@ -222,8 +222,9 @@ func (b *Broker) Start() (err error) {
 
 	b.server, err = remoting.NewServer(remoting.ServerConfig{Addr: b.cfg.ListenAddr, Logger: b.log,
 		MaxFrameSize: max(remoting.DefaultMaxFrameSize, b.cfg.MaxMessageSize+1<<20), Before: b.beforeRequest,
-		MaxConns: b.cfg.MaxConnections, MaxConnsPerHost: b.cfg.MaxConnectionsPerAddress,
-		MaxInFlightPerConn: b.cfg.MaxInFlightPerConnection, MaxInFlightBytesPerConn: b.cfg.MaxInFlightBytesPerConnection,
+		MaxConns: b.cfg.MaxConnections, MaxConnsPerHost: b.cfg.MaxConnectionsPerAddress, ReservedConns: b.cfg.ReservedConnections,
+		FirstRequestTimeout: time.Duration(b.cfg.FirstRequestTimeoutMillis) * time.Millisecond,
+		MaxInFlightPerConn:  b.cfg.MaxInFlightPerConnection, MaxInFlightBytesPerConn: b.cfg.MaxInFlightBytesPerConnection,
 		MaxQueuedBytesPerConn: b.cfg.MaxQueuedBytesPerConnection,
 		FrameReadTimeout:      time.Duration(b.cfg.FrameReadTimeoutMillis) * time.Millisecond, TLS: serverTLS,
 		// Send requests keep their ext fields in a list: ParseSendHeader reads it in one

@@ -150,8 +150,18 @@ type Config struct {
 	// accept (logged). Sluice key. Default 10000; -1: unlimited.
 	MaxConnections int `conf:"maxConnections"`
 	// MaxConnectionsPerAddress bounds the open connections from one remote IP. Sluice
-	// key. Default 1000; -1: unlimited.
+	// key. Default maxConnections/10 (at least 16; 1000 with maxConnections=-1); -1:
+	// unlimited. Once the broker is full, a connection from an address holding at least
+	// two fewer than the largest holder is accepted and the largest holder's newest
+	// connection closed instead, so a flood from many addresses cannot lock others out.
 	MaxConnectionsPerAddress int `conf:"maxConnectionsPerAddress"`
+	// ReservedConnections are the last of maxConnections, open only to addresses holding
+	// fewer than 4 connections. Sluice key. Default maxConnections/20 (at least 1); -1:
+	// none.
+	ReservedConnections int `conf:"reservedConnections"`
+	// FirstRequestTimeoutMillis closes, in ms, a connection that has sent no whole
+	// request this long after it was accepted. Sluice key. Default 10000; -1: none.
+	FirstRequestTimeoutMillis int64 `conf:"firstRequestTimeoutMillis"`
 	// MaxInFlightPerConnection bounds the requests of one connection handled at once,
 	// held pulls included; more are answered SYSTEM_BUSY (2). Sluice key. Default 1024.
 	MaxInFlightPerConnection int `conf:"maxInFlightPerConnection"`
