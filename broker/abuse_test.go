@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -881,5 +882,74 @@ func TestIdleBeforeFirstRequestClosed(t *testing.T) {
 	conns := b.server.Conns()
 	if r := invoke(t, c, b.Addr(), q()); r.ResponseCode() != remoting.Success || b.server.Conns() != conns {
 		t.Fatalf("the active connection: %d %s, %d connections before, %d after", r.Code, r.Remark, conns, b.server.Conns())
+	}
+}
+
+// TestACLListingsAndGroupOffsetsFiltered (issue 26, finding 7): GROUP_OFFSETS (7003)
+// answered an account with DENY on the group, and GET_ALL_TOPIC_CONFIG (21) and
+// GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) listed every topic and group to any account.
+// GROUP_OFFSETS now needs SUB on the group; the listings hold only what the account has
+// a permission on (everything for an admin account without entries).
+func TestACLListingsAndGroupOffsetsFiltered(t *testing.T) {
+	b, _ := startACLBroker(t, `  - accessKey: narrowKey
+    secretKey: narrowSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Mine=SUB]
+    groupPerms: [mine=SUB, secret=DENY]
+`, nil)
+	admin := signedClient(t, "adminKey", "adminSecret")
+	narrow := signedClient(t, "narrowKey", "narrowSecret")
+	for _, topic := range []string{"Orders", "Mine", "Payroll"} {
+		createTopic(t, admin, b.Addr(), topic, 1)
+	}
+	for _, g := range []string{"mine", "secret"} {
+		r := invoke(t, admin, b.Addr(), remoting.NewRequest(remoting.UpdateConsumerOffset, map[string]string{"consumerGroup": g, "topic": "Orders",
+			"queueId": "0", "commitOffset": "0"}, nil))
+		if r.ResponseCode() != remoting.Success {
+			t.Fatalf("offset of %s: %d %s", g, r.Code, r.Remark)
+		}
+		if r := invoke(t, admin, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, heartbeatBody("admin", []string{g}, "Orders", 0))); r.ResponseCode() != remoting.Success {
+			t.Fatalf("heartbeat of group %s: %d %s", g, r.Code, r.Remark)
+		}
+	}
+	offsets := func(c *remoting.Client, g string) *remoting.RemotingCommand {
+		return invoke(t, c, b.Addr(), remoting.NewRequest(wire.GroupOffsets, map[string]string{"consumerGroup": g}, nil))
+	}
+	if r := offsets(narrow, "secret"); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "no SUB permission on group secret") {
+		t.Errorf("group offsets of a denied group: %d %q %s", r.Code, r.Remark, r.Body)
+	}
+	if r := offsets(narrow, "mine"); r.ResponseCode() != remoting.Success {
+		t.Errorf("group offsets of its own group: %d %q", r.Code, r.Remark)
+	}
+	topicsOf := func(c *remoting.Client) map[string]*wire.TopicConfig {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.GetAllTopicConfig, nil, nil))
+		var w wire.TopicConfigSerializeWrapper
+		if r.ResponseCode() != remoting.Success || json.Unmarshal(r.Body, &w) != nil {
+			t.Fatalf("topic list: %d %s", r.Code, r.Remark)
+		}
+		return w.TopicConfigTable
+	}
+	if got := topicsOf(narrow); len(got) != 2 || got["Mine"] == nil || got["%RETRY%mine"] == nil {
+		t.Errorf("narrow account sees topics %v", slices.Sorted(maps.Keys(got)))
+	}
+	if got := topicsOf(admin); got["Orders"] == nil || got["Payroll"] == nil || got["Mine"] == nil {
+		t.Errorf("admin sees topics %v", slices.Sorted(maps.Keys(got)))
+	}
+	groupsOf := func(c *remoting.Client) map[string]json.RawMessage {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.GetAllSubscriptionGroupConfig, nil, nil))
+		var w struct {
+			SubscriptionGroupTable map[string]json.RawMessage `json:"subscriptionGroupTable"`
+		}
+		if r.ResponseCode() != remoting.Success || json.Unmarshal(r.Body, &w) != nil {
+			t.Fatalf("group list: %d %s", r.Code, r.Remark)
+		}
+		return w.SubscriptionGroupTable
+	}
+	if got := groupsOf(narrow); len(got) != 1 || got["mine"] == nil {
+		t.Errorf("narrow account sees groups %v", slices.Sorted(maps.Keys(got)))
+	}
+	if got := groupsOf(admin); got["mine"] == nil || got["secret"] == nil {
+		t.Errorf("admin sees groups %v", slices.Sorted(maps.Keys(got)))
 	}
 }

@@ -101,7 +101,7 @@ func appendRequestNames(refs []nameRef, req *remoting.RemotingCommand) ([]nameRe
 		if len(ext("clientID")) > MaxClientIDLength {
 			return nil, &message.ValidationError{Field: "clientID", Reason: "too long", Limit: MaxClientIDLength, Value: len(ext("clientID"))}
 		}
-	case remoting.GetConsumerListByGroup, wire.GroupSubscriptions:
+	case remoting.GetConsumerListByGroup, wire.GroupSubscriptions, wire.GroupOffsets:
 		add("consumerGroup", ext("consumerGroup"), true, acl.Sub)
 	case remoting.EndTransaction:
 		add("producerGroup", ext("producerGroup"), true, 0)

@@ -251,48 +251,77 @@ func Host(remote string) string {
 // else its default topic or group permission; an admin account without entries passes).
 // Refusals wrap [ErrDenied] and say why without revealing secrets.
 func (v *Validator) Check(remote string, cmd *remoting.RemotingCommand, admin bool, res []Resource) error {
-	c := v.cur.Load()
-	host := Host(remote)
-	for _, p := range c.global {
-		if p.match(host) {
-			return nil
-		}
-	}
-	ak, _ := cmd.Ext(remoting.ExtAccessKey)
-	if ak == "" {
-		return fmt.Errorf("%w: no accessKey is configured (request code %d from %s)", ErrDenied, cmd.Code, host)
-	}
-	a := c.accounts[ak]
-	if a == nil {
-		return fmt.Errorf("%w: no acl config for %.64s", ErrDenied, ak)
-	}
-	if a.white.match(host) {
-		return nil
-	}
-	if !remoting.VerifySignature(a.SecretKey, cmd) {
-		return fmt.Errorf("%w: check signature failed for accessKey=%s", ErrDenied, ak)
+	a, all, err := v.authenticate(remote, cmd)
+	if err != nil || all {
+		return err
 	}
 	if admin && !a.Admin {
-		return fmt.Errorf("%w: need admin permission for request code=%d, but accessKey=%s is not", ErrDenied, cmd.Code, ak)
-	}
-	if a.owned == nil && a.Admin {
-		return nil
+		return fmt.Errorf("%w: need admin permission for request code=%d, but accessKey=%s is not", ErrDenied, cmd.Code, a.AccessKey)
 	}
 	for _, r := range res {
-		owned, ok := a.owned[r.Name]
-		if !ok {
-			owned = a.topicPerm
-			if strings.HasPrefix(r.Name, RetryPrefix) {
-				owned = a.groupPerm
-			}
-		}
-		if !owned.Allows(r.Perm) {
+		if owned, ok := a.allows(r); !ok {
 			kind, name := "topic", r.Name
 			if g, isGroup := strings.CutPrefix(r.Name, RetryPrefix); isGroup {
 				kind, name = "group", g
 			}
-			return fmt.Errorf("%w: accessKey=%s has no %s permission on %s %s (has %s)", ErrDenied, ak, r.Perm, kind, name, owned)
+			return fmt.Errorf("%w: accessKey=%s has no %s permission on %s %s (has %s)", ErrDenied, a.AccessKey, r.Perm, kind, name, owned)
 		}
 	}
 	return nil
+}
+
+// authenticate finds the account of cmd from remote and verifies its signature, as
+// Check does. all reports a caller every resource check passes: a white-listed address
+// (global, or the account's) or an admin account without entries (a is then nil for a
+// globally white-listed address).
+func (v *Validator) authenticate(remote string, cmd *remoting.RemotingCommand) (a *account, all bool, err error) {
+	c := v.cur.Load()
+	host := Host(remote)
+	for _, p := range c.global {
+		if p.match(host) {
+			return nil, true, nil
+		}
+	}
+	ak, _ := cmd.Ext(remoting.ExtAccessKey)
+	if ak == "" {
+		return nil, false, fmt.Errorf("%w: no accessKey is configured (request code %d from %s)", ErrDenied, cmd.Code, host)
+	}
+	a = c.accounts[ak]
+	if a == nil {
+		return nil, false, fmt.Errorf("%w: no acl config for %.64s", ErrDenied, ak)
+	}
+	if a.white.match(host) {
+		return a, true, nil
+	}
+	if !remoting.VerifySignature(a.SecretKey, cmd) {
+		return nil, false, fmt.Errorf("%w: check signature failed for accessKey=%s", ErrDenied, ak)
+	}
+	return a, a.owned == nil && a.Admin, nil
+}
+
+// allows reports whether the account has r's permission, and what it has on r.
+func (a *account) allows(r Resource) (Perm, bool) {
+	owned, ok := a.owned[r.Name]
+	if !ok {
+		owned = a.topicPerm
+		if strings.HasPrefix(r.Name, RetryPrefix) {
+			owned = a.groupPerm
+		}
+	}
+	return owned, owned.Allows(r.Perm)
+}
+
+// Permits authenticates cmd from remote as Check does and returns what the caller may
+// see: a function reporting whether it has the permission of a resource (always true
+// for a white-listed address or an admin account without entries). Listings use it to
+// leave out what the account has no permission on. Errors wrap ErrDenied.
+func (v *Validator) Permits(remote string, cmd *remoting.RemotingCommand) (func(Resource) bool, error) {
+	a, all, err := v.authenticate(remote, cmd)
+	switch {
+	case err != nil:
+		return nil, err
+	case all:
+		return func(Resource) bool { return true }, nil
+	}
+	return func(r Resource) bool { _, ok := a.allows(r); return ok }, nil
 }
