@@ -953,3 +953,24 @@ func TestACLListingsAndGroupOffsetsFiltered(t *testing.T) {
 		t.Errorf("admin sees groups %v", slices.Sorted(maps.Keys(got)))
 	}
 }
+
+// TestACLEmptyFileKeepsRules (issue 26, finding 7): a 0-byte plain_acl.yml (an editor
+// truncating it, a failed copy) was applied as "no accounts" and locked everyone out,
+// while a garbage one kept the old rules. Both now keep the rules in force, and each
+// refusal is logged and counted (Stats.AclReloadRefused).
+func TestACLEmptyFileKeepsRules(t *testing.T) {
+	b, path := startACLBroker(t, "", nil)
+	prod := signedClient(t, "producerKey", "producerSecret")
+	admin := signedClient(t, "adminKey", "adminSecret")
+	createTopic(t, admin, b.Addr(), "Orders", 1)
+	for i, content := range []string{"", "\n  \n", "accounts: [[[", "# only a comment\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 15*time.Second, func() bool { return b.Stats().AclReloadRefused >= int64(i+1) },
+			fmt.Sprintf("the broker to refuse ACL file content %q", content))
+		if r := sendV1(t, prod, b.Addr(), "Orders", 0, []byte("x"), nil); r.ResponseCode() != remoting.Success {
+			t.Fatalf("after ACL file content %q the producer's send: %d %s", content, r.Code, r.Remark)
+		}
+	}
+}

@@ -70,6 +70,10 @@ type Stats struct {
 	// maxClientEntries); ClientSubscriptions the subscriptions kept now (bounded by
 	// maxSubscriptions).
 	ClientEntries, ClientSubscriptions int64
+	// AclReloadRefused counts changed plain_acl.yml contents the broker could not apply
+	// (empty, malformed, unreadable): the previous rules stayed in force; each is logged
+	// at error.
+	AclReloadRefused int64
 }
 
 // Stats returns the broker's counters. Safe to call at any time.
@@ -86,6 +90,9 @@ func (b *Broker) Stats() Stats {
 		RefusedNames:          b.counters.RefusedNames.Load(),
 		RefusedACL:            b.counters.RefusedACL.Load(),
 		RefusedLimits:         b.counters.RefusedLimits.Load(),
+	}
+	if b.acl != nil {
+		st.AclReloadRefused = b.acl.Refused()
 	}
 	if b.clients != nil {
 		n := b.clients.counts()

@@ -101,7 +101,13 @@ type Validator struct {
 	log  *slog.Logger
 	cur  atomic.Pointer[compiled]
 	sum  atomic.Pointer[[32]byte] // hash of the loaded file's bytes
+	// refused counts file contents Watch refused (the previous rules stayed in force).
+	refused atomic.Int64
 }
+
+// Refused returns how many times Watch found a changed file it could not apply (empty,
+// malformed, unreadable) and kept the previous rules; each is also logged at error.
+func (v *Validator) Refused() int64 { return v.refused.Load() }
 
 // New returns a Validator with the rules of f (already parsed).
 func New(f *File) (*Validator, error) {
@@ -187,7 +193,7 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastErr string
-	var seen [32]byte // content seen at the previous tick
+	var seen, lastRefused [32]byte // content seen at the previous tick; the last content refused
 	for {
 		select {
 		case <-ctx.Done():
@@ -196,8 +202,9 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 		}
 		data, err := v.read()
 		var changed bool
+		var sum [32]byte
 		if err == nil {
-			sum := sha256.Sum256(data)
+			sum = sha256.Sum256(data)
 			if sum != seen {
 				seen = sum // changed since the last tick: wait until it holds still
 				continue
@@ -206,10 +213,11 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 		}
 		switch {
 		case err != nil:
-			if err.Error() != lastErr {
+			if err.Error() != lastErr || sum != lastRefused {
+				v.refused.Add(1)
 				v.log.Error("acl file not reloaded; previous rules stay in force", "file", v.path, "err", err)
 			}
-			lastErr = err.Error()
+			lastErr, lastRefused = err.Error(), sum
 		case changed:
 			lastErr = ""
 			v.log.Info("acl file reloaded", "file", v.path)
