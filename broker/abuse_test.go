@@ -974,3 +974,33 @@ func TestACLEmptyFileKeepsRules(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayLevelOutOfRangeRefused (issue 26, finding 7): a raw send with DELAY=99 or
+// DELAY=-3 was accepted (99 clamped to the last level, -3 taken as no delay). Such a
+// send is now refused with MESSAGE_ILLEGAL naming the property and the range, and
+// nothing is stored; delayLevelOutOfRange=clamp keeps RocketMQ's behaviour.
+func TestDelayLevelOutOfRangeRefused(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "D", 1)
+	for _, level := range []string{"99", "19", "-3", "x", "1.5"} {
+		r := sendV1(t, c, b.Addr(), "D", 0, []byte("x"), map[string]string{"DELAY": level})
+		if r.ResponseCode() != remoting.MessageIllegal || !strings.Contains(r.Remark, "invalid properties.DELAY") || !strings.Contains(r.Remark, "0..18") {
+			t.Errorf("DELAY=%s: %d %q", level, r.Code, r.Remark)
+		}
+	}
+	if n := b.store.MaxOffset(message.ScheduleTopic, 17) + b.store.MaxOffset("D", 0); n != 0 {
+		t.Fatalf("%d refused message(s) stored", n)
+	}
+	for _, level := range []string{"0", "1", "18"} {
+		if r := sendV1(t, c, b.Addr(), "D", 0, []byte("x"), map[string]string{"DELAY": level}); r.ResponseCode() != remoting.Success {
+			t.Errorf("DELAY=%s: %d %q", level, r.Code, r.Remark)
+		}
+	}
+	clamp := startBroker(t, t.TempDir(), func(c *Config) { c.DelayLevelOutOfRange = DelayLevelClamp })
+	createTopic(t, c, clamp.Addr(), "D", 1)
+	if r := sendV1(t, c, clamp.Addr(), "D", 0, []byte("x"), map[string]string{"DELAY": "99"}); r.ResponseCode() != remoting.Success ||
+		clamp.store.MaxOffset(message.ScheduleTopic, 17) != 1 {
+		t.Fatalf("clamp mode: %d %q", r.Code, r.Remark)
+	}
+}

@@ -100,6 +100,11 @@ type Config struct {
 	// MessageDelayLevel is the delay table: space-separated durations with unit s, m, h or
 	// d. Default DefaultMessageDelayLevel.
 	MessageDelayLevel string `conf:"messageDelayLevel"`
+	// DelayLevelOutOfRange is what a send whose DELAY property is not an integer in
+	// 0..len(messageDelayLevel) gets: "refuse" (default), MESSAGE_ILLEGAL (13) naming the
+	// property and the range; or "clamp", Apache RocketMQ's behaviour (a level above the
+	// table is the last level; zero, negative or malformed is no delay). Sluice key.
+	DelayLevelOutOfRange string `conf:"delayLevelOutOfRange"`
 	// FileReservedTime is how long commitlog files are kept, in hours. Default 72.
 	FileReservedTime int `conf:"fileReservedTime"`
 	// DeleteWhen lists the hours of the day ("04", or "04;16") at which expired commitlog
@@ -310,6 +315,7 @@ func (c *Config) setDefaults() {
 	def(&c.BrokerRole, "ASYNC_MASTER")
 	def(&c.DeleteWhen, "04")
 	def(&c.DiskPressurePolicy, DiskPressureRefuseWrites)
+	def(&c.DelayLevelOutOfRange, DelayLevelRefuse)
 	if c.DiskMaxUsedSpaceRatio == 0 {
 		c.DiskMaxUsedSpaceRatio = 75
 	}
@@ -441,6 +447,9 @@ func (c *Config) validate() error {
 		if v < -1 {
 			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
 		}
+	}
+	if c.DelayLevelOutOfRange != DelayLevelRefuse && c.DelayLevelOutOfRange != DelayLevelClamp {
+		return &ConfigError{Key: "delayLevelOutOfRange", Value: c.DelayLevelOutOfRange, Reason: "must be refuse or clamp"}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
 		return &ConfigError{Key: "secretKey", Reason: "accessKey and secretKey are set together or not at all"}
