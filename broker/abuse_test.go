@@ -1004,3 +1004,104 @@ func TestDelayLevelOutOfRangeRefused(t *testing.T) {
 		t.Fatalf("clamp mode: %d %q", r.Code, r.Remark)
 	}
 }
+
+// TestSignatureV2 (issue 26, finding 8): a v1 signature covers neither the request code
+// nor a time, so a captured admin read replays as DELETE_TOPIC. Signature v2 (opt-in)
+// covers the code, a time within a skew window and a nonce refused on replay; with
+// aclRefuseV1ForAdmin admin codes need it, while RocketMQ clients keep v1 for the rest.
+func TestSignatureV2(t *testing.T) {
+	b, _ := startACLBroker(t, "", func(c *Config) { c.AclRefuseV1ForAdmin = true })
+	adminV1 := signedClient(t, "adminKey", "adminSecret")
+	adminV2, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet(),
+		Credentials: remoting.Credentials{AccessKey: "adminKey", SecretKey: "adminSecret", SignatureV2: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adminV2.Close() })
+	create := func(topic string) *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.UpdateAndCreateTopic, map[string]string{"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}, nil)
+	}
+	if r := invoke(t, adminV1, b.Addr(), create("Orders")); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "needs signature v2") {
+		t.Fatalf("admin code signed v1: %d %q", r.Code, r.Remark)
+	}
+	if r := invoke(t, adminV2, b.Addr(), create("Orders")); r.ResponseCode() != remoting.Success {
+		t.Fatalf("admin code signed v2: %d %q", r.Code, r.Remark)
+	}
+	// A RocketMQ client (v1) still sends; the broker's own v2 registrations go through.
+	if r := sendV1(t, signedClient(t, "producerKey", "producerSecret"), b.Addr(), "Orders", 0, []byte("x"), nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("v1 send: %d %q", r.Code, r.Remark)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	failed := b.Stats().RegisterFailed
+	b.registerAll(ctx)
+	if b.Stats().RegisterFailed != failed {
+		t.Fatal("the broker's v2-signed registration was refused")
+	}
+
+	// Replay: a captured v2 request sent again as it is, or with another request code.
+	creds := remoting.Credentials{AccessKey: "adminKey", SecretKey: "adminSecret", SignatureV2: true}
+	captured := remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "Orders", "queueId": "0"}, nil)
+	creds.Sign(captured)
+	relay := newClient(t) // sends what it is given, unsigned by itself
+	send := func(code remoting.RequestCode) *remoting.RemotingCommand {
+		cp := remoting.NewRequest(code, maps.Clone(captured.ExtFields), nil)
+		return invoke(t, relay, b.Addr(), cp)
+	}
+	if r := send(remoting.GetMaxOffset); r.ResponseCode() != remoting.Success {
+		t.Fatalf("the captured request itself: %d %q", r.Code, r.Remark)
+	}
+	if r := send(remoting.GetMaxOffset); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "nonce already used") {
+		t.Fatalf("replayed: %d %q", r.Code, r.Remark)
+	}
+	if r := send(remoting.DeleteTopicInBroker); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "check signature v2 failed") {
+		t.Fatalf("replayed as DELETE_TOPIC_IN_BROKER: %d %q", r.Code, r.Remark)
+	}
+	if b.topics.get("Orders") == nil {
+		t.Fatal("topic deleted by a replay")
+	}
+	// A signature made an hour ago is out of the skew window.
+	old := map[string]string{"topic": "Orders", "queueId": "0", remoting.ExtAccessKey: "adminKey", remoting.ExtSigVersion: "2",
+		remoting.ExtSigTime: strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), remoting.ExtSigNonce: "00112233445566778899aabbccddeeff"}
+	old[remoting.ExtSignature] = remoting.SignatureV2("adminSecret", int16(remoting.GetMaxOffset), old, nil)
+	if r := invoke(t, relay, b.Addr(), remoting.NewRequest(remoting.GetMaxOffset, old, nil)); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "not within") {
+		t.Fatalf("an hour-old signature: %d %q", r.Code, r.Remark)
+	}
+}
+
+// TestWhiteListGrantsAdminSetting (issue 26, finding 8): a white-listed address got
+// admin whatever it signed. With whiteListGrantsAdmin: false in plain_acl.yml it is only
+// spared the signature of non-admin requests; absent, RocketMQ's behaviour stays.
+func TestWhiteListGrantsAdminSetting(t *testing.T) {
+	dir := t.TempDir()
+	path := writeACL(t, dir, "")
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append([]byte("globalWhiteRemoteAddresses: ['127.0.0.1']\nwhiteListGrantsAdmin: false\n"), data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
+		c.AclEnable, c.AclFile, c.AccessKey, c.SecretKey = true, path, "adminKey", "adminSecret"
+	})
+	stranger := newClient(t)
+	r := invoke(t, stranger, b.Addr(), remoting.NewRequest(remoting.UpdateAndCreateTopic, map[string]string{"topic": "Evil", "readQueueNums": "1", "writeQueueNums": "1"}, nil))
+	if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "needs a signed admin account") {
+		t.Fatalf("unsigned admin code from a white-listed address: %d %q", r.Code, r.Remark)
+	}
+	if r := invoke(t, stranger, b.Addr(), remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("unsigned read from a white-listed address: %d %q", r.Code, r.Remark)
+	}
+	createTopic(t, signedClient(t, "adminKey", "adminSecret"), b.Addr(), "Fine", 1)
+}
+
+// FuzzSignatureV2 feeds arbitrary ext fields and bodies to the v2 verifier: it never
+// panics and accepts only what SignatureV2 produced for the same code and content.
+func FuzzSignatureV2(f *testing.F) {
+	f.Add(int16(30), "k", "v", "sig", []byte("body"))
+	f.Fuzz(func(t *testing.T, code int16, k, v, sig string, body []byte) {
+		ext := map[string]string{k: v, remoting.ExtSigVersion: "2", remoting.ExtSignature: sig}
+		cmd := remoting.NewRequest(remoting.RequestCode(code), ext, body)
+		if remoting.VerifySignatureV2("secret", cmd) && sig != remoting.SignatureV2("secret", code, ext, body) {
+			t.Fatal("accepted a signature SignatureV2 does not produce")
+		}
+	})
+}

@@ -109,6 +109,8 @@ func New(cfg Config) (*Broker, error) {
 		if b.acl, err = acl.Load(cfg.AclFile, b.log); err != nil {
 			return nil, &ConfigError{Key: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
 		}
+		b.acl.SetSignaturePolicy(acl.SignaturePolicy{Skew: time.Duration(cfg.AclSignatureSkewMillis) * time.Millisecond,
+			RefuseV1ForAdmin: cfg.AclRefuseV1ForAdmin})
 		// The embedded name server takes only admin-signed writes; the broker signs its
 		// own registrations with accessKey/secretKey, so they must be an admin account.
 		// (Without them the name server's writes would be open to anyone.)
@@ -216,7 +218,8 @@ func (b *Broker) Start() (err error) {
 		}
 	}
 	if b.client, err = remoting.NewClient(remoting.ClientConfig{Logger: b.log,
-		Credentials: remoting.Credentials{AccessKey: b.cfg.AccessKey, SecretKey: b.cfg.SecretKey}, TLS: clientTLS}); err != nil {
+		Credentials: remoting.Credentials{AccessKey: b.cfg.AccessKey, SecretKey: b.cfg.SecretKey, SignatureV2: b.cfg.AclRefuseV1ForAdmin},
+		TLS:         clientTLS}); err != nil {
 		return err
 	}
 

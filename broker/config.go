@@ -231,6 +231,15 @@ type Config struct {
 	// $ROCKETMQ_HOME/conf/plain_acl.yml (RocketMQ's location), required when
 	// ROCKETMQ_HOME is unset.
 	AclFile string `conf:"aclFile"`
+	// AclSignatureSkewMillis is how far, in ms, a signature v2's time may be from the
+	// broker's clock (Sluice's opt-in signature, see remoting.Credentials.SignatureV2).
+	// Sluice key. Default 300000 (5 minutes).
+	AclSignatureSkewMillis int64 `conf:"aclSignatureSkewMillis"`
+	// AclRefuseV1ForAdmin refuses admin-only request codes (topic and group changes,
+	// offset resets, the name server's writes) signed with RocketMQ's signature v1, which
+	// covers neither the request code nor a time; they need signature v2. The broker then
+	// signs its own registrations with v2. Sluice key. Default false.
+	AclRefuseV1ForAdmin bool `conf:"aclRefuseV1ForAdmin"`
 	// AccessKey and SecretKey, when both set, sign the broker's own requests to the name
 	// servers (registration, unregistration), for name servers that require it. Sluice
 	// keys; default none.

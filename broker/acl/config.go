@@ -82,6 +82,13 @@ type File struct {
 	GlobalWhiteRemoteAddresses []string `yaml:"globalWhiteRemoteAddresses"`
 	// Accounts are the known access keys.
 	Accounts []Account `yaml:"accounts"`
+	// WhiteListGrantsAdmin: a white-listed address (globalWhiteRemoteAddresses, or an
+	// account's whiteRemoteAddress) passes every check, admin-only request codes and
+	// resource permissions included, as in RocketMQ. Set false, it only spares the
+	// signature: admin codes then need a signed admin account, and an account's
+	// white-listed requests still need their permissions. Absent: true (RocketMQ's
+	// behaviour, so existing files keep working); write false in new files.
+	WhiteListGrantsAdmin *bool `yaml:"whiteListGrantsAdmin"`
 }
 
 // Account is one entry of plain_acl.yml's accounts list.
