@@ -1105,3 +1105,20 @@ func FuzzSignatureV2(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDelayLevel: the DELAY check accepts exactly the absent property and the integers
+// 0..len(messageDelayLevel), and never panics.
+func FuzzDelayLevel(f *testing.F) {
+	for _, s := range []string{"", "0", "18", "19", "-3", "99", "+1", "1e1", " 1", "01"} {
+		f.Add(s)
+	}
+	levels, _ := ParseDelayLevels(DefaultMessageDelayLevel)
+	b := &Broker{cfg: Config{DelayLevelOutOfRange: DelayLevelRefuse}, delayLevels: levels}
+	f.Fuzz(func(t *testing.T, v string) {
+		err := b.checkDelayLevel(v)
+		n, perr := strconv.Atoi(v)
+		if want := v == "" || (perr == nil && n >= 0 && n <= len(levels)); (err == nil) != want {
+			t.Fatalf("checkDelayLevel(%q) = %v", v, err)
+		}
+	})
+}

@@ -223,6 +223,9 @@ func TestHotReload(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(sampleACL))
 	f.Add([]byte("globalWhiteRemoteAddresses: ['*']"))
+	f.Add([]byte("globalWhiteRemoteAddresses: ['1.2.3.4']\nwhiteListGrantsAdmin: false\naccounts: []"))
+	f.Add([]byte("# only a comment\n"))
+	f.Add([]byte("~"))
 	f.Add([]byte("accounts:\n  - {accessKey: abcdefg, secretKey: 1234567, whiteRemoteAddress: '1.2.3.{4,5}'}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data)
