@@ -5,14 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -207,6 +214,7 @@ func startACLBroker(t *testing.T, extra string, mod func(*Config)) (*Broker, str
 	path := writeACL(t, dir, extra)
 	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
 		c.AclEnable, c.AclFile = true, path
+		c.AccessKey, c.SecretKey = "adminKey", "adminSecret" // the embedded name server needs them
 		if mod != nil {
 			mod(c)
 		}
@@ -465,4 +473,652 @@ func TestHalfSentConnectionsBounded(t *testing.T) {
 	if r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)); r.ResponseCode() != remoting.Success {
 		t.Fatalf("a client after the attack: %d %s", r.Code, r.Remark)
 	}
+}
+
+// TestACLEndTransactionNeedsPubOnRealTopic (issue 26, finding 1): an account with PUB on
+// TopicA only and DENY on Orders committed a victim's half message into Orders and rolled
+// back another; only the producer group name had to match. END_TRANSACTION now needs PUB
+// on the half message's real topic.
+func TestACLEndTransactionNeedsPubOnRealTopic(t *testing.T) {
+	b, _ := startACLBroker(t, `  - accessKey: attackerKey
+    secretKey: attackerSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [TopicA=PUB, Orders=DENY]
+`, nil)
+	admin := signedClient(t, "adminKey", "adminSecret")
+	victim := signedClient(t, "producerKey", "producerSecret")
+	attacker := signedClient(t, "attackerKey", "attackerSecret")
+	createTopic(t, admin, b.Addr(), "Orders", 1)
+	createTopic(t, admin, b.Addr(), "TopicA", 1)
+	h1 := sendHalf(t, victim, b.Addr(), "Orders", "victim-1", "u1", nil)
+	h2 := sendHalf(t, victim, b.Addr(), "Orders", "victim-2", "u2", nil)
+	for _, d := range []struct {
+		half     *remoting.RemotingCommand
+		decision int
+	}{{h1, txnCommit}, {h2, txnRollback}} {
+		r := endTxn(t, attacker, b.Addr(), d.half, d.decision)
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "no PUB permission on topic Orders") {
+			t.Fatalf("attacker's decision %d: %d %q", d.decision, r.Code, r.Remark)
+		}
+	}
+	if n := b.store.MaxOffset("Orders", 0); n != 0 {
+		t.Fatalf("the attacker's commit stored %d message(s) in Orders", n)
+	}
+	// The victim's own decisions still go through: the half messages were left pending.
+	if r := endTxn(t, victim, b.Addr(), h1, txnCommit); r.ResponseCode() != remoting.Success {
+		t.Fatalf("victim's commit: %d %s", r.Code, r.Remark)
+	}
+	if r := endTxn(t, victim, b.Addr(), h2, txnCommit); r.ResponseCode() != remoting.Success {
+		t.Fatalf("victim's second commit (was the rollback applied?): %d %s", r.Code, r.Remark)
+	}
+	if n := b.store.MaxOffset("Orders", 0); n != 2 {
+		t.Fatalf("Orders holds %d messages, want 2", n)
+	}
+}
+
+// heartbeatBody is a heartbeat of clientID with one consumer group per entry of groups,
+// each subscribing n topics named <prefix><i>, and the producer groups pgs.
+func heartbeatBody(clientID string, groups []string, prefix string, n int, pgs ...string) []byte {
+	hb := wire.HeartbeatData{ClientID: clientID}
+	for _, g := range groups {
+		cd := wire.ConsumerData{GroupName: g, MessageModel: "CLUSTERING", ConsumeType: "CONSUME_PASSIVELY"}
+		for i := range n {
+			cd.SubscriptionDataSet = append(cd.SubscriptionDataSet, wire.SubscriptionData{Topic: prefix + strconv.Itoa(i), SubString: "*"})
+		}
+		hb.ConsumerDataSet = append(hb.ConsumerDataSet, cd)
+	}
+	for _, p := range pgs {
+		hb.ProducerDataSet = append(hb.ProducerDataSet, wire.ProducerData{GroupName: p})
+	}
+	body, _ := json.Marshal(hb)
+	return body
+}
+
+// floodHeartbeat is heartbeat i of the subscription flood: one consumer group g<i>
+// subscribing 45,000 topics, as compact as a client can write it (3.1 MB).
+func floodHeartbeat(i int) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"clientID":"flood` + strconv.Itoa(i) + `","consumerDataSet":[{"groupName":"g` + strconv.Itoa(i) + `","messageModel":"CLUSTERING","subscriptionDataSet":[`)
+	for j := range 45000 {
+		if j > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"topic":"TopicNumber` + strconv.Itoa(j) + `","subString":"*","subVersion":1}`)
+	}
+	sb.WriteString(`]}]}`)
+	return []byte(sb.String())
+}
+
+// TestHeartbeatSubscriptionFloodBounded (issue 26, finding 2): 20 heartbeats of 45,000
+// subscriptions each (3.8 MB, under the body limit) took the broker from 174 MB to
+// 1.04 GB, kept after the clients disconnected, with no credentials. What clients make
+// the broker keep is now bounded per group, per connection and in total, refused with
+// the limit's key, and freed when the connection closes.
+func TestHeartbeatSubscriptionFloodBounded(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	for i := range 20 {
+		c := newClient(t)
+		body := floodHeartbeat(i)
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body))
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "maxSubscriptionsPerGroup would be 45000, limit 1000") {
+			t.Fatalf("flood heartbeat %d (%d bytes): %d %.200q", i, len(body), r.Code, r.Remark)
+		}
+	}
+	if st := b.Stats(); st.ClientSubscriptions != 0 || st.ClientEntries != 0 {
+		t.Fatalf("after the refused flood the broker keeps %d subscriptions and %d client entries", st.ClientSubscriptions, st.ClientEntries)
+	}
+
+	b = startBroker(t, t.TempDir(), func(c *Config) {
+		c.MaxSubscriptionsPerGroup, c.MaxClientEntriesPerConnection, c.MaxClientEntries, c.MaxSubscriptions = 10, 3, 5, 70
+	})
+	hbOn := func(c *remoting.Client, body []byte) *remoting.RemotingCommand {
+		return invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, body))
+	}
+	refused := func(what string, r *remoting.RemotingCommand, key string) {
+		t.Helper()
+		if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, key) {
+			t.Fatalf("%s: want SYSTEM_ERROR naming %s, got %d %q", what, key, r.Code, r.Remark)
+		}
+	}
+	ca, cb, cc := newClient(t), newClient(t), newClient(t)
+	refused("4 groups on one connection", hbOn(ca, heartbeatBody("a", []string{"a1", "a2", "a3", "a4"}, "T", 10)), "maxClientEntriesPerConnection would be 4, limit 3")
+	refused("a group past the total", hbOn(cb, heartbeatBody("b", []string{"b1"}, "T", 10)), "maxSubscriptions would be 80, limit 70")
+	if r := hbOn(cb, heartbeatBody("b", []string{"b1"}, "T", 2)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("a small group: %d %s", r.Code, r.Remark)
+	}
+	refused("producers past the total", hbOn(cc, heartbeatBody("c", nil, "T", 0, "p1", "p2")), "maxClientEntries would be 6, limit 5")
+	// A client changing its subscriptions does not accumulate the old ones.
+	for i := range 5 {
+		if r := hbOn(ca, heartbeatBody("a", []string{"a1"}, "S"+strconv.Itoa(i)+"-", 10)); r.ResponseCode() != remoting.Success {
+			t.Fatalf("resubscribe %d: %d %s", i, r.Code, r.Remark)
+		}
+	}
+	st := b.Stats()
+	if st.ClientEntries != 5 || st.ClientSubscriptions != 64 {
+		t.Fatalf("kept %d entries and %d subscriptions, want 5 and 64", st.ClientEntries, st.ClientSubscriptions)
+	}
+	for _, c := range []*remoting.Client{ca, cb, cc} {
+		_ = c.Close()
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool {
+		st := b.Stats()
+		return st.ClientEntries == 0 && st.ClientSubscriptions == 0
+	}, "everything the closed connections registered to be freed")
+	if r := hbOn(newClient(t), heartbeatBody("d", []string{"d1", "d2", "d3"}, "T", 10)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("a client after the others left: %d %s", r.Code, r.Remark)
+	}
+}
+
+// TestHeartbeatFloodRSS measures the process's resident memory under the subscription
+// flood (20 connections, 45,000 subscriptions each). It runs only with
+// SLUICE_ABUSE_RSS set: "default" uses the default limits, "unlimited" sets them to -1
+// (the broker before the limits). It logs VmRSS before, during and after the flood.
+func TestHeartbeatFloodRSS(t *testing.T) {
+	mode := os.Getenv("SLUICE_ABUSE_RSS")
+	if mode == "" {
+		t.Skip("set SLUICE_ABUSE_RSS=default or unlimited to measure the broker's memory under the heartbeat flood")
+	}
+	rss := func() string {
+		runtime.GC()
+		data, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Skipf("needs /proc/self/status: %v", err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				return strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+			}
+		}
+		return "?"
+	}
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		if mode == "unlimited" {
+			c.MaxSubscriptionsPerGroup, c.MaxClientEntriesPerConnection, c.MaxClientEntries, c.MaxSubscriptions = -1, -1, -1, -1
+		}
+	})
+	before := rss()
+	var clients []*remoting.Client
+	for i := range 20 {
+		c := newClient(t)
+		clients = append(clients, c)
+		invoke(t, c, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, floodHeartbeat(i)))
+	}
+	during, st := rss(), b.Stats()
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	testkit.WaitFor(t, 30*time.Second, func() bool { return b.Stats().ClientEntries == 0 }, "the flood's connections to be dropped")
+	debug.FreeOSMemory()
+	t.Logf("limits %s: VmRSS before %s, under the flood %s (broker keeps %d subscriptions, %d client entries), after disconnect %s",
+		mode, before, during, st.ClientSubscriptions, st.ClientEntries, rss())
+}
+
+// TestACLEmbeddedNameServerNeedsBrokerCredentials (issue 26, finding 3): aclEnable=true
+// without the broker's own accessKey/secretKey left the embedded name server's writes
+// open (one WARN at start): an unsigned REGISTER_BROKER hijacked a topic's route, and KV
+// writes, unregistration and topic deletion answered success. Such a broker now fails
+// to start with a *ConfigError naming accessKey (as RocketMQ 5 needs its broker's inner
+// credentials once authentication is on), and so does one whose accessKey is not an
+// admin account of the ACL file; with them, unsigned writes are refused.
+func TestACLEmbeddedNameServerNeedsBrokerCredentials(t *testing.T) {
+	for name, keys := range map[string][2]string{"none": {"", ""}, "not admin": {"producerKey", "producerSecret"},
+		"wrong secret": {"adminKey", "not-the-secret"}, "unknown": {"nobodyKey", "nobodySecret"}} {
+		dir := t.TempDir()
+		cfg := Config{ListenAddr: "127.0.0.1:0", NamesrvListenAddr: "127.0.0.1:0", StorePathRootDir: filepath.Join(dir, "store"),
+			MappedFileSizeCommitLog: 8 << 20, Logger: testkit.Quiet(), AclEnable: true, AclFile: writeACL(t, dir, ""),
+			AccessKey: keys[0], SecretKey: keys[1]}
+		b, err := New(cfg)
+		if err == nil {
+			err = b.Start()
+			_ = b.Shutdown(context.Background())
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != "accessKey" || !strings.Contains(ce.Reason, "embedded name server") {
+			t.Errorf("%s: want a ConfigError naming accessKey, got %v", name, err)
+		}
+	}
+
+	b, _ := startACLBroker(t, "", nil)
+	stranger := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := wire.PutKVConfig(ctx, stranger, b.NamesrvAddr(), "ORDER_TOPIC_CONFIG", "Orders", "broker-a:8"); err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Errorf("unsigned KV write: %v", err)
+	}
+	if err := wire.DeleteTopic(ctx, stranger, b.NamesrvAddr(), message.RetryTopic("g"), "DefaultCluster"); err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Errorf("unsigned topic delete: %v", err)
+	}
+	if _, err := wire.RegisterBroker(ctx, stranger, b.NamesrvAddr(), wire.RegisterBrokerRequest{
+		ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "no accessKey") {
+		t.Errorf("unsigned register: %v", err)
+	}
+}
+
+// TestNameServerLivenessOnlyByTheBroker (issue 26, finding 4): an unsigned
+// QUERY_DATA_VERSION from anyone kept a dead broker's registration alive (kept >= 75 s
+// against dropped in 10 s). Only the registered broker's own connection refreshes it
+// now; anyone else's query is still answered, and the dead broker expires.
+func TestNameServerLivenessOnlyByTheBroker(t *testing.T) {
+	ns, err := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", BrokerExpiry: 2 * time.Second, ScanInterval: 200 * time.Millisecond, Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Shutdown(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The "dead" broker registered, then stopped talking (its connection stays open, as
+	// a hung process's does).
+	dead := newClient(t)
+	reg := wire.RegisterBrokerRequest{ClusterName: "DefaultCluster", BrokerName: "broker-dead", BrokerAddr: "127.0.0.1:1",
+		Topics: wire.TopicConfigSerializeWrapper{DataVersion: wire.DataVersion{Timestamp: 1, Counter: 1},
+			TopicConfigTable: map[string]*wire.TopicConfig{"Orders": {TopicName: "Orders", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}}}}
+	if _, err := wire.RegisterBroker(ctx, dead, ns.Addr(), reg); err != nil {
+		t.Fatal(err)
+	}
+	id := wire.UnregisterBrokerRequest{ClusterName: reg.ClusterName, BrokerName: reg.BrokerName, BrokerAddr: reg.BrokerAddr}
+	// Its own query on its own connection is answered as unchanged (and refreshes it).
+	if changed, _, err := wire.QueryDataVersion(ctx, dead, ns.Addr(), id, reg.Topics.DataVersion); err != nil || changed {
+		t.Fatalf("the broker's own query: changed %v, %v", changed, err)
+	}
+	// A stranger queries for it over and over; it must expire all the same.
+	stranger := newClient(t)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, _, err := wire.QueryDataVersion(ctx, stranger, ns.Addr(), id, reg.Topics.DataVersion); err != nil {
+				done <- err
+				return
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	testkit.WaitFor(t, 20*time.Second, func() bool { return !slices.Contains(ns.LiveBrokers(), reg.BrokerAddr) },
+		"the dead broker to expire while a stranger queries its data version")
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("stranger's query: %v", err)
+	}
+}
+
+// connFlood holds connections to addr from the loopback addresses 127.0.0.2 … from
+// 127.0.0.<1+hosts>, per connections each: every connection sends one request, then
+// holds the connection reading until the broker closes it, and dials again (20 ms
+// later). stop ends it and closes what it holds.
+func connFlood(t *testing.T, addr string, hosts, per int) (stop func()) {
+	t.Helper()
+	frame, err := remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	probe, err := pd.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("needs 127.0.0.2 … 127.0.0.%d to be local addresses (Linux loopback): %v", 1+hosts, err)
+	}
+	_ = probe.Close()
+	done := make(chan struct{})
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	var wg sync.WaitGroup
+	for h := range hosts {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+h))}, Timeout: time.Second}
+		for range per {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if nc, err := d.Dial("tcp", addr); err == nil {
+						mu.Lock()
+						open[nc] = true
+						mu.Unlock()
+						if _, err := nc.Write(frame); err == nil {
+							_, _ = io.Copy(io.Discard, nc)
+						}
+						mu.Lock()
+						delete(open, nc)
+						mu.Unlock()
+						_ = nc.Close()
+					}
+					select {
+					case <-done:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}()
+		}
+	}
+	return func() {
+		close(done)
+		mu.Lock()
+		for nc := range open {
+			_ = nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+// probeRate sends n GET_MAX_OFFSET requests to addr through one client (from
+// 127.0.0.1), each bounded by a second, and returns the share answered with SUCCESS.
+func probeRate(addr string, n int) float64 {
+	c, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet(), DialTimeout: time.Second})
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = c.Close() }()
+	ok := 0
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := c.InvokeSync(ctx, addr, remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil))
+		cancel()
+		if err == nil && r.ResponseCode() == remoting.Success {
+			ok++
+		}
+	}
+	return float64(ok) / float64(n)
+}
+
+// TestConnectionFloodFairness (issue 26, finding 6): connections from 10+ source
+// addresses filled maxConnections and a well-behaved client got 0 of 11,760 requests
+// through. The broker now keeps a reserve for addresses holding few connections and,
+// when full, sheds a connection of the largest holder for a smaller one: a probe
+// client from another address gets its requests through a flood from 30 addresses.
+func TestConnectionFloodFairness(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.MaxConnections = 120 })
+	stop := connFlood(t, b.Addr(), 30, 20) // 600 connections wanted, 120 allowed
+	defer stop()
+	testkit.WaitFor(t, 30*time.Second, func() bool { return b.server.Conns() >= 110 }, "the flood to fill the broker's connections")
+	rate := probeRate(b.Addr(), 200)
+	t.Logf("probe success rate under a flood from 30 addresses: %.1f%% (%d connections open, %d refused at accept)",
+		100*rate, b.server.Conns(), b.server.RefusedConns())
+	if rate < 0.9 {
+		t.Fatalf("probe success rate %.1f%% under the flood", 100*rate)
+	}
+}
+
+// TestIdleBeforeFirstRequestClosed: a connection that sends no request is closed after
+// firstRequestTimeoutMillis; one that sent a request is not.
+func TestIdleBeforeFirstRequestClosed(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.FirstRequestTimeoutMillis = 300 })
+	silent, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	c := newClient(t)
+	q := func() *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)
+	}
+	invoke(t, c, b.Addr(), q())
+	closed := make(chan error, 1)
+	go func() { _, err := silent.Read(make([]byte, 1)); closed <- err }()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Fatal("the broker sent bytes to a silent connection")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a connection that sent nothing is still open after 30 s")
+	}
+	// More than 300 ms have passed: the client's connection, which sent a request, is open.
+	conns := b.server.Conns()
+	if r := invoke(t, c, b.Addr(), q()); r.ResponseCode() != remoting.Success || b.server.Conns() != conns {
+		t.Fatalf("the active connection: %d %s, %d connections before, %d after", r.Code, r.Remark, conns, b.server.Conns())
+	}
+}
+
+// TestACLListingsAndGroupOffsetsFiltered (issue 26, finding 7): GROUP_OFFSETS (7003)
+// answered an account with DENY on the group, and GET_ALL_TOPIC_CONFIG (21) and
+// GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) listed every topic and group to any account.
+// GROUP_OFFSETS now needs SUB on the group; the listings hold only what the account has
+// a permission on (everything for an admin account without entries).
+func TestACLListingsAndGroupOffsetsFiltered(t *testing.T) {
+	b, _ := startACLBroker(t, `  - accessKey: narrowKey
+    secretKey: narrowSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Mine=SUB]
+    groupPerms: [mine=SUB, secret=DENY]
+`, nil)
+	admin := signedClient(t, "adminKey", "adminSecret")
+	narrow := signedClient(t, "narrowKey", "narrowSecret")
+	for _, topic := range []string{"Orders", "Mine", "Payroll"} {
+		createTopic(t, admin, b.Addr(), topic, 1)
+	}
+	for _, g := range []string{"mine", "secret"} {
+		r := invoke(t, admin, b.Addr(), remoting.NewRequest(remoting.UpdateConsumerOffset, map[string]string{"consumerGroup": g, "topic": "Orders",
+			"queueId": "0", "commitOffset": "0"}, nil))
+		if r.ResponseCode() != remoting.Success {
+			t.Fatalf("offset of %s: %d %s", g, r.Code, r.Remark)
+		}
+		if r := invoke(t, admin, b.Addr(), remoting.NewRequest(remoting.HeartBeat, nil, heartbeatBody("admin", []string{g}, "Orders", 0))); r.ResponseCode() != remoting.Success {
+			t.Fatalf("heartbeat of group %s: %d %s", g, r.Code, r.Remark)
+		}
+	}
+	offsets := func(c *remoting.Client, g string) *remoting.RemotingCommand {
+		return invoke(t, c, b.Addr(), remoting.NewRequest(wire.GroupOffsets, map[string]string{"consumerGroup": g}, nil))
+	}
+	if r := offsets(narrow, "secret"); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "no SUB permission on group secret") {
+		t.Errorf("group offsets of a denied group: %d %q %s", r.Code, r.Remark, r.Body)
+	}
+	if r := offsets(narrow, "mine"); r.ResponseCode() != remoting.Success {
+		t.Errorf("group offsets of its own group: %d %q", r.Code, r.Remark)
+	}
+	topicsOf := func(c *remoting.Client) map[string]*wire.TopicConfig {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.GetAllTopicConfig, nil, nil))
+		var w wire.TopicConfigSerializeWrapper
+		if r.ResponseCode() != remoting.Success || json.Unmarshal(r.Body, &w) != nil {
+			t.Fatalf("topic list: %d %s", r.Code, r.Remark)
+		}
+		return w.TopicConfigTable
+	}
+	if got := topicsOf(narrow); len(got) != 2 || got["Mine"] == nil || got["%RETRY%mine"] == nil {
+		t.Errorf("narrow account sees topics %v", slices.Sorted(maps.Keys(got)))
+	}
+	if got := topicsOf(admin); got["Orders"] == nil || got["Payroll"] == nil || got["Mine"] == nil {
+		t.Errorf("admin sees topics %v", slices.Sorted(maps.Keys(got)))
+	}
+	groupsOf := func(c *remoting.Client) map[string]json.RawMessage {
+		r := invoke(t, c, b.Addr(), remoting.NewRequest(remoting.GetAllSubscriptionGroupConfig, nil, nil))
+		var w struct {
+			SubscriptionGroupTable map[string]json.RawMessage `json:"subscriptionGroupTable"`
+		}
+		if r.ResponseCode() != remoting.Success || json.Unmarshal(r.Body, &w) != nil {
+			t.Fatalf("group list: %d %s", r.Code, r.Remark)
+		}
+		return w.SubscriptionGroupTable
+	}
+	if got := groupsOf(narrow); len(got) != 1 || got["mine"] == nil {
+		t.Errorf("narrow account sees groups %v", slices.Sorted(maps.Keys(got)))
+	}
+	if got := groupsOf(admin); got["mine"] == nil || got["secret"] == nil {
+		t.Errorf("admin sees groups %v", slices.Sorted(maps.Keys(got)))
+	}
+}
+
+// TestACLEmptyFileKeepsRules (issue 26, finding 7): a 0-byte plain_acl.yml (an editor
+// truncating it, a failed copy) was applied as "no accounts" and locked everyone out,
+// while a garbage one kept the old rules. Both now keep the rules in force, and each
+// refusal is logged and counted (Stats.AclReloadRefused).
+func TestACLEmptyFileKeepsRules(t *testing.T) {
+	b, path := startACLBroker(t, "", nil)
+	prod := signedClient(t, "producerKey", "producerSecret")
+	admin := signedClient(t, "adminKey", "adminSecret")
+	createTopic(t, admin, b.Addr(), "Orders", 1)
+	for i, content := range []string{"", "\n  \n", "accounts: [[[", "# only a comment\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 15*time.Second, func() bool { return b.Stats().AclReloadRefused >= int64(i+1) },
+			fmt.Sprintf("the broker to refuse ACL file content %q", content))
+		if r := sendV1(t, prod, b.Addr(), "Orders", 0, []byte("x"), nil); r.ResponseCode() != remoting.Success {
+			t.Fatalf("after ACL file content %q the producer's send: %d %s", content, r.Code, r.Remark)
+		}
+	}
+}
+
+// TestDelayLevelOutOfRangeRefused (issue 26, finding 7): a raw send with DELAY=99 or
+// DELAY=-3 was accepted (99 clamped to the last level, -3 taken as no delay). Such a
+// send is now refused with MESSAGE_ILLEGAL naming the property and the range, and
+// nothing is stored; delayLevelOutOfRange=clamp keeps RocketMQ's behaviour.
+func TestDelayLevelOutOfRangeRefused(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := newClient(t)
+	createTopic(t, c, b.Addr(), "D", 1)
+	for _, level := range []string{"99", "19", "-3", "x", "1.5"} {
+		r := sendV1(t, c, b.Addr(), "D", 0, []byte("x"), map[string]string{"DELAY": level})
+		if r.ResponseCode() != remoting.MessageIllegal || !strings.Contains(r.Remark, "invalid properties.DELAY") || !strings.Contains(r.Remark, "0..18") {
+			t.Errorf("DELAY=%s: %d %q", level, r.Code, r.Remark)
+		}
+	}
+	if n := b.store.MaxOffset(message.ScheduleTopic, 17) + b.store.MaxOffset("D", 0); n != 0 {
+		t.Fatalf("%d refused message(s) stored", n)
+	}
+	for _, level := range []string{"0", "1", "18"} {
+		if r := sendV1(t, c, b.Addr(), "D", 0, []byte("x"), map[string]string{"DELAY": level}); r.ResponseCode() != remoting.Success {
+			t.Errorf("DELAY=%s: %d %q", level, r.Code, r.Remark)
+		}
+	}
+	clamp := startBroker(t, t.TempDir(), func(c *Config) { c.DelayLevelOutOfRange = DelayLevelClamp })
+	createTopic(t, c, clamp.Addr(), "D", 1)
+	if r := sendV1(t, c, clamp.Addr(), "D", 0, []byte("x"), map[string]string{"DELAY": "99"}); r.ResponseCode() != remoting.Success ||
+		clamp.store.MaxOffset(message.ScheduleTopic, 17) != 1 {
+		t.Fatalf("clamp mode: %d %q", r.Code, r.Remark)
+	}
+}
+
+// TestSignatureV2 (issue 26, finding 8): a v1 signature covers neither the request code
+// nor a time, so a captured admin read replays as DELETE_TOPIC. Signature v2 (opt-in)
+// covers the code, a time within a skew window and a nonce refused on replay; with
+// aclRefuseV1ForAdmin admin codes need it, while RocketMQ clients keep v1 for the rest.
+func TestSignatureV2(t *testing.T) {
+	b, _ := startACLBroker(t, "", func(c *Config) { c.AclRefuseV1ForAdmin = true })
+	adminV1 := signedClient(t, "adminKey", "adminSecret")
+	adminV2, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet(),
+		Credentials: remoting.Credentials{AccessKey: "adminKey", SecretKey: "adminSecret", SignatureV2: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adminV2.Close() })
+	create := func(topic string) *remoting.RemotingCommand {
+		return remoting.NewRequest(remoting.UpdateAndCreateTopic, map[string]string{"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}, nil)
+	}
+	if r := invoke(t, adminV1, b.Addr(), create("Orders")); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "needs signature v2") {
+		t.Fatalf("admin code signed v1: %d %q", r.Code, r.Remark)
+	}
+	if r := invoke(t, adminV2, b.Addr(), create("Orders")); r.ResponseCode() != remoting.Success {
+		t.Fatalf("admin code signed v2: %d %q", r.Code, r.Remark)
+	}
+	// A RocketMQ client (v1) still sends; the broker's own v2 registrations go through.
+	if r := sendV1(t, signedClient(t, "producerKey", "producerSecret"), b.Addr(), "Orders", 0, []byte("x"), nil); r.ResponseCode() != remoting.Success {
+		t.Fatalf("v1 send: %d %q", r.Code, r.Remark)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	failed := b.Stats().RegisterFailed
+	b.registerAll(ctx)
+	if b.Stats().RegisterFailed != failed {
+		t.Fatal("the broker's v2-signed registration was refused")
+	}
+
+	// Replay: a captured v2 request sent again as it is, or with another request code.
+	creds := remoting.Credentials{AccessKey: "adminKey", SecretKey: "adminSecret", SignatureV2: true}
+	captured := remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "Orders", "queueId": "0"}, nil)
+	creds.Sign(captured)
+	relay := newClient(t) // sends what it is given, unsigned by itself
+	send := func(code remoting.RequestCode) *remoting.RemotingCommand {
+		cp := remoting.NewRequest(code, maps.Clone(captured.ExtFields), nil)
+		return invoke(t, relay, b.Addr(), cp)
+	}
+	if r := send(remoting.GetMaxOffset); r.ResponseCode() != remoting.Success {
+		t.Fatalf("the captured request itself: %d %q", r.Code, r.Remark)
+	}
+	if r := send(remoting.GetMaxOffset); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "nonce already used") {
+		t.Fatalf("replayed: %d %q", r.Code, r.Remark)
+	}
+	if r := send(remoting.DeleteTopicInBroker); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "check signature v2 failed") {
+		t.Fatalf("replayed as DELETE_TOPIC_IN_BROKER: %d %q", r.Code, r.Remark)
+	}
+	if b.topics.get("Orders") == nil {
+		t.Fatal("topic deleted by a replay")
+	}
+	// A signature made an hour ago is out of the skew window.
+	old := map[string]string{"topic": "Orders", "queueId": "0", remoting.ExtAccessKey: "adminKey", remoting.ExtSigVersion: "2",
+		remoting.ExtSigTime: strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10), remoting.ExtSigNonce: "00112233445566778899aabbccddeeff"}
+	old[remoting.ExtSignature] = remoting.SignatureV2("adminSecret", int16(remoting.GetMaxOffset), old, nil)
+	if r := invoke(t, relay, b.Addr(), remoting.NewRequest(remoting.GetMaxOffset, old, nil)); r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "not within") {
+		t.Fatalf("an hour-old signature: %d %q", r.Code, r.Remark)
+	}
+}
+
+// TestWhiteListGrantsAdminSetting (issue 26, finding 8): a white-listed address got
+// admin whatever it signed. With whiteListGrantsAdmin: false in plain_acl.yml it is only
+// spared the signature of non-admin requests; absent, RocketMQ's behaviour stays.
+func TestWhiteListGrantsAdminSetting(t *testing.T) {
+	dir := t.TempDir()
+	path := writeACL(t, dir, "")
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append([]byte("globalWhiteRemoteAddresses: ['127.0.0.1']\nwhiteListGrantsAdmin: false\n"), data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, filepath.Join(dir, "store"), func(c *Config) {
+		c.AclEnable, c.AclFile, c.AccessKey, c.SecretKey = true, path, "adminKey", "adminSecret"
+	})
+	stranger := newClient(t)
+	r := invoke(t, stranger, b.Addr(), remoting.NewRequest(remoting.UpdateAndCreateTopic, map[string]string{"topic": "Evil", "readQueueNums": "1", "writeQueueNums": "1"}, nil))
+	if r.ResponseCode() != remoting.SystemError || !strings.Contains(r.Remark, "needs a signed admin account") {
+		t.Fatalf("unsigned admin code from a white-listed address: %d %q", r.Code, r.Remark)
+	}
+	if r := invoke(t, stranger, b.Addr(), remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil)); r.ResponseCode() != remoting.Success {
+		t.Fatalf("unsigned read from a white-listed address: %d %q", r.Code, r.Remark)
+	}
+	createTopic(t, signedClient(t, "adminKey", "adminSecret"), b.Addr(), "Fine", 1)
+}
+
+// FuzzSignatureV2 feeds arbitrary ext fields and bodies to the v2 verifier: it never
+// panics and accepts only what SignatureV2 produced for the same code and content.
+func FuzzSignatureV2(f *testing.F) {
+	f.Add(int16(30), "k", "v", "sig", []byte("body"))
+	f.Fuzz(func(t *testing.T, code int16, k, v, sig string, body []byte) {
+		ext := map[string]string{k: v, remoting.ExtSigVersion: "2", remoting.ExtSignature: sig}
+		cmd := remoting.NewRequest(remoting.RequestCode(code), ext, body)
+		if remoting.VerifySignatureV2("secret", cmd) && sig != remoting.SignatureV2("secret", code, ext, body) {
+			t.Fatal("accepted a signature SignatureV2 does not produce")
+		}
+	})
+}
+
+// FuzzDelayLevel: the DELAY check accepts exactly the absent property and the integers
+// 0..len(messageDelayLevel), and never panics.
+func FuzzDelayLevel(f *testing.F) {
+	for _, s := range []string{"", "0", "18", "19", "-3", "99", "+1", "1e1", " 1", "01"} {
+		f.Add(s)
+	}
+	levels, _ := message.ParseDelayLevels(message.DefaultMessageDelayLevel)
+	b := &Broker{cfg: Config{DelayLevelOutOfRange: DelayLevelRefuse}, delayLevels: levels}
+	f.Fuzz(func(t *testing.T, v string) {
+		err := b.checkDelayLevel(v)
+		n, perr := strconv.Atoi(v)
+		if want := v == "" || (perr == nil && n >= 0 && n <= len(levels)); (err == nil) != want {
+			t.Fatalf("checkDelayLevel(%q) = %v", v, err)
+		}
+	})
 }

@@ -101,7 +101,7 @@ func appendRequestNames(refs []nameRef, req *remoting.RemotingCommand) ([]nameRe
 		if len(ext("clientID")) > MaxClientIDLength {
 			return nil, &message.ValidationError{Field: "clientID", Reason: "too long", Limit: MaxClientIDLength, Value: len(ext("clientID"))}
 		}
-	case remoting.GetConsumerListByGroup, wire.GroupSubscriptions:
+	case remoting.GetConsumerListByGroup, wire.GroupSubscriptions, wire.GroupOffsets:
 		add("consumerGroup", ext("consumerGroup"), true, acl.Sub)
 	case remoting.EndTransaction:
 		add("producerGroup", ext("producerGroup"), true, 0)
@@ -235,12 +235,20 @@ func (b *Broker) beforeRequest(_ context.Context, conn *remoting.Conn, req *remo
 // account could read any message by its offset, or send it back into its own group's
 // retry topic and pull it there (RocketMQ 4.9.8 does not check either). nil: allowed.
 func (b *Broker) checkStoredRead(conn *remoting.Conn, req *remoting.RemotingCommand, topic string) *remoting.RemotingCommand {
+	return b.checkStoredAccess(conn, req, topic, acl.Sub)
+}
+
+// checkStoredAccess checks, with aclEnable, that the caller of req has perm on topic, a
+// topic known only from a stored message (for a %RETRY%<group> topic: perm on the
+// group). END_TRANSACTION (37) names only a producer group; the half message's real
+// topic needs PUB. nil: allowed.
+func (b *Broker) checkStoredAccess(conn *remoting.Conn, req *remoting.RemotingCommand, topic string, perm acl.Perm) *remoting.RemotingCommand {
 	if b.acl == nil {
 		return nil
 	}
-	res := acl.Topic(topic, acl.Sub)
+	res := acl.Topic(topic, perm)
 	if g, ok := cutRetry(topic); ok {
-		res = acl.Group(g, acl.Sub)
+		res = acl.Group(g, perm)
 	}
 	if err := b.acl.Check(conn.RemoteAddr(), req, false, []acl.Resource{res}); err != nil {
 		b.counters.RefusedACL.Add(1)

@@ -109,6 +109,17 @@ func New(cfg Config) (*Broker, error) {
 		if b.acl, err = acl.Load(cfg.AclFile, b.log); err != nil {
 			return nil, &ConfigError{Key: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
 		}
+		b.acl.SetSignaturePolicy(acl.SignaturePolicy{Skew: time.Duration(cfg.AclSignatureSkewMillis) * time.Millisecond,
+			RefuseV1ForAdmin: cfg.AclRefuseV1ForAdmin})
+		// The embedded name server takes only admin-signed writes; the broker signs its
+		// own registrations with accessKey/secretKey, so they must be an admin account.
+		// (Without them the name server's writes would be open to anyone.)
+		if cfg.NamesrvAddr == "" {
+			if err := b.acl.CheckAdmin(cfg.AccessKey, cfg.SecretKey); err != nil {
+				return nil, &ConfigError{Key: "accessKey", Reason: "aclEnable=true with the embedded name server (no namesrvAddr) needs accessKey/secretKey " +
+					"of an admin account of the acl file, which the broker signs its registrations with and the embedded name server requires for every write: " + err.Error()}
+			}
+		}
 	}
 	if b.topics, err = newTopicTable(cfg.StorePathRootDir, &b.cfg); err != nil {
 		return nil, err
@@ -132,7 +143,9 @@ func New(cfg Config) (*Broker, error) {
 	b.txn = newTxnService(b)
 	b.locks = newQueueLocks(time.Duration(cfg.RebalanceLockMaxLiveTime) * time.Millisecond)
 	b.sqlCache = filter.NewSQLCache(1024)
-	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter)
+	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter, clientLimits{
+		subsPerGroup: cfg.MaxSubscriptionsPerGroup, entriesPerConn: cfg.MaxClientEntriesPerConnection,
+		entries: cfg.MaxClientEntries, subs: cfg.MaxSubscriptions})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -186,12 +199,8 @@ func (b *Broker) Start() (err error) {
 	if b.cfg.NamesrvAddr == "" {
 		nsCfg := namesrv.Config{ListenAddr: b.cfg.NamesrvListenAddr, Logger: b.cfg.Logger,
 			KVConfigPath: filepath.Join(b.cfg.StorePathRootDir, "config", "namesrv_kv.json"), TLS: serverTLS}
-		switch {
-		case b.acl != nil && b.cfg.AccessKey != "":
-			nsCfg.ACL = b.acl // the broker signs its registrations with accessKey/secretKey
-		case b.acl != nil:
-			b.log.Warn("aclEnable without accessKey/secretKey: the embedded name server's write operations stay open; " +
-				"set accessKey/secretKey to an admin account of the ACL file to guard them")
+		if b.acl != nil {
+			nsCfg.ACL = b.acl // the broker signs its registrations with accessKey/secretKey (checked in New)
 		}
 		b.embedded, err = namesrv.New(nsCfg)
 		if err != nil {
@@ -209,14 +218,16 @@ func (b *Broker) Start() (err error) {
 		}
 	}
 	if b.client, err = remoting.NewClient(remoting.ClientConfig{Logger: b.log,
-		Credentials: remoting.Credentials{AccessKey: b.cfg.AccessKey, SecretKey: b.cfg.SecretKey}, TLS: clientTLS}); err != nil {
+		Credentials: remoting.Credentials{AccessKey: b.cfg.AccessKey, SecretKey: b.cfg.SecretKey, SignatureV2: b.cfg.AclRefuseV1ForAdmin},
+		TLS:         clientTLS}); err != nil {
 		return err
 	}
 
 	b.server, err = remoting.NewServer(remoting.ServerConfig{Addr: b.cfg.ListenAddr, Logger: b.log,
 		MaxFrameSize: max(remoting.DefaultMaxFrameSize, b.cfg.MaxMessageSize+1<<20), Before: b.beforeRequest,
-		MaxConns: b.cfg.MaxConnections, MaxConnsPerHost: b.cfg.MaxConnectionsPerAddress,
-		MaxInFlightPerConn: b.cfg.MaxInFlightPerConnection, MaxInFlightBytesPerConn: b.cfg.MaxInFlightBytesPerConnection,
+		MaxConns: b.cfg.MaxConnections, MaxConnsPerHost: b.cfg.MaxConnectionsPerAddress, ReservedConns: b.cfg.ReservedConnections,
+		FirstRequestTimeout: time.Duration(b.cfg.FirstRequestTimeoutMillis) * time.Millisecond,
+		MaxInFlightPerConn:  b.cfg.MaxInFlightPerConnection, MaxInFlightBytesPerConn: b.cfg.MaxInFlightBytesPerConnection,
 		MaxQueuedBytesPerConn: b.cfg.MaxQueuedBytesPerConnection,
 		FrameReadTimeout:      time.Duration(b.cfg.FrameReadTimeoutMillis) * time.Millisecond, TLS: serverTLS,
 		// Send requests keep their ext fields in a list: ParseSendHeader reads it in one

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -42,24 +43,151 @@ type clientManager struct {
 	notifyEnabled bool
 	logf          func(msg string, args ...any)
 	compile       func(wire.SubscriptionData) store.Filter // subscriptions reaching heartbeat are valid
+	limits        clientLimits
 
 	mu        sync.Mutex
 	consumers map[string]*consumerGroup
 	producers map[string]map[uint64]*clientChannel // group -> conn id -> channel
+	perConn   map[uint64]int                       // client entries (producer and consumer channels) by connection id
+	entries   int                                  // client entries kept in total
+	subs      int                                  // subscriptions kept in total: every channel's own plus every group's
 }
 
-func newClientManager(notify bool, logf func(string, ...any), compile func(wire.SubscriptionData) store.Filter) *clientManager {
-	return &clientManager{notifyEnabled: notify, logf: logf, compile: compile, consumers: map[string]*consumerGroup{},
-		producers: map[string]map[uint64]*clientChannel{}}
+// clientLimits bound what heartbeats can make the broker keep (each <= 0: unlimited).
+type clientLimits struct {
+	subsPerGroup   int // maxSubscriptionsPerGroup: topics one consumer group (or one client of it) subscribes
+	entriesPerConn int // maxClientEntriesPerConnection: producer and consumer groups one connection registers
+	entries        int // maxClientEntries: client entries in total
+	subs           int // maxSubscriptions: subscriptions kept in total
+}
+
+// ClientLimitError is the refusal of a heartbeat (or the part of it) that would make the
+// broker keep more than a configured limit; Key is the broker.conf key of the limit.
+type ClientLimitError struct {
+	Key   string // maxSubscriptionsPerGroup, maxClientEntriesPerConnection, maxClientEntries or maxSubscriptions
+	Group string // the producer or consumer group refused
+	Value int    // what keeping it would have reached
+	Limit int
+}
+
+func (e *ClientLimitError) Error() string {
+	return fmt.Sprintf("heartbeat for group %.128q refused: %s would be %d, limit %d", e.Group, e.Key, e.Value, e.Limit)
+}
+
+func newClientManager(notify bool, logf func(string, ...any), compile func(wire.SubscriptionData) store.Filter, limits clientLimits) *clientManager {
+	return &clientManager{notifyEnabled: notify, logf: logf, compile: compile, limits: limits, consumers: map[string]*consumerGroup{},
+		producers: map[string]map[uint64]*clientChannel{}, perConn: map[uint64]int{}}
+}
+
+// over reports whether value exceeds limit (<= 0: unlimited).
+func over(value, limit int) bool { return limit > 0 && value > limit }
+
+// clientCounts are the broker's own accounting of what clients made it keep.
+type clientCounts struct{ entries, subs int }
+
+// counts returns the client entries and subscriptions kept now.
+func (m *clientManager) counts() clientCounts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return clientCounts{m.entries, m.subs}
+}
+
+// addEntryLocked checks that conn may register one more client entry for group and
+// counts it.
+func (m *clientManager) addEntryLocked(connID uint64, group string) error {
+	if err := m.entryRoomLocked(connID, group); err != nil {
+		return err
+	}
+	m.perConn[connID]++
+	m.entries++
+	return nil
+}
+
+// entryRoomLocked checks that conn may register one more client entry for group.
+func (m *clientManager) entryRoomLocked(connID uint64, group string) error {
+	if n := m.perConn[connID] + 1; over(n, m.limits.entriesPerConn) {
+		return &ClientLimitError{Key: "maxClientEntriesPerConnection", Group: group, Value: n, Limit: m.limits.entriesPerConn}
+	}
+	if over(m.entries+1, m.limits.entries) {
+		return &ClientLimitError{Key: "maxClientEntries", Group: group, Value: m.entries + 1, Limit: m.limits.entries}
+	}
+	return nil
+}
+
+// dropEntryLocked forgets one client entry of conn.
+func (m *clientManager) dropEntryLocked(connID uint64) {
+	m.entries--
+	if m.perConn[connID]--; m.perConn[connID] <= 0 {
+		delete(m.perConn, connID)
+	}
+}
+
+// heldByOther reports whether a member of g other than connID subscribes topic.
+func (g *consumerGroup) heldByOther(topic string, connID uint64) bool {
+	for id, ch := range g.channels {
+		if _, ok := ch.subs[topic]; ok && id != connID {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetUnheldLocked drops the group's subscription of topic when none of its members
+// subscribes it any more.
+func (m *clientManager) forgetUnheldLocked(g *consumerGroup, topic string) {
+	for _, ch := range g.channels {
+		if _, ok := ch.subs[topic]; ok {
+			return
+		}
+	}
+	if _, ok := g.subs[topic]; ok {
+		delete(g.subs, topic)
+		m.subs--
+	}
+}
+
+// dropConsumerLocked removes conn's channel from g, with the subscriptions only it held,
+// and forgets g when no member is left.
+func (m *clientManager) dropConsumerLocked(g *consumerGroup, connID uint64) {
+	ch, ok := g.channels[connID]
+	if !ok {
+		return
+	}
+	delete(g.channels, connID)
+	m.dropEntryLocked(connID)
+	m.subs -= len(ch.subs)
+	for topic := range ch.subs {
+		m.forgetUnheldLocked(g, topic)
+	}
+	if len(g.channels) == 0 {
+		m.subs -= len(g.subs)
+		delete(m.consumers, g.name)
+	}
 }
 
 // heartbeat registers the client's groups on conn. It returns the consumer groups whose
-// membership or subscriptions changed (to be notified).
-func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, now time.Time) []string {
+// membership or subscriptions changed (to be notified), and the first refusal
+// (*ClientLimitError) of a group that would have taken the broker over a client limit;
+// that group is left as it was, the others are registered.
+func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, now time.Time) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var refused error
+	refuse := func(err error) {
+		if refused == nil {
+			refused = err
+		}
+	}
 	for _, p := range hb.ProducerDataSet {
 		g := m.producers[p.GroupName]
+		if ch, ok := g[conn.ID()]; ok {
+			ch.clientID, ch.lastUpdate = hb.ClientID, now
+			continue
+		}
+		if err := m.addEntryLocked(conn.ID(), p.GroupName); err != nil {
+			refuse(err)
+			continue
+		}
 		if g == nil {
 			g = map[uint64]*clientChannel{}
 			m.producers[p.GroupName] = g
@@ -68,22 +196,85 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 	}
 	var changed []string
 	for _, cd := range hb.ConsumerDataSet {
+		hint := len(cd.SubscriptionDataSet)
+		if m.limits.subsPerGroup > 0 {
+			hint = min(hint, m.limits.subsPerGroup+1)
+		}
+		mine := make(map[string]wire.SubscriptionData, hint)
+		for _, sd := range cd.SubscriptionDataSet {
+			mine[sd.Topic] = sd
+			if over(len(mine), m.limits.subsPerGroup) {
+				break
+			}
+		}
+		if over(len(mine), m.limits.subsPerGroup) {
+			refuse(&ClientLimitError{Key: "maxSubscriptionsPerGroup", Group: cd.GroupName, Value: len(cd.SubscriptionDataSet), Limit: m.limits.subsPerGroup})
+			continue
+		}
 		g := m.consumers[cd.GroupName]
+		var ch *clientChannel
+		if g != nil {
+			ch = g.channels[conn.ID()]
+		}
+		if ch == nil {
+			if err := m.entryRoomLocked(conn.ID(), cd.GroupName); err != nil {
+				refuse(err)
+				continue
+			}
+		}
+		// What keeping this client's subscriptions adds: its own, and the group's new topics.
+		groupSubs, added := 0, 0
+		if g != nil {
+			groupSubs = len(g.subs)
+		}
+		for topic := range mine {
+			if g == nil || g.subs[topic] == nil {
+				added++
+			}
+		}
+		dropped := 0 // topics this client leaves that no other member subscribes
+		if ch != nil {
+			for topic := range ch.subs {
+				if _, still := mine[topic]; !still && !g.heldByOther(topic, conn.ID()) {
+					dropped++
+				}
+			}
+		}
+		if n := groupSubs + added - dropped; over(n, m.limits.subsPerGroup) {
+			refuse(&ClientLimitError{Key: "maxSubscriptionsPerGroup", Group: cd.GroupName, Value: n, Limit: m.limits.subsPerGroup})
+			continue
+		}
+		delta := len(mine) + added - dropped
+		if ch != nil {
+			delta -= len(ch.subs)
+		}
+		if over(m.subs+delta, m.limits.subs) {
+			refuse(&ClientLimitError{Key: "maxSubscriptions", Group: cd.GroupName, Value: m.subs + delta, Limit: m.limits.subs})
+			continue
+		}
+		if ch == nil {
+			if err := m.addEntryLocked(conn.ID(), cd.GroupName); err != nil {
+				refuse(err)
+				continue
+			}
+		}
 		if g == nil {
 			g = &consumerGroup{name: cd.GroupName, channels: map[uint64]*clientChannel{}, subs: map[string]*subscription{}}
 			m.consumers[cd.GroupName] = g
 		}
 		g.messageModel = cd.MessageModel
-		ch, known := g.channels[conn.ID()]
+		known := ch != nil
 		if !known || ch.clientID != hb.ClientID {
+			old := ch
 			ch = &clientChannel{clientID: hb.ClientID, conn: conn}
+			if old != nil {
+				ch.subs = old.subs
+			}
 			g.channels[conn.ID()] = ch
 		}
 		ch.lastUpdate = now
 		subsChanged := !known
-		mine := make(map[string]wire.SubscriptionData, len(cd.SubscriptionDataSet))
-		for _, sd := range cd.SubscriptionDataSet {
-			mine[sd.Topic] = sd
+		for _, sd := range mine {
 			cur, ok := g.subs[sd.Topic]
 			if ok && cur.data.SubString == sd.SubString && cur.data.ExpressionType == sd.ExpressionType {
 				if sd.SubVersion > cur.data.SubVersion {
@@ -97,15 +288,23 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			}
 			if !ok {
 				subsChanged = true
+				m.subs++
 			}
 			g.subs[sd.Topic] = &subscription{data: sd, filter: m.compile(sd)}
 		}
+		m.subs += len(mine) - len(ch.subs)
+		old := ch.subs
 		ch.subs = mine
+		for topic := range old {
+			if _, still := mine[topic]; !still {
+				m.forgetUnheldLocked(g, topic)
+			}
+		}
 		if subsChanged {
 			changed = append(changed, g.name)
 		}
 	}
-	return changed
+	return changed, refused
 }
 
 // subscription returns the group's subscription of topic, or nil.
@@ -144,12 +343,11 @@ func (m *clientManager) unregister(conn *remoting.Conn, clientID, producerGroup,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if producerGroup != "" {
-		delete(m.producers[producerGroup], conn.ID())
+		m.dropProducerLocked(producerGroup, conn.ID())
 	}
 	if g := m.consumers[consumerGroup]; g != nil {
 		if ch, ok := g.channels[conn.ID()]; ok && (clientID == "" || ch.clientID == clientID) {
-			delete(g.channels, conn.ID())
-			m.pruneLocked(g)
+			m.dropConsumerLocked(g, conn.ID())
 			return []string{consumerGroup}
 		}
 	}
@@ -164,26 +362,35 @@ type member struct{ group, clientID string }
 func (m *clientManager) removeConn(connID uint64) ([]string, []member) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, g := range m.producers {
-		delete(g, connID)
-	}
 	var changed []string
 	var gone []member
+	if m.perConn[connID] == 0 {
+		return nil, nil // nothing registered on this connection
+	}
+	for name := range m.producers {
+		m.dropProducerLocked(name, connID)
+	}
 	for _, g := range m.consumers {
 		if ch, ok := g.channels[connID]; ok {
-			delete(g.channels, connID)
 			changed = append(changed, g.name)
 			gone = append(gone, member{g.name, ch.clientID})
-			m.pruneLocked(g)
+			m.dropConsumerLocked(g, connID)
 		}
 	}
 	return changed, gone
 }
 
-// pruneLocked forgets a group with no members left.
-func (m *clientManager) pruneLocked(g *consumerGroup) {
-	if len(g.channels) == 0 {
-		delete(m.consumers, g.name)
+// dropProducerLocked removes conn's channel of a producer group, and the group when it
+// has no channel left.
+func (m *clientManager) dropProducerLocked(group string, connID uint64) {
+	g := m.producers[group]
+	if _, ok := g[connID]; !ok {
+		return
+	}
+	delete(g, connID)
+	m.dropEntryLocked(connID)
+	if len(g) == 0 {
+		delete(m.producers, group)
 	}
 }
 
@@ -197,20 +404,19 @@ func (m *clientManager) expire(now time.Time, maxAge time.Duration) []string {
 		lost := false
 		for id, ch := range g.channels {
 			if now.Sub(ch.lastUpdate) > maxAge {
-				delete(g.channels, id)
+				m.dropConsumerLocked(g, id)
 				stale = append(stale, ch.conn)
 				lost = true
 			}
 		}
 		if lost {
 			changed = append(changed, g.name)
-			m.pruneLocked(g)
 		}
 	}
-	for _, g := range m.producers {
+	for name, g := range m.producers {
 		for id, ch := range g {
 			if now.Sub(ch.lastUpdate) > maxAge {
-				delete(g, id)
+				m.dropProducerLocked(name, id)
 				stale = append(stale, ch.conn)
 			}
 		}

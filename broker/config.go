@@ -97,6 +97,11 @@ type Config struct {
 	// MessageDelayLevel is the delay table: space-separated durations with unit s, m, h or
 	// d. Default message.DefaultMessageDelayLevel.
 	MessageDelayLevel string `conf:"messageDelayLevel"`
+	// DelayLevelOutOfRange is what a send whose DELAY property is not an integer in
+	// 0..len(messageDelayLevel) gets: "refuse" (default), MESSAGE_ILLEGAL (13) naming the
+	// property and the range; or "clamp", Apache RocketMQ's behaviour (a level above the
+	// table is the last level; zero, negative or malformed is no delay). Sluice key.
+	DelayLevelOutOfRange string `conf:"delayLevelOutOfRange"`
 	// FileReservedTime is how long commitlog files are kept, in hours. Default 72.
 	FileReservedTime int `conf:"fileReservedTime"`
 	// DeleteWhen lists the hours of the day ("04", or "04;16") at which expired commitlog
@@ -147,8 +152,18 @@ type Config struct {
 	// accept (logged). Sluice key. Default 10000; -1: unlimited.
 	MaxConnections int `conf:"maxConnections"`
 	// MaxConnectionsPerAddress bounds the open connections from one remote IP. Sluice
-	// key. Default 1000; -1: unlimited.
+	// key. Default maxConnections/10 (at least 16; 1000 with maxConnections=-1); -1:
+	// unlimited. Once the broker is full, a connection from an address holding at least
+	// two fewer than the largest holder is accepted and the largest holder's newest
+	// connection closed instead, so a flood from many addresses cannot lock others out.
 	MaxConnectionsPerAddress int `conf:"maxConnectionsPerAddress"`
+	// ReservedConnections are the last of maxConnections, open only to addresses holding
+	// fewer than 4 connections. Sluice key. Default maxConnections/20 (at least 1); -1:
+	// none.
+	ReservedConnections int `conf:"reservedConnections"`
+	// FirstRequestTimeoutMillis closes, in ms, a connection that has sent no whole
+	// request this long after it was accepted. Sluice key. Default 10000; -1: none.
+	FirstRequestTimeoutMillis int64 `conf:"firstRequestTimeoutMillis"`
 	// MaxInFlightPerConnection bounds the requests of one connection handled at once,
 	// held pulls included; more are answered SYSTEM_BUSY (2). Sluice key. Default 1024.
 	MaxInFlightPerConnection int `conf:"maxInFlightPerConnection"`
@@ -165,6 +180,21 @@ type Config struct {
 	// may carry at most 4096. Larger are refused with SYSTEM_ERROR (1) naming the limit.
 	// Sends are bounded by maxMessageSize. Sluice key. Default 4194304 (4 MiB).
 	MaxRequestBodySize int `conf:"maxRequestBodySize"`
+	// MaxSubscriptionsPerGroup bounds the topics one consumer group subscribes, over its
+	// members; a heartbeat that would take a group past it is refused for that group with
+	// SYSTEM_ERROR naming the key (the client's other groups are registered). Sluice key.
+	// Default 1000; -1: unlimited.
+	MaxSubscriptionsPerGroup int `conf:"maxSubscriptionsPerGroup"`
+	// MaxClientEntriesPerConnection bounds the producer and consumer groups one
+	// connection registers by heartbeat. Sluice key. Default 1000; -1: unlimited.
+	MaxClientEntriesPerConnection int `conf:"maxClientEntriesPerConnection"`
+	// MaxClientEntries bounds the producer and consumer registrations the broker keeps
+	// over all connections. Sluice key. Default 100000; -1: unlimited.
+	MaxClientEntries int `conf:"maxClientEntries"`
+	// MaxSubscriptions bounds the subscriptions the broker keeps over all clients (each
+	// client's own plus each group's). Everything a connection registered is freed when
+	// it closes. Sluice key. Default 200000; -1: unlimited.
+	MaxSubscriptions int `conf:"maxSubscriptions"`
 	// FrameReadTimeoutMillis bounds, in ms, reading the rest of a frame once its first
 	// byte arrived; a connection stalled mid-frame is closed. Sluice key. Default 30000.
 	FrameReadTimeoutMillis int64 `conf:"frameReadTimeoutMillis"`
@@ -198,6 +228,15 @@ type Config struct {
 	// $ROCKETMQ_HOME/conf/plain_acl.yml (RocketMQ's location), required when
 	// ROCKETMQ_HOME is unset.
 	AclFile string `conf:"aclFile"`
+	// AclSignatureSkewMillis is how far, in ms, a signature v2's time may be from the
+	// broker's clock (Sluice's opt-in signature, see remoting.Credentials.SignatureV2).
+	// Sluice key. Default 300000 (5 minutes).
+	AclSignatureSkewMillis int64 `conf:"aclSignatureSkewMillis"`
+	// AclRefuseV1ForAdmin refuses admin-only request codes (topic and group changes,
+	// offset resets, the name server's writes) signed with RocketMQ's signature v1, which
+	// covers neither the request code nor a time; they need signature v2. The broker then
+	// signs its own registrations with v2. Sluice key. Default false.
+	AclRefuseV1ForAdmin bool `conf:"aclRefuseV1ForAdmin"`
 	// AccessKey and SecretKey, when both set, sign the broker's own requests to the name
 	// servers (registration, unregistration), for name servers that require it. Sluice
 	// keys; default none.
@@ -286,6 +325,7 @@ func (c *Config) setDefaults() {
 	def(&c.BrokerRole, "ASYNC_MASTER")
 	def(&c.DeleteWhen, "04")
 	def(&c.DiskPressurePolicy, DiskPressureRefuseWrites)
+	def(&c.DelayLevelOutOfRange, DelayLevelRefuse)
 	if c.DiskMaxUsedSpaceRatio == 0 {
 		c.DiskMaxUsedSpaceRatio = 75
 	}
@@ -347,6 +387,14 @@ func (c *Config) setDefaults() {
 	if c.MaxRequestBodySize == 0 {
 		c.MaxRequestBodySize = 4 << 20
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxSubscriptionsPerGroup, 1000}, {&c.MaxClientEntriesPerConnection, 1000}, {&c.MaxClientEntries, 100000}, {&c.MaxSubscriptions, 200000}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	if c.AclEnable && c.AclFile == "" {
 		if home := os.Getenv("ROCKETMQ_HOME"); home != "" {
 			c.AclFile = filepath.Join(home, "conf", "plain_acl.yml")
@@ -403,6 +451,15 @@ func (c *Config) validate() error {
 	}
 	if c.TLSEnable && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
 		return &ConfigError{Key: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}
+	}
+	for key, v := range map[string]int{"maxSubscriptionsPerGroup": c.MaxSubscriptionsPerGroup, "maxClientEntriesPerConnection": c.MaxClientEntriesPerConnection,
+		"maxClientEntries": c.MaxClientEntries, "maxSubscriptions": c.MaxSubscriptions} {
+		if v < -1 {
+			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
+		}
+	}
+	if c.DelayLevelOutOfRange != DelayLevelRefuse && c.DelayLevelOutOfRange != DelayLevelClamp {
+		return &ConfigError{Key: "delayLevelOutOfRange", Value: c.DelayLevelOutOfRange, Reason: "must be refuse or clamp"}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
 		return &ConfigError{Key: "secretKey", Reason: "accessKey and secretKey are set together or not at all"}

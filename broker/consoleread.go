@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -16,8 +17,26 @@ import (
 // handleAllTopicConfig serves GET_ALL_TOPIC_CONFIG (RocketMQ request code 21): the
 // broker's topic table as TopicConfigSerializeWrapper JSON
 // ({"topicConfigTable":{name:config},"dataVersion":{...}}), as the Java broker answers.
-func (b *Broker) handleAllTopicConfig(_ context.Context, _ *remoting.Conn, _ *remoting.RemotingCommand) *remoting.RemotingCommand {
+// With aclEnable it lists only the topics the caller has a permission on (PUB or SUB;
+// a %RETRY% topic through its group): an admin account without entries sees them all.
+// (RocketMQ 4.9 lists every topic to any signed account.)
+func (b *Broker) handleAllTopicConfig(_ context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	topics, version := b.topics.snapshot()
+	if b.acl != nil {
+		may, err := b.acl.Permits(conn.RemoteAddr(), req)
+		if err != nil {
+			return errResponse(remoting.SystemError, "%v", err)
+		}
+		for name := range topics {
+			res := acl.Topic(name, acl.Any)
+			if g, ok := cutRetry(name); ok {
+				res = acl.Group(g, acl.Any)
+			}
+			if !may(res) {
+				delete(topics, name)
+			}
+		}
+	}
 	r := remoting.NewResponse(remoting.Success, "")
 	r.Body, _ = json.Marshal(wire.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version})
 	return r

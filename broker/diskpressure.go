@@ -63,13 +63,22 @@ type Stats struct {
 	RefusedNames int64
 	// RefusedACL counts requests refused by the ACL.
 	RefusedACL int64
-	// RefusedLimits counts requests refused for a body over its request code's limit.
+	// RefusedLimits counts requests refused for a body over its request code's limit, and
+	// heartbeats refused (in part) for a client limit (maxSubscriptionsPerGroup, ...).
 	RefusedLimits int64
+	// ClientEntries is the producer and consumer registrations kept now (bounded by
+	// maxClientEntries); ClientSubscriptions the subscriptions kept now (bounded by
+	// maxSubscriptions).
+	ClientEntries, ClientSubscriptions int64
+	// AclReloadRefused counts changed plain_acl.yml contents the broker could not apply
+	// (empty, malformed, unreadable): the previous rules stayed in force; each is logged
+	// at error.
+	AclReloadRefused int64
 }
 
 // Stats returns the broker's counters. Safe to call at any time.
 func (b *Broker) Stats() Stats {
-	return Stats{
+	st := Stats{
 		UnconsumedDeleted: b.pressure.unconsumedDeleted.Load(),
 		WritesRefused:     b.pressure.writesRefused.Load(),
 		RefusingWrites:    b.pressure.refusing.Load(),
@@ -82,6 +91,14 @@ func (b *Broker) Stats() Stats {
 		RefusedACL:            b.counters.RefusedACL.Load(),
 		RefusedLimits:         b.counters.RefusedLimits.Load(),
 	}
+	if b.acl != nil {
+		st.AclReloadRefused = b.acl.Refused()
+	}
+	if b.clients != nil {
+		n := b.clients.counts()
+		st.ClientEntries, st.ClientSubscriptions = int64(n.entries), int64(n.subs)
+	}
+	return st
 }
 
 // diskPressure holds the state of the disk-pressure policy.

@@ -78,7 +78,7 @@ func TestDeadClientsAreDropped(t *testing.T) {
 // topic after it, and a level above the table is clamped to the last level.
 func TestDelayLevels(t *testing.T) {
 	dir := t.TempDir()
-	b := startBroker(t, dir, func(c *Config) { c.MessageDelayLevel = "300ms 1s" })
+	b := startBroker(t, dir, func(c *Config) { c.MessageDelayLevel, c.DelayLevelOutOfRange = "300ms 1s", DelayLevelClamp })
 	c := newClient(t)
 	createTopic(t, c, b.Addr(), "D", 1)
 	start := time.Now()

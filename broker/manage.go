@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -126,7 +127,14 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		cd.SubscriptionDataSet = kept
 	}
-	changed := b.clients.heartbeat(conn, hb, time.Now())
+	changed, err := b.clients.heartbeat(conn, hb, time.Now())
+	if err != nil {
+		b.counters.RefusedLimits.Add(1)
+		b.log.Warn("heartbeat group refused: client limit", "client", fmt.Sprintf("%.128q", hb.ClientID), "remote", conn.RemoteAddr(), "err", err)
+		if refused == nil {
+			refused = errResponse(remoting.SystemError, "%v", err)
+		}
+	}
 	if len(changed) > 0 {
 		// Notify after answering: the client is waiting for this response.
 		b.notifyLater(changed)
@@ -331,10 +339,24 @@ func (b *Broker) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req *rem
 	return remoting.NewResponse(remoting.Success, "")
 }
 
-// handleAllGroups serves GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201).
-func (b *Broker) handleAllGroups(_ context.Context, _ *remoting.Conn, _ *remoting.RemotingCommand) *remoting.RemotingCommand {
+// handleAllGroups serves GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201). With aclEnable it
+// lists only the groups the caller has a permission on (all for an admin account
+// without entries), as GET_ALL_TOPIC_CONFIG does.
+func (b *Broker) handleAllGroups(_ context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	snap := b.groups.snapshot()
+	if b.acl != nil {
+		may, err := b.acl.Permits(conn.RemoteAddr(), req)
+		if err != nil {
+			return errResponse(remoting.SystemError, "%v", err)
+		}
+		for name := range snap.SubscriptionGroupTable {
+			if !may(acl.Group(name, acl.Any)) {
+				delete(snap.SubscriptionGroupTable, name)
+			}
+		}
+	}
 	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(b.groups.snapshot())
+	r.Body, _ = json.Marshal(snap)
 	return r
 }
 

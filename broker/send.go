@@ -243,6 +243,9 @@ func (b *Broker) prepareSend(conn *remoting.Conn, req *remoting.RemotingCommand,
 	if why := checkSendSysFlag(h.SysFlag, props[message.PropertyTransactionPrepared] == "true"); why != "" {
 		return nil, 0, 0, b.sendResponse(remoting.MessageIllegal, why)
 	}
+	if err := b.checkDelayLevel(props[message.PropertyDelayTimeLevel]); err != nil {
+		return nil, 0, 0, b.sendResponse(remoting.MessageIllegal, err.Error())
+	}
 	delete(props, message.PropertyWaitStoreMsgOK)
 	props[message.PropertyCluster] = b.cfg.BrokerClusterName
 	m := &message.MessageExt{
@@ -301,6 +304,26 @@ func (b *Broker) ensureDLQ(group string) string {
 		b.log.Error("persist topic config", "topic", topic, "err", err)
 	}
 	return topic
+}
+
+// Values of Config.DelayLevelOutOfRange.
+const (
+	DelayLevelRefuse = "refuse" // a DELAY outside 0..len(messageDelayLevel) is MESSAGE_ILLEGAL
+	DelayLevelClamp  = "clamp"  // as Apache RocketMQ: above the table is the last level, below 1 none
+)
+
+// checkDelayLevel checks a send's DELAY property (absent: ""): with
+// delayLevelOutOfRange=refuse it must be an integer in 0..len(messageDelayLevel).
+func (b *Broker) checkDelayLevel(v string) error {
+	if v == "" || b.cfg.DelayLevelOutOfRange == DelayLevelClamp {
+		return nil
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= len(b.delayLevels) {
+		return nil
+	}
+	return &message.ValidationError{Field: "properties." + message.PropertyDelayTimeLevel,
+		Reason: fmt.Sprintf("%.32q is not a delay level: must be an integer in 0..%d (0: no delay; the broker's messageDelayLevel has %d levels)",
+			v, len(b.delayLevels), len(b.delayLevels))}
 }
 
 // applyDelay returns the consume-queue tag code for m; a message with a delay level is

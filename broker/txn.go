@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -143,7 +144,7 @@ func (b *Broker) prepareHalf(m *message.MessageExt) *remoting.RemotingCommand {
 }
 
 // handleEndTransaction serves END_TRANSACTION (RocketMQ request code 37, docs/protocol.md §3.9).
-func (b *Broker) handleEndTransaction(ctx context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+func (b *Broker) handleEndTransaction(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	h, err := wire.ParseEndTransactionHeader(req)
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
@@ -159,6 +160,11 @@ func (b *Broker) handleEndTransaction(ctx context.Context, _ *remoting.Conn, req
 	half, _, err := b.store.LookMessageByOffset(phyOffset)
 	if err != nil || half.Topic != message.TransHalfTopic {
 		return errResponse(remoting.SystemError, "Find prepared transaction message failed")
+	}
+	// The request names only the producer group: the topic the decision writes to is the
+	// half message's real topic, known once it is read. Deciding needs PUB on it.
+	if resp := b.checkStoredAccess(conn, req, half.Property(message.PropertyRealTopic), acl.Pub); resp != nil {
+		return resp
 	}
 	switch {
 	case half.Property(message.PropertyProducerGroup) != group:

@@ -88,6 +88,11 @@ type Config struct {
 	Parked *retrytask.Task
 	// Logger receives request errors. Default: slog.Default().
 	Logger *slog.Logger
+	// LoginLockout is how long an address is refused sign-ins (429) after 5 failed ones
+	// (a wrong /login token, bearer token or basic-auth password), doubling with each
+	// further failure up to 15 minutes; its credentials are not checked meanwhile.
+	// Default 1s.
+	LoginLockout time.Duration
 }
 
 // ConfigError names an invalid [Config] field.
@@ -100,6 +105,9 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return "console: " + e.Field + ": " + e.Reason }
 
 func (c *Config) setDefaults() {
+	if c.LoginLockout <= 0 {
+		c.LoginLockout = time.Second
+	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -157,6 +165,7 @@ type Console struct {
 	tmpl    map[string]*template.Template
 	csrf    string // per-process CSRF token
 	cookie  string // value of the login cookie (an HMAC of the token)
+	logins  *loginLimiter
 	handler http.Handler
 	series  *series
 
@@ -186,7 +195,7 @@ func New(cfg Config) (*Console, error) {
 		return hex.EncodeToString(h.Sum(nil))
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger.With("component", "console"), csrf: mac("csrf"), cookie: mac("login:" + cfg.Token),
-		series: newSeries(cfg.Samples), stop: make(chan struct{})}
+		series: newSeries(cfg.Samples), stop: make(chan struct{}), logins: newLoginLimiter(cfg.LoginLockout)}
 	var err error
 	if c.tmpl, err = parseTemplates(); err != nil {
 		return nil, err
@@ -362,6 +371,14 @@ func (c *Console) authenticate(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
+		_, _, hasBasic := r.BasicAuth()
+		presented := r.Header.Get("Authorization") != "" || hasBasic
+		if presented {
+			if wait := c.logins.lockedOut(r); wait > 0 {
+				tooMany(w, wait)
+				return
+			}
+		}
 		if c.cfg.Token != "" {
 			if auth := r.Header.Get("Authorization"); len(auth) > 7 && auth[:7] == "Bearer " && equal(auth[7:], c.cfg.Token) {
 				h.ServeHTTP(w, r)
@@ -377,6 +394,9 @@ func (c *Console) authenticate(h http.Handler) http.Handler {
 				h.ServeHTTP(w, r)
 				return
 			}
+		}
+		if presented {
+			c.logins.failed(r) // wrong bearer token or basic-auth credentials
 		}
 		if c.cfg.Token != "" && r.Method == http.MethodGet {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
@@ -400,10 +420,16 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if wait := c.logins.lockedOut(r); wait > 0 {
+		tooMany(w, wait)
+		return
+	}
 	if c.cfg.Token == "" || !equal(r.PostFormValue("token"), c.cfg.Token) {
+		c.logins.failed(r)
 		c.render(w, r, http.StatusUnauthorized, "login", &view{Title: "Sign in", Error: "wrong token"})
 		return
 	}
+	c.logins.succeeded(r)
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.cookie, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/", http.StatusSeeOther)

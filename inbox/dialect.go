@@ -65,8 +65,8 @@ const (
 	// RocketMQ limits group names to 255 characters).
 	MaxGroupLen = 255
 	// MaxKeyLen is the longest message key stored as is, in bytes; a longer key (or one
-	// with a NUL byte or invalid UTF-8) is stored as "sha256:" followed by the 64 lowercase
-	// hex digits of its SHA-256 (see [RowKey]).
+	// with a NUL byte or invalid UTF-8, or one starting with "sha256:") is stored as
+	// "sha256:" followed by the 64 lowercase hex digits of its SHA-256 (see [RowKey]).
 	MaxKeyLen = 255
 )
 

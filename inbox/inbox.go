@@ -93,8 +93,8 @@ type Config struct {
 	// characters of [A-Za-z0-9_], not starting with a digit.
 	Table string
 	// KeyFunc returns a message's key. Default middleware.StableKey (first KEYS entry, else
-	// UNIQ_KEY). A key longer than MaxKeyLen bytes, or with a NUL byte or invalid UTF-8, is
-	// stored hashed (see RowKey).
+	// UNIQ_KEY). A key longer than MaxKeyLen bytes, with a NUL byte or invalid UTF-8, or
+	// starting with "sha256:", is stored hashed (see RowKey).
 	KeyFunc func(*message.MessageExt) string
 	// TxOptions are passed to BeginTx. Default nil: the database's default isolation (READ
 	// COMMITTED in PostgreSQL, REPEATABLE READ in MySQL/InnoDB, SERIALIZABLE in SQLite);
@@ -165,16 +165,21 @@ func (ib *Inbox) CreateTable(ctx context.Context) error {
 func (ib *Inbox) Table() string { return ib.cfg.Table }
 
 // RowKey returns the message_key column value for key: key itself when it is at most
-// MaxKeyLen bytes of valid UTF-8 without a NUL byte, else "sha256:" + 64 lowercase hex
-// digits of SHA-256(key). (PostgreSQL's text types refuse NUL and invalid UTF-8, and the
-// row key must be the same in every dialect.)
+// MaxKeyLen bytes of valid UTF-8 without a NUL byte and does not start with "sha256:",
+// else "sha256:" + 64 lowercase hex digits of SHA-256(key). (PostgreSQL's text types
+// refuse NUL and invalid UTF-8, and the row key must be the same in every dialect.) A key
+// that starts with "sha256:" is hashed too, so that no key is stored as the hashed form
+// of another: the two encodings are disjoint.
 func RowKey(key string) string {
-	if len(key) <= MaxKeyLen && utf8.ValidString(key) && strings.IndexByte(key, 0) < 0 {
+	if len(key) <= MaxKeyLen && utf8.ValidString(key) && strings.IndexByte(key, 0) < 0 && !strings.HasPrefix(key, hashedKeyPrefix) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return hashedKeyPrefix + hex.EncodeToString(sum[:])
 }
+
+// hashedKeyPrefix starts every hashed row key (see RowKey).
+const hashedKeyPrefix = "sha256:"
 
 // Processed reports whether key (a message key as KeyFunc returns it) has a committed row
 // for the inbox's group, and when it was inserted.

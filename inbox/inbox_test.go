@@ -409,3 +409,36 @@ func TestInboxKeysPostgresCannotStore(t *testing.T) {
 		}
 	})
 }
+
+// TestInboxLiteralHashedKeyDoesNotCollide (issue 26, finding 7): a literal key
+// "sha256:<hex>" was stored as is, the same row key as the hashed form of a long (or NUL)
+// key: the second message was counted as a duplicate and its effect never applied. A
+// key that starts with "sha256:" is now hashed too, so the two encodings are disjoint.
+func TestInboxLiteralHashedKeyDoesNotCollide(t *testing.T) {
+	sqltest.Each(t, func(t *testing.T, tg *sqltest.Target) {
+		ib := newInbox(t, tg, "g")
+		var mu sync.Mutex
+		calls := map[string]int{}
+		f := ib.Consume(func(ctx context.Context, tx *sql.Tx, msgs []*message.MessageExt) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				calls[middleware.StableKey(m)]++
+			}
+			return nil
+		})
+		long := strings.Repeat("L", 300)
+		forged := inbox.RowKey(long) // "sha256:<64 hex>", 71 bytes: once stored as is
+		if forged == inbox.RowKey(forged) {
+			t.Fatalf("RowKey(%q) is itself", forged)
+		}
+		for _, k := range []string{long, forged, "nul\x00", inbox.RowKey("nul\x00")} {
+			if res, err := f(context.Background(), []*message.MessageExt{testkit.NewExt("T", "x", k, "1")}); res != message.ConsumeSuccess || err != nil {
+				t.Fatalf("key %q: %v %v", k, res, err)
+			}
+			if calls[k] != 1 {
+				t.Fatalf("key %q: handler ran %d times, want 1 (taken for a duplicate of another key)", k, calls[k])
+			}
+		}
+	})
+}

@@ -220,7 +220,9 @@ func ResendDLQ(ctx context.Context, brokers []string, group string, opt ResendOp
 			set := map[string]string{HeaderReconsumeTimes: "0", HeaderDueMs: strconv.FormatInt(time.Now().UnixMilli(), 10)}
 			if opt.ToOriginalTopic {
 				target = orig
-				set = map[string]string{HeaderReconsumeTimes: "", HeaderDueMs: "", HeaderOriginTopic: "", HeaderOriginPartition: "", HeaderOriginOffset: ""}
+				// Every control header goes: a consumer ignores (and counts) them on a main topic.
+				set = map[string]string{HeaderReconsumeTimes: "", HeaderDueMs: "", HeaderOriginTopic: "", HeaderOriginPartition: "", HeaderOriginOffset: "",
+					HeaderBornMs: "", HeaderLastError: "", HeaderHMAC: ""}
 			}
 			if err := write(ctx, w, r.copyFor(target, set)); err != nil {
 				return fmt.Errorf("kafka: resend dead letter %d@%d to %q: %w", p, r.Offset, target, err)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -111,6 +112,14 @@ type Config struct {
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	JoinGroupBackoff  time.Duration
+	// ControlHeaderKey, when set, authenticates Sluice's control headers (SLUICE_DUE_MS,
+	// SLUICE_ORIGIN_*, SLUICE_RECONSUME_TIMES, …) outside the group's own retry and
+	// dead-letter topics: records carrying them with a valid SLUICE_HMAC under this key
+	// are honoured on any topic (e.g. copies a DelayForwarder with the same key forwarded,
+	// keeping their first send time), and the consumer signs its own retry and
+	// dead-letter copies. Without it (default), control headers on other topics are
+	// ignored and counted (ForgedControlHeaders): any producer can set them.
+	ControlHeaderKey []byte
 	// Logger receives the consumer's log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Middlewares wrap every handler given to Subscribe and SubscribeSQL, the first listed
@@ -265,6 +274,7 @@ type Consumer struct {
 	shutdownDone  chan struct{}
 	shutdownErr   error
 	finalErrs     []error // final commits that failed during Shutdown (guarded by mu)
+	forged        atomic.Int64
 }
 
 func (c *Consumer) noteShutdownErr(err error) {

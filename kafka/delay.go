@@ -38,6 +38,11 @@ type DelayForwarderConfig struct {
 	JoinGroupBackoff  time.Duration
 	FetchMaxWait      time.Duration
 	CommitInterval    time.Duration
+	// ControlHeaderKey, when set, signs the forwarded copies' control headers (their
+	// first send time, SLUICE_BORN_MS) with SLUICE_HMAC, so consumers whose
+	// Config.ControlHeaderKey is the same key honour them on the real topic. Without it
+	// consumers ignore those headers there (the copy's born time is then its forward time).
+	ControlHeaderKey []byte
 	// Logger receives the forwarder's log lines. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -72,7 +77,7 @@ func NewDelayForwarder(cfg DelayForwarderConfig) (*DelayForwarder, error) {
 		SuspendCurrentQueueTime: 200 * time.Millisecond,
 		Timeout:                 cfg.Timeout, HeartbeatInterval: cfg.HeartbeatInterval, SessionTimeout: cfg.SessionTimeout,
 		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff, FetchMaxWait: cfg.FetchMaxWait,
-		CommitInterval: cfg.CommitInterval, Logger: cfg.Logger,
+		CommitInterval: cfg.CommitInterval, Logger: cfg.Logger, ControlHeaderKey: cfg.ControlHeaderKey,
 	})
 	if err != nil {
 		return nil, err
@@ -102,6 +107,7 @@ func (f *DelayForwarder) forward(ctx context.Context, r *Record) error {
 		}
 		km.Headers = append(km.Headers, h)
 	}
+	signControl(f.c.cfg.ControlHeaderKey, &km)
 	wctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
 	defer cancel()
 	if err := write(wctx, f.c.writer, km); err != nil {

@@ -188,6 +188,9 @@ func (p *partitionRun) fetch(ctx context.Context) ([]*Record, error) {
 		return nil, nil
 	}
 	var out []*Record
+	// A group-less reader (ReadAll, ListDLQ) reports records as stored; a group's
+	// consumer screens control headers (trust.go).
+	owned := p.c.cfg.Group == "" || p.c.ownsTopic(p.topic)
 	for {
 		r, err := res.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
@@ -210,6 +213,7 @@ func (p *partitionRun) fetch(ctx context.Context) ([]*Record, error) {
 			rec.Headers = append(rec.Headers, kafkago.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)})
 		}
 		if rec.Offset >= from {
+			p.c.screen(rec, owned)
 			out = append(out, rec)
 		}
 	}
@@ -454,6 +458,7 @@ func (p *partitionRun) sendFailed(stopCtx context.Context, r *Record, m *message
 	}
 	set[HeaderReconsumeTimes] = strconv.Itoa(times + 1)
 	km := r.copyFor(topic, set)
+	signControl(c.cfg.ControlHeaderKey, &km)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(c.handlerCtx, c.cfg.Timeout)
 		err := write(ctx, c.writer, km)

@@ -97,7 +97,7 @@ func ToKafka(msg *message.Message) (kafkago.Message, error) {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if controlHeaders[k] {
+		if controlHeaders[k] || k == HeaderHMAC {
 			// The consumer acts on these headers: a user's SLUICE_DUE_MS in the future
 			// would hold the whole partition, SLUICE_RECONSUME_TIMES would spend the
 			// retry budget, SLUICE_ORIGIN_TOPIC would show the message under another topic.
@@ -160,7 +160,7 @@ func (r *Record) ToMessageExt() *message.MessageExt {
 	m := &message.MessageExt{Message: message.Message{Topic: r.Topic, Body: r.Value}}
 	m.Properties = make(map[string]string, len(r.Headers))
 	for _, h := range r.Headers {
-		if controlHeaders[h.Key] {
+		if controlHeaders[h.Key] || h.Key == HeaderHMAC {
 			continue
 		}
 		m.Properties[h.Key] = string(h.Value)

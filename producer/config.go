@@ -128,7 +128,8 @@ type Config struct {
 	// maxMessageSize.
 	MaxMessageSize int
 	// CompressMsgBodyOverHowmuch: bodies of at least this many bytes are zlib-compressed
-	// (level CompressLevel) and sent with sysFlag bit0; batches are never compressed.
+	// (level CompressLevel) and sent with sysFlag bit0 when that makes them smaller (an
+	// incompressible body goes as it is); batches are never compressed.
 	// Default: 4096. Negative: never.
 	CompressMsgBodyOverHowmuch int
 	// CompressLevel is the zlib level (1..9). Default: 5, as RocketMQ clients use.

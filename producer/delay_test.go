@@ -25,7 +25,9 @@ const delayTable = "1s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 4s 2s"
 const lateness = 2 * time.Second
 
 func TestDelayLevels(t *testing.T) {
-	b, _ := testbroker.Start(t, broker.Config{MessageDelayLevel: delayTable})
+	// RocketMQ's handling of levels out of range (clamped; -1 is none), which Sluice
+	// keeps with delayLevelOutOfRange=clamp (the default refuses them).
+	b, _ := testbroker.Start(t, broker.Config{MessageDelayLevel: delayTable, DelayLevelOutOfRange: broker.DelayLevelClamp})
 	const topic = "Delayed"
 	createTopic(t, testbroker.Namesrv(b), topic, 1)
 	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b)})

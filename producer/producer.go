@@ -330,7 +330,11 @@ func (p *Producer) prepareSingle(msg *message.Message) (*prepared, error) {
 		if err != nil {
 			return nil, fmt.Errorf("producer: compress body: %w", err)
 		}
-		body, sysFlag = z, sysFlag|message.SysFlagCompressed
+		// zlib makes incompressible bytes larger: such a body goes as it is (a body near
+		// MaxMessageSize would otherwise go over the broker's limit).
+		if len(z) < len(body) {
+			body, sysFlag = z, sysFlag|message.SysFlagCompressed
+		}
 	}
 	if !bare && msg.Property(message.PropertyTransactionPrepared) == "true" {
 		sysFlag |= message.SysFlagTransactionPrepared

@@ -163,6 +163,9 @@ type Conn struct {
 	runReqs  []*RemotingCommand // flushRun's scratch: the requests handed to runH
 	runResps []*RemotingCommand // and their responses
 
+	// sawRequest is set once the peer's first request was read (FirstRequestTimeout).
+	sawRequest atomic.Bool
+
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall
 	closed   bool
@@ -807,6 +810,9 @@ func (c *Conn) readLoop() {
 			}
 			p.complete(cmd, nil)
 			continue
+		}
+		if !c.sawRequest.Load() {
+			c.sawRequest.Store(true)
 		}
 		setExt(cmd, ext, hasExt, c.opts.extListRequests.has(cmd.Code))
 		releaseScratch(&scratch)

@@ -60,8 +60,21 @@ type ServerConfig struct {
 	// the default 10000 connections (MaxConnsPerHost bounds one address's share).
 	MaxConns int
 	// MaxConnsPerHost bounds the open connections from one remote IP address. Default:
-	// 1000; negative: unlimited.
+	// MaxConns/10 (at least 16; 1000 when MaxConns is unlimited); negative: unlimited.
+	//
+	// Fairness between addresses, with MaxConns: the last ReservedConns connections are
+	// open only to addresses holding fewer than ReserveHostConns, and once the server is
+	// full a connection from an address holding at least two fewer than the largest holder
+	// is accepted and the largest holder's newest connection is closed instead (counted in
+	// ShedConns). A flood from many addresses thus cannot lock out a client that holds few.
 	MaxConnsPerHost int
+	// ReservedConns is how many of MaxConns are kept for addresses holding fewer than
+	// ReserveHostConns connections. Default: MaxConns/20 (at least 1); negative: none.
+	ReservedConns int
+	// FirstRequestTimeout closes a connection that has not sent one whole request this
+	// long after it was accepted (a peer holding connections open without using them).
+	// Default: 10s; negative: none (IdleTimeout still applies).
+	FirstRequestTimeout time.Duration
 	// TLS, when set, serves TLS (crypto/tls) with this configuration (it needs a
 	// certificate); the handshake is bounded by HandshakeTimeout. Default: nil (plain TCP).
 	TLS *tls.Config
@@ -122,6 +135,15 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.MaxConnsPerHost == 0 {
 		c.MaxConnsPerHost = 1000
+		if c.MaxConns > 0 {
+			c.MaxConnsPerHost = max(16, c.MaxConns/10)
+		}
+	}
+	if c.ReservedConns == 0 && c.MaxConns > 0 {
+		c.ReservedConns = max(1, c.MaxConns/20)
+	}
+	if c.FirstRequestTimeout == 0 {
+		c.FirstRequestTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -179,12 +201,13 @@ type Server struct {
 	stopped chan struct{} // closed when wg reached zero after Shutdown began
 	quit    chan struct{} // closed when Shutdown begins
 
-	mu       sync.Mutex // guards stopping, conns, perHost, closeConns
+	mu       sync.Mutex // guards stopping, conns, byHost, closeConns
 	stopping bool
 	conns    map[uint64]*Conn
-	perHost  map[string]int // open connections by remote IP
+	byHost   map[string]map[uint64]*Conn // open connections by remote IP
 
 	refused     atomic.Int64 // connections refused by MaxConns / MaxConnsPerHost
+	shed        atomic.Int64 // connections closed to make room for a smaller holder
 	lastRefusal atomic.Int64 // unix ns of the last refusal logged
 	// closeConns are the connections Shutdown is flushing and closing.
 	closeConns []*Conn
@@ -211,7 +234,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		stopped:  make(chan struct{}),
 		quit:     make(chan struct{}),
 		conns:    make(map[uint64]*Conn),
-		perHost:  make(map[string]int),
+		byHost:   make(map[string]map[uint64]*Conn),
 		handlers: make(map[RequestCode]Handler),
 		inline:   make(map[RequestCode]bool),
 		async:    make(map[RequestCode]AsyncHandler),
@@ -434,8 +457,9 @@ func (s *Server) onConnClose(c *Conn) {
 	if _, ok := s.conns[c.ID()]; ok {
 		delete(s.conns, c.ID())
 		h := hostOf(c.RemoteAddr())
-		if s.perHost[h]--; s.perHost[h] <= 0 {
-			delete(s.perHost, h)
+		delete(s.byHost[h], c.ID())
+		if len(s.byHost[h]) == 0 {
+			delete(s.byHost, h)
 		}
 	}
 	s.mu.Unlock()
@@ -506,6 +530,49 @@ func (s *Server) Addr() string {
 // or MaxConnsPerHost.
 func (s *Server) RefusedConns() int64 { return s.refused.Load() }
 
+// ShedConns returns how many open connections were closed to make room for a connection
+// from an address holding fewer (see ServerConfig.MaxConnsPerHost).
+func (s *Server) ShedConns() int64 { return s.shed.Load() }
+
+// ReserveHostConns is the number of connections below which an address may use the
+// ServerConfig.ReservedConns.
+const ReserveHostConns = 4
+
+// admitLocked decides whether a connection from host may open: why is the refusal ("":
+// admitted), shed a connection to close to make room (nil: none).
+func (s *Server) admitLocked(host string) (shed *Conn, why string) {
+	held := len(s.byHost[host])
+	if s.cfg.MaxConnsPerHost > 0 && held >= s.cfg.MaxConnsPerHost {
+		return nil, fmt.Sprintf("%d connections open from %s (limit %d)", held, host, s.cfg.MaxConnsPerHost)
+	}
+	n := len(s.conns)
+	if s.cfg.MaxConns <= 0 || n < s.cfg.MaxConns-max(s.cfg.ReservedConns, 0) {
+		return nil, ""
+	}
+	if n < s.cfg.MaxConns && held < ReserveHostConns {
+		return nil, "" // the reserve
+	}
+	var largest map[uint64]*Conn
+	for _, cs := range s.byHost {
+		if len(cs) > len(largest) {
+			largest = cs
+		}
+	}
+	if held+1 < len(largest) {
+		for id, c := range largest {
+			if shed == nil || id > shed.ID() {
+				shed = c
+			}
+		}
+		return shed, ""
+	}
+	if n < s.cfg.MaxConns {
+		return nil, fmt.Sprintf("%d connections open, the last %d kept for addresses holding fewer than %d (%s holds %d)",
+			n, s.cfg.ReservedConns, ReserveHostConns, host, held)
+	}
+	return nil, fmt.Sprintf("%d connections open (limit %d)", n, s.cfg.MaxConns)
+}
+
 // hostOf returns the IP part of "ip:port".
 func hostOf(remote string) string {
 	if h, _, err := net.SplitHostPort(remote); err == nil {
@@ -561,12 +628,15 @@ func (s *Server) serveConn(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
-	var why string
-	switch {
-	case s.cfg.MaxConns > 0 && len(s.conns) >= s.cfg.MaxConns:
-		why = fmt.Sprintf("%d connections open (limit %d)", len(s.conns), s.cfg.MaxConns)
-	case s.cfg.MaxConnsPerHost > 0 && s.perHost[host] >= s.cfg.MaxConnsPerHost:
-		why = fmt.Sprintf("%d connections open from %s (limit %d)", s.perHost[host], host, s.cfg.MaxConnsPerHost)
+	shed, why := s.admitLocked(host)
+	if shed != nil {
+		// Out of the tables now, so the slot is free at once; closed below.
+		delete(s.conns, shed.ID())
+		sh := hostOf(shed.RemoteAddr())
+		delete(s.byHost[sh], shed.ID())
+		if len(s.byHost[sh]) == 0 {
+			delete(s.byHost, sh)
+		}
 	}
 	if why != "" {
 		s.mu.Unlock()
@@ -580,10 +650,29 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 	conn := newConn(nc, remote, s.opts)
 	s.conns[conn.ID()] = conn
-	s.perHost[host]++
+	if s.byHost[host] == nil {
+		s.byHost[host] = map[uint64]*Conn{}
+	}
+	s.byHost[host][conn.ID()] = conn
 	s.mu.Unlock()
+	if shed != nil {
+		n := s.shed.Add(1)
+		shed.closeWith(fmt.Errorf("%w: closed to make room for a connection from %s, an address holding fewer", ErrClosed, host))
+		now := time.Now().UnixNano()
+		if last := s.lastRefusal.Load(); now-last > int64(time.Second) && s.lastRefusal.CompareAndSwap(last, now) {
+			s.log.Warn("remoting: connection shed for an address holding fewer", "shed", shed.RemoteAddr(), "for", remote, "shed_total", n)
+		}
+	}
 	if conn.start() {
 		s.log.Debug("remoting: accepted connection", "remote", conn.RemoteAddr(), "conn", conn.ID())
+		if d := s.cfg.FirstRequestTimeout; d > 0 {
+			t := time.AfterFunc(d, func() {
+				if !conn.sawRequest.Load() {
+					conn.closeWith(fmt.Errorf("%w: no request within %v of connecting", ErrClosed, d))
+				}
+			})
+			context.AfterFunc(conn.Context(), func() { t.Stop() })
+		}
 	}
 }
 

@@ -2,9 +2,15 @@ package remoting
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"sort"
+	"strconv"
+	"time"
 )
 
 // Ext-field names of RocketMQ plain ACL 1.0 (Java SessionCredentials, docs/protocol.md §8.1).
@@ -17,6 +23,16 @@ const (
 	ExtUniqueKeyQuery = "_UNIQUE_KEY_QUERY"
 )
 
+// Ext-field names of Sluice's signature v2 (opt-in, Credentials.SignatureV2): it covers
+// the request code, a timestamp the verifier holds to a skew window, and a nonce it
+// refuses to see twice, so that a captured request cannot be replayed, nor replayed as
+// another request code. RocketMQ clients keep signature v1.
+const (
+	ExtSigVersion = "SluiceSigVersion" // "2"
+	ExtSigTime    = "SluiceSigTime"    // unix milliseconds when signed
+	ExtSigNonce   = "SluiceSigNonce"   // 32 random hex digits
+)
+
 // Credentials are the RocketMQ plain-ACL credentials a client signs its requests with.
 // Requests are signed only when both AccessKey and SecretKey are set, as the official
 // clients do.
@@ -24,6 +40,9 @@ type Credentials struct {
 	AccessKey     string
 	SecretKey     string
 	SecurityToken string // optional; sent in ext SecurityToken and signed (Java clients sign it)
+	// SignatureV2 signs with Sluice's signature v2 ([SignatureV2]) instead of RocketMQ's
+	// v1: only Sluice brokers and name servers verify it. Default false (v1).
+	SignatureV2 bool
 }
 
 // Enabled reports whether c signs requests (AccessKey and SecretKey both set).
@@ -46,7 +65,56 @@ func (c Credentials) Sign(cmd *RemotingCommand) {
 		cmd.ExtFields[ExtSecurityToken] = c.SecurityToken
 	}
 	delete(cmd.ExtFields, ExtSignature)
+	if c.SignatureV2 {
+		var nonce [16]byte
+		_, _ = rand.Read(nonce[:])
+		cmd.ExtFields[ExtSigVersion] = "2"
+		cmd.ExtFields[ExtSigTime] = strconv.FormatInt(time.Now().UnixMilli(), 10)
+		cmd.ExtFields[ExtSigNonce] = hex.EncodeToString(nonce[:])
+		cmd.ExtFields[ExtSignature] = SignatureV2(c.SecretKey, cmd.Code, cmd.ExtFields, cmd.Body)
+		return
+	}
+	delete(cmd.ExtFields, ExtSigVersion)
 	cmd.ExtFields[ExtSignature] = Signature(c.SecretKey, cmd.ExtFields, cmd.Body, false)
+}
+
+// SignatureV2 computes a Sluice signature v2: HMAC-SHA256 keyed with secretKey over
+// "sluice-sig-v2", the request code, and every ext field but Signature sorted by key,
+// each key, value and the body preceded by its length (4 bytes, big endian), so that no
+// two requests have the same content; standard Base64 with padding. The time and nonce
+// are ext fields (ExtSigTime, ExtSigNonce) and so signed; the verifier checks them.
+func SignatureV2(secretKey string, code int16, ext map[string]string, body []byte) string {
+	keys := make([]string, 0, len(ext))
+	for k := range ext {
+		if k != ExtSignature {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	mac := hmac.New(sha256.New, []byte(secretKey))
+	var n [4]byte
+	put := func(b []byte) {
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		mac.Write(n[:])
+		mac.Write(b)
+	}
+	put([]byte("sluice-sig-v2"))
+	put([]byte(strconv.Itoa(int(code))))
+	for _, k := range keys {
+		put([]byte(k))
+		put([]byte(ext[k]))
+	}
+	put(body)
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// VerifySignatureV2 reports whether cmd carries a signature v2 ([SignatureV2]) made with
+// secretKey (constant-time). It checks neither the time nor the nonce: the caller does.
+func VerifySignatureV2(secretKey string, cmd *RemotingCommand) bool {
+	ext := cmd.ExtMap()
+	got := ext[ExtSignature]
+	return got != "" && ext[ExtSigVersion] == "2" &&
+		hmac.Equal([]byte(got), []byte(SignatureV2(secretKey, cmd.Code, ext, cmd.Body)))
 }
 
 // Signature computes a RocketMQ plain-ACL signature (docs/protocol.md §8.1): the values of ext

@@ -134,8 +134,16 @@ func TestParseErrors(t *testing.T) {
 	if _, err := Parse(make([]byte, MaxFileSize+1)); !errors.Is(err, ErrFileTooLarge) {
 		t.Errorf("oversize file: %v", err)
 	}
-	if f, err := Parse(nil); err != nil || len(f.Accounts) != 0 {
-		t.Errorf("empty file: %v", err)
+	// An empty file is refused (a truncated file must not mean "no accounts"); a file
+	// without accounts says so.
+	for _, in := range []string{"", "\n \n", "# comment only\n", "~\n", "---\n"} {
+		var pe *ParseError
+		if _, err := Parse([]byte(in)); !errors.As(err, &pe) || !strings.Contains(err.Error(), "empty") {
+			t.Errorf("empty file %q: %v", in, err)
+		}
+	}
+	if f, err := Parse([]byte("accounts: []\n")); err != nil || len(f.Accounts) != 0 {
+		t.Errorf("file without accounts: %v", err)
 	}
 }
 
@@ -215,6 +223,9 @@ func TestHotReload(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(sampleACL))
 	f.Add([]byte("globalWhiteRemoteAddresses: ['*']"))
+	f.Add([]byte("globalWhiteRemoteAddresses: ['1.2.3.4']\nwhiteListGrantsAdmin: false\naccounts: []"))
+	f.Add([]byte("# only a comment\n"))
+	f.Add([]byte("~"))
 	f.Add([]byte("accounts:\n  - {accessKey: abcdefg, secretKey: 1234567, whiteRemoteAddress: '1.2.3.{4,5}'}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data)

@@ -82,6 +82,13 @@ type File struct {
 	GlobalWhiteRemoteAddresses []string `yaml:"globalWhiteRemoteAddresses"`
 	// Accounts are the known access keys.
 	Accounts []Account `yaml:"accounts"`
+	// WhiteListGrantsAdmin: a white-listed address (globalWhiteRemoteAddresses, or an
+	// account's whiteRemoteAddress) passes every check, admin-only request codes and
+	// resource permissions included, as in RocketMQ. Set false, it only spares the
+	// signature: admin codes then need a signed admin account, and an account's
+	// white-listed requests still need their permissions. Absent: true (RocketMQ's
+	// behaviour, so existing files keep working); write false in new files.
+	WhiteListGrantsAdmin *bool `yaml:"whiteListGrantsAdmin"`
 }
 
 // Account is one entry of plain_acl.yml's accounts list.
@@ -124,7 +131,10 @@ func (e *ParseError) Error() string {
 // ErrFileTooLarge is returned (wrapped) for an ACL file over MaxFileSize.
 var ErrFileTooLarge = errors.New("acl: file too large")
 
-// Parse decodes and checks a plain_acl.yml document: unknown keys are refused, every
+// Parse decodes and checks a plain_acl.yml document: an empty file (no document, only
+// comments, or a null document) is refused — a file truncated while being rewritten must
+// not be read as "no accounts" — so a file without accounts says "accounts: []";
+// unknown keys are refused, every
 // account needs an accessKey and a secretKey (each at least 6 characters, as RocketMQ
 // requires), access keys are unique, permission entries have the form name=PERM and
 // address patterns parse. Errors: a *ParseError naming the entry, [ErrFileTooLarge], or
@@ -134,9 +144,19 @@ func Parse(data []byte) (*File, error) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFileTooLarge, len(data), MaxFileSize)
 	}
 	var f File
+	var doc yaml.Node
+	switch err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil, &ParseError{Reason: "the file is empty (no YAML document); write \"accounts: []\" for a file without accounts"}
+	case err != nil:
+		return nil, fmt.Errorf("acl: %w", err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+		return nil, &ParseError{Reason: "the document is empty; write \"accounts: []\" for a file without accounts"}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("acl: %w", err)
 	}
 	for i, p := range f.GlobalWhiteRemoteAddresses {

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,12 +49,13 @@ type account struct {
 
 // compiled is an immutable, checked ACL file.
 type compiled struct {
-	global   []*addrPattern
-	accounts map[string]*account
+	global     []*addrPattern
+	accounts   map[string]*account
+	whiteAdmin bool // File.WhiteListGrantsAdmin
 }
 
 func compile(f *File) (*compiled, error) {
-	c := &compiled{accounts: map[string]*account{}}
+	c := &compiled{accounts: map[string]*account{}, whiteAdmin: f.WhiteListGrantsAdmin == nil || *f.WhiteListGrantsAdmin}
 	for _, s := range f.GlobalWhiteRemoteAddresses {
 		p, err := parseAddrPattern(s)
 		if err != nil {
@@ -94,13 +97,49 @@ func compile(f *File) (*compiled, error) {
 	return c, nil
 }
 
+// SignaturePolicy is how a Validator treats Sluice's signature v2
+// (remoting.SignatureV2) and RocketMQ's v1.
+type SignaturePolicy struct {
+	// Skew is how far a v2 signature's time may be from the verifier's clock. Default
+	// 5 minutes.
+	Skew time.Duration
+	// RefuseV1ForAdmin refuses admin-only request codes signed with v1 (which covers
+	// neither the request code nor a time: a captured admin read replays as a delete).
+	// Default false.
+	RefuseV1ForAdmin bool
+	// MaxNonces bounds the v2 nonces remembered (each for twice Skew); beyond it, once
+	// the expired ones are gone, v2 requests are refused. Default 1,000,000.
+	MaxNonces int
+}
+
 // Validator checks requests against an ACL file. It is safe for concurrent use; Reload
 // and Watch swap the rules atomically.
 type Validator struct {
+	policy SignaturePolicy
+	nonces nonceCache
+
 	path string
 	log  *slog.Logger
 	cur  atomic.Pointer[compiled]
 	sum  atomic.Pointer[[32]byte] // hash of the loaded file's bytes
+	// refused counts file contents Watch refused (the previous rules stayed in force).
+	refused atomic.Int64
+}
+
+// Refused returns how many times Watch found a changed file it could not apply (empty,
+// malformed, unreadable) and kept the previous rules; each is also logged at error.
+func (v *Validator) Refused() int64 { return v.refused.Load() }
+
+// SetSignaturePolicy sets how signatures v1 and v2 are treated (zero fields: defaults).
+// Call it before the Validator is in use.
+func (v *Validator) SetSignaturePolicy(p SignaturePolicy) {
+	if p.Skew <= 0 {
+		p.Skew = 5 * time.Minute
+	}
+	if p.MaxNonces <= 0 {
+		p.MaxNonces = 1_000_000
+	}
+	v.policy = p
 }
 
 // New returns a Validator with the rules of f (already parsed).
@@ -110,6 +149,7 @@ func New(f *File) (*Validator, error) {
 		return nil, err
 	}
 	v := &Validator{log: slog.Default()}
+	v.SetSignaturePolicy(SignaturePolicy{})
 	v.cur.Store(c)
 	return v, nil
 }
@@ -121,6 +161,7 @@ func Load(path string, log *slog.Logger) (*Validator, error) {
 		log = slog.Default()
 	}
 	v := &Validator{path: path, log: log}
+	v.SetSignaturePolicy(SignaturePolicy{})
 	if _, err := v.Reload(); err != nil {
 		return nil, err
 	}
@@ -187,7 +228,7 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastErr string
-	var seen [32]byte // content seen at the previous tick
+	var seen, lastRefused [32]byte // content seen at the previous tick; the last content refused
 	for {
 		select {
 		case <-ctx.Done():
@@ -196,8 +237,9 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 		}
 		data, err := v.read()
 		var changed bool
+		var sum [32]byte
 		if err == nil {
-			sum := sha256.Sum256(data)
+			sum = sha256.Sum256(data)
 			if sum != seen {
 				seen = sum // changed since the last tick: wait until it holds still
 				continue
@@ -206,15 +248,33 @@ func (v *Validator) Watch(ctx context.Context, interval time.Duration) {
 		}
 		switch {
 		case err != nil:
-			if err.Error() != lastErr {
+			if err.Error() != lastErr || sum != lastRefused {
+				v.refused.Add(1)
 				v.log.Error("acl file not reloaded; previous rules stay in force", "file", v.path, "err", err)
 			}
-			lastErr = err.Error()
+			lastErr, lastRefused = err.Error(), sum
 		case changed:
 			lastErr = ""
 			v.log.Info("acl file reloaded", "file", v.path)
 		}
 	}
+}
+
+// CheckAdmin reports why accessKey/secretKey is not an admin account of the rules in
+// force (unknown key, wrong secret, not admin), or nil when it is.
+func (v *Validator) CheckAdmin(accessKey, secretKey string) error {
+	a := v.cur.Load().accounts[accessKey]
+	switch {
+	case accessKey == "":
+		return errors.New("no accessKey")
+	case a == nil:
+		return fmt.Errorf("accessKey %.64s is not an account of the acl file", accessKey)
+	case a.SecretKey != secretKey:
+		return fmt.Errorf("secretKey is not accessKey %.64s's secret in the acl file", accessKey)
+	case !a.Admin:
+		return fmt.Errorf("accessKey %.64s is not an admin account", accessKey)
+	}
+	return nil
 }
 
 // Host returns the address part of a remote "ip:port" (as RocketMQ matches white lists
@@ -234,48 +294,155 @@ func Host(remote string) string {
 // else its default topic or group permission; an admin account without entries passes).
 // Refusals wrap [ErrDenied] and say why without revealing secrets.
 func (v *Validator) Check(remote string, cmd *remoting.RemotingCommand, admin bool, res []Resource) error {
-	c := v.cur.Load()
-	host := Host(remote)
-	for _, p := range c.global {
-		if p.match(host) {
-			return nil
+	a, all, err := v.authenticate(remote, cmd, admin)
+	if err != nil || all {
+		return err
+	}
+	if a == nil { // a globally white-listed address, when the white list does not grant admin
+		if admin {
+			return fmt.Errorf("%w: request code %d needs a signed admin account (whiteListGrantsAdmin is false)", ErrDenied, cmd.Code)
+		}
+		return nil
+	}
+	if admin && !a.Admin {
+		return fmt.Errorf("%w: need admin permission for request code=%d, but accessKey=%s is not", ErrDenied, cmd.Code, a.AccessKey)
+	}
+	for _, r := range res {
+		if owned, ok := a.allows(r); !ok {
+			kind, name := "topic", r.Name
+			if g, isGroup := strings.CutPrefix(r.Name, RetryPrefix); isGroup {
+				kind, name = "group", g
+			}
+			return fmt.Errorf("%w: accessKey=%s has no %s permission on %s %s (has %s)", ErrDenied, a.AccessKey, r.Perm, kind, name, owned)
 		}
 	}
+	return nil
+}
+
+// authenticate finds the account of cmd from remote and verifies its signature, as
+// Check does. all reports a caller every resource check passes: a white-listed address
+// (global, or the account's) or an admin account without entries (a is then nil for a
+// globally white-listed address).
+func (v *Validator) authenticate(remote string, cmd *remoting.RemotingCommand, admin bool) (a *account, all bool, err error) {
+	c := v.cur.Load()
+	host := Host(remote)
 	ak, _ := cmd.Ext(remoting.ExtAccessKey)
-	if ak == "" {
-		return fmt.Errorf("%w: no accessKey is configured (request code %d from %s)", ErrDenied, cmd.Code, host)
+	for _, p := range c.global {
+		if p.match(host) {
+			if c.whiteAdmin || !admin || ak == "" {
+				return nil, c.whiteAdmin, nil
+			}
+			break // an admin code from a white-listed address: the account must sign it
+		}
 	}
-	a := c.accounts[ak]
+	if ak == "" {
+		return nil, false, fmt.Errorf("%w: no accessKey is configured (request code %d from %s)", ErrDenied, cmd.Code, host)
+	}
+	a = c.accounts[ak]
 	if a == nil {
-		return fmt.Errorf("%w: no acl config for %.64s", ErrDenied, ak)
+		return nil, false, fmt.Errorf("%w: no acl config for %.64s", ErrDenied, ak)
 	}
 	if a.white.match(host) {
+		if c.whiteAdmin {
+			return a, true, nil
+		}
+		return a, a.owned == nil && a.Admin, nil // spared the signature, not the checks
+	}
+	if err := v.verify(a, cmd, admin); err != nil {
+		return nil, false, err
+	}
+	return a, a.owned == nil && a.Admin, nil
+}
+
+// verify checks the signature of cmd by account a: v2 (remoting.SignatureV2) with its
+// time within the skew window and a nonce not seen before, or v1 unless admin and the
+// policy refuses v1 for admin codes.
+func (v *Validator) verify(a *account, cmd *remoting.RemotingCommand, admin bool) error {
+	ak := a.AccessKey
+	if ver, _ := cmd.Ext(remoting.ExtSigVersion); ver != "" {
+		if !remoting.VerifySignatureV2(a.SecretKey, cmd) {
+			return fmt.Errorf("%w: check signature v2 failed for accessKey=%s", ErrDenied, ak)
+		}
+		ts, _ := cmd.Ext(remoting.ExtSigTime)
+		nonce, _ := cmd.Ext(remoting.ExtSigNonce)
+		ms, err := strconv.ParseInt(ts, 10, 64)
+		now := time.Now()
+		if err != nil || now.Sub(time.UnixMilli(ms)).Abs() > v.policy.Skew {
+			return fmt.Errorf("%w: signature v2 time %.32q of accessKey=%s is not within %v of the broker's clock", ErrDenied, ts, ak, v.policy.Skew)
+		}
+		if len(nonce) < 16 || len(nonce) > 64 {
+			return fmt.Errorf("%w: signature v2 nonce of accessKey=%s must have 16..64 characters", ErrDenied, ak)
+		}
+		if err := v.nonces.add(ak+"\x00"+nonce, now, 2*v.policy.Skew, v.policy.MaxNonces); err != nil {
+			return fmt.Errorf("%w: accessKey=%s: %v", ErrDenied, ak, err)
+		}
 		return nil
 	}
 	if !remoting.VerifySignature(a.SecretKey, cmd) {
 		return fmt.Errorf("%w: check signature failed for accessKey=%s", ErrDenied, ak)
 	}
-	if admin && !a.Admin {
-		return fmt.Errorf("%w: need admin permission for request code=%d, but accessKey=%s is not", ErrDenied, cmd.Code, ak)
-	}
-	if a.owned == nil && a.Admin {
-		return nil
-	}
-	for _, r := range res {
-		owned, ok := a.owned[r.Name]
-		if !ok {
-			owned = a.topicPerm
-			if strings.HasPrefix(r.Name, RetryPrefix) {
-				owned = a.groupPerm
-			}
-		}
-		if !owned.Allows(r.Perm) {
-			kind, name := "topic", r.Name
-			if g, isGroup := strings.CutPrefix(r.Name, RetryPrefix); isGroup {
-				kind, name = "group", g
-			}
-			return fmt.Errorf("%w: accessKey=%s has no %s permission on %s %s (has %s)", ErrDenied, ak, r.Perm, kind, name, owned)
-		}
+	if admin && v.policy.RefuseV1ForAdmin {
+		return fmt.Errorf("%w: request code %d needs signature v2 (aclRefuseV1ForAdmin): accessKey=%s signed with v1", ErrDenied, cmd.Code, ak)
 	}
 	return nil
+}
+
+// nonceCache remembers the signature v2 nonces seen, each until its expiry.
+type nonceCache struct {
+	mu        sync.Mutex
+	seen      map[string]time.Time
+	nextSweep int
+}
+
+// add records nonce, refusing one seen before; when the cache holds max entries after
+// dropping the expired ones, it refuses too (bounded memory).
+func (c *nonceCache) add(nonce string, now time.Time, ttl time.Duration, limit int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]time.Time{}
+	}
+	if exp, ok := c.seen[nonce]; ok && now.Before(exp) {
+		return errors.New("signature v2 nonce already used (a replayed request)")
+	}
+	if len(c.seen) >= max(c.nextSweep, 1024) || len(c.seen) >= limit {
+		for k, exp := range c.seen {
+			if !now.Before(exp) {
+				delete(c.seen, k)
+			}
+		}
+		c.nextSweep = 2 * len(c.seen)
+		if len(c.seen) >= limit {
+			return fmt.Errorf("%d signature v2 nonces are remembered (limit): try again later", len(c.seen))
+		}
+	}
+	c.seen[nonce] = now.Add(ttl)
+	return nil
+}
+
+// allows reports whether the account has r's permission, and what it has on r.
+func (a *account) allows(r Resource) (Perm, bool) {
+	owned, ok := a.owned[r.Name]
+	if !ok {
+		owned = a.topicPerm
+		if strings.HasPrefix(r.Name, RetryPrefix) {
+			owned = a.groupPerm
+		}
+	}
+	return owned, owned.Allows(r.Perm)
+}
+
+// Permits authenticates cmd from remote as Check does and returns what the caller may
+// see: a function reporting whether it has the permission of a resource (always true
+// for a white-listed address or an admin account without entries). Listings use it to
+// leave out what the account has no permission on. Errors wrap ErrDenied.
+func (v *Validator) Permits(remote string, cmd *remoting.RemotingCommand) (func(Resource) bool, error) {
+	a, all, err := v.authenticate(remote, cmd, false)
+	switch {
+	case err != nil:
+		return nil, err
+	case all, a == nil:
+		return func(Resource) bool { return true }, nil
+	}
+	return func(r Resource) bool { _, ok := a.allows(r); return ok }, nil
 }

@@ -151,9 +151,10 @@ func (t *routeTable) register(r registration, now time.Time) registerResult {
 }
 
 // queryDataVersion implements QUERY_DATA_VERSION (322): it reports whether version
-// differs from the stored one and, when it does not, refreshes the broker's
+// differs from the stored one and, when it does not and the query came on the
+// connection the broker last registered on (connID, 0: none), refreshes the broker's
 // last-update time. stored is nil when the broker is not live.
-func (t *routeTable) queryDataVersion(brokerAddr string, version wire.DataVersion, now time.Time) (changed bool, stored *wire.DataVersion) {
+func (t *routeTable) queryDataVersion(brokerAddr string, version wire.DataVersion, connID uint64, now time.Time) (changed bool, stored *wire.DataVersion) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lb := t.live[brokerAddr]
@@ -164,7 +165,9 @@ func (t *routeTable) queryDataVersion(brokerAddr string, version wire.DataVersio
 	if v != version {
 		return true, &v
 	}
-	lb.lastUpdate = now
+	if connID != 0 && connID == lb.connID {
+		lb.lastUpdate = now
+	}
 	return false, &v
 }
 

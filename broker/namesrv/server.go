@@ -455,8 +455,10 @@ func (n *NameServer) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req 
 // handleQueryDataVersion serves QUERY_DATA_VERSION (322): ext brokerAddr (required),
 // body = the broker's wire.DataVersion JSON. Response ext changed=true|false and, when the
 // broker is live, body = the wire.DataVersion the name server holds. An unchanged version
-// counts as a registration for expiry.
-func (n *NameServer) handleQueryDataVersion(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+// counts as a registration for expiry only when it comes from the broker itself: on the
+// connection the broker last registered on and, with Config.ACL, signed by an admin
+// account. Anyone else's query is answered but does not keep a silent broker alive.
+func (n *NameServer) handleQueryDataVersion(_ context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
 	addr, err := req.ExtString("brokerAddr", true)
 	if err != nil {
 		return headerErr(err)
@@ -467,7 +469,14 @@ func (n *NameServer) handleQueryDataVersion(_ context.Context, _ *remoting.Conn,
 			return errorResponse(remoting.SystemError, "namesrv: DataVersion body is not valid JSON: %v", err)
 		}
 	}
-	changed, stored := n.routes.queryDataVersion(addr, v, time.Now())
+	var connID uint64
+	if conn != nil {
+		connID = conn.ID()
+		if n.cfg.ACL != nil && n.cfg.ACL.Check(conn.RemoteAddr(), req, true, nil) != nil {
+			connID = 0 // not the broker's signature: answer, do not refresh
+		}
+	}
+	changed, stored := n.routes.queryDataVersion(addr, v, connID, time.Now())
 	resp := remoting.NewResponse(remoting.Success, "")
 	if stored != nil {
 		resp = jsonResponse(stored)

@@ -37,6 +37,7 @@ func newAdminCmd() *cobra.Command {
 	pf.Bool("tls-insecure", false, "with --tls, do not verify the servers' certificates (as the official Go client's WithTls)")
 	pf.String("access-key", os.Getenv("SLUICE_ACCESS_KEY"), "ACL access key (RocketMQ plain ACL); requests are signed when it and the secret key are set; default $SLUICE_ACCESS_KEY")
 	pf.String("secret-key", "", "ACL secret key; default $SLUICE_SECRET_KEY (prefer the variable: flags show in process lists)")
+	pf.Bool("signature-v2", os.Getenv("SLUICE_SIGNATURE_V2") == "true", "sign with Sluice's signature v2 (request code, time and nonce covered; Sluice brokers only); default $SLUICE_SIGNATURE_V2=true")
 	topic := &cobra.Command{
 		Use:   "topic",
 		Short: "Create, list, inspect and delete topics",
@@ -63,12 +64,13 @@ func withAdmin(cmd *cobra.Command, f func(ctx context.Context, a *admin.Admin) e
 	if (ak == "") != (sk == "") {
 		return fmt.Errorf("--access-key and --secret-key (or $SLUICE_ACCESS_KEY and $SLUICE_SECRET_KEY) go together")
 	}
+	v2, _ := cmd.Flags().GetBool("signature-v2")
 	tlsCfg, err := adminTLS(cmd)
 	if err != nil {
 		return err
 	}
 	a, err := admin.New(admin.Config{NamesrvAddrs: splitAddrs(addrs), Timeout: timeout, Logger: discardLogger(),
-		Credentials: remoting.Credentials{AccessKey: ak, SecretKey: sk}, TLS: tlsCfg})
+		Credentials: remoting.Credentials{AccessKey: ak, SecretKey: sk, SignatureV2: v2}, TLS: tlsCfg})
 	if err != nil {
 		return err
 	}

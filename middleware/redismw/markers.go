@@ -2,6 +2,8 @@ package redismw
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,18 +44,33 @@ func (s MarkerState) String() string {
 
 // MarkerKey returns the Redis key of key's progress marker: "<prefix>:{<key>}:m". The
 // message key is the hash tag, so the marker and the lock ([LockKey]) share a Redis
-// Cluster slot and one Lua script can touch both.
-func MarkerKey(prefix, key string) string { return prefix + ":{" + key + "}:m" }
+// Cluster slot and one Lua script can touch both. A key that is empty or starts with
+// "}" would make an empty hash tag (Redis then hashes each whole key, and the three keys
+// land on different slots): such a key is named by its SHA-256 instead,
+// "<prefix>:{~<64 hex>}~:m" (see [keyTag]).
+func MarkerKey(prefix, key string) string { return prefix + ":{" + keyTag(key) + ":m" }
 
 // LockKey returns the Redis key of key's dedup lock: "<prefix>:{<key>}:lock". Its value is
 // the holder's random token, the layout go-redsync uses, so a redsync mutex on this name
 // (with the same token) can extend or release it.
-func LockKey(prefix, key string) string { return prefix + ":{" + key + "}:lock" }
+func LockKey(prefix, key string) string { return prefix + ":{" + keyTag(key) + ":lock" }
 
 // FenceKey returns the Redis key of key's fencing-token counter: "<prefix>:{<key>}:fence"
 // (same hash tag as the marker and the lock). It holds the last token handed out, as a
 // decimal integer, and lives DoneTTL after the last acquisition.
-func FenceKey(prefix, key string) string { return prefix + ":{" + key + "}:fence" }
+func FenceKey(prefix, key string) string { return prefix + ":{" + keyTag(key) + ":fence" }
+
+// keyTag returns what follows "<prefix>:{" in key's Redis keys, up to the suffix: the
+// key and the closing "}" — or, for a key whose hash tag would be empty (empty, or
+// starting with "}"), "~<SHA-256 hex>}~". The hashed form cannot equal the plain form of
+// another key: a plain form has "}" right before the suffix, the hashed form "~".
+func keyTag(key string) string {
+	if key != "" && key[0] != '}' {
+		return key + "}"
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "~" + hex.EncodeToString(sum[:]) + "}~"
+}
 
 func validatePrefix(field, p string) error {
 	if strings.ContainsAny(p, "{}") {
