@@ -45,7 +45,7 @@ func (a *Admin) GroupConsistency(ctx context.Context, group string) (*Subscripti
 	}
 	brokers := masters(ci, "")
 	if len(brokers) == 0 {
-		return nil, ErrNoBroker
+		return nil, a.noBrokerError()
 	}
 	clients := map[string]wire.ClientSubscriptions{}
 	answered := 0

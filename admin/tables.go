@@ -46,7 +46,7 @@ func (a *Admin) eachMaster(ctx context.Context, f func(b Broker) error) error {
 	}
 	brokers := masters(ci, "")
 	if len(brokers) == 0 {
-		return ErrNoBroker
+		return a.noBrokerError()
 	}
 	var errs []error
 	for _, b := range brokers {
