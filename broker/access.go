@@ -101,6 +101,8 @@ func appendRequestNames(refs []nameRef, req *remoting.RemotingCommand) ([]nameRe
 		if len(ext("clientID")) > MaxClientIDLength {
 			return nil, &message.ValidationError{Field: "clientID", Reason: "too long", Limit: MaxClientIDLength, Value: len(ext("clientID"))}
 		}
+	case remoting.DeleteSubscriptionGroup:
+		add("groupName", ext("groupName"), true, 0)
 	case remoting.GetConsumerListByGroup, wire.GroupSubscriptions:
 		add("consumerGroup", ext("consumerGroup"), true, acl.Sub)
 	case remoting.EndTransaction:

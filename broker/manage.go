@@ -55,6 +55,8 @@ func (b *Broker) registerProcessors() {
 	s.Handle(wire.ReadQueue, b.handleAdminReadQueue)
 	s.Handle(remoting.GetAllTopicConfig, b.handleAllTopicConfig) // consoleread.go
 	s.Handle(wire.GroupOffsets, b.handleGroupOffsets)
+	s.Handle(wire.GroupSummaries, b.handleGroupSummaries)       // consoleread.go
+	s.Handle(remoting.DeleteSubscriptionGroup, b.handleDeleteGroup) // consoleread.go
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer
