@@ -30,10 +30,11 @@ type clientChannel struct {
 type consumerGroup struct {
 	name         string
 	messageModel string
-	// consumeType and consumeFromWhere are from the newest heartbeat (for admin tools).
-	consumeType, consumeFromWhere string
 	channels     map[uint64]*clientChannel // by connection id
 	subs         map[string]*subscription  // by topic; the newest heartbeat wins, as in Java
+
+	// consumeType and consumeFromWhere are from the newest heartbeat (for admin tools).
+	consumeType, consumeFromWhere string
 }
 
 // clientManager tracks producer and consumer clients by connection (Java ConsumerManager

@@ -55,7 +55,7 @@ func (b *Broker) registerProcessors() {
 	s.Handle(wire.ReadQueue, b.handleAdminReadQueue)
 	s.Handle(remoting.GetAllTopicConfig, b.handleAllTopicConfig) // consoleread.go
 	s.Handle(wire.GroupOffsets, b.handleGroupOffsets)
-	s.Handle(wire.GroupSummaries, b.handleGroupSummaries)       // consoleread.go
+	s.Handle(wire.GroupSummaries, b.handleGroupSummaries)           // consoleread.go
 	s.Handle(remoting.DeleteSubscriptionGroup, b.handleDeleteGroup) // consoleread.go
 }
 
