@@ -164,7 +164,11 @@ func TestConsoleInChromium(t *testing.T) {
 		return count("#dead-letters .badge.warn") == 1
 	}, "the dead letter on the DLQ page")
 	shot("dlq")
-	run("re-drive", chromedp.Click(chromedp.CSS("#resend-button")), chromedp.WaitVisible(chromedp.CSS("#outcome")))
+	run("re-drive", chromedp.Click(chromedp.CSS("#resend-button")), chromedp.WaitVisible(chromedp.CSS("#effect")))
+	if got := text("#effect"); !strings.Contains(got, "Re-drive 1 of the 1 dead letter(s) of billing") {
+		t.Fatalf("re-drive confirmation %q", got)
+	}
+	run("confirm re-drive", chromedp.Click(chromedp.CSS("#confirm-button")), chromedp.WaitVisible(chromedp.CSS("#outcome")))
 	if got := text("#outcome tbody tr.ok td:nth-child(3)"); got != "re-driven" {
 		t.Fatalf("outcome %q", got)
 	}
@@ -177,9 +181,14 @@ func TestConsoleInChromium(t *testing.T) {
 	run("reset",
 		chromedp.Navigate(e.base+"/groups/billing"),
 		chromedp.SendKeys(chromedp.CSS("#reset-topic"), "Orders"),
+		chromedp.Click(chromedp.CSS("#reset-end")),
 		chromedp.Click(chromedp.CSS("#reset-button")),
-		chromedp.WaitVisible(chromedp.CSS("#reset-result")),
+		chromedp.WaitVisible(chromedp.CSS("#effect")),
 	)
+	if got := text("#effect"); !strings.Contains(got, "Skip every message of Orders that billing has not consumed yet") {
+		t.Fatalf("reset confirmation %q", got)
+	}
+	run("confirm reset", chromedp.Click(chromedp.CSS("#confirm-button")), chromedp.WaitVisible(chromedp.CSS("#reset-result")))
 	if got := text("#lag-total"); got != "0" {
 		t.Fatalf("lag after reset %q, want 0", got)
 	}

@@ -51,7 +51,7 @@ func (c *Console) parkedPage(w http.ResponseWriter, r *http.Request, status int,
 	}
 	d.Counts = counts
 	total := map[string]int64{retrytask.StateScheduled: counts.Scheduled, retrytask.StatePending: counts.Pending, retrytask.StateDead: counts.Dead}[state]
-	d.Pager = paginate(r, int(total), c.cfg.PageSize, url.Values{"state": {state}})
+	d.Pager = paginateAt(r, "/parked", int(total), c.cfg.PageSize, url.Values{"state": {state}})
 	n := d.Pager.To - d.Pager.From
 	if n > 0 {
 		var rows []retrytask.Parked
