@@ -546,7 +546,7 @@ func newGroupRow(g admin.GroupSummary, now time.Time) groupRow {
 	case g.ClientMaxReconsumeTimes >= 0:
 		row.Retries = strconv.Itoa(g.ClientMaxReconsumeTimes)
 	case g.Configured:
-		row.Retries = strconv.Itoa(g.RetryMaxTimes) + " (broker default; no client has sent its own yet)"
+		row.Retries = strconv.Itoa(g.RetryMaxTimes) + " (broker default)" // no client has sent its own yet
 	default:
 		row.Retries = "-"
 	}
