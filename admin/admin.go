@@ -191,7 +191,8 @@ func isTransport(err error) bool {
 }
 
 // ListTopics returns every topic the name server has a route for, sorted
-// (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RocketMQ request code 206).
+// (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RocketMQ request code 206). No topic while no
+// broker is registered is an error wrapping [ErrNoBroker], not an empty list.
 func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 	var out []string
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
@@ -201,6 +202,12 @@ func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(out) == 0 {
+		// Routes come from brokers: none at all may mean none is registered.
+		if err := a.checkBrokers(ctx); err != nil {
+			return nil, err
+		}
 	}
 	sort.Strings(out)
 	return out, nil

@@ -299,6 +299,9 @@ type DLQResendOptions struct {
 	// the original topic, with a reconsume count of 0) and other groups, which already
 	// consumed it, are not made to apply it twice.
 	ToOriginalTopic bool
+	// Progress, when set, is called after each dead letter tried, with the numbers resent
+	// and failed so far (for a progress bar; [Admin.CountDLQ]'s Pending is the total).
+	Progress func(resent, failed int)
 }
 
 // ResentMessage is one dead letter ResendDLQ sent back to its topic.
@@ -411,10 +414,16 @@ queues:
 					e := &DLQResendError{DLQ: mq, DLQOffset: m.QueueOffset, MsgID: m.MsgID, Err: err}
 					res.Failed = append(res.Failed, *e)
 					errs = append(errs, e)
+					if opt.Progress != nil {
+						opt.Progress(len(res.Resent), len(res.Failed))
+					}
 					continue queues
 				}
 				rm.DLQ = mq
 				res.Resent = append(res.Resent, *rm)
+				if opt.Progress != nil {
+					opt.Progress(len(res.Resent), len(res.Failed))
+				}
 				if err := advance(m.QueueOffset + 1); err != nil {
 					return res, err
 				}

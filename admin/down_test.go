@@ -40,6 +40,8 @@ func TestStoppedBrokerIsAnError(t *testing.T) {
 	}
 	_, err := a.TopicRoute(ctx(t), "DownT")
 	check("TopicRoute", err)
+	_, err = a.ListTopics(ctx(t))
+	check("ListTopics", err)
 	l, err := a.ListDLQ(ctx(t), "billing", admin.DLQListOptions{})
 	check("ListDLQ", err)
 	if l != nil {
