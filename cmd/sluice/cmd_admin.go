@@ -152,7 +152,7 @@ func newTopicCreateCmd() *cobra.Command {
 separated by commas (a topic name cannot contain one); with several, a progress bar is
 drawn on a terminal's stderr, and the first failure stops the run (the topics before it
 exist).`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			var spec admin.TopicSpec

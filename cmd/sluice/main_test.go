@@ -157,7 +157,7 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	}
 
 	out, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT")
-	if err != nil || !regexp.MustCompile(`broker-x +` + regexp.QuoteMeta(m[2]) + ` +4 +4 +6`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`broker-x +`+regexp.QuoteMeta(m[2])+` +4 +4 +6`).MatchString(out) {
 		t.Fatalf("route table: %v\n%s", err, out)
 	}
 	out, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT", "-o", "json")
@@ -174,7 +174,7 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	}
 
 	out, err = run(t, "admin", "cluster", "--namesrv", ns)
-	if err != nil || !regexp.MustCompile(`TestCluster +broker-x +master +` + regexp.QuoteMeta(m[2])).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`TestCluster +broker-x +master +`+regexp.QuoteMeta(m[2])).MatchString(out) {
 		t.Fatalf("cluster table: %v\n%s", err, out)
 	}
 	out, err = run(t, "admin", "cluster", "--namesrv", ns, "-o", "json")
