@@ -327,6 +327,7 @@ func (b *Broker) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req *rem
 		return errResponse(remoting.SystemError, "%v", err)
 	}
 	b.offsets.removeTopic(topic)
+	b.traffic.forgetTopic(topic) // its metric series end
 	if err := b.store.DeleteTopic(topic); err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
