@@ -295,14 +295,14 @@ func TestSignalStopsNamesrv(t *testing.T) {
 		t.Errorf("child output %q lacks the stop line", out.String())
 	}
 
-	// A usage error exits 1 with the message on stderr.
+	// A usage error exits 2 (docs/operations.md) with the message on stderr.
 	bad := exec.Command(os.Args[0])
 	bad.Env = append(os.Environ(), "SLUICE_MAIN_ARGS=admin topic route")
 	var stderr syncBuffer
 	bad.Stderr = &stderr
 	err := bad.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "sluice: required flag") {
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(stderr.String(), "sluice: required flag") {
 		t.Errorf("bad args: err %v, stderr %q", err, stderr.String())
 	}
 }
