@@ -169,6 +169,10 @@ func TestFailurePathsOverHTTP(t *testing.T) {
 		s := seriesOf(t, sc.base)
 		return len(s.Lag["lagging"]) > 0 && s.Lag["lagging"][len(s.Lag["lagging"])-1] != nil
 	}, "the lagging group charted")
+	// Page sizes, for the record (go test -v -run TestFailurePathsOverHTTP ./console).
+	for _, path := range []string{"/", "/groups", "/groups/lagging", "/dlq?group=billing", "/dlq?group=billing&page=7", "/topics"} {
+		t.Logf("page %s: %d bytes", path, len(get(path, http.StatusOK)))
+	}
 
 	sc.stopBroker()
 	ns := sc.ns.Addr()
