@@ -165,6 +165,13 @@ func TestFailurePathsOverHTTP(t *testing.T) {
 	if body := get("/dlq?group=billing&order=oldest", http.StatusOK); dlqRowRe.FindStringSubmatch(body)[1] != "0" {
 		t.Error("oldest first")
 	}
+	// A typo in the group is not "no dead letter".
+	for _, path := range []string{"/dlq?group=biling", "/groups/biling"} {
+		body := get(path, http.StatusNotFound)
+		if !strings.Contains(body, `No broker knows consumer group &#34;biling&#34;`) || !strings.Contains(body, "Did you mean billing?") || strings.Contains(body, "No dead letter.") {
+			t.Errorf("GET %s: %.1500s", path, body)
+		}
+	}
 	testkit.WaitFor(t, 15*time.Second, func() bool {
 		s := seriesOf(t, sc.base)
 		return len(s.Lag["lagging"]) > 0 && s.Lag["lagging"][len(s.Lag["lagging"])-1] != nil

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/internal/suggest"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 )
@@ -554,6 +555,28 @@ func newGroupRow(g admin.GroupSummary, now time.Time) groupRow {
 	return row
 }
 
+// unknownGroup returns an error message when no broker knows group (naming the nearest
+// known groups), "" when one does or the groups cannot be read.
+func (c *Console) unknownGroup(ctx context.Context, group string) string {
+	all, err := c.cfg.Admin.GroupSummaries(ctx)
+	if err != nil || slices.ContainsFunc(all, func(g admin.GroupSummary) bool { return g.Group == group }) {
+		return ""
+	}
+	return unknownGroupMessage(group, all)
+}
+
+func unknownGroupMessage(group string, all []admin.GroupSummary) string {
+	names := make([]string, len(all))
+	for i, g := range all {
+		names[i] = g.Group
+	}
+	msg := fmt.Sprintf("No broker knows consumer group %q (no config, committed offset or client online).", group)
+	if near := suggest.Nearest(group, names); len(near) > 0 {
+		msg += " Did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return msg
+}
+
 // shortDuration prints d as "45s", "12m", "3h05m" or "2d04h".
 func shortDuration(d time.Duration) string {
 	switch {
@@ -638,6 +661,8 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, 
 		if i := slices.IndexFunc(all, func(g admin.GroupSummary) bool { return g.Group == group }); i >= 0 {
 			row := newGroupRow(all[i], time.Now())
 			d.Summary = &row
+		} else if status == http.StatusOK {
+			v.Error, status = joinErr(v.Error, errors.New(unknownGroupMessage(group, all))), http.StatusNotFound
 		}
 	}
 	topics := map[string]bool{}
@@ -949,6 +974,17 @@ func (c *Console) dlqPage(w http.ResponseWriter, r *http.Request, status int, gr
 			return
 		}
 		d.Count = count
+		if count.Total == 0 {
+			// No DLQ: an unknown group (a typo) must not read as "no dead letter".
+			if msg := c.unknownGroup(r.Context(), group); msg != "" {
+				v.Error = joinErr(v.Error, errors.New(msg))
+				if status == http.StatusOK {
+					status = http.StatusNotFound
+				}
+				c.render(w, r, status, "dlq", v)
+				return
+			}
+		}
 		keep := url.Values{"group": {group}}
 		if d.Oldest {
 			keep.Set("order", "oldest")

@@ -105,6 +105,12 @@ func (c *Console) sampleOnce() {
 				x.get += sum(f)
 			case "sluice_broker_dead_letters_total":
 				x.dead += sum(f)
+			case "sluice_broker_up":
+				for _, m := range f.Metric {
+					if m.GetGauge().GetValue() == 0 { // stopped or stopping: its lag is unknown, not 0
+						errs = append(errs, "broker "+label(m, "broker")+" is not ready (sluice_broker_up 0)")
+					}
+				}
 			case "sluice_broker_consumer_lag_messages":
 				for _, m := range f.Metric {
 					if !message.IsDLQTopic(label(m, "topic")) { // a DLQ's offset is the re-drive mark
@@ -166,11 +172,17 @@ func (c *Console) apiSeries(w http.ResponseWriter, r *http.Request) {
 	if g := r.URL.Query().Get("group"); g != "" {
 		groups = []string{g}
 	} else if len(ss) > 0 {
-		last := ss[len(ss)-1].lag
-		for i := len(ss) - 1; i >= 0; i-- { // the newest sample that was read
-			if !ss[i].failed {
-				last = ss[i].lag
-				break
+		// Each group's newest value read (failed samples skipped), so a group does not
+		// vanish from the chart when the reads start failing.
+		last := map[string]float64{}
+		for i := len(ss) - 1; i >= 0; i-- {
+			if ss[i].failed {
+				continue
+			}
+			for g, v := range ss[i].lag {
+				if _, seen := last[g]; !seen {
+					last[g] = v
+				}
 			}
 		}
 		for g := range last {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/suggest"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -124,7 +125,7 @@ func topicNotFound(ctx context.Context, a *admin.Admin, topic string, err error)
 	if lerr != nil {
 		return &notFoundError{fmt.Errorf("topic %q does not exist", topic)}
 	}
-	return &notFoundError{fmt.Errorf("topic %q does not exist%s", topic, didYouMean(suggest(topic, all)))}
+	return &notFoundError{fmt.Errorf("topic %q does not exist%s", topic, didYouMean(suggest.Nearest(topic, all)))}
 }
 
 // checkGroup refuses a consumer group no broker knows, naming the nearest known groups
@@ -141,7 +142,7 @@ func checkGroup(ctx context.Context, a *admin.Admin, group string) error {
 		}
 		names = append(names, g.Group)
 	}
-	return &notFoundError{fmt.Errorf("consumer group %q: %w (no config, offset or client on any broker)%s", group, admin.ErrGroupNotExist, didYouMean(suggest(group, names)))}
+	return &notFoundError{fmt.Errorf("consumer group %q: %w (no config, offset or client on any broker)%s", group, admin.ErrGroupNotExist, didYouMean(suggest.Nearest(group, names)))}
 }
 
 func newTopicCreateCmd() *cobra.Command {

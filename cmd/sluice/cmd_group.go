@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/internal/suggest"
 )
 
 func newGroupCmd() *cobra.Command {
@@ -54,7 +55,7 @@ messages (the broker config's default, marked "(default)", until one has).`,
 			sortBy, _ := cmd.Flags().GetString("sort")
 			filter, _ := cmd.Flags().GetString("filter")
 			if !slices.Contains([]string{"lag", "age", "clients", "group"}, sortBy) {
-				return &usageError{fmt.Errorf("--sort %q: want lag, age, clients or group%s", sortBy, didYouMean(suggest(sortBy, []string{"lag", "age", "clients", "group"})))}
+				return &usageError{fmt.Errorf("--sort %q: want lag, age, clients or group%s", sortBy, didYouMean(suggest.Nearest(sortBy, []string{"lag", "age", "clients", "group"})))}
 			}
 			asJSON, err := jsonOutput(cmd)
 			if err != nil {
