@@ -59,7 +59,7 @@ func TestConsoleInChromium(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 180*time.Second) // -race on a loaded machine
 	defer cancelTimeout()
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -249,7 +249,7 @@ func TestFailurePathsInChromium(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 180*time.Second) // -race on a loaded machine
 	defer cancelTimeout()
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
