@@ -116,6 +116,10 @@ type GroupSummary struct {
 	OldestUnconsumed int64
 	Topics           []GroupTopicLag // per topic, summed over brokers, sorted
 	Brokers          []string        // brokers that know the group, sorted
+	// LagUnknown: a broker that is not Sluice (Apache RocketMQ) holds the group; only its
+	// config was read there (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), so Lag, OldestUnconsumed
+	// and Clients leave that broker out.
+	LagUnknown bool
 }
 
 // GroupTopicLag is a group's lag on one topic over all brokers.
@@ -140,6 +144,9 @@ func (a *Admin) GroupSummaries(ctx context.Context) ([]GroupSummary, error) {
 	topics := map[string]map[string]*GroupTopicLag{}
 	err := a.eachMaster(ctx, func(b Broker) error {
 		body, err := a.call(ctx, b, wire.GroupSummaries, nil)
+		if errors.Is(err, ErrNotSupported) {
+			return a.configuredGroupsOf(ctx, b, byName, topics)
+		}
 		if err != nil {
 			return err
 		}
@@ -201,6 +208,37 @@ func (a *Admin) GroupSummaries(ctx context.Context) ([]GroupSummary, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out, nil
+}
+
+// configuredGroupsOf adds the groups configured on b, a broker without GroupSummaries,
+// marked LagUnknown.
+func (a *Admin) configuredGroupsOf(ctx context.Context, b Broker, byName map[string]*GroupSummary, topics map[string]map[string]*GroupTopicLag) error {
+	body, err := a.call(ctx, b, remoting.GetAllSubscriptionGroupConfig, nil)
+	if err != nil {
+		return err
+	}
+	var w struct {
+		SubscriptionGroupTable map[string]*struct {
+			RetryMaxTimes int `json:"retryMaxTimes"`
+		} `json:"subscriptionGroupTable"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad group table: %w", err)}
+	}
+	for name, c := range w.SubscriptionGroupTable {
+		g := byName[name]
+		if g == nil {
+			g = &GroupSummary{Group: name, ClientMaxReconsumeTimes: -1}
+			byName[name] = g
+			topics[name] = map[string]*GroupTopicLag{}
+		}
+		g.Brokers = append(g.Brokers, b.Name)
+		g.LagUnknown = true
+		if c != nil && !g.Configured {
+			g.Configured, g.RetryMaxTimes = true, c.RetryMaxTimes
+		}
+	}
+	return nil
 }
 
 // ErrGroupNotExist is wrapped when no broker knows a consumer group: no config, no

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -85,5 +86,29 @@ func TestGroupSummariesCheckAndDelete(t *testing.T) {
 	}
 	if err := e.a.DeleteGroup(ctx(t), "offsets-only"); !errors.Is(err, admin.ErrGroupNotExist) {
 		t.Errorf("second delete = %v, want ErrGroupNotExist", err)
+	}
+}
+
+// TestGroupSummariesFromABrokerWithoutThem: a broker that answers GroupSummaries
+// REQUEST_CODE_NOT_SUPPORTED (Apache RocketMQ) still has its configured groups listed,
+// from GET_ALL_SUBSCRIPTIONGROUP_CONFIG, marked LagUnknown.
+func TestGroupSummariesFromABrokerWithoutThem(t *testing.T) {
+	ns := startNS(t)
+	b := startFakeBroker(t, ns.Addr(), "c1", "apache-like")
+	b.srv.Handle(remoting.GetAllSubscriptionGroupConfig, func(context.Context, *remoting.Conn, *remoting.RemotingCommand) *remoting.RemotingCommand {
+		r := remoting.NewResponse(remoting.Success, "")
+		r.Body = []byte(`{"subscriptionGroupTable":{"orders-g":{"groupName":"orders-g","retryMaxTimes":3}},"dataVersion":{"counter":1,"timestamp":1}}`)
+		return r
+	})
+	a := newAdmin(t, ns.Addr())
+	all, err := a.GroupSummaries(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].Group != "orders-g" || !all[0].LagUnknown || !all[0].Configured || all[0].RetryMaxTimes != 3 || all[0].ClientMaxReconsumeTimes != -1 {
+		t.Fatalf("summaries %+v", all)
+	}
+	if err := a.CheckGroup(ctx(t), "orders-g"); err != nil {
+		t.Errorf("CheckGroup: %v", err)
 	}
 }

@@ -39,6 +39,7 @@ type groupJSON struct {
 	RetryMaxTimes           int    `json:"retryMaxTimes"`           // the broker config's retry budget
 	ClientMaxReconsumeTimes int    `json:"clientMaxReconsumeTimes"` // what its clients send; -1 unknown
 	Topics                  int    `json:"topics"`
+	LagUnknown              bool   `json:"lagUnknown"` // a broker that is not Sluice holds it: its part of the lag is not read
 }
 
 func newGroupListCmd() *cobra.Command {
@@ -89,7 +90,7 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					for _, g := range rows {
 						out = append(out, groupJSON{Group: g.Group, Lag: g.Lag, LagSeconds: int64(g.LagAge(now).Seconds()), Clients: g.Clients,
 							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
-							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics)})
+							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics), LagUnknown: g.LagUnknown})
 					}
 					return printJSON(cmd, out)
 				}
@@ -119,7 +120,11 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					case g.Configured:
 						retries = strconv.Itoa(g.RetryMaxTimes) + " (default)"
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", g.Group, g.Lag, waiting, g.Clients, mode, state, retries)
+					lag := strconv.FormatInt(g.Lag, 10)
+					if g.LagUnknown { // a broker that is not Sluice holds it: its part is not read
+						lag += "+?"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", g.Group, lag, waiting, g.Clients, mode, state, retries)
 				}
 				if err := tw.Flush(); err != nil {
 					return err
