@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,8 +39,9 @@ const (
 // ErrClosed is returned by calls on a closed [Admin].
 var ErrClosed = errors.New("admin: closed")
 
-// ErrNoBroker is returned (wrapped) by [Admin.CreateTopic] when the name servers know no
-// master broker (in the requested cluster).
+// ErrNoBroker is returned (wrapped, naming the name servers) when the name servers know
+// no master broker (in the requested cluster): by [Admin.CreateTopic], the listings, and
+// route lookups that find no route while no broker is registered.
 var ErrNoBroker = errors.New("admin: no master broker")
 
 // Config configures an [Admin].
@@ -188,7 +191,8 @@ func isTransport(err error) bool {
 }
 
 // ListTopics returns every topic the name server has a route for, sorted
-// (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RocketMQ request code 206).
+// (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RocketMQ request code 206). No topic while no
+// broker is registered is an error wrapping [ErrNoBroker], not an empty list.
 func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 	var out []string
 	err := a.fromNamesrv(ctx, func(ctx context.Context, addr string) error {
@@ -198,6 +202,12 @@ func (a *Admin) ListTopics(ctx context.Context) ([]string, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(out) == 0 {
+		// Routes come from brokers: none at all may mean none is registered.
+		if err := a.checkBrokers(ctx); err != nil {
+			return nil, err
+		}
 	}
 	sort.Strings(out)
 	return out, nil
@@ -212,10 +222,35 @@ func (a *Admin) TopicRoute(ctx context.Context, topic string) (*TopicRouteData, 
 		out = r
 		return err
 	})
+	if errors.Is(err, ErrTopicNotExist) {
+		// No route can also mean no broker at all (stopped brokers unregister): then the
+		// answer is "cannot know", not "no such topic".
+		if nerr := a.checkBrokers(ctx); nerr != nil {
+			return nil, fmt.Errorf("%w: cannot tell whether topic %q exists", nerr, topic)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkBrokers returns an error wrapping [ErrNoBroker] and naming the name servers when
+// they know no master broker, or the name-server error; nil when a master is registered.
+func (a *Admin) checkBrokers(ctx context.Context) error {
+	ci, err := a.ClusterInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if len(masters(ci, "")) == 0 {
+		return a.noBrokerError()
+	}
+	return nil
+}
+
+// noBrokerError is [ErrNoBroker] with the name servers asked.
+func (a *Admin) noBrokerError() error {
+	return fmt.Errorf("%w registered with name server %s (brokers stopped or unreachable)", ErrNoBroker, strings.Join(a.cfg.NamesrvAddrs, ";"))
 }
 
 // ClusterInfo returns the brokers and clusters the name server knows
@@ -319,7 +354,7 @@ func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicRe
 		if spec.Cluster != "" {
 			return nil, fmt.Errorf("%w in cluster %q", ErrNoBroker, spec.Cluster)
 		}
-		return nil, ErrNoBroker
+		return nil, a.noBrokerError()
 	}
 	ext := map[string]string{
 		"topic":           spec.Topic,
@@ -421,7 +456,7 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, brokerNames ..
 		switch {
 		case err == nil && routeHas(r, brokerNames):
 			return r, nil
-		case err != nil && !errors.Is(err, ErrTopicNotExist):
+		case err != nil && !errors.Is(err, ErrTopicNotExist) && !errors.Is(err, ErrNoBroker): // brokers may still be registering
 			return nil, err
 		}
 		select {
@@ -454,7 +489,8 @@ func routeHas(r *wire.TopicRouteData, names []string) bool {
 // DeleteTopic deletes a topic: DELETE_TOPIC_IN_BROKER (RocketMQ request code 215) on
 // every master in the topic's route, then DELETE_TOPIC_IN_NAMESRV (216) and
 // DELETE_KV_CONFIG of its order config (102) on every name server. A topic without a
-// route is deleted from the name servers only. Errors are joined: [*BrokerError] per
+// route is deleted from the name servers only when some broker still holds it; a topic
+// no broker holds gives an error wrapping [ErrTopicNotExist] and changes nothing. Errors are joined: [*BrokerError] per
 // failing broker, and name-server errors.
 func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 	if err := message.ValidateTopic(topic); err != nil {
@@ -466,6 +502,17 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 	r, err := a.TopicRoute(ctx, topic)
 	if err != nil && !errors.Is(err, ErrTopicNotExist) {
 		return err
+	}
+	if r == nil {
+		// No route: delete only what some broker still holds (a route not registered
+		// yet); a topic nobody knows is a typo, refused rather than "deleted".
+		all, terr := a.TopicConfigs(ctx)
+		if terr != nil {
+			return terr
+		}
+		if !slices.ContainsFunc(all, func(t TopicInfo) bool { return t.Topic == topic }) {
+			return fmt.Errorf("admin: delete topic %q: %w (no route and no broker holds it)", topic, ErrTopicNotExist)
+		}
 	}
 	var errs []error
 	if r != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -111,10 +112,17 @@ type DLQListOptions struct {
 	// Max bounds the number of messages returned, 1..MaxDLQListMax. Default:
 	// DefaultDLQListMax.
 	Max int
+	// Skip leaves out the first Skip messages of the order (paging: page p of size n is
+	// Skip (p-1)*n, Max n). Skip+Max is at most MaxDLQListMax. Default 0.
+	Skip int
+	// NewestFirst orders by store time from the newest dead letter back (what an
+	// operator looks for first). Default false: from the oldest.
+	NewestFirst bool
 }
 
 // dlqQueues returns the queues of %DLQ%<group> and their masters; none when the DLQ was
-// never created (no dead letter yet).
+// never created (no dead letter yet). A stopped cluster is an error (see
+// [Admin.TopicRoute]), never "no DLQ".
 func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQueue, map[string]string, error) {
 	if group == "" {
 		return nil, nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
@@ -147,10 +155,66 @@ func (a *Admin) redriveMark(ctx context.Context, group string, mq message.Messag
 	return 0, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
 }
 
+// dlqQueue is one queue of a group's DLQ with its offsets.
+type dlqQueue struct {
+	mq             message.MessageQueue
+	addr           string
+	min, max, mark int64
+}
+
+// dlqState reads every DLQ queue's min and max offsets and re-drive mark.
+func (a *Admin) dlqState(ctx context.Context, group string) ([]dlqQueue, error) {
+	mqs, addrs, err := a.dlqQueues(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dlqQueue, 0, len(mqs))
+	for _, mq := range mqs {
+		q := dlqQueue{mq: mq, addr: addrs[mq.BrokerName]}
+		ext := wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
+		if q.min, err = a.int64Call(ctx, mq.BrokerName, q.addr, remoting.GetMinOffset, ext, "offset"); err != nil {
+			return nil, err
+		}
+		if q.max, err = a.int64Call(ctx, mq.BrokerName, q.addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
+			return nil, err
+		}
+		if q.mark, err = a.redriveMark(ctx, group, mq, q.addr); err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+// DLQCount is how many dead letters a group's DLQ holds ([Admin.CountDLQ]).
+type DLQCount struct {
+	Total   int64 // stored dead letters, on every DLQ queue
+	Pending int64 // of those, not re-driven yet (at or past the re-drive mark)
+}
+
+// CountDLQ counts the dead letters of a consumer group from its DLQ queues' offsets
+// (GET_MIN_OFFSET, GET_MAX_OFFSET and the re-drive mark: three requests per queue, no
+// message read). A group without a DLQ has none. Errors as [Admin.ListDLQ].
+func (a *Admin) CountDLQ(ctx context.Context, group string) (DLQCount, error) {
+	qs, err := a.dlqState(ctx, group)
+	if err != nil {
+		return DLQCount{}, err
+	}
+	var c DLQCount
+	for _, q := range qs {
+		c.Total += q.max - q.min
+		c.Pending += q.max - max(q.min, q.mark)
+	}
+	return c, nil
+}
+
 // ListDLQ returns the dead letters of a consumer group — the messages in %DLQ%<group>
-// on every broker of its route — in queue order, with their original topic and whether
-// a ResendDLQ already re-drove them. A group without a DLQ has none (nil, nil). The
-// DLQ is read with READ_QUEUE (see [Admin.ReadQueue]); normal consumers cannot read it.
+// on every broker of its route — ordered by store time (oldest first, or newest first
+// with NewestFirst), from Skip on, at most Max, with their original topic and whether a
+// ResendDLQ already re-drove them. A group without a DLQ has none (nil, nil); use
+// [Admin.CountDLQ] for the total. The DLQ is read with READ_QUEUE (see
+// [Admin.ReadQueue]); normal consumers cannot read it. Each queue is read for at most
+// Skip+Max messages from the chosen end.
 func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) ([]DLQMessage, error) {
 	if opt.Max == 0 {
 		opt.Max = DefaultDLQListMax
@@ -158,28 +222,34 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 	if opt.Max < 1 || opt.Max > MaxDLQListMax {
 		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is outside 1..%d", opt.Max, MaxDLQListMax)}
 	}
+	if opt.Skip < 0 || opt.Skip+opt.Max > MaxDLQListMax {
+		return nil, &ConfigError{Field: "Skip", Reason: fmt.Sprintf("%d: Skip must not be negative and Skip+Max (%d) at most %d", opt.Skip, opt.Skip+opt.Max, MaxDLQListMax)}
+	}
 	if opt.FromOffset < 0 {
 		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
 	}
-	mqs, addrs, err := a.dlqQueues(ctx, group)
+	qs, err := a.dlqState(ctx, group)
 	if err != nil {
 		return nil, err
 	}
+	want := int64(opt.Skip + opt.Max)
 	var out []DLQMessage
-	for _, mq := range mqs {
-		addr := addrs[mq.BrokerName]
-		mark, err := a.redriveMark(ctx, group, mq, addr)
-		if err != nil {
-			return nil, err
+	for _, q := range qs {
+		from, to := max(q.min, opt.FromOffset), q.max
+		if opt.NewestFirst {
+			from = max(from, to-want)
+		} else {
+			to = min(to, from+want)
 		}
-		off := opt.FromOffset
-		for len(out) < opt.Max {
-			r, err := a.ReadQueue(ctx, mq, addr, off, min(readBatch, opt.Max-len(out)))
+		for off := from; off < to; {
+			r, err := a.ReadQueue(ctx, q.mq, q.addr, off, int(min(readBatch, to-off)))
 			if err != nil {
 				return nil, err
 			}
 			for _, m := range r.Messages {
-				out = append(out, dlqMessage(mq, m, mark))
+				if m.QueueOffset < to {
+					out = append(out, dlqMessage(q.mq, m, q.mark))
+				}
 			}
 			if r.NextOffset <= off || (len(r.Messages) == 0 && r.NextOffset >= r.Max) {
 				break
@@ -187,7 +257,20 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 			off = r.NextOffset
 		}
 	}
-	return out, nil
+	sort.SliceStable(out, func(i, j int) bool {
+		x, y := out[i], out[j]
+		if x.Message.StoreTimestamp != y.Message.StoreTimestamp {
+			return (x.Message.StoreTimestamp < y.Message.StoreTimestamp) != opt.NewestFirst
+		}
+		if x.Queue != y.Queue {
+			return x.Queue.Less(y.Queue) != opt.NewestFirst
+		}
+		return (x.QueueOffset < y.QueueOffset) != opt.NewestFirst
+	})
+	if opt.Skip >= len(out) {
+		return nil, nil
+	}
+	return out[opt.Skip:min(len(out), opt.Skip+opt.Max)], nil
 }
 
 func dlqMessage(mq message.MessageQueue, m *message.MessageExt, mark int64) DLQMessage {
@@ -216,6 +299,9 @@ type DLQResendOptions struct {
 	// the original topic, with a reconsume count of 0) and other groups, which already
 	// consumed it, are not made to apply it twice.
 	ToOriginalTopic bool
+	// Progress, when set, is called after each dead letter tried, with the numbers resent
+	// and failed so far (for a progress bar; [Admin.CountDLQ]'s Pending is the total).
+	Progress func(resent, failed int)
 }
 
 // ResentMessage is one dead letter ResendDLQ sent back to its topic.
@@ -328,10 +414,16 @@ queues:
 					e := &DLQResendError{DLQ: mq, DLQOffset: m.QueueOffset, MsgID: m.MsgID, Err: err}
 					res.Failed = append(res.Failed, *e)
 					errs = append(errs, e)
+					if opt.Progress != nil {
+						opt.Progress(len(res.Resent), len(res.Failed))
+					}
 					continue queues
 				}
 				rm.DLQ = mq
 				res.Resent = append(res.Resent, *rm)
+				if opt.Progress != nil {
+					opt.Progress(len(res.Resent), len(res.Failed))
+				}
 				if err := advance(m.QueueOffset + 1); err != nil {
 					return res, err
 				}

@@ -227,3 +227,62 @@ func TestReadQueueAndOffsetsErrors(t *testing.T) {
 		t.Fatal("empty group accepted")
 	}
 }
+
+// TestDLQPagesNewestFirst: 37 dead letters are counted without reading them and listed
+// in pages, newest first, every one exactly once.
+func TestDLQPagesNewestFirst(t *testing.T) {
+	e := newDLQEnv(t)
+	if _, err := e.a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "Paged", Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.a.WaitTopicRoute(ctx(t), "Paged"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 37
+	for i := range n {
+		r, err := e.p.SendSync(ctx(t), message.NewMessage("Paged", []byte("b")).SetKeys("k-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.kill(t, "gp", r)
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool { _, err := e.a.TopicRoute(ctx(t), message.DLQTopic("gp")); return err == nil }, "the DLQ route")
+	c, err := e.a.CountDLQ(ctx(t), "gp")
+	if err != nil || c.Total != n || c.Pending != n {
+		t.Fatalf("CountDLQ = %+v, %v; want %d total and pending", c, err, n)
+	}
+	var got []int64
+	for page := 0; ; page++ {
+		l, err := e.a.ListDLQ(ctx(t), "gp", admin.DLQListOptions{Skip: page * 10, Max: 10, NewestFirst: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) == 0 {
+			break
+		}
+		if page < 3 && len(l) != 10 || page == 3 && len(l) != 7 {
+			t.Fatalf("page %d has %d rows", page, len(l))
+		}
+		for _, d := range l {
+			got = append(got, d.QueueOffset)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("listed %d, want %d", len(got), n)
+	}
+	for i, off := range got {
+		if off != int64(n-1-i) { // one DLQ queue: newest first is offset n-1 down to 0
+			t.Fatalf("row %d is offset %d, want %d (all: %v)", i, off, n-1-i, got)
+		}
+	}
+	if _, err := e.a.ListDLQ(ctx(t), "gp", admin.DLQListOptions{Skip: admin.MaxDLQListMax, Max: 1}); err == nil {
+		t.Error("Skip+Max over the limit accepted")
+	}
+	// After re-driving 5 (the oldest), 32 are pending.
+	if _, err := e.a.ResendDLQ(ctx(t), "gp", admin.DLQResendOptions{Max: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := e.a.CountDLQ(ctx(t), "gp"); err != nil || c.Total < n || c.Pending != c.Total-5 {
+		t.Fatalf("after re-driving 5: %+v, %v", c, err)
+	}
+}

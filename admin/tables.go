@@ -46,7 +46,7 @@ func (a *Admin) eachMaster(ctx context.Context, f func(b Broker) error) error {
 	}
 	brokers := masters(ci, "")
 	if len(brokers) == 0 {
-		return ErrNoBroker
+		return a.noBrokerError()
 	}
 	var errs []error
 	for _, b := range brokers {
@@ -201,10 +201,12 @@ func (a *Admin) GroupOffsets(ctx context.Context, group string) ([]QueueOffset, 
 // MaxMessagesByTime bounds [Admin.MessagesByTime]'s max.
 const MaxMessagesByTime = 1000
 
-// MessagesByTime returns up to max messages of topic stored in [begin, end], read from
-// every queue of its route from the offset of begin (SEARCH_OFFSET_BY_TIMESTAMP, RocketMQ
-// request code 29) with READ_QUEUE (7001), bodies decompressed, sorted by store time.
-// Each queue is read until a message stored after end, its end, or max messages.
+// MessagesByTime returns the first max messages of topic stored in [begin, end] over all
+// its queues, read from every queue of its route from the offset of begin
+// (SEARCH_OFFSET_BY_TIMESTAMP, RocketMQ request code 29) with READ_QUEUE (7001), bodies
+// decompressed, sorted by store time. Each queue is read until a message stored after
+// end, its end, or max messages of its own; at most 2*max messages are held at once.
+// Ask for one more than you show to learn whether the range holds more.
 // Errors: a [*ConfigError] for a bad topic, an end before begin or a max outside
 // 1..MaxMessagesByTime; route errors; [*BrokerError]s.
 func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end time.Time, max int) ([]*message.MessageExt, error) {
@@ -222,6 +224,9 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 		return nil, err
 	}
 	var out []*message.MessageExt
+	byTime := func() {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].StoreTimestamp < out[j].StoreTimestamp })
+	}
 	for _, mq := range mqs {
 		addr := addrs[mq.BrokerName]
 		off, err := a.int64Call(ctx, mq.BrokerName, addr, remoting.SearchOffsetByTimestamp, map[string]string{
@@ -229,8 +234,13 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 		if err != nil {
 			return nil, err
 		}
+		if len(out) > max { // keep the earliest max of the queues read so far
+			byTime()
+			out = out[:max]
+		}
+		limit := len(out) + max // this queue's own max
 	queue:
-		for len(out) < max {
+		for len(out) < limit {
 			r, err := a.ReadQueue(ctx, mq, addr, off, readBatch)
 			if err != nil {
 				return nil, err
@@ -239,7 +249,7 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 				break
 			}
 			for _, m := range r.Messages {
-				if m.StoreTimestamp > end.UnixMilli() || len(out) >= max {
+				if m.StoreTimestamp > end.UnixMilli() || len(out) >= limit {
 					break queue
 				}
 				if m.StoreTimestamp >= begin.UnixMilli() {
@@ -258,8 +268,8 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 			off = r.NextOffset
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].StoreTimestamp < out[j].StoreTimestamp })
-	return out, nil
+	byTime()
+	return out[:min(len(out), max)], nil
 }
 
 // QueueOffsets returns every queue of topic (from its route) with its min and max offsets

@@ -82,3 +82,42 @@ func TestTablesAndGroupOffsets(t *testing.T) {
 		t.Fatal("end before begin accepted")
 	}
 }
+
+// TestMessagesByTimeAcrossQueues: the first max messages of the range come from every
+// queue (earliest first), not max from the first queue read; asking for one more than
+// shown tells that the range holds more.
+func TestMessagesByTimeAcrossQueues(t *testing.T) {
+	e := newDLQEnv(t)
+	if _, err := e.a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "Tq", Queues: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.a.WaitTopicRoute(ctx(t), "Tq"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Second)
+	var stored []int64
+	for i := range 12 {
+		r, err := e.p.SendSync(ctx(t), message.NewMessage("Tq", []byte("m"+strconv.Itoa(i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, int64(r.Queue.QueueID))
+	}
+	all, err := e.a.MessagesByTime(ctx(t), "Tq", start, time.Now().Add(time.Second), 13)
+	if err != nil || len(all) != 12 {
+		t.Fatalf("all: %d, %v", len(all), err)
+	}
+	// Two per queue over 4 queues: the old per-queue fill returned 2 of queue 0.
+	msgs, err := e.a.MessagesByTime(ctx(t), "Tq", start, time.Now().Add(time.Second), 2)
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("by time: %d messages, %v", len(msgs), err)
+	}
+	for i, m := range msgs {
+		if m.StoreTimestamp != all[i].StoreTimestamp {
+			t.Fatalf("message %d stored at %d, the range's %d-th earliest at %d (queues sent to: %v)", i, m.StoreTimestamp, i+1, all[i].StoreTimestamp, stored)
+		}
+	}
+	if msgs[0].QueueID == msgs[1].QueueID && all[0].QueueID != all[1].QueueID {
+		t.Fatalf("both from queue %d", msgs[0].QueueID)
+	}
+}

@@ -101,6 +101,8 @@ func appendRequestNames(refs []nameRef, req *remoting.RemotingCommand) ([]nameRe
 		if len(ext("clientID")) > MaxClientIDLength {
 			return nil, &message.ValidationError{Field: "clientID", Reason: "too long", Limit: MaxClientIDLength, Value: len(ext("clientID"))}
 		}
+	case remoting.DeleteSubscriptionGroup:
+		add("groupName", ext("groupName"), true, 0)
 	case remoting.GetConsumerListByGroup, wire.GroupSubscriptions, wire.GroupOffsets:
 		add("consumerGroup", ext("consumerGroup"), true, acl.Sub)
 	case remoting.EndTransaction:
@@ -128,6 +130,12 @@ func appendRequestNames(refs []nameRef, req *remoting.RemotingCommand) ([]nameRe
 				if g, ok := cutRetry(sd.Topic); ok {
 					add("subscriptionDataSet.topic", sd.Topic, false, 0)
 					add("subscriptionDataSet.topic", g, true, acl.Sub)
+					if g == cd.GroupName && g != "" {
+						// The group's own retry topic: a group name too long for it is
+						// refused by the handler with the group's rule (limit 120), not
+						// here with the topic's (limit 127) that the user never chose.
+						refs[len(refs)-2].perGroup, refs[len(refs)-1].perGroup = true, true
+					}
 				} else {
 					add("subscriptionDataSet.topic", sd.Topic, false, acl.Sub)
 				}

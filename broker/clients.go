@@ -33,6 +33,9 @@ type consumerGroup struct {
 	messageModel string
 	channels     map[uint64]*clientChannel // by connection id
 	subs         map[string]*subscription  // by topic; the newest heartbeat wins, as in Java
+
+	// consumeType and consumeFromWhere are from the newest heartbeat (for admin tools).
+	consumeType, consumeFromWhere string
 }
 
 // clientManager tracks producer and consumer clients by connection (Java ConsumerManager
@@ -51,6 +54,8 @@ type clientManager struct {
 	perConn   map[uint64]int                       // client entries (producer and consumer channels) by connection id
 	entries   int                                  // client entries kept in total
 	subs      int                                  // subscriptions kept in total: every channel's own plus every group's
+	// sendBackLimits: group -> the maxReconsumeTimes its clients last sent back with.
+	sendBackLimits map[string]int32
 }
 
 // clientLimits bound what heartbeats can make the broker keep (each <= 0: unlimited).
@@ -263,6 +268,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			m.consumers[cd.GroupName] = g
 		}
 		g.messageModel = cd.MessageModel
+		g.consumeType, g.consumeFromWhere = cd.ConsumeType, cd.ConsumeFromWhere
 		known := ch != nil
 		if !known || ch.clientID != hb.ClientID {
 			old := ch
@@ -466,4 +472,63 @@ func (m *clientManager) producerConn(group string) *remoting.Conn {
 		return ch.conn
 	}
 	return nil
+}
+
+// noteSendBackLimit records the maxReconsumeTimes a client of group sent with
+// CONSUMER_SEND_MSG_BACK (what decides when its messages go to the DLQ).
+func (m *clientManager) noteSendBackLimit(group string, limit int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sendBackLimits == nil {
+		m.sendBackLimits = map[string]int32{}
+	}
+	m.sendBackLimits[group] = limit
+}
+
+// groupClients is what the broker knows of a group's online clients.
+type groupClients struct {
+	clients                                     int
+	messageModel, consumeType, consumeFromWhere string
+	lastHeartbeat                               int64
+	sendBackLimit                               int32 // -1: none sent
+}
+
+// summaries returns, per consumer group known to the client manager, its online
+// clients and recorded send-back limit.
+func (m *clientManager) summaries() map[string]groupClients {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]groupClients{}
+	for name, g := range m.consumers {
+		ids := map[string]bool{}
+		gc := groupClients{messageModel: g.messageModel, consumeType: g.consumeType, consumeFromWhere: g.consumeFromWhere, sendBackLimit: -1}
+		for _, ch := range g.channels {
+			ids[ch.clientID] = true
+			gc.lastHeartbeat = max(gc.lastHeartbeat, ch.lastUpdate.UnixMilli())
+		}
+		gc.clients = len(ids)
+		if gc.clients == 0 {
+			gc.messageModel, gc.consumeType, gc.consumeFromWhere = "", "", ""
+		}
+		out[name] = gc
+	}
+	for name, l := range m.sendBackLimits {
+		gc, ok := out[name]
+		if !ok {
+			gc = groupClients{}
+		}
+		gc.sendBackLimit = l
+		out[name] = gc
+	}
+	return out
+}
+
+// online reports how many client connections of group are registered.
+func (m *clientManager) online(group string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g := m.consumers[group]; g != nil {
+		return len(g.channels)
+	}
+	return 0
 }

@@ -242,6 +242,11 @@ type Config struct {
 	// keys; default none.
 	AccessKey string `conf:"accessKey"`
 	SecretKey string `conf:"secretKey"`
+	// MetricsPerQueueLag adds the per-queue series sluice_broker_consumer_queue_lag_messages
+	// (group, topic, queue) to the metrics; by default only the per-group-and-topic
+	// aggregates are exported (one group on 4,000 queues: a handful of series, not 4,000).
+	// A Sluice key; default false.
+	MetricsPerQueueLag bool `conf:"metricsPerQueueLag"`
 
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger

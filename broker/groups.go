@@ -106,3 +106,17 @@ func (g *groupTable) snapshot() groupsFile {
 	}
 	return f
 }
+
+// remove deletes a group's config; it reports whether there was one.
+func (g *groupTable) remove(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.groups[name]; !ok {
+		return false
+	}
+	delete(g.groups, name)
+	g.version.Counter++
+	g.version.Timestamp = time.Now().UnixMilli()
+	g.writer.markDirty()
+	return true
+}

@@ -56,6 +56,8 @@ func (b *Broker) registerProcessors() {
 	s.Handle(wire.ReadQueue, b.handleAdminReadQueue)
 	s.Handle(remoting.GetAllTopicConfig, b.handleAllTopicConfig) // consoleread.go
 	s.Handle(wire.GroupOffsets, b.handleGroupOffsets)
+	s.Handle(wire.GroupSummaries, b.handleGroupSummaries)           // consoleread.go
+	s.Handle(remoting.DeleteSubscriptionGroup, b.handleDeleteGroup) // consoleread.go
 }
 
 // handleHeartbeat serves HEART_BEAT (34): registers the client's producer and consumer
@@ -333,6 +335,7 @@ func (b *Broker) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req *rem
 		return errResponse(remoting.SystemError, "%v", err)
 	}
 	b.offsets.removeTopic(topic)
+	b.traffic.forgetTopic(topic) // its metric series end
 	if err := b.store.DeleteTopic(topic); err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}

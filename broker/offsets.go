@@ -123,3 +123,17 @@ func (o *offsetTable) persist() error {
 	}
 	return nil
 }
+
+// removeGroup drops every offset of group; it reports whether there was one.
+func (o *offsetTable) removeGroup(group string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	removed := false
+	for k := range o.table {
+		if i := strings.LastIndexByte(k, '@'); i >= 0 && k[i+1:] == group {
+			delete(o.table, k)
+			o.dirty, removed = true, true
+		}
+	}
+	return removed
+}

@@ -58,6 +58,8 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 	}
 	if maxReconsume < 0 {
 		maxReconsume = int32(g.RetryMaxTimes)
+	} else {
+		b.clients.noteSendBackLimit(group, maxReconsume) // shown by GroupSummaries
 	}
 	m := &message.MessageExt{
 		Message:        message.Message{Topic: retryTopic, Flag: orig.Flag, Body: orig.Body, Properties: orig.Properties},

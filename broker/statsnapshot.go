@@ -86,6 +86,7 @@ type brokerStats struct {
 	retries     sync.Map // group -> *counterPair (retries, dead letters)
 	sendLatency *latencyHistogram
 	pullLatency *latencyHistogram
+	pullHeld    *latencyHistogram // pulls answered after a long-polling hold
 	flush       *latencyHistogram
 
 	txnChecks atomic.Int64
@@ -94,7 +95,7 @@ type brokerStats struct {
 type groupTopic struct{ group, topic string }
 
 func newBrokerStats() *brokerStats {
-	return &brokerStats{sendLatency: newLatencyHistogram(), pullLatency: newLatencyHistogram(), flush: newLatencyHistogram()}
+	return &brokerStats{sendLatency: newLatencyHistogram(), pullLatency: newLatencyHistogram(), pullHeld: newLatencyHistogram(), flush: newLatencyHistogram()}
 }
 
 func pairFor[K comparable](m *sync.Map, k K) *counterPair {
@@ -182,18 +183,24 @@ func (b *Broker) recordSend(req, resp *remoting.RemotingCommand, start time.Time
 func (b *Broker) timedPull(h remoting.AsyncHandler) remoting.AsyncHandler {
 	return func(ctx context.Context, conn *remoting.Conn, req *remoting.RemotingCommand, reply func(*remoting.RemotingCommand)) {
 		start := time.Now()
+		var returned atomic.Bool // the handler returned before answering: the pull was held
 		h(ctx, conn, req, func(resp *remoting.RemotingCommand) {
 			if resp != nil {
-				b.recordPull(req, resp, start)
+				b.recordPull(req, resp, start, returned.Load())
 			}
 			reply(resp)
 		})
+		returned.Store(true)
 	}
 }
 
 // recordPull observes one pull's latency and counts what it delivered.
-func (b *Broker) recordPull(req, resp *remoting.RemotingCommand, start time.Time) {
-	b.traffic.pullLatency.observe(time.Since(start))
+func (b *Broker) recordPull(req, resp *remoting.RemotingCommand, start time.Time, held bool) {
+	if held {
+		b.traffic.pullHeld.observe(time.Since(start))
+	} else {
+		b.traffic.pullLatency.observe(time.Since(start))
+	}
 	if resp.ResponseCode() != remoting.Success || len(resp.Body) == 0 {
 		return
 	}
@@ -239,6 +246,9 @@ type QueueLag struct {
 	ConsumerOffset int64 // the group's committed offset
 	MaxOffset      int64 // the queue's next offset to be written
 	Lag            int64 // MaxOffset - ConsumerOffset, at least 0
+	// OldestUnconsumed is the store time (unix ms) of the first message at or after
+	// ConsumerOffset when Lag > 0 (how long the group is behind), else 0.
+	OldestUnconsumed int64
 }
 
 // GroupStats counts a consumer group's redeliveries since the broker started.
@@ -278,7 +288,8 @@ type StatsSnapshot struct {
 	CommitLog CommitLogStats
 
 	SendLatency Histogram // SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE: request to answer
-	PullLatency Histogram // PULL_MESSAGE: request to answer, a long-polling hold included
+	PullLatency Histogram // PULL_MESSAGE answered at once (found messages or nothing to hold for)
+	PullHeld    Histogram // PULL_MESSAGE held for long polling: request to answer, the hold included
 
 	TransactionChecks int64 // CHECK_TRANSACTION_STATE requests sent to producers
 
@@ -292,7 +303,7 @@ type StatsSnapshot struct {
 // number of topics, groups and queues with offsets: call it per scrape, not per message.
 func (b *Broker) StatsSnapshot() StatsSnapshot {
 	s := StatsSnapshot{Broker: b.cfg.BrokerName, Cluster: b.cfg.BrokerClusterName,
-		SendLatency: b.traffic.sendLatency.snapshot(), PullLatency: b.traffic.pullLatency.snapshot(),
+		SendLatency: b.traffic.sendLatency.snapshot(), PullLatency: b.traffic.pullLatency.snapshot(), PullHeld: b.traffic.pullHeld.snapshot(),
 		TransactionChecks: b.traffic.txnChecks.Load(), Counters: b.Stats(),
 		CommitLog: CommitLogStats{DiskUsedPercent: -1, Flush: b.traffic.flush.snapshot()}}
 	b.held.mu.Lock()
@@ -362,6 +373,11 @@ func (b *Broker) StatsSnapshot() StatsSnapshot {
 		l := &s.Lags[i]
 		l.MaxOffset = st.MaxOffset(l.Topic, l.QueueID)
 		l.Lag = max(l.MaxOffset-l.ConsumerOffset, 0)
+		if l.Lag > 0 {
+			if ts, err := st.MessageTimeAt(l.Topic, l.QueueID, l.ConsumerOffset); err == nil {
+				l.OldestUnconsumed = ts
+			}
+		}
 	}
 	slices.SortFunc(s.Lags, func(x, y QueueLag) int {
 		if c := cmpPair(x.Group, y.Group, x.Topic, y.Topic); c != 0 {
@@ -386,4 +402,15 @@ func cmpPair(a1, b1, a2, b2 string) int {
 		return c
 	}
 	return strings.Compare(a2, b2)
+}
+
+// forgetTopic drops a deleted topic's traffic counters, so its metric series end.
+func (s *brokerStats) forgetTopic(topic string) {
+	s.puts.Delete(topic)
+	s.gets.Range(func(k, _ any) bool {
+		if k.(groupTopic).topic == topic {
+			s.gets.Delete(k)
+		}
+		return true
+	})
 }

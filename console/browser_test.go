@@ -59,7 +59,7 @@ func TestConsoleInChromium(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 180*time.Second) // -race on a loaded machine
 	defer cancelTimeout()
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -164,7 +164,11 @@ func TestConsoleInChromium(t *testing.T) {
 		return count("#dead-letters .badge.warn") == 1
 	}, "the dead letter on the DLQ page")
 	shot("dlq")
-	run("re-drive", chromedp.Click(chromedp.CSS("#resend-button")), chromedp.WaitVisible(chromedp.CSS("#outcome")))
+	run("re-drive", chromedp.Click(chromedp.CSS("#resend-button")), chromedp.WaitVisible(chromedp.CSS("#effect")))
+	if got := text("#effect"); !strings.Contains(got, "Re-drive 1 of the 1 dead letter(s) of billing") {
+		t.Fatalf("re-drive confirmation %q", got)
+	}
+	run("confirm re-drive", chromedp.Click(chromedp.CSS("#confirm-button")), chromedp.WaitVisible(chromedp.CSS("#outcome")))
 	if got := text("#outcome tbody tr.ok td:nth-child(3)"); got != "re-driven" {
 		t.Fatalf("outcome %q", got)
 	}
@@ -177,9 +181,14 @@ func TestConsoleInChromium(t *testing.T) {
 	run("reset",
 		chromedp.Navigate(e.base+"/groups/billing"),
 		chromedp.SendKeys(chromedp.CSS("#reset-topic"), "Orders"),
+		chromedp.Click(chromedp.CSS("#reset-end")),
 		chromedp.Click(chromedp.CSS("#reset-button")),
-		chromedp.WaitVisible(chromedp.CSS("#reset-result")),
+		chromedp.WaitVisible(chromedp.CSS("#effect")),
 	)
+	if got := text("#effect"); !strings.Contains(got, "Skip every message of Orders that billing has not consumed yet") {
+		t.Fatalf("reset confirmation %q", got)
+	}
+	run("confirm reset", chromedp.Click(chromedp.CSS("#confirm-button")), chromedp.WaitVisible(chromedp.CSS("#reset-result")))
 	if got := text("#lag-total"); got != "0" {
 		t.Fatalf("lag after reset %q, want 0", got)
 	}
@@ -212,4 +221,144 @@ func TestConsoleInChromium(t *testing.T) {
 		return count(".uplot") == 2
 	}, "two charts on the overview")
 	shot("overview")
+}
+
+// TestFailurePathsInChromium walks what an operator sees in a 1366 px wide browser: the
+// lagging group among 24 on top of the groups page with its lag, 323 dead letters totalled
+// and paged newest first, and — once the broker is stopped — an error banner and a non-200
+// status instead of an empty DLQ or zeros on the overview. No page is wider than the
+// window. Screenshots are kept in $SLUICE_SCREENSHOTS when set.
+func TestFailurePathsInChromium(t *testing.T) {
+	exe := chromium(t)
+	shots := os.Getenv("SLUICE_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sc := newScenario(t)
+	const width = 1366
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(width, 900),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 180*time.Second) // -race on a loaded machine
+	defer cancelTimeout()
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(js string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", js, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		return eval(`(function(){var e=document.querySelector(` + strconv.Quote(sel) + `);return e?e.textContent:"";})()`)
+	}
+	// open navigates and returns the HTTP status of the page.
+	open := func(path string) int64 {
+		t.Helper()
+		resp, err := chromedp.Run(bctx, chromedp.NavigateResponse(sc.base+path))
+		if err != nil {
+			t.Fatalf("open %s: %v", path, err)
+		}
+		return resp.Status
+	}
+	// fits checks the page needs no horizontal scrolling at 1366 px and saves a shot.
+	fits := func(name string) {
+		t.Helper()
+		if w := eval(`String(document.documentElement.scrollWidth)`); w != strconv.Itoa(width) {
+			vw := eval(`String(window.innerWidth)`)
+			if n, _ := strconv.Atoi(w); n > width {
+				t.Errorf("%s: the page is %s px wide in a %s px window", name, w, vw)
+			}
+		}
+		buf, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		img, err := png.Decode(bytes.NewReader(buf))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if img.Bounds().Dx() != width {
+			t.Errorf("screenshot %s is %d px wide, want %d", name, img.Bounds().Dx(), width)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The groups page: 24 groups, the lagging one first, with its lag.
+	if st := open("/groups"); st != 200 {
+		t.Fatalf("groups page: HTTP %d", st)
+	}
+	if n := eval(`String(document.querySelectorAll("#groups tbody tr[data-group]").length)`); n != "24" {
+		t.Fatalf("%s groups listed, want 24", n)
+	}
+	if g, lag := text("#groups tbody tr:first-child td:first-child"), text("#groups tbody tr:first-child td.lag"); g != "lagging" || lag != strconv.Itoa(laggingLag) {
+		t.Fatalf("first row %q lag %q, want lagging with %d", g, lag, laggingLag)
+	}
+	if st := text("#groups tbody tr:first-child td:nth-child(6)"); st != "offsets only" {
+		t.Errorf("the lagging group's state %q", st)
+	}
+	fits("groups-1366")
+
+	// The DLQ: 323 in all, newest first, paged.
+	if st := open("/dlq?group=billing"); st != 200 {
+		t.Fatalf("DLQ page: HTTP %d", st)
+	}
+	if total := text("#dlq-total"); total != "323" {
+		t.Fatalf("DLQ total %q", total)
+	}
+	if first := text("#dead-letters tbody tr:first-child td:first-child"); first != "322" {
+		t.Fatalf("the first dead letter shown is offset %s, want the newest (322)", first)
+	}
+	if pager := text(".pager"); !strings.Contains(pager, "1–50 of 323") || !strings.Contains(pager, "page 1 / 7") {
+		t.Fatalf("pager %q", pager)
+	}
+	fits("dlq-1366")
+	for range 6 {
+		run("next page", chromedp.Click(chromedp.CSS("#next-page")), chromedp.WaitVisible(chromedp.CSS("#dead-letters")))
+	}
+	if pager, last := text(".pager"), text("#dead-letters tbody tr:last-child td:first-child"); !strings.Contains(pager, "301–323 of 323") || last != "0" {
+		t.Fatalf("last page: pager %q, last offset %q", pager, last)
+	}
+
+	// The broker stops; its name server keeps running.
+	sc.stopBroker()
+	ns := sc.ns.Addr()
+	for _, p := range []struct{ path, shot string }{{"/dlq?group=billing", "dlq-broker-down"}, {"/", "overview-broker-down"}, {"/groups", "groups-broker-down"}} {
+		if st := open(p.path); st == 200 {
+			t.Errorf("%s with the broker stopped: HTTP 200", p.path)
+		}
+		if banner := text("#error"); !strings.Contains(banner, ns) {
+			t.Errorf("%s with the broker stopped: banner %q does not name the name server %s", p.path, banner, ns)
+		}
+		body := text("main")
+		for _, allClear := range []string{"No dead letter.", "No consumer group."} {
+			if strings.Contains(body, allClear) {
+				t.Errorf("%s with the broker stopped says %q", p.path, allClear)
+			}
+		}
+		fits(p.shot)
+	}
+	open("/")
+	if n := text("#stat-groups"); n != "?" {
+		t.Errorf("overview group count %q with the broker stopped, want ?", n)
+	}
 }

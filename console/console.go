@@ -307,6 +307,8 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /groups/{group}", c.page(c.group))
 	mux.HandleFunc("GET /groups/{group}/lag", c.page(c.groupLag))
 	mux.HandleFunc("POST /groups/{group}/reset", c.mutate(c.resetOffset))
+	mux.HandleFunc("GET /groups/{group}/delete", c.page(c.confirmDeleteGroup))
+	mux.HandleFunc("POST /groups/{group}/delete", c.mutate(c.deleteGroup))
 	mux.HandleFunc("GET /messages", c.page(c.messages))
 	mux.HandleFunc("GET /messages/view", c.page(c.viewMessage))
 	mux.HandleFunc("GET /dlq", c.page(c.dlq))

@@ -325,7 +325,26 @@ func TestPagesOverHTTP(t *testing.T) {
 			t.Errorf("reset with topic %q: %d, want 400 naming the topic", topic, code)
 		}
 	}
-	code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", url.Values{"csrf": {tok}, "topic": {"Orders"}, "force": {"on"}}, nil)
+	// An empty time is refused (it used to skip everything), the end must be chosen.
+	if code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", url.Values{"csrf": {tok}, "topic": {"Orders"}, "force": {"on"}}, nil); code != http.StatusBadRequest || !strings.Contains(body, "choose a time") {
+		t.Errorf("reset with an empty time: %d, want 400", code)
+	}
+	// A typo in the group leaves nothing behind.
+	if code, body, _ := do(t, "POST", e.base+"/groups/nosuchgroup/reset", url.Values{"csrf": {tok}, "topic": {"Orders"}, "to": {"end"}, "confirm": {"yes"}}, nil); code != http.StatusNotFound || !strings.Contains(body, "does not exist") {
+		t.Errorf("reset of an unknown group: %d %.300s", code, body)
+	}
+	// The first POST states the effect and changes nothing; the confirmed one resets.
+	reset := url.Values{"csrf": {tok}, "topic": {"Orders"}, "force": {"on"}, "to": {"end"}}
+	code, body, _ := do(t, "POST", e.base+"/groups/billing/reset", reset, nil)
+	if code != http.StatusOK || !strings.Contains(body, `id="confirm-form"`) || !strings.Contains(body, "Skip every message of Orders that billing has not consumed yet") ||
+		!strings.Contains(body, "lags 3 message(s)") {
+		t.Fatalf("reset confirmation: %d %.1500s", code, body)
+	}
+	if body := get("/groups/billing/lag"); !strings.Contains(body, `id="lag-total">3<`) {
+		t.Fatal("the confirmation page reset the offsets")
+	}
+	reset.Set("confirm", "yes")
+	code, body, _ = do(t, "POST", e.base+"/groups/billing/reset", reset, nil)
 	if code != http.StatusOK || !strings.Contains(body, `id="lag-total">0<`) || !strings.Contains(body, "reset to the end of each queue") {
 		t.Fatalf("reset: %d %.300s", code, body)
 	}
@@ -336,6 +355,10 @@ func TestPagesOverHTTP(t *testing.T) {
 		return strings.Count(get("/dlq?group=billing"), `<span class="badge warn">dead</span>`) == 2
 	}, "two dead letters listed")
 	code, body, _ = do(t, "POST", e.base+"/dlq/billing/resend", url.Values{"csrf": {tok}, "max": {"1"}}, nil)
+	if code != http.StatusOK || !strings.Contains(body, "Re-drive 1 of the 2 dead letter(s) of billing not re-driven yet") || strings.Contains(body, `id="outcome"`) {
+		t.Fatalf("re-drive confirmation: %d %.2000s", code, body)
+	}
+	code, body, _ = do(t, "POST", e.base+"/dlq/billing/resend", url.Values{"csrf": {tok}, "max": {"1"}, "confirm": {"yes"}}, nil)
 	if code != http.StatusOK || strings.Count(body, `<tr class="ok">`) != 1 || !strings.Contains(body, sent[0].MsgID) ||
 		strings.Count(body, `<span class="badge">re-driven</span>`) != 1 {
 		t.Fatalf("re-drive: %d %.2000s", code, body)

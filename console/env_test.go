@@ -100,9 +100,8 @@ func (e *env) send(t *testing.T, topic string, n int) []*message.SendResult {
 	return out
 }
 
-// kill sends a stored message to the group's DLQ, as a consumer does after its last retry
-// (CONSUMER_SEND_MSG_BACK with delay level -1).
-func (e *env) kill(t *testing.T, group string, r *message.SendResult) {
+// raw returns the env's raw remoting client (made on first use).
+func (e *env) raw(t *testing.T) *remoting.Client {
 	t.Helper()
 	if e.rc == nil {
 		rc, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
@@ -112,6 +111,25 @@ func (e *env) kill(t *testing.T, group string, r *message.SendResult) {
 		t.Cleanup(func() { rc.Close() })
 		e.rc = rc
 	}
+	return e.rc
+}
+
+// commit stores group's offset of topic's queue with UPDATE_CONSUMER_OFFSET, as a
+// consumer does.
+func (e *env) commit(t *testing.T, group, topic string, queue int, offset int64) {
+	t.Helper()
+	resp, err := e.raw(t).InvokeSync(ctx(t), e.b.Addr(), remoting.NewRequest(remoting.UpdateConsumerOffset, map[string]string{
+		"consumerGroup": group, "topic": topic, "queueId": strconv.Itoa(queue), "commitOffset": strconv.FormatInt(offset, 10)}, nil))
+	if err != nil || resp.ResponseErr() != nil {
+		t.Fatalf("commit %s %s/%d: %v %v", group, topic, queue, err, resp)
+	}
+}
+
+// kill sends a stored message to the group's DLQ, as a consumer does after its last retry
+// (CONSUMER_SEND_MSG_BACK with delay level -1).
+func (e *env) kill(t *testing.T, group string, r *message.SendResult) {
+	t.Helper()
+	e.raw(t)
 	_, phy, err := message.ParseOffsetMsgID(r.OffsetMsgID)
 	if err != nil {
 		t.Fatal(err)

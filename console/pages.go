@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/internal/suggest"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 )
@@ -146,7 +147,9 @@ type pager struct {
 	Prev, Next                   template.URL // links to the neighbour pages ("" at the ends)
 }
 
-func paginate(r *http.Request, total, size int, keep url.Values) pager {
+// paginateAt cuts a listing into pages whose links go to path (not the request's: a
+// listing is also rendered after a POST to another path).
+func paginateAt(r *http.Request, path string, total, size int, keep url.Values) pager {
 	p, _ := strconv.Atoi(r.URL.Query().Get("page"))
 	pages := max((total+size-1)/size, 1)
 	p = min(max(p, 1), pages)
@@ -158,7 +161,7 @@ func paginate(r *http.Request, total, size int, keep url.Values) pager {
 			q[k] = v
 		}
 		q.Set("page", strconv.Itoa(n))
-		return template.URL(r.URL.Path + "?" + q.Encode())
+		return template.URL(path + "?" + q.Encode())
 	}
 	if p > 1 {
 		pg.Prev = link(p - 1)
@@ -175,8 +178,8 @@ func paginate(r *http.Request, total, size int, keep url.Values) pager {
 type overviewData struct {
 	Namesrv  []string
 	Clusters []clusterRow
-	Topics   int
-	Groups   int
+	Topics   string // a count, or "?" when it could not be read
+	Groups   string
 }
 
 type clusterRow struct {
@@ -196,6 +199,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ci, err := c.cfg.Admin.ClusterInfo(r.Context())
 	if err != nil {
 		v.Error = err.Error()
+		d.Topics, d.Groups = "?", "?"
 		c.render(w, r, http.StatusBadGateway, "overview", v)
 		return
 	}
@@ -222,13 +226,31 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		d.Clusters = append(d.Clusters, row)
 	}
 	sort.Slice(d.Clusters, func(i, j int) bool { return d.Clusters[i].Cluster < d.Clusters[j].Cluster })
-	if ts, err := c.cfg.Admin.TopicConfigs(r.Context()); err == nil {
-		d.Topics = len(ts)
+	// Counts that cannot be read are "?" and an error, never 0.
+	status := http.StatusOK
+	d.Topics, d.Groups = "?", "?"
+	if len(ci.BrokerAddrTable) == 0 {
+		v.Error, status = fmt.Sprintf("No broker is registered with name server %s: brokers are stopped or cannot reach it. Nothing below can be read.", strings.Join(d.Namesrv, ", ")), http.StatusServiceUnavailable
 	}
-	if gs, err := c.cfg.Admin.ConsumerGroups(r.Context()); err == nil {
-		d.Groups = len(gs)
+	if ts, err := c.cfg.Admin.TopicConfigs(r.Context()); errors.Is(err, admin.ErrNoBroker) && status != http.StatusOK {
+		// said above
+	} else if err == nil {
+		n := 0
+		for _, t := range ts {
+			if !t.System {
+				n++
+			}
+		}
+		d.Topics = strconv.Itoa(n)
+	} else {
+		v.Error, status = joinErr(v.Error, fmt.Errorf("topics: %w", err)), statusFor(err)
 	}
-	c.render(w, r, http.StatusOK, "overview", v)
+	if gs, err := c.cfg.Admin.GroupSummaries(r.Context()); err == nil {
+		d.Groups = strconv.Itoa(len(gs))
+	} else if !errors.Is(err, admin.ErrNoBroker) { // said once
+		v.Error, status = joinErr(v.Error, fmt.Errorf("consumer groups: %w", err)), statusFor(err)
+	}
+	c.render(w, r, status, "overview", v)
 }
 
 // ---------------------------------------------------------------------------------
@@ -255,7 +277,7 @@ func (c *Console) topicsPage(w http.ResponseWriter, r *http.Request, status int,
 	all, err := c.cfg.Admin.TopicConfigs(r.Context())
 	if err != nil {
 		v.Error = joinErr(v.Error, err)
-		c.render(w, r, http.StatusBadGateway, "topics", v)
+		c.render(w, r, statusFor(err), "topics", v)
 		return
 	}
 	rows := all[:0]
@@ -272,7 +294,7 @@ func (c *Console) topicsPage(w http.ResponseWriter, r *http.Request, status int,
 	if sys {
 		keep.Set("system", "1")
 	}
-	d.Pager = paginate(r, len(rows), c.cfg.PageSize, keep)
+	d.Pager = paginateAt(r, "/topics", len(rows), c.cfg.PageSize, keep)
 	d.Rows = rows[d.Pager.From:d.Pager.To]
 	c.render(w, r, status, "topics", v)
 }
@@ -282,6 +304,22 @@ func joinErr(prev string, err error) string {
 		return err.Error()
 	}
 	return prev + "; " + err.Error()
+}
+
+// statusFor maps an admin error to the page's status: 400 for the operator's input, 404
+// for an unknown topic or group, 503 when no broker is registered (stopped or
+// unreachable), 502 for any other failure on the way to or at the cluster — never 200.
+func statusFor(err error) int {
+	var ce *admin.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		return http.StatusBadRequest
+	case errors.Is(err, admin.ErrNoBroker):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, admin.ErrTopicNotExist), errors.Is(err, admin.ErrGroupNotExist):
+		return http.StatusNotFound
+	}
+	return http.StatusBadGateway
 }
 
 func (c *Console) createTopic(w http.ResponseWriter, r *http.Request) {
@@ -327,19 +365,20 @@ func (c *Console) topic(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &topicData{Topic: name}
 	v.Data = d
+	status := http.StatusOK
 	route, err := c.cfg.Admin.TopicRoute(r.Context(), name)
 	if err != nil {
-		v.Error = err.Error()
+		v.Error, status = err.Error(), statusFor(err)
 	}
 	d.Route = route
 	if route != nil {
 		qs, err := c.cfg.Admin.QueueOffsets(r.Context(), name)
 		if err != nil {
-			v.Error = joinErr(v.Error, err)
+			v.Error, status = joinErr(v.Error, err), statusFor(err)
 		}
 		d.Queues = qs
 	}
-	c.render(w, r, http.StatusOK, "topic", v)
+	c.render(w, r, status, "topic", v)
 }
 
 func (c *Console) confirmDeleteTopic(w http.ResponseWriter, r *http.Request) {
@@ -355,7 +394,7 @@ func (c *Console) deleteTopic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.cfg.Admin.DeleteTopic(r.Context(), name); err != nil {
-		c.render(w, r, http.StatusBadGateway, "delete", &view{Title: "Delete " + name, Nav: "topics", Data: name,
+		c.render(w, r, statusFor(err), "delete", &view{Title: "Delete " + name, Nav: "topics", Data: name,
 			Error: "delete: " + err.Error()})
 		return
 	}
@@ -368,35 +407,187 @@ func (c *Console) deleteTopic(w http.ResponseWriter, r *http.Request) {
 
 type groupsData struct {
 	Q     string
-	Rows  []admin.GroupInfo
+	Sort  string // group, lag, age, clients
+	Desc  bool
+	Rows  []groupRow
 	Pager pager
+	Now   int64
+	Links map[string]template.URL // column -> link sorting by it (toggling the direction)
 }
 
-// groups lists consumer groups, filtered and paginated: one request per broker.
+type groupRow struct {
+	admin.GroupSummary
+	Age      time.Duration // lag in time: the oldest unconsumed message's wait
+	AgeText  string
+	Mode     string // push/pull and clustering/broadcasting
+	State    string // online, offline, no clients
+	Retries  string // retries before the DLQ as the clients send it, else the config's
+	Deletion bool   // no client online: the group may be deleted
+}
+
+// groupSorts are the sortable columns of the groups page.
+var groupSorts = []string{"group", "lag", "age", "clients"}
+
+// groups lists consumer groups — configured, with committed offsets only, or with clients
+// online — with lag (messages and time), clients, consume mode and state, filtered,
+// sorted (default: the largest lag first) and paginated: one request per broker.
 func (c *Console) groups(w http.ResponseWriter, r *http.Request) {
+	c.groupsPage(w, r, http.StatusOK, "", "")
+}
+
+func (c *Console) groupsPage(w http.ResponseWriter, r *http.Request, status int, flash, errMsg string) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	v := &view{Title: "Consumer groups", Nav: "groups"}
-	d := &groupsData{Q: q}
+	sortBy := r.URL.Query().Get("sort")
+	if !slices.Contains(groupSorts, sortBy) {
+		sortBy = "lag"
+	}
+	desc := r.URL.Query().Get("desc") != "0"
+	if r.URL.Query().Get("desc") == "" && sortBy == "group" {
+		desc = false
+	}
+	v := &view{Title: "Consumer groups", Nav: "groups", Flash: flash, Error: errMsg}
+	d := &groupsData{Q: q, Sort: sortBy, Desc: desc, Links: map[string]template.URL{}}
 	v.Data = d
-	all, err := c.cfg.Admin.ConsumerGroups(r.Context())
+	all, err := c.cfg.Admin.GroupSummaries(r.Context())
 	if err != nil {
-		v.Error = err.Error()
-		c.render(w, r, http.StatusBadGateway, "groups", v)
+		v.Error = joinErr(v.Error, err)
+		c.render(w, r, statusFor(err), "groups", v)
 		return
 	}
-	rows := all[:0]
+	now := time.Now()
+	rows := make([]groupRow, 0, len(all))
 	for _, g := range all {
-		if q == "" || strings.Contains(strings.ToLower(g.Group), strings.ToLower(q)) {
-			rows = append(rows, g)
+		if q != "" && !strings.Contains(strings.ToLower(g.Group), strings.ToLower(q)) {
+			continue
 		}
+		rows = append(rows, newGroupRow(g, now))
 	}
+	cmp := func(a, b groupRow) int {
+		switch sortBy {
+		case "lag":
+			return int(sign(a.Lag - b.Lag))
+		case "age":
+			return int(sign(int64(a.Age - b.Age)))
+		case "clients":
+			return a.Clients - b.Clients
+		}
+		return strings.Compare(a.Group, b.Group)
+	}
+	slices.SortStableFunc(rows, func(a, b groupRow) int {
+		if x := cmp(a, b); x != 0 {
+			if desc {
+				return -x
+			}
+			return x
+		}
+		return strings.Compare(a.Group, b.Group)
+	})
 	keep := url.Values{}
 	if q != "" {
 		keep.Set("q", q)
 	}
-	d.Pager = paginate(r, len(rows), c.cfg.PageSize, keep)
+	for _, col := range groupSorts {
+		l := url.Values{"sort": {col}}
+		if q != "" {
+			l.Set("q", q)
+		}
+		switch {
+		case col == sortBy && desc:
+			l.Set("desc", "0")
+		case col == sortBy || col != "group":
+			l.Set("desc", "1")
+		}
+		d.Links[col] = template.URL("/groups?" + l.Encode())
+	}
+	keep.Set("sort", sortBy)
+	if desc {
+		keep.Set("desc", "1")
+	} else {
+		keep.Set("desc", "0")
+	}
+	d.Pager = paginateAt(r, "/groups", len(rows), c.cfg.PageSize, keep)
 	d.Rows = rows[d.Pager.From:d.Pager.To]
-	c.render(w, r, http.StatusOK, "groups", v)
+	c.render(w, r, status, "groups", v)
+}
+
+func sign(x int64) int64 {
+	switch {
+	case x < 0:
+		return -1
+	case x > 0:
+		return 1
+	}
+	return 0
+}
+
+func newGroupRow(g admin.GroupSummary, now time.Time) groupRow {
+	row := groupRow{GroupSummary: g, Age: g.LagAge(now)}
+	row.AgeText = "-"
+	if row.Age > 0 {
+		row.AgeText = shortDuration(row.Age)
+	}
+	switch g.ConsumeType {
+	case "CONSUME_PASSIVELY":
+		row.Mode = "push"
+	case "CONSUME_ACTIVELY":
+		row.Mode = "pull"
+	}
+	if g.MessageModel != "" {
+		row.Mode = strings.TrimSpace(row.Mode + " " + strings.ToLower(g.MessageModel))
+	}
+	switch {
+	case g.Clients > 0:
+		row.State = "online"
+	case !g.Configured:
+		row.State = "offsets only"
+	default:
+		row.State = "offline"
+	}
+	switch {
+	case g.ClientMaxReconsumeTimes >= 0:
+		row.Retries = strconv.Itoa(g.ClientMaxReconsumeTimes)
+	case g.Configured:
+		row.Retries = strconv.Itoa(g.RetryMaxTimes) + " (broker default)" // no client has sent its own yet
+	default:
+		row.Retries = "-"
+	}
+	row.Deletion = g.Clients == 0
+	return row
+}
+
+// unknownGroup returns an error message when no broker knows group (naming the nearest
+// known groups), "" when one does or the groups cannot be read.
+func (c *Console) unknownGroup(ctx context.Context, group string) string {
+	all, err := c.cfg.Admin.GroupSummaries(ctx)
+	if err != nil || slices.ContainsFunc(all, func(g admin.GroupSummary) bool { return g.Group == group }) {
+		return ""
+	}
+	return unknownGroupMessage(group, all)
+}
+
+func unknownGroupMessage(group string, all []admin.GroupSummary) string {
+	names := make([]string, len(all))
+	for i, g := range all {
+		names[i] = g.Group
+	}
+	msg := fmt.Sprintf("No broker knows consumer group %q (no config, committed offset or client online).", group)
+	if near := suggest.Nearest(group, names); len(near) > 0 {
+		msg += " Did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return msg
+}
+
+// shortDuration prints d as "45s", "12m", "3h05m" or "2d04h".
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + "m"
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 type groupData struct {
@@ -407,6 +598,7 @@ type groupData struct {
 	Topics    []string // topics of the reset form: subscribed or with offsets
 	Reset     *admin.ResetResult
 	ResetAt   string
+	Summary   *groupRow // nil when no broker lists the group
 }
 
 type lagData struct {
@@ -451,11 +643,28 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, 
 	d := &groupData{Group: group, Reset: reset}
 	v.Data = d
 	rep, err := c.cfg.Admin.GroupConsistency(r.Context(), group)
-	if err != nil {
+	switch {
+	case errors.Is(err, admin.ErrNotSupported): // a broker that is not Sluice: this section only
 		d.ReportErr = err.Error()
+	case err != nil:
+		v.Error = joinErr(v.Error, err)
+		if status == http.StatusOK {
+			status = statusFor(err)
+		}
 	}
 	d.Report = rep
 	d.Lag = c.lagOf(r.Context(), group)
+	if d.Lag.Err != "" && status == http.StatusOK {
+		status = http.StatusBadGateway
+	}
+	if all, err := c.cfg.Admin.GroupSummaries(r.Context()); err == nil {
+		if i := slices.IndexFunc(all, func(g admin.GroupSummary) bool { return g.Group == group }); i >= 0 {
+			row := newGroupRow(all[i], time.Now())
+			d.Summary = &row
+		} else if status == http.StatusOK {
+			v.Error, status = joinErr(v.Error, errors.New(unknownGroupMessage(group, all))), http.StatusNotFound
+		}
+	}
 	topics := map[string]bool{}
 	if rep != nil {
 		for _, cl := range rep.Clients {
@@ -474,10 +683,15 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, 
 	c.render(w, r, status, "group", v)
 }
 
-// groupLag renders only the lag table (htmx polls it).
+// groupLag renders only the lag table (htmx polls it; an error answers 502 with the
+// error in the fragment, which replaces the old table).
 func (c *Console) groupLag(w http.ResponseWriter, r *http.Request) {
 	d := c.lagOf(r.Context(), r.PathValue("group"))
-	c.render(w, r, http.StatusOK, "group:lagtable", &view{Data: &groupData{Group: d.Group, Lag: d}})
+	status := http.StatusOK
+	if d.Err != "" {
+		status = http.StatusBadGateway
+	}
+	c.render(w, r, status, "group:lagtable", &view{Data: &groupData{Group: d.Group, Lag: d}})
 }
 
 // parseTime reads a form time: "" = the zero time, "2006-01-02T15:04[:05]" (UTC, as an
@@ -495,6 +709,20 @@ func parseTime(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("time %q: want YYYY-MM-DDTHH:MM (UTC) or RFC 3339", s)
 }
 
+// confirmData is a confirmation page: what an action will do, and a form that posts it
+// again with confirm=yes.
+type confirmData struct {
+	Action template.URL // where the form posts
+	Effect string       // what the action will do, in the operator's terms
+	Fields [][2]string  // the request's fields, carried as hidden inputs
+	Button string
+	Cancel template.URL
+}
+
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request, title, nav string, d *confirmData) {
+	c.render(w, r, http.StatusOK, "confirm", &view{Title: title, Nav: nav, Data: d})
+}
+
 func (c *Console) resetOffset(w http.ResponseWriter, r *http.Request) {
 	group := r.PathValue("group")
 	topic := strings.TrimSpace(r.PostFormValue("topic"))
@@ -507,17 +735,98 @@ func (c *Console) resetOffset(w http.ResponseWriter, r *http.Request) {
 		c.groupPage(w, r, http.StatusBadRequest, group, nil, "", err.Error())
 		return
 	}
-	res, err := c.cfg.Admin.ResetOffsetByTime(r.Context(), group, topic, at, r.PostFormValue("force") == "on")
-	if err != nil {
-		c.groupPage(w, r, http.StatusBadGateway, group, nil, "", "reset offset: "+err.Error())
+	toEnd := r.PostFormValue("to") == "end"
+	if at.IsZero() && !toEnd {
+		c.groupPage(w, r, http.StatusBadRequest, group, nil, "", "reset offset: choose a time, or \"the end of each queue\" to skip every message not consumed yet")
 		return
 	}
+	if !at.IsZero() && toEnd {
+		c.groupPage(w, r, http.StatusBadRequest, group, nil, "", "reset offset: a time and \"the end of each queue\" were both chosen")
+		return
+	}
+	if err := c.cfg.Admin.CheckGroup(r.Context(), group); err != nil {
+		c.groupPage(w, r, statusFor(err), group, nil, "", "reset offset: "+err.Error()+" (a typo would store offsets for a group nobody runs)")
+		return
+	}
+	force := r.PostFormValue("force") == "on"
 	when := "the end of each queue"
 	if !at.IsZero() {
-		when = at.Format(time.RFC3339)
+		when = at.UTC().Format("2006-01-02 15:04:05") + " UTC"
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		var lag int64
+		queues := 0
+		if qs, err := c.cfg.Admin.GroupOffsets(r.Context(), group); err == nil {
+			for _, q := range qs {
+				if q.Queue.Topic == topic {
+					lag += q.Lag()
+					queues++
+				}
+			}
+		}
+		effect := fmt.Sprintf("Move the offsets of %s on %s to the first message stored at or after %s: messages stored before it are skipped, messages after it are consumed (again). ", group, topic, when)
+		if toEnd {
+			effect = fmt.Sprintf("Skip every message of %s that %s has not consumed yet: its offsets move to the end of each queue. ", topic, group)
+		}
+		effect += fmt.Sprintf("Now %s lags %d message(s) on %s (%d queue(s) with offsets). Running consumers of the group jump there.", group, lag, topic, queues)
+		if !force {
+			effect += " Offsets only move back (\"also move forward\" is off)."
+		}
+		fields := [][2]string{{"topic", topic}, {"time", r.PostFormValue("time")}}
+		if toEnd {
+			fields = append(fields, [2]string{"to", "end"})
+		}
+		if force {
+			fields = append(fields, [2]string{"force", "on"})
+		}
+		c.confirm(w, r, "Reset offsets of "+group, "groups", &confirmData{Action: template.URL("/groups/" + url.PathEscape(group) + "/reset"),
+			Effect: effect, Fields: fields, Button: "Reset offsets", Cancel: template.URL("/groups/" + url.PathEscape(group))})
+		return
+	}
+	res, err := c.cfg.Admin.ResetOffsetByTime(r.Context(), group, topic, at, force)
+	if err != nil {
+		c.groupPage(w, r, statusFor(err), group, nil, "", "reset offset: "+err.Error())
+		return
 	}
 	c.log.Info("consumer offset reset", "group", group, "topic", topic, "time", when)
 	c.groupPage(w, r, http.StatusOK, group, res, fmt.Sprintf("Offsets of %s on %s reset to %s.", group, topic, when), "")
+}
+
+// confirmDeleteGroup states what deleting a group does.
+func (c *Console) confirmDeleteGroup(w http.ResponseWriter, r *http.Request) {
+	group := r.PathValue("group")
+	all, err := c.cfg.Admin.GroupSummaries(r.Context())
+	if err != nil {
+		c.groupsPage(w, r, statusFor(err), "", "delete group: "+err.Error())
+		return
+	}
+	i := slices.IndexFunc(all, func(g admin.GroupSummary) bool { return g.Group == group })
+	if i < 0 {
+		c.groupsPage(w, r, http.StatusNotFound, "", fmt.Sprintf("delete group: no broker knows consumer group %q", group))
+		return
+	}
+	g := all[i]
+	effect := fmt.Sprintf("Delete consumer group %s from %s: its subscription config and the offsets it committed on %d topic(s) (lag %d) are removed; its %%RETRY%% and %%DLQ%% topics and their messages stay. A consumer started later with this group starts afresh (from where its ConsumeFromWhere says).",
+		group, strings.Join(g.Brokers, ", "), len(g.Topics), g.Lag)
+	if g.Clients > 0 {
+		effect += fmt.Sprintf(" It has %d client(s) online: the brokers refuse until they stop.", g.Clients)
+	}
+	c.confirm(w, r, "Delete group "+group, "groups", &confirmData{Action: template.URL("/groups/" + url.PathEscape(group) + "/delete"),
+		Effect: effect, Button: "Delete group", Cancel: template.URL("/groups/" + url.PathEscape(group))})
+}
+
+func (c *Console) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	group := r.PathValue("group")
+	if r.PostFormValue("confirm") != "yes" {
+		c.confirmDeleteGroup(w, r)
+		return
+	}
+	if err := c.cfg.Admin.DeleteGroup(r.Context(), group); err != nil {
+		c.groupsPage(w, r, statusFor(err), "", "delete group "+group+": "+err.Error())
+		return
+	}
+	c.log.Info("consumer group deleted", "group", group)
+	c.groupsPage(w, r, http.StatusOK, "Consumer group "+group+" deleted.", "")
 }
 
 // ---------------------------------------------------------------------------------
@@ -527,6 +836,8 @@ type messagesData struct {
 	Topic, Key, ID, From, To string
 	Searched                 bool
 	Rows                     []*message.MessageExt
+	Truncated                bool // the time range holds more than the rows shown
+	Limit                    int
 }
 
 // maxTimeRange bounds a search by time range.
@@ -572,13 +883,17 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request) {
 		if from.IsZero() {
 			from = time.Now().Add(-time.Hour)
 		}
-		rows, err = c.cfg.Admin.MessagesByTime(r.Context(), d.Topic, from, to, maxTimeRange)
+		rows, err = c.cfg.Admin.MessagesByTime(r.Context(), d.Topic, from, to, maxTimeRange+1)
+		if len(rows) > maxTimeRange {
+			rows, d.Truncated, d.Limit = rows[:maxTimeRange], true, maxTimeRange
+		}
 	}
+	status := http.StatusOK
 	if err != nil {
-		v.Error = err.Error()
+		v.Error, status = err.Error(), statusFor(err)
 	}
 	d.Rows = rows
-	c.render(w, r, http.StatusOK, "messages", v)
+	c.render(w, r, status, "messages", v)
 }
 
 type messageView struct {
@@ -621,6 +936,9 @@ func (c *Console) viewMessage(w http.ResponseWriter, r *http.Request) {
 type dlqData struct {
 	Group  string
 	Rows   []admin.DLQMessage
+	Count  admin.DLQCount
+	Oldest bool // oldest first (default: newest first)
+	Pager  pager
 	Result *admin.DLQResendResult
 	Failed []failedRow
 }
@@ -634,8 +952,11 @@ func (c *Console) dlq(w http.ResponseWriter, r *http.Request) {
 	c.dlqPage(w, r, http.StatusOK, strings.TrimSpace(r.URL.Query().Get("group")), nil, "", "")
 }
 
+// dlqPage lists a group's dead letters with their total, a page at a time (&page=N),
+// newest first unless &order=oldest. A cluster that cannot be read is an error banner and
+// a non-200 status, never "no dead letter".
 func (c *Console) dlqPage(w http.ResponseWriter, r *http.Request, status int, group string, res *admin.DLQResendResult, flash, errMsg string) {
-	d := &dlqData{Group: group, Result: res}
+	d := &dlqData{Group: group, Result: res, Oldest: r.URL.Query().Get("order") == "oldest"}
 	v := &view{Title: "Dead letters", Nav: "dlq", Data: d, Flash: flash, Error: errMsg}
 	if res != nil {
 		for _, f := range res.Failed {
@@ -643,11 +964,44 @@ func (c *Console) dlqPage(w http.ResponseWriter, r *http.Request, status int, gr
 		}
 	}
 	if group != "" {
-		rows, err := c.cfg.Admin.ListDLQ(r.Context(), group, admin.DLQListOptions{Max: admin.DefaultDLQListMax})
+		count, err := c.cfg.Admin.CountDLQ(r.Context(), group)
 		if err != nil {
 			v.Error = joinErr(v.Error, err)
+			if status == http.StatusOK {
+				status = statusFor(err)
+			}
+			c.render(w, r, status, "dlq", v)
+			return
 		}
-		d.Rows = rows
+		d.Count = count
+		if count.Total == 0 {
+			// No DLQ: an unknown group (a typo) must not read as "no dead letter".
+			if msg := c.unknownGroup(r.Context(), group); msg != "" {
+				v.Error = joinErr(v.Error, errors.New(msg))
+				if status == http.StatusOK {
+					status = http.StatusNotFound
+				}
+				c.render(w, r, status, "dlq", v)
+				return
+			}
+		}
+		keep := url.Values{"group": {group}}
+		if d.Oldest {
+			keep.Set("order", "oldest")
+		}
+		// Pages reach as far as ListDLQ reads (Skip+Max within MaxDLQListMax).
+		shown := int(min(count.Total, int64(admin.MaxDLQListMax)))
+		d.Pager = paginateAt(r, "/dlq", shown, c.cfg.PageSize, keep)
+		if n := d.Pager.To - d.Pager.From; n > 0 {
+			rows, err := c.cfg.Admin.ListDLQ(r.Context(), group, admin.DLQListOptions{Skip: d.Pager.From, Max: n, NewestFirst: !d.Oldest})
+			if err != nil {
+				v.Error = joinErr(v.Error, err)
+				if status == http.StatusOK {
+					status = statusFor(err)
+				}
+			}
+			d.Rows = rows
+		}
 	}
 	c.render(w, r, status, "dlq", v)
 }
@@ -663,9 +1017,33 @@ func (c *Console) resendDLQ(w http.ResponseWriter, r *http.Request) {
 		}
 		opt.Max = n
 	}
+	if r.PostFormValue("confirm") != "yes" {
+		count, err := c.cfg.Admin.CountDLQ(r.Context(), group)
+		if err != nil {
+			c.dlqPage(w, r, statusFor(err), group, nil, "", "re-drive: "+err.Error())
+			return
+		}
+		n := count.Pending
+		if opt.Max > 0 {
+			n = min(n, int64(opt.Max))
+		}
+		effect := fmt.Sprintf("Re-drive %d of the %d dead letter(s) of %s not re-driven yet (oldest first) to %s: only %s consumes them again, with a fresh retry budget.",
+			n, count.Pending, group, message.RetryTopic(group), group)
+		if opt.ToOriginalTopic {
+			effect = fmt.Sprintf("Re-drive %d of the %d dead letter(s) of %s not re-driven yet (oldest first) to their original topics: EVERY consumer group subscribed to them gets them again, not only %s.",
+				n, count.Pending, group, group)
+		}
+		fields := [][2]string{{"max", strconv.Itoa(opt.Max)}}
+		if opt.ToOriginalTopic {
+			fields = append(fields, [2]string{"original", "on"})
+		}
+		c.confirm(w, r, "Re-drive dead letters of "+group, "dlq", &confirmData{Action: template.URL("/dlq/" + url.PathEscape(group) + "/resend"),
+			Effect: effect, Fields: fields, Button: "Re-drive", Cancel: template.URL("/dlq?group=" + url.QueryEscape(group))})
+		return
+	}
 	res, err := c.cfg.Admin.ResendDLQ(r.Context(), group, opt)
 	if res == nil {
-		c.dlqPage(w, r, http.StatusBadGateway, group, nil, "", "re-drive: "+err.Error())
+		c.dlqPage(w, r, statusFor(err), group, nil, "", "re-drive: "+err.Error())
 		return
 	}
 	c.log.Info("dead letters re-driven", "group", group, "resent", len(res.Resent), "failed", len(res.Failed))

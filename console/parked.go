@@ -51,7 +51,7 @@ func (c *Console) parkedPage(w http.ResponseWriter, r *http.Request, status int,
 	}
 	d.Counts = counts
 	total := map[string]int64{retrytask.StateScheduled: counts.Scheduled, retrytask.StatePending: counts.Pending, retrytask.StateDead: counts.Dead}[state]
-	d.Pager = paginate(r, int(total), c.cfg.PageSize, url.Values{"state": {state}})
+	d.Pager = paginateAt(r, "/parked", int(total), c.cfg.PageSize, url.Values{"state": {state}})
 	n := d.Pager.To - d.Pager.From
 	if n > 0 {
 		var rows []retrytask.Parked
@@ -82,8 +82,8 @@ func slicesContains(l []string, s string) bool {
 	return false
 }
 
-// resendParked makes one record due now (a dead one back into the schedule), runs the
-// resender once and reports what became of the record.
+// resendParked resends one record now — a dead one revived first — and nothing else
+// (retrytask.Task.ResendNow), and reports what became of it.
 func (c *Console) resendParked(w http.ResponseWriter, r *http.Request) {
 	t := c.cfg.Parked
 	ctx := r.Context()
@@ -93,51 +93,40 @@ func (c *Console) resendParked(w http.ResponseWriter, r *http.Request) {
 		c.parkedPage(w, r, http.StatusBadRequest, "", "resend: a record id and index are required")
 		return
 	}
-	switch state {
-	case retrytask.StateDead:
+	if state == retrytask.StateDead {
 		rows, err := t.ListDead(ctx, index, 1)
 		if err != nil || len(rows) != 1 || rows[0].Record == nil || rows[0].Record.ID != id {
 			c.parkedPage(w, r, http.StatusConflict, "", fmt.Sprintf("resend %s: the dead list changed; reload and try again", id))
 			return
 		}
-		err = t.Revive(ctx, rows[0].Raw)
-		if err != nil {
+		if err := t.Revive(ctx, rows[0].Raw); err != nil {
 			c.parkedPage(w, r, http.StatusConflict, "", "resend "+id+": "+err.Error())
 			return
 		}
-	case retrytask.StatePending:
-		if _, err := t.RunOnce(ctx, retrytask.Shard{}); err != nil { // take it in first
-			c.parkedPage(w, r, http.StatusBadGateway, "", "resend "+id+": "+err.Error())
-			return
-		}
-		fallthrough
-	default:
-		if err := t.DueNow(ctx, id); err != nil && !errors.Is(err, retrytask.ErrNotFound) {
-			c.parkedPage(w, r, http.StatusBadGateway, "", "resend "+id+": "+err.Error())
-			return
-		} else if err != nil {
-			c.parkedPage(w, r, http.StatusConflict, "", "resend "+id+": not scheduled any more (resent, or claimed by a resender right now)")
-			return
-		}
 	}
-	st, err := t.RunOnce(ctx, retrytask.Shard{})
+	st, err := t.ResendNow(ctx, id)
+	if errors.Is(err, retrytask.ErrNotFound) {
+		c.parkedPage(w, r, http.StatusConflict, "", "resend "+id+": not waiting any more (resent, or claimed by a resender right now)")
+		return
+	}
 	if err != nil {
 		c.parkedPage(w, r, http.StatusBadGateway, "", "resend "+id+": "+err.Error())
 		return
 	}
 	outcome := "sent"
-	if p, ok, ferr := t.Find(ctx, id); ferr == nil && ok {
-		outcome = "failed again and rescheduled"
-		if p.Record != nil && p.Record.LastError != "" {
+	switch {
+	case st.Dead > 0:
+		outcome = "failed again and is dead"
+	case st.Retried > 0:
+		outcome = "failed again and is rescheduled"
+	case st.Sent == 0:
+		outcome = "rescheduled for its delivery time"
+	}
+	if st.Sent == 0 {
+		if p, ok, ferr := t.Find(ctx, id); ferr == nil && ok && p.Record != nil && p.Record.LastError != "" {
 			outcome += ": " + p.Record.LastError
 		}
-	} else if dead, derr := t.ListDead(ctx, 0, retrytask.MaxList); derr == nil {
-		for _, p := range dead {
-			if p.Record != nil && p.Record.ID == id {
-				outcome = "failed again and is dead: " + p.Record.LastError
-			}
-		}
 	}
-	c.log.Info("parked record resent from the console", "id", id, "outcome", outcome, "run", st.String())
-	c.parkedPage(w, r, http.StatusOK, fmt.Sprintf("Record %s: %s. (The run: %d sent, %d rescheduled, %d dead.)", id, outcome, st.Sent, st.Retried, st.Dead), "")
+	c.log.Info("parked record resent from the console", "id", id, "outcome", outcome)
+	c.parkedPage(w, r, http.StatusOK, fmt.Sprintf("Record %s: %s. No other record was resent.", id, outcome), "")
 }

@@ -70,6 +70,9 @@ func TestParkedSends(t *testing.T) {
 	}
 	pending := push(keys.Pending, "p-1")
 	dead := push(keys.Dead, "d-1")
+	// Two more waiting records: resending one record must not send them.
+	push(keys.Pending, "p-2")
+	push(keys.Pending, "p-3")
 
 	_, body, _ := do(t, "GET", e.base+"/parked?state=pending", nil, nil)
 	if !strings.Contains(body, pending.ID) || !strings.Contains(body, `id="count-dead">1<`) {
@@ -82,7 +85,7 @@ func TestParkedSends(t *testing.T) {
 		key   string
 	}{{retrytask.StatePending, pending, "p-1"}, {retrytask.StateDead, dead, "d-1"}} {
 		code, body, _ := do(t, "POST", e.base+"/parked/resend", url.Values{"csrf": {tok}, "state": {c.state}, "index": {"0"}, "id": {c.r.ID}}, nil)
-		if code != http.StatusOK || !strings.Contains(body, "Record "+c.r.ID+": sent.") {
+		if code != http.StatusOK || !strings.Contains(body, "Record "+c.r.ID+": sent. No other record was resent.") {
 			t.Fatalf("resend %s: %d %.2000s", c.state, code, body)
 		}
 		msgs, err := e.a.FindMessages(ctx(t), "Orders", c.key, time.Now().Add(-time.Minute), time.Now().Add(time.Minute))
@@ -90,9 +93,14 @@ func TestParkedSends(t *testing.T) {
 			t.Fatalf("the resent %s message: %v %v", c.state, msgs, err)
 		}
 	}
+	for _, key := range []string{"p-2", "p-3"} {
+		if msgs, err := e.a.FindMessages(ctx(t), "Orders", key, time.Now().Add(-time.Minute), time.Now().Add(time.Minute)); err != nil || len(msgs) != 0 {
+			t.Fatalf("%s was sent by another record's resend: %v %v", key, msgs, err)
+		}
+	}
 	counts, err := task.Counts(ctx(t))
-	if err != nil || counts.Total() != 0 || counts.Dead != 0 {
-		t.Fatalf("left in Redis: %+v %v", counts, err)
+	if err != nil || counts.Scheduled != 2 || counts.Pending != 0 || counts.Dead != 0 {
+		t.Fatalf("left in Redis: %+v %v (want the two other records scheduled)", counts, err)
 	}
 	// A stale row (the record is gone) is refused, not sent twice.
 	if code, _, _ := do(t, "POST", e.base+"/parked/resend", url.Values{"csrf": {tok}, "state": {"dead"}, "index": {"0"}, "id": {dead.ID}}, nil); code != http.StatusConflict {

@@ -51,6 +51,7 @@ type sample struct {
 	put, get float64            // sluice_broker_put/get_messages_total, all topics
 	dead     float64            // sluice_broker_dead_letters_total, all groups
 	lag      map[string]float64 // group -> sluice_broker_consumer_lag_messages summed
+	failed   bool               // a source could not be read: no point, not zeros
 }
 
 // series keeps the last n samples.
@@ -104,6 +105,12 @@ func (c *Console) sampleOnce() {
 				x.get += sum(f)
 			case "sluice_broker_dead_letters_total":
 				x.dead += sum(f)
+			case "sluice_broker_up":
+				for _, m := range f.Metric {
+					if m.GetGauge().GetValue() == 0 { // stopped or stopping: its lag is unknown, not 0
+						errs = append(errs, "broker "+label(m, "broker")+" is not ready (sluice_broker_up 0)")
+					}
+				}
 			case "sluice_broker_consumer_lag_messages":
 				for _, m := range f.Metric {
 					if !message.IsDLQTopic(label(m, "topic")) { // a DLQ's offset is the re-drive mark
@@ -113,6 +120,7 @@ func (c *Console) sampleOnce() {
 			}
 		}
 	}
+	x.failed = len(errs) > 0
 	c.series.mu.Lock()
 	c.series.lastErr = ""
 	if len(errs) > 0 {
@@ -146,25 +154,37 @@ func label(m *dto.Metric, name string) string {
 
 // seriesJSON is the chart data: uPlot's column layout (x = unix seconds).
 type seriesJSON struct {
-	Time  []int64              `json:"time"`
-	Put   []*float64           `json:"put"`  // messages/s stored
-	Get   []*float64           `json:"get"`  // messages/s pulled
-	Dead  []*float64           `json:"dead"` // dead letters/s
-	Lag   map[string][]float64 `json:"lag"`  // group -> lag (the 5 largest now, or the asked group)
-	Error string               `json:"error,omitempty"`
+	Time  []int64               `json:"time"`
+	Put   []*float64            `json:"put"`  // messages/s stored
+	Get   []*float64            `json:"get"`  // messages/s pulled
+	Dead  []*float64            `json:"dead"` // dead letters/s
+	Lag   map[string][]*float64 `json:"lag"`  // group -> lag (the 5 largest now, or the asked group); null where a scrape failed
+	Error string                `json:"error,omitempty"`
 }
 
 // apiSeries serves the chart data; ?group=G limits the lag series to G.
 func (c *Console) apiSeries(w http.ResponseWriter, r *http.Request) {
 	c.series.mu.Lock()
 	ss := append([]sample(nil), c.series.samples...)
-	out := seriesJSON{Time: []int64{}, Put: []*float64{}, Get: []*float64{}, Dead: []*float64{}, Lag: map[string][]float64{}, Error: c.series.lastErr}
+	out := seriesJSON{Time: []int64{}, Put: []*float64{}, Get: []*float64{}, Dead: []*float64{}, Lag: map[string][]*float64{}, Error: c.series.lastErr}
 	c.series.mu.Unlock()
 	var groups []string
 	if g := r.URL.Query().Get("group"); g != "" {
 		groups = []string{g}
 	} else if len(ss) > 0 {
-		last := ss[len(ss)-1].lag
+		// Each group's newest value read (failed samples skipped), so a group does not
+		// vanish from the chart when the reads start failing.
+		last := map[string]float64{}
+		for i := len(ss) - 1; i >= 0; i-- {
+			if ss[i].failed {
+				continue
+			}
+			for g, v := range ss[i].lag {
+				if _, seen := last[g]; !seen {
+					last[g] = v
+				}
+			}
+		}
 		for g := range last {
 			groups = append(groups, g)
 		}
@@ -176,24 +196,34 @@ func (c *Console) apiSeries(w http.ResponseWriter, r *http.Request) {
 		})
 		groups = groups[:min(len(groups), 5)]
 	}
+	var failed bool // the current pair of samples has a failed read
 	rate := func(a, b float64, dt float64) *float64 {
-		if dt <= 0 || b < a { // a counter reset (broker restart): no point
+		if dt <= 0 || b < a || failed { // a counter reset (broker restart) or a failed read: no point
 			return nil
 		}
 		v := (b - a) / dt
 		return &v
 	}
 	for i := 1; i < len(ss); i++ {
+		failed = ss[i].failed || ss[i-1].failed
 		dt := ss[i].at.Sub(ss[i-1].at).Seconds()
 		out.Time = append(out.Time, ss[i].at.Unix())
 		out.Put = append(out.Put, rate(ss[i-1].put, ss[i].put, dt))
 		out.Get = append(out.Get, rate(ss[i-1].get, ss[i].get, dt))
 		out.Dead = append(out.Dead, rate(ss[i-1].dead, ss[i].dead, dt))
 		for _, g := range groups {
-			out.Lag[g] = append(out.Lag[g], ss[i].lag[g])
+			var p *float64
+			if !ss[i].failed {
+				v := ss[i].lag[g]
+				p = &v
+			}
+			out.Lag[g] = append(out.Lag[g], p)
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	if out.Error != "" {
+		w.WriteHeader(http.StatusBadGateway) // the body still has the points read before
+	}
 	_ = json.NewEncoder(w).Encode(out)
 }

@@ -124,6 +124,7 @@ func (p *partitionRun) resolve(ctx context.Context, off int64) (int64, bool) {
 	if off >= 0 {
 		return off, true
 	}
+	start := time.Now()
 	for {
 		res, err := p.c.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{
 			p.topic: {{Partition: p.partition, Timestamp: off}}}})
@@ -145,11 +146,28 @@ func (p *partitionRun) resolve(ctx context.Context, off int64) (int64, bool) {
 				err = errors.New("partition missing from the answer")
 			}
 		}
-		p.c.log.Warn("kafka: resolving the start offset failed; retrying", "topic", p.topic, "partition", p.partition, "err", err)
+		// A topic just created (the consumer's own retry topics) has no leader for a moment:
+		// expected, retried quietly; a failure that outlasts leaderGrace is warned about.
+		if leadershipPending(err) && time.Since(start) < leaderGrace {
+			p.c.log.Debug("kafka: the partition has no leader yet; resolving its start offset again", "topic", p.topic, "partition", p.partition, "err", err)
+		} else {
+			p.c.log.Warn("kafka: resolving the start offset failed; retrying", "topic", p.topic, "partition", p.partition, "err", err)
+		}
 		if !sleepCtx(ctx, p.c.cfg.JoinGroupBackoff) {
 			return 0, false
 		}
 	}
+}
+
+// leaderGrace is how long a partition may lack a leader (a topic being created) before
+// resolving its start offset warns.
+const leaderGrace = 15 * time.Second
+
+// leadershipPending reports whether err is a Kafka error a new partition answers until
+// its leader is elected.
+func leadershipPending(err error) bool {
+	return errors.Is(err, kafkago.NotLeaderForPartition) || errors.Is(err, kafkago.LeaderNotAvailable) ||
+		errors.Is(err, kafkago.UnknownTopicOrPartition)
 }
 
 // commit commits the partition's committable offset when it moved (and, unless final,

@@ -45,6 +45,7 @@ const (
 	GetBrokerClusterInfo          RequestCode = 106 // GET_BROKER_CLUSTER_INFO, →name server
 	GetAllSubscriptionGroupConfig RequestCode = 201 // GET_ALL_SUBSCRIPTIONGROUP_CONFIG, admin→broker
 	GetAllTopicListFromNameServer RequestCode = 206 // GET_ALL_TOPIC_LIST_FROM_NAMESERVER, admin→name server
+	DeleteSubscriptionGroup       RequestCode = 207 // DELETE_SUBSCRIPTIONGROUP, admin→broker
 	DeleteTopicInBroker           RequestCode = 215 // DELETE_TOPIC_IN_BROKER, admin→broker
 	DeleteTopicInNamesrv          RequestCode = 216 // DELETE_TOPIC_IN_NAMESRV, admin→name server
 	ResetConsumerClientOffset     RequestCode = 220 // RESET_CONSUMER_CLIENT_OFFSET, broker→client
@@ -92,6 +93,7 @@ var requestCodeNames = map[RequestCode]string{
 	GetBrokerClusterInfo:          "GET_BROKER_CLUSTER_INFO",
 	GetAllSubscriptionGroupConfig: "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
 	GetAllTopicListFromNameServer: "GET_ALL_TOPIC_LIST_FROM_NAMESERVER",
+	DeleteSubscriptionGroup:       "DELETE_SUBSCRIPTIONGROUP",
 	DeleteTopicInBroker:           "DELETE_TOPIC_IN_BROKER",
 	DeleteTopicInNamesrv:          "DELETE_TOPIC_IN_NAMESRV",
 	ResetConsumerClientOffset:     "RESET_CONSUMER_CLIENT_OFFSET",

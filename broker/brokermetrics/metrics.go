@@ -11,6 +11,7 @@ package brokermetrics
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,6 +25,7 @@ type brokerCollector struct {
 
 	putMessages, putBytes, getMessages, getBytes *prometheus.Desc
 	lag, consumers, retries, deadLetters         *prometheus.Desc
+	queueLag, lagSeconds, pullHeld, up           *prometheus.Desc
 	sendLatency, pullLatency, flushLatency       *prometheus.Desc
 	heldPulls, connections, txnChecks            *prometheus.Desc
 	scheduleBacklog, commitlogBytes, diskUsed    *prometheus.Desc
@@ -44,12 +46,16 @@ func NewCollector(b *broker.Broker) prometheus.Collector {
 		putBytes:          d("put_bytes_total", "Body bytes of producers' stored sends, per topic.", "topic"),
 		getMessages:       d("get_messages_total", "Messages returned by pulls, per consumer group and topic.", "group", "topic"),
 		getBytes:          d("get_bytes_total", "Stored record bytes returned by pulls, per consumer group and topic.", "group", "topic"),
-		lag:               d("consumer_lag_messages", "Messages of a queue not yet committed by a consumer group (max offset - committed offset).", "group", "topic", "queue"),
+		lag:               d("consumer_lag_messages", "Messages of a topic not yet consumed by a consumer group (max offset - committed offset, summed over the queues the group committed on).", "group", "topic"),
+		queueLag:          d("consumer_queue_lag_messages", "Messages of one queue not yet consumed by a consumer group; only with metricsPerQueueLag=true.", "group", "topic", "queue"),
+		lagSeconds:        d("consumer_lag_seconds", "How long the oldest message of a topic not yet consumed by a consumer group has been stored (0 when nothing lags).", "group", "topic"),
+		pullHeld:          d("pull_held_seconds", "Time from a pull request to its answer for pulls held for long polling (the hold included)."),
+		up:                d("up", "1 while the broker is ready (started, registered with a name server, accepting sends), else 0."),
 		consumers:         d("consumers", "Consumer clients connected, per consumer group.", "group"),
 		retries:           d("retries_total", "Messages that reached a group's retry topic %RETRY%<group> (one per consume retry, when due).", "group"),
 		deadLetters:       d("dead_letters_total", "Messages that reached a group's dead-letter topic %DLQ%<group>.", "group"),
 		sendLatency:       d("send_latency_seconds", "Time from a send request to its answer (SEND_MESSAGE, V2 and BATCH)."),
-		pullLatency:       d("pull_latency_seconds", "Time from a pull request to its answer, a long-polling hold included."),
+		pullLatency:       d("pull_latency_seconds", "Time from a pull request to its answer for pulls answered without a long-polling hold (see pull_held_seconds)."),
 		flushLatency:      d("commitlog_flush_seconds", "Duration of commitlog fsync passes that made data durable."),
 		heldPulls:         d("held_pulls", "Pulls held for long polling now."),
 		connections:       d("connections", "Open client connections."),
@@ -68,7 +74,7 @@ func NewCollector(b *broker.Broker) prometheus.Collector {
 
 // Describe sends every metric's description.
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.putMessages, c.putBytes, c.getMessages, c.getBytes, c.lag,
+	for _, d := range []*prometheus.Desc{c.queueLag, c.lagSeconds, c.pullHeld, c.up, c.putMessages, c.putBytes, c.getMessages, c.getBytes, c.lag,
 		c.consumers, c.retries, c.deadLetters, c.sendLatency, c.pullLatency, c.flushLatency, c.heldPulls,
 		c.connections, c.txnChecks, c.scheduleBacklog, c.commitlogBytes, c.diskUsed, c.register, c.registerBody,
 		c.refused, c.unconsumedDeleted, c.writesRefused, c.refusing} {
@@ -93,9 +99,36 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.getMessages, g.Messages, g.Group, g.Topic)
 		counter(c.getBytes, g.Bytes, g.Group, g.Topic)
 	}
+	// Lag per group and topic (and per queue when asked for): one series per pair, not per
+	// queue, so a group on thousands of queues stays a few series.
+	type pair struct{ group, topic string }
+	lags := map[pair]int64{}
+	oldest := map[pair]int64{}
+	perQueue := c.b.MetricsPerQueueLag()
 	for _, l := range s.Lags {
-		gauge(c.lag, float64(l.Lag), l.Group, l.Topic, strconv.Itoa(int(l.QueueID)))
+		k := pair{l.Group, l.Topic}
+		lags[k] += l.Lag
+		if l.OldestUnconsumed > 0 && (oldest[k] == 0 || l.OldestUnconsumed < oldest[k]) {
+			oldest[k] = l.OldestUnconsumed
+		}
+		if perQueue {
+			gauge(c.queueLag, float64(l.Lag), l.Group, l.Topic, strconv.Itoa(int(l.QueueID)))
+		}
 	}
+	now := time.Now()
+	for k, n := range lags {
+		gauge(c.lag, float64(n), k.group, k.topic)
+		age := 0.0
+		if ts := oldest[k]; ts > 0 {
+			age = max(now.Sub(time.UnixMilli(ts)).Seconds(), 0)
+		}
+		gauge(c.lagSeconds, age, k.group, k.topic)
+	}
+	up := 0.0
+	if c.b.Ready() == nil {
+		up = 1
+	}
+	gauge(c.up, up)
 	for _, g := range s.Groups {
 		gauge(c.consumers, float64(g.Consumers), g.Group)
 		counter(c.retries, g.Retries, g.Group)
@@ -103,6 +136,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- histogram(c.sendLatency, s.SendLatency)
 	ch <- histogram(c.pullLatency, s.PullLatency)
+	ch <- histogram(c.pullHeld, s.PullHeld)
 	ch <- histogram(c.flushLatency, s.CommitLog.Flush)
 	gauge(c.heldPulls, float64(s.HeldPulls))
 	gauge(c.connections, float64(s.Connections))
@@ -129,6 +163,12 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.refusing, refusing)
 }
+
+// ready is the broker's readiness, for /readyz.
+func (c *brokerCollector) ready() error { return c.b.Ready() }
+
+// ready is the name server's readiness, for /readyz.
+func (c *nameServerCollector) ready() error { return c.n.Ready() }
 
 func histogram(d *prometheus.Desc, h broker.Histogram) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(h.Bounds))

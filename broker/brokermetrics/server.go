@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,8 +43,10 @@ type Server struct {
 	once sync.Once
 }
 
-// Start registers cfg.Collectors (plus Go runtime and process metrics) in a new registry
-// and serves it on cfg.Addr: GET /metrics in the Prometheus exposition formats, and
+// Start registers cfg.Collectors (plus Go runtime, process and build-info metrics) in a
+// new registry and serves it on cfg.Addr: GET /metrics in the Prometheus exposition
+// formats, GET /healthz (200 while serving), GET /readyz (200 when every broker and name
+// server collected is ready, else 503 with the reasons: see [broker.Broker.Ready]), and
 // /debug/pprof/ when cfg.Pprof. Errors: an empty Addr, a collector that fails to
 // register (a duplicate metric), or the listen error.
 func Start(cfg Config) (*Server, error) {
@@ -52,7 +58,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	cs := append([]prometheus.Collector{collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}, cfg.Collectors...)
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo()}, cfg.Collectors...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("brokermetrics: register collector: %w", err)
@@ -60,6 +66,33 @@ func Start(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)}))
+	// Probes: /healthz answers 200 while the process serves; /readyz 200 only when every
+	// broker and name server whose collector is registered is ready (503 with the reasons).
+	var checks []func() error
+	for _, c := range cfg.Collectors {
+		if r, ok := c.(interface{ ready() error }); ok {
+			checks = append(checks, r.ready)
+		}
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		var reasons []string
+		for _, check := range checks {
+			if err := check(); err != nil {
+				reasons = append(reasons, err.Error())
+			}
+		}
+		if len(reasons) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready: "+strings.Join(reasons, "; ")+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -81,6 +114,22 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// buildInfo is sluice_build_info{version, revision, goversion} = 1, from the binary's
+// build information (version "(devel)" for a build from a source tree).
+func buildInfo() prometheus.Collector {
+	version, revision, goVersion := "unknown", "unknown", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_build_info", Help: "Always 1; the labels name the build.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion}}, func() float64 { return 1 })
 }
 
 // Addr returns the address the listener is bound to ("ip:port").

@@ -563,3 +563,15 @@ func (n *NameServer) changeKV(apply func() bool) *remoting.RemotingCommand {
 	}
 	return remoting.NewResponse(remoting.Success, "")
 }
+
+// Ready reports whether the name server serves requests, for a readiness probe (the
+// metrics listener's /readyz): nil between Start and Shutdown.
+func (n *NameServer) Ready() error {
+	switch {
+	case n.shutdown.Load():
+		return ErrClosed
+	case !n.started.Load():
+		return errors.New("namesrv: not started")
+	}
+	return nil
+}

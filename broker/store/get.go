@@ -405,6 +405,35 @@ func (s *Store) EarliestMessageTime(topic string, queueID int32) (int64, error) 
 	return 0, fmt.Errorf("%w: consume queue %s/%d is empty", ErrNotFound, topic, queueID)
 }
 
+// MessageTimeAt returns the store timestamp (unix ms) of the first available message of
+// topic/queueID at or after queue offset offset — for a consumer group's committed
+// offset, the age of its oldest unconsumed message. It scans at most 64 entries. It
+// returns an error wrapping ErrNotFound when there is none (offset at or past the end, no
+// queue), ErrClosed after Close.
+func (s *Store) MessageTimeAt(topic string, queueID int32, offset int64) (int64, error) {
+	if err := s.begin(); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	cq := s.queueFor(topic, queueID, false)
+	if cq == nil {
+		return 0, fmt.Errorf("%w: no consume queue %s/%d", ErrNotFound, topic, queueID)
+	}
+	minPhy := s.cl.minOffset()
+	idx, hi := max(offset, cq.min.Load()), cq.max.Load()
+	for end := min(hi, idx+64); idx < end; idx++ {
+		e, err := cq.entryAt(idx)
+		if err != nil {
+			return 0, err
+		}
+		if e.padding() || e.empty() || e.phy < minPhy {
+			continue
+		}
+		return s.storeTimestampAt(e.phy)
+	}
+	return 0, fmt.Errorf("%w: no message in %s/%d at or after offset %d", ErrNotFound, topic, queueID, offset)
+}
+
 // LookMessageByOffset returns the message whose record starts at commitLogOffset, decoded
 // (body as stored, not decompressed; no CRC check), and the raw record. It returns an error
 // wrapping ErrNotFound when no record starts there, ErrClosed after Close.

@@ -7,14 +7,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/internal/suggest"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -22,7 +28,7 @@ func newAdminCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
 		Short: "Administer topics, offsets, dead letters, messages and groups through the name server(s)",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	def := os.Getenv("NAMESRV_ADDR")
@@ -38,10 +44,11 @@ func newAdminCmd() *cobra.Command {
 	pf.String("access-key", os.Getenv("SLUICE_ACCESS_KEY"), "ACL access key (RocketMQ plain ACL); requests are signed when it and the secret key are set; default $SLUICE_ACCESS_KEY")
 	pf.String("secret-key", "", "ACL secret key; default $SLUICE_SECRET_KEY (prefer the variable: flags show in process lists)")
 	pf.Bool("signature-v2", os.Getenv("SLUICE_SIGNATURE_V2") == "true", "sign with Sluice's signature v2 (request code, time and nonce covered; Sluice brokers only); default $SLUICE_SIGNATURE_V2=true")
+	addOutputFlag(cmd)
 	topic := &cobra.Command{
 		Use:   "topic",
 		Short: "Create, list, inspect and delete topics",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	topic.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicRouteCmd(), newTopicDeleteCmd())
@@ -110,11 +117,45 @@ func printJSON(cmd *cobra.Command, v any) error {
 	return enc.Encode(v)
 }
 
+// topicNotFound turns a "no such topic" error into one naming the nearest topics the
+// name server knows (exit code 3); other errors pass.
+func topicNotFound(ctx context.Context, a *admin.Admin, topic string, err error) error {
+	if !errors.Is(err, admin.ErrTopicNotExist) {
+		return err
+	}
+	all, lerr := a.ListTopics(ctx)
+	if lerr != nil {
+		return &notFoundError{fmt.Errorf("topic %q does not exist", topic)}
+	}
+	return &notFoundError{fmt.Errorf("topic %q does not exist%s", topic, didYouMean(suggest.Nearest(topic, all)))}
+}
+
+// checkGroup refuses a consumer group no broker knows, naming the nearest known groups
+// (exit code 3): a typo must not leave offsets behind or read as "nothing there".
+func checkGroup(ctx context.Context, a *admin.Admin, group string) error {
+	all, err := a.GroupSummaries(ctx)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(all))
+	for _, g := range all {
+		if g.Group == group {
+			return nil
+		}
+		names = append(names, g.Group)
+	}
+	return &notFoundError{fmt.Errorf("consumer group %q: %w (no config, offset or client on any broker)%s", group, admin.ErrGroupNotExist, didYouMean(suggest.Nearest(group, names)))}
+}
+
 func newTopicCreateCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "create --topic T [--queues N] [--order]",
-		Short: "Create or update a topic on every master broker (UPDATE_AND_CREATE_TOPIC)",
-		Args:  cobra.NoArgs,
+		Use:   "create --topic T[,T2,...] [--queues N] [--order]",
+		Short: "Create or update topics on every master broker (UPDATE_AND_CREATE_TOPIC)",
+		Long: `Create or update topics on every master broker. --topic takes one name or several
+separated by commas (a topic name cannot contain one); with several, a progress bar is
+drawn on a terminal's stderr, and the first failure stops the run (the topics before it
+exist).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			var spec admin.TopicSpec
@@ -130,36 +171,72 @@ func newTopicCreateCmd() *cobra.Command {
 			if spec.Perm <= 0 {
 				return fmt.Errorf("--perm %d: must be a combination of 4 (read), 2 (write), 1 (inherit)", spec.Perm)
 			}
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
+			topics := strings.Split(spec.Topic, ",")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
-				res, err := a.CreateTopic(ctx, spec)
-				if err != nil {
-					return err
-				}
 				out := cmd.OutOrStdout()
-				names := make([]string, 0, len(res.Brokers))
-				for _, b := range res.Brokers {
-					fmt.Fprintf(out, "created topic %s on %s (%s, cluster %s): %d queues, perm %d, order %t\n",
-						spec.Topic, b.Name, b.Addr, b.Cluster, spec.Queues, spec.Perm, spec.Order)
-					names = append(names, b.Name)
+				type created struct {
+					Topic          string         `json:"topic"`
+					Brokers        []admin.Broker `json:"brokers"`
+					OrderTopicConf string         `json:"orderTopicConf,omitempty"`
+					RoutePublished bool           `json:"routePublished"`
 				}
-				if res.OrderTopicConf != "" {
-					fmt.Fprintf(out, "order config %s\n", res.OrderTopicConf)
+				var done []created
+				var bar *progressbar.ProgressBar
+				if len(topics) > 1 && showsProgress(cmd.ErrOrStderr()) {
+					bar = progressbar.NewOptions(len(topics), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+						progressbar.OptionSetDescription("creating topics"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 				}
-				if wait <= 0 {
-					return nil
+				for _, topic := range topics {
+					spec.Topic = strings.TrimSpace(topic)
+					res, err := a.CreateTopic(ctx, spec)
+					if err != nil {
+						if len(topics) > 1 {
+							err = fmt.Errorf("topic %s (%d of %d created before it): %w", spec.Topic, len(done), len(topics), err)
+						}
+						return err
+					}
+					c := created{Topic: spec.Topic, Brokers: res.Brokers, OrderTopicConf: res.OrderTopicConf}
+					names := make([]string, 0, len(res.Brokers))
+					for _, b := range res.Brokers {
+						if !asJSON {
+							fmt.Fprintf(out, "created topic %s on %s (%s, cluster %s): %d queues, perm %d, order %t\n",
+								spec.Topic, b.Name, b.Addr, b.Cluster, spec.Queues, spec.Perm, spec.Order)
+						}
+						names = append(names, b.Name)
+					}
+					if res.OrderTopicConf != "" && !asJSON {
+						fmt.Fprintf(out, "order config %s\n", res.OrderTopicConf)
+					}
+					if wait > 0 {
+						wctx, cancel := context.WithTimeout(ctx, wait)
+						_, err := a.WaitTopicRoute(wctx, spec.Topic, names...)
+						cancel()
+						if err != nil {
+							return fmt.Errorf("topic %s created but its route is not complete yet: %w", spec.Topic, err)
+						}
+						c.RoutePublished = true
+						if !asJSON {
+							fmt.Fprintf(out, "route of %s is published\n", spec.Topic)
+						}
+					}
+					done = append(done, c)
+					if bar != nil {
+						_ = bar.Add(1)
+					}
 				}
-				wctx, cancel := context.WithTimeout(ctx, wait)
-				defer cancel()
-				if _, err := a.WaitTopicRoute(wctx, spec.Topic, names...); err != nil {
-					return fmt.Errorf("topic created but its route is not complete yet: %w", err)
+				if asJSON {
+					return printJSON(cmd, done)
 				}
-				fmt.Fprintf(out, "route of %s is published\n", spec.Topic)
 				return nil
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.String("topic", "", "topic name (required)")
+	f.String("topic", "", "topic name, or several separated by commas (required)")
 	f.Int("queues", admin.DefaultQueues, "read and write queue count per broker")
 	f.Bool("order", false, "ordered topic: also write the order config to the name server(s)")
 	f.Int("perm", admin.DefaultPerm, "permission: 6 read+write, 4 read-only, 2 write-only")
@@ -172,13 +249,23 @@ func newTopicCreateCmd() *cobra.Command {
 func newTopicListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List every topic that has a route (one per line)",
+		Short: "List every topic that has a route (one per line; -o json: an array)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				topics, err := a.ListTopics(ctx)
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					if topics == nil {
+						topics = []string{}
+					}
+					return printJSON(cmd, topics)
 				}
 				if len(topics) > 0 {
 					fmt.Fprintln(cmd.OutOrStdout(), strings.Join(topics, "\n"))
@@ -192,19 +279,35 @@ func newTopicListCmd() *cobra.Command {
 func newTopicRouteCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "route --topic T",
-		Short: "Print a topic's route as JSON",
+		Short: "Print a topic's route: its brokers and queues (-o json: the route as the name server answers it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topic, _ := cmd.Flags().GetString("topic")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.TopicRoute(ctx, topic)
-				if errors.Is(err, admin.ErrTopicNotExist) {
-					return fmt.Errorf("topic %q has no route", topic)
-				}
 				if err != nil {
-					return err
+					return topicNotFound(ctx, a, topic, err)
 				}
-				return printJSON(cmd, r)
+				if asJSON {
+					return printJSON(cmd, r)
+				}
+				addrs := map[string]string{}
+				for _, bd := range r.BrokerDatas {
+					addrs[bd.BrokerName] = bd.MasterAddr()
+				}
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "BROKER\tMASTER\tREAD_QUEUES\tWRITE_QUEUES\tPERM")
+				for _, q := range r.QueueDatas {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", q.BrokerName, addrs[q.BrokerName], q.ReadQueueNums, q.WriteQueueNums, q.Perm)
+				}
+				if r.OrderTopicConf != "" {
+					fmt.Fprintf(tw, "order config\t%s\n", r.OrderTopicConf)
+				}
+				return tw.Flush()
 			})
 		},
 	}
@@ -222,7 +325,7 @@ func newTopicDeleteCmd() *cobra.Command {
 			topic, _ := cmd.Flags().GetString("topic")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				if err := a.DeleteTopic(ctx, topic); err != nil {
-					return err
+					return topicNotFound(ctx, a, topic, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", topic)
 				return nil
@@ -237,16 +340,69 @@ func newTopicDeleteCmd() *cobra.Command {
 func newClusterCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cluster",
-		Short: "Print the clusters and brokers the name server knows as JSON",
-		Args:  cobra.NoArgs,
+		Short: "List the clusters and brokers the name server knows (-o json: as the name server answers)",
+		Long: `List the clusters and the brokers registered with the name server, one address per
+line. A name server that knows no broker is an error (exit code 4): the brokers are
+stopped or cannot reach it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				ci, err := a.ClusterInfo(ctx)
 				if err != nil {
 					return err
 				}
-				return printJSON(cmd, ci)
+				if asJSON {
+					if err := printJSON(cmd, ci); err != nil {
+						return err
+					}
+				} else {
+					printCluster(cmd.OutOrStdout(), ci)
+				}
+				if len(ci.BrokerAddrTable) == 0 {
+					addrs, _ := cmd.Flags().GetString("namesrv")
+					return fmt.Errorf("%w registered with name server %s (brokers stopped or unreachable)", admin.ErrNoBroker, addrs)
+				}
+				return nil
 			})
 		},
 	}
+}
+
+// printCluster prints one row per broker address: cluster, broker, role, address.
+func printCluster(w io.Writer, ci *admin.ClusterInfo) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "CLUSTER\tBROKER\tROLE\tADDRESS")
+	clusters := make([]string, 0, len(ci.ClusterAddrTable))
+	for c := range ci.ClusterAddrTable {
+		clusters = append(clusters, c)
+	}
+	sort.Strings(clusters)
+	for _, c := range clusters {
+		names := append([]string(nil), ci.ClusterAddrTable[c]...)
+		sort.Strings(names)
+		for _, n := range names {
+			bd := ci.BrokerAddrTable[n]
+			if bd == nil {
+				fmt.Fprintf(tw, "%s\t%s\t-\t(no address)\n", c, n)
+				continue
+			}
+			ids := make([]int64, 0, len(bd.BrokerAddrs))
+			for id := range bd.BrokerAddrs {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			for _, id := range ids {
+				role := "master"
+				if id != 0 {
+					role = "slave " + strconv.FormatInt(id, 10)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c, n, role, bd.BrokerAddrs[id])
+			}
+		}
+	}
+	_ = tw.Flush()
 }

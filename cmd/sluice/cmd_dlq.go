@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/admin"
@@ -16,84 +17,156 @@ func newDLQCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "List and re-drive a consumer group's dead letters (%DLQ%<group>)",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newDLQListCmd(), newDLQResendCmd())
 	return cmd
 }
 
+// dlqRow is one dead letter in `dlq list -o json`.
+type dlqRow struct {
+	Broker         string            `json:"broker"`
+	QueueID        int               `json:"queueId"`
+	QueueOffset    int64             `json:"queueOffset"`
+	MsgID          string            `json:"msgId"`
+	OriginTopic    string            `json:"originTopic"`
+	Tag            string            `json:"tag,omitempty"`
+	Keys           []string          `json:"keys,omitempty"`
+	ReconsumeTimes int32             `json:"reconsumeTimes"`
+	StoreTime      string            `json:"storeTime"`
+	Resent         bool              `json:"resent"`
+	Properties     map[string]string `json:"properties,omitempty"`
+	Body           string            `json:"body,omitempty"`
+}
+
+// dlqPage is `dlq list -o json`: the total, which rows these are, and the rows.
+type dlqPage struct {
+	Group       string   `json:"group"`
+	Total       int64    `json:"total"`   // dead letters stored
+	Pending     int64    `json:"pending"` // of those, not re-driven yet
+	NewestFirst bool     `json:"newestFirst"`
+	From        int      `json:"from"` // 1-based position of the first row in the order; 0 when none
+	To          int      `json:"to"`
+	More        bool     `json:"more"` // rows after these
+	Rows        []dlqRow `json:"rows"`
+}
+
 func newDLQListCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "list --group G [--from N] [--max N] [--body] [--json]",
-		Short: "List the dead letters of a consumer group",
-		Args:  cobra.NoArgs,
+		Use:   "list --group G [--limit N] [--page P | --all] [--oldest] [--from OFFSET] [--body] [-o json]",
+		Short: "List the dead letters of a consumer group, newest first, with their total",
+		Long: fmt.Sprintf(`List the dead letters of a consumer group: the total and how many are not re-driven
+yet, then one page of them — newest first (--oldest: oldest first), --limit per page
+(default %d), page --page (default 1), or every one with --all (at most %d). The last
+line says which rows were shown and how to get the next page. A group no broker knows
+is an error (exit code 3) naming the nearest known groups; an unreachable cluster is an
+error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.MaxDLQListMax),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			group, _ := f.GetString("group")
-			var opt admin.DLQListOptions
-			opt.FromOffset, _ = f.GetInt64("from")
-			opt.Max, _ = f.GetInt("max")
+			from, _ := f.GetInt64("from")
+			limit, _ := f.GetInt("limit")
+			page, _ := f.GetInt("page")
+			all, _ := f.GetBool("all")
+			oldest, _ := f.GetBool("oldest")
 			body, _ := f.GetBool("body")
-			asJSON, _ := f.GetBool("json")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
+			if f.Changed("max") { // the older name of --limit
+				limit, _ = f.GetInt("max")
+			}
+			if limit < 1 || limit > admin.MaxDLQListMax {
+				return &usageError{fmt.Errorf("--limit %d: must be 1..%d", limit, admin.MaxDLQListMax)}
+			}
+			if page < 1 {
+				return &usageError{fmt.Errorf("--page %d: must be 1 or more", page)}
+			}
+			if all && f.Changed("page") {
+				return &usageError{fmt.Errorf("--all and --page go separately")}
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				if err := checkGroup(ctx, a, group); err != nil {
+					return err
+				}
+				count, err := a.CountDLQ(ctx, group)
+				if err != nil {
+					return err
+				}
+				opt := admin.DLQListOptions{FromOffset: from, Max: limit, Skip: (page - 1) * limit, NewestFirst: !oldest}
+				if all {
+					opt.Skip, opt.Max = 0, int(min(max(count.Total, 1), admin.MaxDLQListMax))
+				}
+				if opt.Skip+opt.Max > admin.MaxDLQListMax {
+					return &usageError{fmt.Errorf("--page %d of --limit %d reaches past the %d dead letters one listing reads; use --from OFFSET", page, limit, admin.MaxDLQListMax)}
+				}
 				l, err := a.ListDLQ(ctx, group, opt)
 				if err != nil {
 					return err
 				}
+				p := dlqPage{Group: group, Total: count.Total, Pending: count.Pending, NewestFirst: !oldest, Rows: []dlqRow{}}
+				if len(l) > 0 {
+					p.From, p.To = opt.Skip+1, opt.Skip+len(l)
+				}
+				p.More = from == 0 && int64(opt.Skip+len(l)) < count.Total
 				if asJSON {
-					type row struct {
-						Broker         string            `json:"broker"`
-						QueueID        int               `json:"queueId"`
-						QueueOffset    int64             `json:"queueOffset"`
-						MsgID          string            `json:"msgId"`
-						OriginTopic    string            `json:"originTopic"`
-						Tag            string            `json:"tag,omitempty"`
-						Keys           []string          `json:"keys,omitempty"`
-						ReconsumeTimes int32             `json:"reconsumeTimes"`
-						StoreTime      string            `json:"storeTime"`
-						Resent         bool              `json:"resent"`
-						Properties     map[string]string `json:"properties,omitempty"`
-						Body           string            `json:"body,omitempty"`
-					}
-					rows := make([]row, 0, len(l))
 					for _, d := range l {
-						r := row{Broker: d.Queue.BrokerName, QueueID: d.Queue.QueueID, QueueOffset: d.QueueOffset, MsgID: d.Message.MsgID,
+						r := dlqRow{Broker: d.Queue.BrokerName, QueueID: d.Queue.QueueID, QueueOffset: d.QueueOffset, MsgID: d.Message.MsgID,
 							OriginTopic: d.OriginTopic, Tag: d.Message.Tag(), Keys: d.Message.Keys(), ReconsumeTimes: d.Message.ReconsumeTimes,
 							StoreTime: time.UnixMilli(d.Message.StoreTimestamp).Format(time.RFC3339Nano), Resent: d.Resent, Properties: d.Message.Properties}
 						if body {
 							r.Body = string(d.Message.Body)
 						}
-						rows = append(rows, r)
+						p.Rows = append(p.Rows, r)
 					}
-					return printJSON(cmd, rows)
+					return printJSON(cmd, p)
 				}
 				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "group %s: %d dead letter(s), %d not re-driven yet\n", group, count.Total, count.Pending)
 				if len(l) == 0 {
-					fmt.Fprintf(out, "no dead letters for group %s\n", group)
 					return nil
 				}
-				fmt.Fprintf(out, "%-12s %5s %8s %-32s %-20s %-12s %-24s %9s %-24s %s\n", "broker", "queue", "offset", "msgId", "topic", "tag", "keys", "reconsume", "stored", "resent")
+				tw := newTable(out)
+				fmt.Fprintln(tw, "BROKER\tQUEUE\tOFFSET\tMSG_ID\tTOPIC\tTAG\tKEYS\tRECONSUMED\tSTORED\tRESENT")
 				for _, d := range l {
 					m := d.Message
-					fmt.Fprintf(out, "%-12s %5d %8d %-32s %-20s %-12s %-24s %9d %-24s %t\n", d.Queue.BrokerName, d.Queue.QueueID, d.QueueOffset,
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%t\n", d.Queue.BrokerName, d.Queue.QueueID, d.QueueOffset,
 						m.MsgID, d.OriginTopic, m.Tag(), strings.Join(m.Keys(), " "), m.ReconsumeTimes,
 						time.UnixMilli(m.StoreTimestamp).Format("2006-01-02 15:04:05.000"), d.Resent)
 					if body {
-						fmt.Fprintf(out, "    body: %s\n", dlqBodyText(m.Body))
+						fmt.Fprintf(tw, "\tbody: %s\n", dlqBodyText(m.Body))
 					}
 				}
-				fmt.Fprintf(out, "%d dead letter(s)\n", len(l))
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				order := "newest first"
+				if oldest {
+					order = "oldest first"
+				}
+				fmt.Fprintf(out, "%d dead letter(s) shown: %d–%d of %d, %s", len(l), p.From, p.To, count.Total, order)
+				if p.More {
+					fmt.Fprintf(out, "; more: --page %d (or --all)", page+1)
+				}
+				fmt.Fprintln(out)
 				return nil
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.String("group", "", "consumer group (required)")
-	f.Int64("from", 0, "first DLQ queue offset")
-	f.Int("max", admin.DefaultDLQListMax, fmt.Sprintf("most messages to list (1..%d)", admin.MaxDLQListMax))
+	f.Int64("from", 0, "skip dead letters below this DLQ queue offset")
+	f.Int("limit", admin.DefaultDLQListMax, fmt.Sprintf("dead letters per page (1..%d)", admin.MaxDLQListMax))
+	f.Int("max", admin.DefaultDLQListMax, "the older name of --limit")
+	_ = f.MarkHidden("max")
+	f.Int("page", 1, "page to print (1 = the newest, or the oldest with --oldest)")
+	f.Bool("all", false, fmt.Sprintf("print every dead letter (at most %d)", admin.MaxDLQListMax))
+	f.Bool("oldest", false, "oldest first")
 	f.Bool("body", false, "print message bodies")
-	f.Bool("json", false, "print JSON")
+	f.Bool("json", false, "print JSON (the same as -o json)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
@@ -136,9 +209,51 @@ stops the re-drive of its DLQ queue and makes the command fail.`,
 			opt.IncludeResent, _ = f.GetBool("include-resent")
 			opt.Max, _ = f.GetInt("max")
 			opt.ToOriginalTopic, _ = f.GetBool("to-original-topic")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				if err := checkGroup(ctx, a, group); err != nil {
+					return err
+				}
+				if showsProgress(cmd.ErrOrStderr()) {
+					count, err := a.CountDLQ(ctx, group)
+					if err != nil {
+						return err
+					}
+					total := count.Pending
+					if opt.IncludeResent {
+						total = count.Total
+					}
+					if opt.Max > 0 {
+						total = min(total, int64(opt.Max))
+					}
+					bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+						progressbar.OptionSetDescription("re-driving"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+					opt.Progress = func(resent, failed int) { _ = bar.Set(resent + failed) }
+					defer bar.Finish()
+				}
 				res, err := a.ResendDLQ(ctx, group, opt)
-				if res != nil {
+				if res != nil && asJSON {
+					type failed struct {
+						admin.DLQResendError
+						Error string `json:"error"`
+					}
+					v := struct {
+						Resent []admin.ResentMessage `json:"resent"`
+						Failed []failed              `json:"failed"`
+					}{Resent: res.Resent, Failed: []failed{}}
+					if v.Resent == nil {
+						v.Resent = []admin.ResentMessage{}
+					}
+					for _, f := range res.Failed {
+						v.Failed = append(v.Failed, failed{f, f.Err.Error()})
+					}
+					if perr := printJSON(cmd, v); perr != nil {
+						return perr
+					}
+				} else if res != nil {
 					out := cmd.OutOrStdout()
 					for _, r := range res.Resent {
 						fmt.Fprintf(out, "resent %s (DLQ %s#%d offset %d) to %s queue %s#%d offset %d, keys %s\n", r.MsgID, r.DLQ.BrokerName, r.DLQ.QueueID,

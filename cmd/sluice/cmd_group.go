@@ -4,22 +4,190 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/internal/suggest"
 )
 
 func newGroupCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "group",
-		Short: "Inspect consumer groups",
-		Args:  cobra.NoArgs,
+		Short: "List, inspect and delete consumer groups",
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newGroupConsistencyCmd())
+	cmd.AddCommand(newGroupConsistencyCmd(), newGroupListCmd(), newGroupDeleteCmd())
+	return cmd
+}
+
+// groupJSON is one group of `group list -o json`.
+type groupJSON struct {
+	Group                   string `json:"group"`
+	Lag                     int64  `json:"lag"`                     // messages not consumed (%DLQ% queues left out)
+	LagSeconds              int64  `json:"lagSeconds"`              // how long the oldest of them has waited
+	Clients                 int    `json:"clients"`                 // client ids online
+	MessageModel            string `json:"messageModel"`            // CLUSTERING or BROADCASTING, "" offline
+	ConsumeType             string `json:"consumeType"`             // CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
+	Configured              bool   `json:"configured"`              // false: the group only committed offsets
+	RetryMaxTimes           int    `json:"retryMaxTimes"`           // the broker config's retry budget
+	ClientMaxReconsumeTimes int    `json:"clientMaxReconsumeTimes"` // what its clients send; -1 unknown
+	Topics                  int    `json:"topics"`
+	LagUnknown              bool   `json:"lagUnknown"` // a broker that is not Sluice holds it: its part of the lag is not read
+}
+
+func newGroupListCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list [--sort lag|age|clients|group] [--filter TEXT] [-o json]",
+		Short: "List consumer groups with their lag (messages and time), clients, consume mode and retries before the DLQ",
+		Long: `List every consumer group the brokers know — with a subscription config, with committed
+offsets only, or with clients online — largest lag first (--sort to change). LAG is the
+messages not consumed yet (dead-letter queues left out), WAITING how long the oldest of
+them has been stored, RETRIES the maxReconsumeTimes the group's clients send with failed
+messages (the broker config's default, marked "(default)", until one has).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sortBy, _ := cmd.Flags().GetString("sort")
+			filter, _ := cmd.Flags().GetString("filter")
+			if !slices.Contains([]string{"lag", "age", "clients", "group"}, sortBy) {
+				return &usageError{fmt.Errorf("--sort %q: want lag, age, clients or group%s", sortBy, didYouMean(suggest.Nearest(sortBy, []string{"lag", "age", "clients", "group"})))}
+			}
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
+			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				all, err := a.GroupSummaries(ctx)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				rows := all[:0]
+				for _, g := range all {
+					if filter == "" || strings.Contains(strings.ToLower(g.Group), strings.ToLower(filter)) {
+						rows = append(rows, g)
+					}
+				}
+				slices.SortStableFunc(rows, func(x, y admin.GroupSummary) int {
+					switch sortBy {
+					case "lag":
+						return cmpDesc(x.Lag, y.Lag)
+					case "age":
+						return cmpDesc(int64(x.LagAge(now)), int64(y.LagAge(now)))
+					case "clients":
+						return cmpDesc(int64(x.Clients), int64(y.Clients))
+					}
+					return strings.Compare(x.Group, y.Group)
+				})
+				if asJSON {
+					out := make([]groupJSON, 0, len(rows))
+					for _, g := range rows {
+						out = append(out, groupJSON{Group: g.Group, Lag: g.Lag, LagSeconds: int64(g.LagAge(now).Seconds()), Clients: g.Clients,
+							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
+							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics), LagUnknown: g.LagUnknown})
+					}
+					return printJSON(cmd, out)
+				}
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "GROUP\tLAG\tWAITING\tCLIENTS\tMODE\tSTATE\tRETRIES")
+				for _, g := range rows {
+					waiting := "-"
+					if age := g.LagAge(now); age > 0 {
+						waiting = age.Truncate(time.Second).String()
+					}
+					mode := strings.TrimSpace(map[string]string{"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "pull"}[g.ConsumeType] + " " + strings.ToLower(g.MessageModel))
+					if mode == "" {
+						mode = "-"
+					}
+					state := "online"
+					switch {
+					case g.Clients > 0:
+					case !g.Configured:
+						state = "offsets-only"
+					default:
+						state = "offline"
+					}
+					retries := "-"
+					switch {
+					case g.ClientMaxReconsumeTimes >= 0:
+						retries = strconv.Itoa(g.ClientMaxReconsumeTimes)
+					case g.Configured:
+						retries = strconv.Itoa(g.RetryMaxTimes) + " (default)"
+					}
+					lag := strconv.FormatInt(g.Lag, 10)
+					if g.LagUnknown { // a broker that is not Sluice holds it: its part is not read
+						lag += "+?"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", g.Group, lag, waiting, g.Clients, mode, state, retries)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d consumer group(s)\n", len(rows))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().String("sort", "lag", "order: lag, age (oldest unconsumed), clients (largest first) or group (by name)")
+	cmd.Flags().String("filter", "", "only groups whose name contains this (case-insensitive)")
+	return cmd
+}
+
+func cmpDesc(x, y int64) int {
+	switch {
+	case x > y:
+		return -1
+	case x < y:
+		return 1
+	}
+	return 0
+}
+
+func newGroupDeleteCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete --group G --yes",
+		Short: "Delete a consumer group: its subscription config and committed offsets on every broker",
+		Long: `Delete a consumer group from every master broker (DELETE_SUBSCRIPTIONGROUP): its
+subscription config and every offset it committed. Its %RETRY% and %DLQ% topics and
+their messages stay (delete them with "topic delete"). Brokers refuse while clients of
+the group are online. Without --yes the command only states what it would delete and
+exits 2. A group no broker knows is refused (exit code 3) with the nearest names.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			group, _ := cmd.Flags().GetString("group")
+			yes, _ := cmd.Flags().GetBool("yes")
+			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				all, err := a.GroupSummaries(ctx)
+				if err != nil {
+					return err
+				}
+				i := slices.IndexFunc(all, func(g admin.GroupSummary) bool { return g.Group == group })
+				if i < 0 {
+					return checkGroup(ctx, a, group)
+				}
+				g := all[i]
+				effect := fmt.Sprintf("delete consumer group %s from %s: its config and its offsets on %d topic(s) (lag %d); its %%RETRY%% and %%DLQ%% topics stay",
+					group, strings.Join(g.Brokers, ", "), len(g.Topics), g.Lag)
+				if !yes {
+					return &usageError{fmt.Errorf("this would %s; add --yes to do it", effect)}
+				}
+				if err := a.DeleteGroup(ctx, group); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted consumer group %s (config and offsets on %s)\n", group, strings.Join(g.Brokers, ", "))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().String("group", "", "consumer group (required)")
+	cmd.Flags().Bool("yes", false, "really delete")
+	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
 
@@ -37,7 +205,10 @@ subscription per group. Exits with an error when the group is inconsistent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			group, _ := cmd.Flags().GetString("group")
-			asJSON, _ := cmd.Flags().GetBool("json")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.GroupConsistency(ctx, group)
 				if err != nil {
@@ -58,7 +229,7 @@ subscription per group. Exits with an error when the group is inconsistent.`,
 		},
 	}
 	cmd.Flags().String("group", "", "consumer group (required)")
-	cmd.Flags().Bool("json", false, "print the report as JSON")
+	cmd.Flags().Bool("json", false, "print the report as JSON (the same as -o json)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }

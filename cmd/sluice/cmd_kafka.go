@@ -21,7 +21,7 @@ func newKafkaAdminCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kafka",
 		Short: "Administer a Kafka cluster used through package kafka (dead letters of a group)",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	def := os.Getenv("KAFKA_BROKERS")
@@ -32,7 +32,7 @@ func newKafkaAdminCmd() *cobra.Command {
 	dlq := &cobra.Command{
 		Use:   "dlq",
 		Short: "List and re-drive a group's dead letters (<group>.dlq)",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	dlq.AddCommand(newKafkaDLQListCmd(), newKafkaDLQResendCmd())
@@ -62,7 +62,10 @@ func newKafkaDLQListCmd() *cobra.Command {
 			f := cmd.Flags()
 			group, _ := f.GetString("group")
 			body, _ := f.GetBool("body")
-			asJSON, _ := f.GetBool("json")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
 				l, err := kafka.ListDLQ(ctx, brokers, group)
 				if err != nil {
@@ -118,7 +121,7 @@ func newKafkaDLQListCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.String("group", "", "consumer group (required)")
 	f.Bool("body", false, "print message bodies")
-	f.Bool("json", false, "print JSON")
+	f.Bool("json", false, "print JSON (the same as -o json)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }

@@ -26,7 +26,7 @@ func newMessageCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "message",
 		Short: "Look up messages by id or by key",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newMessageGetCmd(), newMessageFindCmd())
@@ -49,7 +49,10 @@ brokers first.`,
 			f := cmd.Flags()
 			id, _ := f.GetString("id")
 			topic, _ := f.GetString("topic")
-			asJSON, _ := f.GetBool("json")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			if id == "" {
 				return errors.New("--id: required")
 			}
@@ -65,7 +68,7 @@ brokers first.`,
 	f := cmd.Flags()
 	f.String("id", "", "offset message id, or with --topic a client message id (UNIQ_KEY) (required)")
 	f.String("topic", "", "topic of the message: lets --id be a client message id")
-	f.Bool("json", false, "print JSON instead of text")
+	f.Bool("json", false, "print JSON instead of text (the same as -o json)")
 	_ = cmd.MarkFlagRequired("id")
 	return cmd
 }
@@ -116,7 +119,10 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 			f := cmd.Flags()
 			topic, _ := f.GetString("topic")
 			key, _ := f.GetString("key")
-			asJSON, _ := f.GetBool("json")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			var begin, end time.Time
 			for _, tf := range []struct {
 				name string
@@ -135,7 +141,7 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				ms, err := a.FindMessages(ctx, topic, key, begin, end)
 				if len(ms) == 0 && err != nil {
-					return err
+					return topicNotFound(ctx, a, topic, err)
 				}
 				if perr := printMessages(cmd.OutOrStdout(), ms, asJSON, false); perr != nil {
 					return perr
@@ -152,7 +158,7 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 	f.String("key", "", "message key (one of KEYS) or client message id (UNIQ_KEY) (required)")
 	f.String("begin", "", "earliest store time, RFC 3339 (default: the beginning)")
 	f.String("end", "", "latest store time, RFC 3339 (default: no limit)")
-	f.Bool("json", false, "print JSON (all fields and bodies) instead of a table")
+	f.Bool("json", false, "print JSON (all fields and bodies) instead of a table (the same as -o json)")
 	_ = cmd.MarkFlagRequired("topic")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd

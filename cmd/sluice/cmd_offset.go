@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -18,7 +19,7 @@ func newOffsetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "offset",
 		Short: "Show and reset consumer group offsets",
-		Args:  cobra.NoArgs,
+		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newOffsetShowCmd(), newOffsetResetCmd())
@@ -33,23 +34,55 @@ func newOffsetShowCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			group, _ := cmd.Flags().GetString("group")
 			topic, _ := cmd.Flags().GetString("topic")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				offs, err := a.ConsumerOffsets(ctx, group, topic)
 				if err != nil {
+					return topicNotFound(ctx, a, topic, err)
+				}
+				if err := checkGroup(ctx, a, group); err != nil {
 					return err
 				}
-				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "%-20s %5s %12s %12s %12s %10s\n", "broker", "queue", "committed", "min", "max", "lag")
 				var lag int64
+				for _, o := range offs {
+					lag += o.Lag()
+				}
+				if asJSON {
+					type row struct {
+						Broker    string `json:"broker"`
+						QueueID   int    `json:"queueId"`
+						Committed int64  `json:"committed"` // -1: none
+						Min       int64  `json:"min"`
+						Max       int64  `json:"max"`
+						Lag       int64  `json:"lag"`
+					}
+					v := struct {
+						Group  string `json:"group"`
+						Topic  string `json:"topic"`
+						Lag    int64  `json:"lag"`
+						Queues []row  `json:"queues"`
+					}{Group: group, Topic: topic, Lag: lag, Queues: []row{}}
+					for _, o := range offs {
+						v.Queues = append(v.Queues, row{o.Queue.BrokerName, o.Queue.QueueID, o.Committed, o.Min, o.Max, o.Lag()})
+					}
+					return printJSON(cmd, v)
+				}
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "BROKER\tQUEUE\tCOMMITTED\tMIN\tMAX\tLAG")
 				for _, o := range offs {
 					committed := strconv.FormatInt(o.Committed, 10)
 					if o.Committed < 0 {
 						committed = "-"
 					}
-					fmt.Fprintf(out, "%-20s %5d %12s %12d %12d %10d\n", o.Queue.BrokerName, o.Queue.QueueID, committed, o.Min, o.Max, o.Lag())
-					lag += o.Lag()
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", o.Queue.BrokerName, o.Queue.QueueID, committed, o.Min, o.Max, o.Lag())
 				}
-				fmt.Fprintf(out, "total lag %d\n", lag)
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "total lag %d\n", lag)
 				return nil
 			})
 		},
@@ -72,7 +105,11 @@ The brokers store the new offsets and tell the group's running consumers to jump
 
 --time accepts RFC 3339 ("2026-01-02T15:04:05Z" or with an offset), a local time
 "2026-01-02 15:04:05" or "2026-01-02T15:04:05", unix milliseconds, "now", "now-<duration>"
-(e.g. now-30m), or "end" (the end of every queue: skip everything stored so far).`,
+(e.g. now-30m), or "end" (the end of every queue: skip everything stored so far).
+
+A group no broker knows (no config, offset or client) is refused (exit code 3) with the
+nearest known names: a typo would otherwise store offsets for a group nobody runs. To
+place a new group's offsets before its consumers first start, add --allow-new-group.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -80,14 +117,37 @@ The brokers store the new offsets and tell the group's running consumers to jump
 			topic, _ := f.GetString("topic")
 			ts, _ := f.GetString("time")
 			force, _ := f.GetBool("force")
+			allowNew, _ := f.GetBool("allow-new-group")
 			at, err := parseResetTime(ts, time.Now())
+			if err != nil {
+				return &usageError{err}
+			}
+			asJSON, err := jsonOutput(cmd)
 			if err != nil {
 				return err
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				if _, err := a.TopicRoute(ctx, topic); err != nil {
+					return topicNotFound(ctx, a, topic, err)
+				}
+				if !allowNew {
+					if err := checkGroup(ctx, a, group); err != nil {
+						var nf *notFoundError
+						if errors.As(err, &nf) {
+							return fmt.Errorf("%w; nothing was reset (--allow-new-group resets a group whose consumers have not run yet)", err)
+						}
+						return err
+					}
+				}
 				res, err := a.ResetOffsetByTime(ctx, group, topic, at, force)
 				if res != nil && (err == nil || len(res.Offsets) > 0) { // nothing to report when every broker refused
-					printResetResult(cmd, group, topic, at, res)
+					if asJSON {
+						if perr := printResetJSON(cmd, group, topic, at, res); perr != nil {
+							return perr
+						}
+					} else {
+						printResetResult(cmd, group, topic, at, res)
+					}
 				}
 				return err
 			})
@@ -98,6 +158,7 @@ The brokers store the new offsets and tell the group's running consumers to jump
 	f.String("topic", "", "topic (required)")
 	f.String("time", "", "point in time (required; see the long help for the formats)")
 	f.Bool("force", true, "also move offsets forward; --force=false only moves them back")
+	f.Bool("allow-new-group", false, "reset a group no broker knows yet (its consumers have never run)")
 	_ = cmd.MarkFlagRequired("group")
 	_ = cmd.MarkFlagRequired("topic")
 	_ = cmd.MarkFlagRequired("time")
@@ -122,6 +183,37 @@ func printResetResult(cmd *cobra.Command, group, topic string, at time.Time, res
 	if len(res.Offline) > 0 {
 		fmt.Fprintf(out, "no consumer online on %s: the next consumer starts at these offsets\n", strings.Join(res.Offline, ", "))
 	}
+}
+
+// printResetJSON prints a reset's result for -o json.
+func printResetJSON(cmd *cobra.Command, group, topic string, at time.Time, res *admin.ResetResult) error {
+	type row struct {
+		Broker  string `json:"broker"`
+		QueueID int    `json:"queueId"`
+		Offset  int64  `json:"offset"`
+	}
+	v := struct {
+		Group   string   `json:"group"`
+		Topic   string   `json:"topic"`
+		Time    string   `json:"time"` // RFC 3339, or "end"
+		Queues  []row    `json:"queues"`
+		Offline []string `json:"offline"` // brokers with no consumer of the group online
+	}{Group: group, Topic: topic, Time: "end", Queues: []row{}, Offline: res.Offline}
+	if !at.IsZero() {
+		v.Time = at.Format(time.RFC3339Nano)
+	}
+	if v.Offline == nil {
+		v.Offline = []string{}
+	}
+	mqs := make([]message.MessageQueue, 0, len(res.Offsets))
+	for mq := range res.Offsets {
+		mqs = append(mqs, mq)
+	}
+	sort.Slice(mqs, func(i, j int) bool { return mqs[i].Less(mqs[j]) })
+	for _, mq := range mqs {
+		v.Queues = append(v.Queues, row{mq.BrokerName, mq.QueueID, res.Offsets[mq]})
+	}
+	return printJSON(cmd, v)
 }
 
 // parseResetTime reads --time; "end" gives the zero time.

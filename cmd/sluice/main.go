@@ -30,6 +30,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err)) // output.go; the codes are listed in docs/operations.md
 	}
 }

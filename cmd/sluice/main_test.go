@@ -169,6 +169,10 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	}
 
 	out, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT")
+	if err != nil || !regexp.MustCompile(`broker-x +`+regexp.QuoteMeta(m[2])+` +4 +4 +6`).MatchString(out) {
+		t.Fatalf("route table: %v\n%s", err, out)
+	}
+	out, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +186,10 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	}
 
 	out, err = run(t, "admin", "cluster", "--namesrv", ns)
+	if err != nil || !regexp.MustCompile(`TestCluster +broker-x +master +`+regexp.QuoteMeta(m[2])).MatchString(out) {
+		t.Fatalf("cluster table: %v\n%s", err, out)
+	}
+	out, err = run(t, "admin", "cluster", "--namesrv", ns, "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +201,7 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 	if out, err = run(t, "admin", "topic", "delete", "--namesrv", ns, "--topic", "OrderT"); err != nil || !strings.Contains(out, "deleted topic OrderT") {
 		t.Fatalf("topic delete: %q %v", out, err)
 	}
-	if _, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT"); err == nil || !strings.Contains(err.Error(), "has no route") {
+	if _, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT"); err == nil || !strings.Contains(err.Error(), `topic "OrderT" does not exist`) || exitCode(err) != exitNotFound {
 		t.Errorf("route after delete: err = %v", err)
 	}
 
@@ -209,9 +217,11 @@ func TestNamesrvCommand(t *testing.T) {
 	kv := filepath.Join(t.TempDir(), "kv.json")
 	n := startBackground(t, "namesrv", "--listen", "127.0.0.1:0", "--kv-config", kv, "--log-level", "error")
 	ns := n.waitLine(t, regexp.MustCompile(`sluice name server listening on (\S+)`))[1]
+	// No broker registered: listing topics cannot tell what exists (exit code 4), and
+	// says so instead of printing nothing.
 	out, err := run(t, "admin", "topic", "list", "--namesrv", ns)
-	if err != nil || out != "" {
-		t.Errorf("empty name server topic list = %q %v", out, err)
+	if err == nil || out != "" || !strings.Contains(err.Error(), "no master broker registered with name server "+ns) || exitCode(err) != exitUnreachable {
+		t.Errorf("topic list without a broker = %q %v", out, err)
 	}
 	// No broker registered: create fails with a clear error.
 	if _, err := run(t, "admin", "topic", "create", "--namesrv", ns, "--topic", "T"); err == nil || !strings.Contains(err.Error(), "no master broker") {
@@ -293,14 +303,14 @@ func TestSignalStopsNamesrv(t *testing.T) {
 		t.Errorf("child output %q lacks the stop line", out.String())
 	}
 
-	// A usage error exits 1 with the message on stderr.
+	// A usage error exits 2 (docs/operations.md) with the message on stderr.
 	bad := exec.Command(os.Args[0])
 	bad.Env = append(os.Environ(), "SLUICE_MAIN_ARGS=admin topic route")
 	var stderr syncBuffer
 	bad.Stderr = &stderr
 	err := bad.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "sluice: required flag") {
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(stderr.String(), "sluice: required flag") {
 		t.Errorf("bad args: err %v, stderr %q", err, stderr.String())
 	}
 }

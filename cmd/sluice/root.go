@@ -24,6 +24,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true, // main prints the error once
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} }) // exit code 2
 	root.AddCommand(
 		newNamesrvCmd(),
 		newBrokerCmd(),

@@ -11,6 +11,14 @@
       fetch("/api/series" + (group ? "?group=" + encodeURIComponent(group) : ""), { credentials: "same-origin" })
         .then(function (r) { return r.json(); })
         .then(function (d) {
+          var note = el.parentNode.querySelector(".chart-error");
+          if (!note) {
+            note = document.createElement("div");
+            note.className = "banner err chart-error";
+            el.parentNode.insertBefore(note, el);
+          }
+          note.textContent = d.error ? "Metrics cannot be read: " + d.error : "";
+          note.style.display = d.error ? "" : "none";
           var series = [{}], data = [d.time];
           if (kind === "throughput") {
             series.push({ label: "stored/s", stroke: palette[0], width: 2 });

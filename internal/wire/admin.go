@@ -45,7 +45,51 @@ const (
 	// JSON, one round trip per broker for a group's lag on all its topics. An unknown group
 	// gives an empty list (code 0).
 	GroupOffsets remoting.RequestCode = 7003
+	// GroupSummaries (7004) returns every consumer group the broker knows — with a
+	// subscription group config, committed offsets or clients online — with its lag per
+	// topic and its clients: body [GroupSummariesBody] as JSON, one round trip per broker
+	// for a console's or CLI's group list.
+	GroupSummaries remoting.RequestCode = 7004
 )
+
+// GroupSummariesBody is the JSON body of a GroupSummaries (7004) answer.
+type GroupSummariesBody struct {
+	Groups []GroupSummary `json:"groups"` // sorted by group
+}
+
+// GroupSummary is one consumer group on one broker.
+type GroupSummary struct {
+	Group string `json:"group"`
+	// Configured: the broker holds a subscription group config for it (else the group
+	// only committed offsets or has clients online).
+	Configured bool `json:"configured"`
+	// RetryMaxTimes is the config's retry budget (used when a client does not send its
+	// own); 0 without config.
+	RetryMaxTimes int `json:"retryMaxTimes"`
+	// ClientMaxReconsumeTimes is the maxReconsumeTimes the group's clients last sent with
+	// CONSUMER_SEND_MSG_BACK (what actually decides when a message goes to the DLQ); -1
+	// when none was sent since the broker started.
+	ClientMaxReconsumeTimes int32 `json:"clientMaxReconsumeTimes"`
+	// Clients is how many client ids of the group are online; MessageModel, ConsumeType
+	// and ConsumeFromWhere come from their last heartbeat ("" with none online).
+	Clients          int    `json:"clients"`
+	MessageModel     string `json:"messageModel,omitempty"`
+	ConsumeType      string `json:"consumeType,omitempty"`
+	ConsumeFromWhere string `json:"consumeFromWhere,omitempty"`
+	LastHeartbeat    int64  `json:"lastHeartbeat,omitempty"` // unix ms, newest client
+	// Topics are the topics the group committed offsets on, %RETRY%/%DLQ% included.
+	Topics []GroupTopicLag `json:"topics"`
+}
+
+// GroupTopicLag is a consumer group's lag on one topic of one broker.
+type GroupTopicLag struct {
+	Topic  string `json:"topic"`
+	Queues int    `json:"queues"` // queues with a committed offset
+	Lag    int64  `json:"lag"`    // messages not consumed: sum of max - committed
+	// OldestUnconsumed is the store time (unix ms) of the oldest message not consumed yet
+	// over the queues; 0 when nothing lags. now - OldestUnconsumed is the lag in time.
+	OldestUnconsumed int64 `json:"oldestUnconsumed,omitempty"`
+}
 
 // GroupOffsetsBody is the JSON body of a GroupOffsets (7003) answer.
 type GroupOffsetsBody struct {
