@@ -48,7 +48,7 @@ type campaignSize struct {
 }
 
 func sizes(t testing.TB) campaignSize {
-	s := campaignSize{cycles: 4, perCycle: 15, outage: 2 * time.Second}
+	s := campaignSize{cycles: 2, perCycle: 12, outage: time.Second}
 	if os.Getenv("SLUICE_OUTBOX_CAMPAIGN") == "full" {
 		s = campaignSize{cycles: 50, perCycle: 60, outage: 30 * time.Second}
 	}
@@ -73,10 +73,10 @@ const (
 // engine is the broker the relay sends to and the inbox consumer reads from.
 type engine interface {
 	name() string
-	addr() string                                    // for child processes
-	sendFunc(t testing.TB) middleware.SendFunc       // a producer of the test's, shut down in cleanup
+	addr() string                                   // for child processes
+	sendFunc(t testing.TB) middleware.SendFunc      // a producer of the test's, shut down in cleanup
 	consume(t testing.TB, h middleware.ConsumeFunc) // an orderly consumer of the test's
-	setDown(t testing.TB, down bool)                 // broker outage on/off
+	setDown(t testing.TB, down bool)                // broker outage on/off
 }
 
 // --- Sluice broker ---

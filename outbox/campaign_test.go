@@ -107,7 +107,7 @@ func TestCampaignRelayKill(t *testing.T) {
 			}
 			k, before := 1+rand.IntN(size.perCycle), sends()
 			ch := startChild(t, "relay", envDialect+"="+c.dialect.String(), envDSN+"="+c.dsn, envTable+"="+c.ob.Table(),
-				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+log, envLease+"=3s", envBatch+"=8")
+				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+log, envLease+"=2s", envBatch+"=8")
 			if !testkit.Eventually(60*time.Second, func() bool { return sends() >= before+k }) {
 				ch.kill(t)
 				t.Fatalf("cycle %d: the relay started %d of %d sends within 60 s; stderr: %s", cycle, sends()-before, k, ch.stderr)
