@@ -53,7 +53,7 @@ func TestCampaignServiceKill(t *testing.T) {
 		log := filepath.Join(t.TempDir(), "service.log")
 		began := 0
 		for cycle := 0; cycle < size.cycles; cycle++ {
-			k := size.perCycle/2 + rand.IntN(size.perCycle/2+1) // transactions begun before the kill
+			k := size.perCycle/2 + rand.IntN(size.perCycle+1) // transactions begun before the kill (perCycle on average)
 			before := len(lines(t, log))
 			ch := startChild(t, "service", envDialect+"="+c.dialect.String(), envDSN+"="+c.dsn, envTable+"="+c.ob.Table(),
 				envOrders+"="+c.orders, envPrefix+"="+fmt.Sprintf("c%03d", cycle), envSeqBase+"="+strconv.Itoa(cycle*1_000_000), envLog+"="+log)
