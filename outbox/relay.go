@@ -399,6 +399,15 @@ func (r *Relay) claim(ctx context.Context) ([]claimedRow, int64, time.Time, erro
 		return nil, 0, time.Time{}, fmt.Errorf("outbox: claim: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if q.d == Postgres {
+		// Walk the pending rows in id order and stop at the batch. Right after a burst (an
+		// outage's backlog) the table's statistics still say "a few rows", and the planner
+		// would rather collect every pending row, check each and sort them: a claim would
+		// cost the whole backlog. Scoped to this transaction.
+		if _, err := tx.ExecContext(ctx, `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`); err != nil {
+			return nil, 0, time.Time{}, fmt.Errorf("outbox: claim: planner settings: %w", err)
+		}
+	}
 
 	rows, err := tx.QueryContext(ctx, q.candidates, now, now, now, now, r.cfg.BatchSize)
 	if err != nil {

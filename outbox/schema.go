@@ -61,7 +61,7 @@ func DDL(d Dialect, table string) ([]string, error) {
 	last_error      VARCHAR(1000) NOT NULL DEFAULT ''
 )`,
 			`CREATE INDEX IF NOT EXISTS ` + table + `_state ON ` + table + ` (state, id)`,
-			`CREATE INDEX IF NOT EXISTS ` + table + `_order ON ` + table + ` (order_key, id)`,
+			`CREATE INDEX IF NOT EXISTS ` + table + `_unsent ON ` + table + ` (order_key, id) WHERE state <> 1`,
 			`CREATE TABLE IF NOT EXISTS ` + table + `_keys (
 	order_key  VARCHAR(255) PRIMARY KEY,
 	touched_at BIGINT       NOT NULL
@@ -86,7 +86,7 @@ func DDL(d Dialect, table string) ([]string, error) {
 	sent_at         BIGINT         NOT NULL DEFAULT 0,
 	last_error      VARBINARY(1000) NOT NULL DEFAULT '',
 	INDEX ` + table + `_state (state, id),
-	INDEX ` + table + `_order (order_key, id)
+	INDEX ` + table + `_unsent (order_key, state, id)
 ) ENGINE=InnoDB`,
 			`CREATE TABLE IF NOT EXISTS ` + table + `_keys (
 	order_key  VARBINARY(255) NOT NULL PRIMARY KEY,
@@ -113,7 +113,7 @@ func DDL(d Dialect, table string) ([]string, error) {
 	last_error      TEXT    NOT NULL DEFAULT ''
 )`,
 			`CREATE INDEX IF NOT EXISTS ` + table + `_state ON ` + table + ` (state, id)`,
-			`CREATE INDEX IF NOT EXISTS ` + table + `_order ON ` + table + ` (order_key, id)`,
+			`CREATE INDEX IF NOT EXISTS ` + table + `_unsent ON ` + table + ` (order_key, id) WHERE state <> 1`,
 			`CREATE TABLE IF NOT EXISTS ` + table + `_keys (
 	order_key  TEXT    PRIMARY KEY,
 	touched_at INTEGER NOT NULL
@@ -178,17 +178,19 @@ func newQueries(d Dialect, table string) queries {
 	q.listState = r(`SELECT id, topic, order_key, message_key, attempts, created_at, next_attempt_at, lease_until, last_error FROM ` + table + ` WHERE state = ? AND id > ? ORDER BY id LIMIT ?`)
 	q.redriveAll = r(`UPDATE ` + table + ` SET state = 0, attempts = 0, next_attempt_at = ?, last_error = '', lease_token = 0, lease_until = 0 WHERE state = 2`)
 	q.redriveIDs = `UPDATE ` + table + ` SET state = 0, attempts = 0, next_attempt_at = ?, last_error = '', lease_token = 0, lease_until = 0 WHERE state = 2 AND id IN (`
-	// Candidates: free, due, pending rows in id order whose key is not held back by an
-	// earlier row of the same key that is dead, leased or backing off. The authoritative
-	// per-key check is heads, in a later statement (see Relay.claim).
+	// Candidates: free, due, pending rows in id order whose key's first unsent row (its
+	// head) is not dead, leased or backing off. Looking at the head alone costs one index
+	// probe per row whatever the backlog (the (order_key, id) index of unsent rows); the
+	// authoritative per-key check is heads, in a later statement (see Relay.claim).
 	lock := ""
 	if d != SQLite {
 		lock = " FOR UPDATE SKIP LOCKED"
 	}
 	q.candidates = r(`SELECT o.id, o.order_key, ` + lengthFn(d) + `(o.body) + ` + lengthFn(d) + `(o.properties) FROM ` + table + ` o
 WHERE o.state = 0 AND o.next_attempt_at <= ? AND o.lease_until <= ?
-AND (o.order_key = '' OR NOT EXISTS (SELECT 1 FROM ` + table + ` p WHERE p.order_key = o.order_key AND p.id < o.id
-	AND (p.state = 2 OR (p.state = 0 AND (p.lease_until > ? OR p.next_attempt_at > ?)))))
+AND (o.order_key = '' OR NOT EXISTS (SELECT 1 FROM ` + table + ` h
+	WHERE h.id = (SELECT MIN(m.id) FROM ` + table + ` m WHERE m.order_key = o.order_key AND m.state <> 1)
+	AND (h.state = 2 OR h.lease_until > ? OR h.next_attempt_at > ?)))
 ORDER BY o.id LIMIT ?` + lock)
 	q.heads = `SELECT order_key, id FROM ` + table + ` WHERE state <> 1 AND id <= ? AND order_key IN (`
 	q.claimUpdate = `UPDATE ` + table + ` SET lease_token = ?, lease_until = ? WHERE id IN (`
