@@ -576,7 +576,8 @@ type outcome struct {
 
 // RunOnce claims one batch, sends it and records the outcomes; it returns how many rows
 // it claimed (0 when none was due). Start runs it in a loop; tests and tools may call it
-// directly (not while the relay is started).
+// directly. Claims are coordinated in the database, so calls may run concurrently with
+// each other and with other relays.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	batch, token, deadline, err := r.claim(ctx)
 	if err != nil || len(batch) == 0 {
