@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -262,10 +263,10 @@ func overlaps(t *testing.T, logs []string, stops [][3]int64) (live, frozen, both
 // TestCampaignOutage: while orders keep committing, the broker goes down (the Sluice
 // broker stopped; Kafka refusing every produce request) and the backlog grows; it comes
 // back and the backlog drains. Then the database is restarted (a PostgreSQL of the test's
-// own, stopped in immediate mode as a crash and started again) while orders keep coming;
-// transactions that fail during the restart did not commit. Without root and the
-// PostgreSQL binaries the restart part is skipped (logged); the outage part runs on every
-// database.
+// own, stopped in immediate mode as a crash and started again; a MariaDB of the test's
+// own, SIGKILLed and started again) while orders keep coming; transactions that fail
+// during the restart did not commit. Without root and the server binaries the restart
+// parts are skipped (logged); the outage part runs on every database.
 //
 //	SLUICE_OUTBOX_CAMPAIGN=full go test -race -run TestCampaignOutage -v -timeout 60m ./outbox/
 func TestCampaignOutage(t *testing.T) {
@@ -353,6 +354,22 @@ func TestCampaignOutage(t *testing.T) {
 					}
 					return pg.Start()
 				})
+			})
+		}
+	})
+	t.Run("mariadb-restart", func(t *testing.T) {
+		m := startMariaDB(t)
+		for _, en := range engines() {
+			t.Run(en, func(t *testing.T) {
+				db, err := sql.Open("mysql", m.DSN)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				db.SetMaxOpenConns(20)
+				prefix := fmt.Sprintf("t%d_%s_", time.Now().UnixNano()%1e6, en)
+				c := newCampaignDB(t, db, outbox.MySQL, m.DSN, func(s string) string { return prefix + s })
+				run(t, c, startEngine(t, en), m.crash)
 			})
 		}
 	})
