@@ -276,6 +276,7 @@ func (r *Relay) loop(ctx context.Context) {
 	defer idle.Stop()
 	<-idle.C
 	failures := 0
+	wake := r.cfg.Wake
 	for !r.stopping() {
 		r.maybeClean(ctx)
 		n, err := r.RunOnce(ctx)
@@ -300,7 +301,10 @@ func (r *Relay) loop(ctx context.Context) {
 		select {
 		case <-r.stop:
 		case <-idle.C:
-		case <-r.cfg.Wake:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // a closed Wake channel: poll from now on
+			}
 		}
 		if !idle.Stop() {
 			select {
