@@ -575,3 +575,37 @@ func TestShutdownReleasesClaims(t *testing.T) {
 		t.Fatalf("after shutdown another relay sent %q; want a,b", got)
 	}
 }
+
+// TestLargeAddAndByteBound: one Add of 1,200 messages (three INSERT statements) commits as
+// one; a relay with MaxBatchBytes below two bodies claims one row at a time and still
+// drains them in id order.
+func TestLargeAddAndByteBound(t *testing.T) {
+	sqltest.Each(t, func(t *testing.T, tg *sqltest.Target) {
+		ob := newOutbox(t, tg)
+		var msgs []*message.Message
+		for i := 0; i < 1200; i++ {
+			msgs = append(msgs, message.NewMessage("T", []byte(fmt.Sprintf("%04d", i))).SetShardingKey("one-key"))
+		}
+		addTx(t, tg.DB, ob, false, msgs...)
+		if st := stats(t, ob); st.Pending != 1200 {
+			t.Fatalf("pending %d", st.Pending)
+		}
+		rec := &recorder{}
+		r := newRelay(t, ob, rec.send, func(c *outbox.RelayConfig) { c.BatchSize = 500 })
+		drain(t, r)
+		got := rec.bodies()
+		if len(got) != 1200 {
+			t.Fatalf("sent %d", len(got))
+		}
+		for i, b := range got {
+			if b != fmt.Sprintf("%04d", i) {
+				t.Fatalf("row %d sent as %s: out of order", i, b)
+			}
+		}
+		addTx(t, tg.DB, ob, false, message.NewMessage("T", make([]byte, 600)), message.NewMessage("T", make([]byte, 600)))
+		small := newRelay(t, ob, rec.send, func(c *outbox.RelayConfig) { c.MaxBatchBytes = 1000 })
+		if n, err := small.RunOnce(context.Background()); n != 1 || err != nil {
+			t.Fatalf("claim under a 1000-byte bound took %d rows (%v); want 1", n, err)
+		}
+	})
+}
