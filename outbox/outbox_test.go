@@ -110,23 +110,26 @@ func newRelay(t testing.TB, ob *outbox.Outbox, send func(context.Context, *messa
 	return r
 }
 
-// drain runs RunOnce until it claims nothing twice in a row (bounded).
+// drain runs RunOnce until two claims in a row (testkit.PollInterval apart, so backoffs
+// of 1-2 ms pass) find nothing due.
 func drain(t testing.TB, r *outbox.Relay) {
 	t.Helper()
 	ctx := context.Background()
 	empty := 0
-	for i := 0; i < 10_000 && empty < 2; i++ {
-		n, err := r.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			empty++
-			time.Sleep(3 * time.Millisecond) // let backoffs of 1-2 ms pass; bounded loop
-		} else {
+	testkit.WaitFor(t, 60*time.Second, func() bool {
+		for {
+			n, err := r.RunOnce(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
 			empty = 0
 		}
-	}
+		empty++
+		return empty >= 2
+	}, "the relay drained the table")
 }
 
 func stats(t testing.TB, ob *outbox.Outbox) outbox.Stats {
