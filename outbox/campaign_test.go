@@ -342,7 +342,7 @@ func TestCampaignOutage(t *testing.T) {
 	})
 	t.Run("postgres-restart", func(t *testing.T) {
 		pg := sqltest.StartPostgres(t)
-		for _, en := range engines() {
+		for _, en := range enginesFor(outbox.Postgres) {
 			t.Run(en, func(t *testing.T) {
 				db := pg.Open(t)
 				db.SetMaxOpenConns(20)
@@ -359,7 +359,7 @@ func TestCampaignOutage(t *testing.T) {
 	})
 	t.Run("mariadb-restart", func(t *testing.T) {
 		m := startMariaDB(t)
-		for _, en := range engines() {
+		for _, en := range enginesFor(outbox.MySQL) {
 			t.Run(en, func(t *testing.T) {
 				db, err := sql.Open("mysql", m.DSN)
 				if err != nil {
