@@ -469,7 +469,7 @@ func (r *Relay) claim(ctx context.Context) ([]claimedRow, int64, time.Time, erro
 	r.claimed.Add(uint64(n))
 	deadline := began.Add(r.cfg.Lease - r.cfg.Lease/4)
 
-	got, err := r.fetch(ctx, token, n)
+	got, err := r.fetch(ctx, token, ids[2:])
 	if err != nil {
 		// The rows stay leased until the lease expires; another claim takes them then.
 		return nil, 0, time.Time{}, err
@@ -550,14 +550,15 @@ func (r *Relay) heads(ctx context.Context, tx *sql.Tx, cands []cand) (map[int64]
 	return ok, nil
 }
 
-// fetch reads the rows of a lease token.
-func (r *Relay) fetch(ctx context.Context, token int64, n int) ([]claimedRow, error) {
-	rows, err := r.ob.cfg.DB.QueryContext(ctx, r.ob.q.fetch, token)
+// fetch reads the rows ids (claimed under token), in id order.
+func (r *Relay) fetch(ctx context.Context, token int64, ids []any) ([]claimedRow, error) {
+	q := r.ob.q
+	rows, err := r.ob.cfg.DB.QueryContext(ctx, q.in(q.fetch, len(ids), " ORDER BY id"), append([]any{token}, ids...)...)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: read %d rows: %w", n, err)
+		return nil, fmt.Errorf("outbox: claim: read %d rows: %w", len(ids), err)
 	}
 	defer rows.Close()
-	out := make([]claimedRow, 0, n)
+	out := make([]claimedRow, 0, len(ids))
 	for rows.Next() {
 		var c claimedRow
 		if err := rows.Scan(&c.id, &c.topic, &c.orderKey, &c.flag, &c.props, &c.body, &c.attempts); err != nil {

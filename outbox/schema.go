@@ -129,7 +129,7 @@ type queries struct {
 	table string
 
 	lockKey     string // (order_key, now)
-	fetch       string // rows of one lease token
+	fetch       string // prefix: rows of one lease token, by id
 	markSent    string // prefix: ... WHERE lease_token = ? AND id IN (
 	deleteSent  string // prefix
 	release     string // prefix
@@ -157,7 +157,7 @@ func newQueries(d Dialect, table string) queries {
 	default:
 		q.lockKey = `INSERT INTO ` + table + `_keys (order_key, touched_at) VALUES (?, ?) ON CONFLICT (order_key) DO UPDATE SET touched_at = excluded.touched_at`
 	}
-	q.fetch = r(`SELECT id, topic, order_key, flag, properties, body, attempts FROM ` + table + ` WHERE lease_token = ? AND state = 0 ORDER BY id`)
+	q.fetch = `SELECT id, topic, order_key, flag, properties, body, attempts FROM ` + table + ` WHERE lease_token = ? AND id IN (`
 	q.markSent = `UPDATE ` + table + ` SET state = 1, sent_at = ?, lease_token = 0, lease_until = 0 WHERE lease_token = ? AND id IN (`
 	q.deleteSent = `DELETE FROM ` + table + ` WHERE lease_token = ? AND id IN (`
 	q.release = `UPDATE ` + table + ` SET lease_token = 0, lease_until = 0 WHERE lease_token = ? AND id IN (`
