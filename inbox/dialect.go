@@ -4,57 +4,38 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/sluicemq/sluice/internal/sqldialect"
 )
 
 // Dialect is the SQL dialect of the database holding the inbox table. The inbox needs no
 // driver of its own: the program opens a *sql.DB with the driver it likes and names the
-// dialect here.
-type Dialect int
+// dialect here. It is the dialect type package outbox uses too (outbox.Dialect).
+type Dialect = sqldialect.Dialect
 
 // Supported dialects.
 const (
 	// Postgres: PostgreSQL 9.5 or later (INSERT ... ON CONFLICT DO NOTHING), for example
 	// through github.com/jackc/pgx/v5/stdlib (driver name "pgx").
-	Postgres Dialect = iota + 1
+	Postgres = sqldialect.Postgres
 	// MySQL: MySQL 5.7+/8 or MariaDB 10.3+ with InnoDB (INSERT IGNORE), for example through
 	// github.com/go-sql-driver/mysql (driver name "mysql").
-	MySQL
+	MySQL = sqldialect.MySQL
 	// SQLite: SQLite 3.24 or later (INSERT OR IGNORE), for example through modernc.org/sqlite
 	// (driver name "sqlite", pure Go). Open the database with [SQLiteDSN] so concurrent
 	// transactions wait for the write lock instead of failing with SQLITE_BUSY.
-	SQLite
+	SQLite = sqldialect.SQLite
 )
-
-// String returns "postgres", "mysql" or "sqlite".
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
 
 // ParseDialect returns the dialect named s: "postgres" (or "postgresql", "pgx"), "mysql"
 // (or "mariadb"), "sqlite" (or "sqlite3").
 func ParseDialect(s string) (Dialect, error) {
-	switch strings.ToLower(s) {
-	case "postgres", "postgresql", "pgx":
-		return Postgres, nil
-	case "mysql", "mariadb":
-		return MySQL, nil
-	case "sqlite", "sqlite3":
-		return SQLite, nil
+	if d, ok := sqldialect.Parse(s); ok {
+		return d, nil
 	}
 	return 0, &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%q is not postgres, mysql or sqlite", s)}
 }
-
-func (d Dialect) valid() bool { return d >= Postgres && d <= SQLite }
 
 // DefaultTable is the inbox table's default name.
 const DefaultTable = "sluice_inbox"
@@ -70,15 +51,9 @@ const (
 	MaxKeyLen = 255
 )
 
-// sqliteURIPath escapes what an SQLite URI filename would otherwise read as an escape
-// (%), the query (?) or the fragment (#).
-var sqliteURIPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
-
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-
 func validateTable(t string) error {
-	if !tableName.MatchString(t) {
-		return &ConfigError{Field: "Table", Reason: fmt.Sprintf("%q: want 1..63 characters of [A-Za-z0-9_], not starting with a digit", t)}
+	if ok, reason := sqldialect.ValidTable(t); !ok {
+		return &ConfigError{Field: "Table", Reason: reason}
 	}
 	return nil
 }
@@ -183,9 +158,7 @@ func createTable(ctx context.Context, db *sql.DB, d Dialect, table string) error
 // two consumer goroutines that both begin a transaction and then write fail with
 // SQLITE_BUSY instead of taking turns. The characters of path that an SQLite URI gives a
 // meaning ('%', '?', '#') are escaped, so the file opened is exactly path.
-func SQLiteDSN(path string) string {
-	return "file:" + sqliteURIPath.Replace(path) + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
-}
+func SQLiteDSN(path string) string { return sqldialect.SQLiteDSN(path) }
 
 // insertSQL returns the statement that inserts one inbox row and affects 0 rows when the
 // (group, key) row already exists.

@@ -128,7 +128,7 @@ func (c *Config) Validate() error {
 	switch {
 	case c.DB == nil:
 		return &ConfigError{Field: "DB", Reason: "nil"}
-	case !c.Dialect.valid():
+	case !c.Dialect.Valid():
 		return &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
 	case c.Group == "":
 		return &ConfigError{Field: "Group", Reason: "empty"}

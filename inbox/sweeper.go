@@ -88,7 +88,7 @@ func (c *SweeperConfig) Validate() error {
 	switch {
 	case c.DB == nil:
 		return &ConfigError{Field: "DB", Reason: "nil"}
-	case !c.Dialect.valid():
+	case !c.Dialect.Valid():
 		return &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
 	case c.Retention < time.Millisecond:
 		return &ConfigError{Field: "Retention", Reason: fmt.Sprintf("%v: at least 1ms", c.Retention)}

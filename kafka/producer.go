@@ -487,3 +487,8 @@ func validateTopic(field, topic string) error {
 func (p *Producer) SendMessageInTransaction(_ context.Context, msg *message.Message) (*message.SendResult, error) {
 	return nil, &UnsupportedError{Topic: msg.Topic, Feature: "a transactional send with check-back"}
 }
+
+// ValidateTopic checks a Kafka topic name (1..249 bytes of a-z A-Z 0-9 . _ -, not "." or
+// ".."); it returns a *message.ValidationError with Field "topic". Package outbox takes it
+// as Config.ValidateTopic for an outbox whose relay sends to Kafka.
+func ValidateTopic(topic string) error { return validateTopic("topic", topic) }

@@ -56,6 +56,8 @@ func newAdminCmd() *cobra.Command {
 	cmd.AddCommand(newOffsetCmd(), newDLQCmd(), newGroupCmd())
 	cmd.AddCommand(newMessageCmd())    // cmd_message.go: message get / find
 	cmd.AddCommand(newKafkaAdminCmd()) // cmd_kafka.go: kafka dlq list / resend
+
+	cmd.AddCommand(newOutboxAdminCmd()) // cmd_outbox.go: outbox list / redrive
 	return cmd
 }
 
