@@ -153,7 +153,7 @@ func (e *sluiceEngine) consume(t testing.TB, h middleware.ConsumeFunc) {
 	if err := c.Subscribe(campaignTopic, "*", h); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	e.mu.Lock()
@@ -255,10 +255,10 @@ func engineSend(name, addr string) (middleware.SendFunc, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := p.Start(); err != nil {
+		if err := p.Start(context.Background()); err != nil {
 			return nil, nil, err
 		}
-		return p.AsSendFunc(), shut(p.Shutdown), nil
+		return p.SendFunc(), shut(p.Shutdown), nil
 	case "kafka":
 		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: strings.Split(addr, ","), MaxAttempts: 1,
 			WriteTimeout: 2 * time.Second, DialTimeout: time.Second, Logger: testkit.Quiet()})

@@ -45,7 +45,7 @@ var (
 
 // RelayConfig configures a [Relay]. Send is required.
 type RelayConfig struct {
-	// Send sends one message: producer.AsSendFunc(), kafka's Producer.SendFunc(), or either
+	// Send sends one message: producer.SendFunc(), kafka's Producer.SendFunc(), or either
 	// wrapped in a middleware chain. A nil error means the broker stored the message.
 	// Required.
 	Send middleware.SendFunc

@@ -155,11 +155,11 @@ func run(engine, pgDSN string) error {
 		if err != nil {
 			return err
 		}
-		if err := pr.Start(); err != nil {
+		if err := pr.Start(ctx); err != nil {
 			return err
 		}
 		stops = append(stops, pr.Shutdown)
-		send = pr.AsSendFunc()
+		send = pr.SendFunc()
 		c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{br.NamesrvAddr()}, Group: group,
 			ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: quiet})
 		if err != nil {
@@ -168,7 +168,7 @@ func run(engine, pgDSN string) error {
 		if err := c.Subscribe(topic, "*", ship); err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return err
 		}
 		stops = append(stops, c.Shutdown)

@@ -239,11 +239,11 @@ func (d *demo) sender(ctx context.Context) (middleware.SendFunc, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := p.Start(); err != nil {
+		if err := p.Start(ctx); err != nil {
 			return nil, err
 		}
 		d.stops = append(d.stops, p.Shutdown)
-		return p.AsSendFunc(), nil
+		return p.SendFunc(), nil
 	}
 	if err := kafka.EnsureTopicsAt(tctx, d.o.KafkaBrokers, 4, Topic); err != nil {
 		return nil, fmt.Errorf("outboxdemo: create topic %s: %w", Topic, err)
@@ -285,7 +285,7 @@ func (d *demo) startShipping(ctx context.Context) error {
 		if err := c.Subscribe(Topic, "*", count); err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return err
 		}
 		d.stops = append(d.stops, c.Shutdown)
