@@ -336,7 +336,10 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		id := fmt.Sprintf("ORD-%04d", 1000+i)
 		paid = append(paid, qsEvent{order: id, key: id})
 	}
-	return r.inboxPart(ctx, &stops, append(paid, r.paid...))
+	if err := r.inboxPart(ctx, &stops, append(paid, r.paid...)); err != nil {
+		return err
+	}
+	return r.outboxPart(ctx, &stops)
 }
 
 // consumerChain returns the middlewares and the handler of consumer group group.
