@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/brokermetrics"
+	"github.com/sluicemq/sluice/broker/grpcfront"
 	"github.com/sluicemq/sluice/console"
 )
 
@@ -41,6 +44,7 @@ the short-lived garbage of requests, so collecting a quarter as often costs abou
 	f.String("namesrv-listen", "", "listen address of the embedded name server (default 127.0.0.1:9876)")
 	f.String("broker-name", "", "broker name (default broker-a)")
 	f.String("cluster", "", "cluster name (default DefaultCluster)")
+	f.String("grpc-listen", "", "also serve the RocketMQ 5 gRPC MessagingService (v5 clients) on this ip:port (grpcListenAddr); empty = off")
 	addMetricsFlags(cmd)
 	f.String("console", "", "also serve the web console on this ip:port (e.g. 127.0.0.1:8080; another than loopback needs $SLUICE_CONSOLE_TOKEN); empty = off")
 	f.Bool("console-read-only", false, "the --console refuses every change with 403")
@@ -66,6 +70,7 @@ func brokerConfig(cmd *cobra.Command) (broker.Config, error) {
 		"namesrv-listen": &cfg.NamesrvListenAddr,
 		"broker-name":    &cfg.BrokerName,
 		"cluster":        &cfg.BrokerClusterName,
+		"grpc-listen":    &cfg.GrpcListenAddr,
 	} {
 		if f.Changed(flag) {
 			*dst, _ = f.GetString(flag)
@@ -123,6 +128,10 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker %s listening on %s, name server %s, data in %s\n",
 		b.Name(), b.Addr(), b.NamesrvAddr(), cfg.StorePathRootDir)
+	stopFront, err := startGrpcFront(cmd, b, log, grace)
+	if err != nil {
+		return err
+	}
 	collectors := []prometheus.Collector{brokermetrics.NewCollector(b)}
 	if ns := b.EmbeddedNameServer(); ns != nil {
 		collectors = append(collectors, brokermetrics.NewNameServerCollector(ns))
@@ -131,6 +140,7 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
+		stopFront()
 		return errors.Join(err, b.Shutdown(ctx))
 	}
 	stopConsole := func(context.Context) error { return nil }
@@ -142,6 +152,7 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 		if err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
+			stopFront()
 			return errors.Join(err, stopMetrics(ctx), b.Shutdown(ctx))
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "sluice console on http://%s/\n", bound)
@@ -151,9 +162,39 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	defer cancel()
 	_ = stopConsole(ctx)
 	_ = stopMetrics(ctx)
+	stopFront() // before the broker closes the store
 	if err := b.Shutdown(ctx); err != nil {
 		return fmt.Errorf("broker shutdown: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), "sluice broker stopped")
 	return nil
+}
+
+// startGrpcFront starts the RocketMQ 5 gRPC front end when grpcListenAddr
+// (--grpc-listen) is set. On error the broker is shut down. The returned stop shuts the
+// front end down; call it before the broker's Shutdown (the front end reads the store).
+func startGrpcFront(cmd *cobra.Command, b *broker.Broker, log *slog.Logger, grace time.Duration) (func(), error) {
+	if b.GrpcListenAddr() == "" {
+		return func() {}, nil
+	}
+	fail := func(err error) (func(), error) {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		return nil, errors.Join(err, b.Shutdown(ctx))
+	}
+	front, err := grpcfront.New(grpcfront.Config{Broker: b, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	if err := front.Start(); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker serving RocketMQ 5 gRPC clients on %s\n", front.Addr())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := front.Shutdown(ctx); err != nil {
+			log.Error("gRPC front end shutdown", "err", err)
+		}
+	}, nil
 }

@@ -1,0 +1,248 @@
+package grpcfront_test
+
+// These tests drive the official RocketMQ 5 Go client (github.com/apache/rocketmq-clients/golang/v5
+// v5.1.4) against an embedded broker with the gRPC front end. No goleak here: the
+// official client keeps process-wide goroutines (its client manager, log writers) by
+// design; the front end's own shutdown is checked without the client in frontend_test.go.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	rmq "github.com/apache/rocketmq-clients/golang/v5"
+	"github.com/apache/rocketmq-clients/golang/v5/credentials"
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/broker/grpcfront"
+	"github.com/sluicemq/sluice/broker/pop"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+)
+
+func TestMain(m *testing.M) {
+	// The official client logs to $HOME/logs/rocketmq unless told otherwise, and speaks
+	// TLS unless told otherwise (the front end serves plain gRPC without tlsEnable).
+	dir, err := os.MkdirTemp("", "rmq5-client-logs")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("rocketmq.client.logRoot", dir)
+	os.Setenv("mq.consoleAppender.enabled", "false")
+	rmq.ResetLogger()
+	rmq.EnableSsl = false
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// front starts a broker and its gRPC front end with a 1 s minimum invisible duration.
+func front(t *testing.T, mod func(*broker.Config)) (*broker.Broker, *grpcfront.Server) {
+	t.Helper()
+	cfg := broker.Config{}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, _ := testbroker.Start(t, cfg)
+	s, err := grpcfront.New(grpcfront.Config{Broker: b, Listen: "127.0.0.1:0", Logger: testkit.Quiet(),
+		MinInvisibleDuration: time.Second, Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("front end shutdown: %v", err)
+		}
+	})
+	return b, s
+}
+
+func newProducer(t *testing.T, addr string, topics ...string) rmq.Producer {
+	t.Helper()
+	p, err := rmq.NewProducer(&rmq.Config{Endpoint: addr, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.GracefulStop() })
+	return p
+}
+
+func newSimpleConsumer(t *testing.T, addr, group, topic string, filter *rmq.FilterExpression) rmq.SimpleConsumer {
+	t.Helper()
+	c, err := rmq.NewSimpleConsumer(&rmq.Config{Endpoint: addr, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
+		rmq.WithSimpleAwaitDuration(2*time.Second),
+		rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: filter}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.GracefulStop() })
+	return c
+}
+
+// receiveN receives until n messages arrived (or the deadline), without acking.
+func receiveN(t *testing.T, c rmq.SimpleConsumer, n int, invisible time.Duration, timeout time.Duration) []*rmq.MessageView {
+	t.Helper()
+	var got []*rmq.MessageView
+	deadline := time.Now().Add(timeout)
+	for len(got) < n && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		mvs, err := c.Receive(ctx, int32(min(n-len(got), 32)), invisible)
+		cancel()
+		if err != nil {
+			if rs, ok := rmq.AsErrRpcStatus(err); ok && rs.GetCode() == int32(v2.Code_MESSAGE_NOT_FOUND) {
+				continue
+			}
+			t.Fatalf("receive: %v", err)
+		}
+		got = append(got, mvs...)
+	}
+	if len(got) < n {
+		t.Fatalf("received %d messages within %v, want %d", len(got), timeout, n)
+	}
+	return got
+}
+
+// rawClient is a gRPC connection for the RPCs whose answers the official client hides
+// (v5.1.4's SimpleConsumer.Ack returns nil whatever the server answers).
+func rawClient(t *testing.T, addr string) (v2.MessagingServiceClient, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := metadata.AppendToOutgoingContext(testkit.Context(t, 30*time.Second), "x-mq-client-id", "raw-test-client")
+	return v2.NewMessagingServiceClient(conn), ctx
+}
+
+func ack(t *testing.T, c v2.MessagingServiceClient, ctx context.Context, group, topic string, mv *rmq.MessageView) *v2.AckMessageResponse {
+	t.Helper()
+	resp, err := c.AckMessage(ctx, &v2.AckMessageRequest{Group: &v2.Resource{Name: group}, Topic: &v2.Resource{Name: topic},
+		Entries: []*v2.AckMessageEntry{{MessageId: mv.GetMessageId(), ReceiptHandle: mv.GetReceiptHandle()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestOfficialProducerSendAndSimpleConsumerReceiveAck(t *testing.T) {
+	_, s := front(t, nil)
+	const topic, group = "V5Topic", "V5Group"
+	p := newProducer(t, s.Addr(), topic)
+	want := map[string]string{}
+	for i := range 10 {
+		msg := &rmq.Message{Topic: topic, Body: []byte(fmt.Sprintf("body-%d", i))}
+		msg.SetTag("TagA")
+		msg.SetKeys(fmt.Sprintf("key-%d", i))
+		msg.AddProperty("seq", fmt.Sprint(i))
+		rs, err := p.Send(testkit.Context(t, 10*time.Second), msg)
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if len(rs) != 1 || rs[0].MessageID == "" {
+			t.Fatalf("send %d: receipts %+v", i, rs)
+		}
+		want[rs[0].MessageID] = string(msg.Body)
+	}
+	c := newSimpleConsumer(t, s.Addr(), group, topic, rmq.NewFilterExpression("TagA"))
+	raw, ctx := rawClient(t, s.Addr())
+	got := receiveN(t, c, 10, 30*time.Second, 30*time.Second)
+	for _, mv := range got {
+		if want[mv.GetMessageId()] != string(mv.GetBody()) {
+			t.Fatalf("message %s: body %q, want %q", mv.GetMessageId(), mv.GetBody(), want[mv.GetMessageId()])
+		}
+		if mv.GetTag() == nil || *mv.GetTag() != "TagA" || len(mv.GetKeys()) != 1 || mv.GetProperties()["seq"] == "" {
+			t.Fatalf("message %s: tag %v keys %v properties %v", mv.GetMessageId(), mv.GetTag(), mv.GetKeys(), mv.GetProperties())
+		}
+		if mv.GetDeliveryAttempt() != 1 {
+			t.Fatalf("message %s: delivery attempt %d, want 1", mv.GetMessageId(), mv.GetDeliveryAttempt())
+		}
+		delete(want, mv.GetMessageId())
+		if r := ack(t, raw, ctx, group, topic, mv); r.GetStatus().GetCode() != v2.Code_OK {
+			t.Fatalf("ack %s: %v", mv.GetMessageId(), r.GetStatus())
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("not received: %v", want)
+	}
+	// A second ack of the same handle is refused: the delivery is over.
+	if r := ack(t, raw, ctx, group, topic, got[0]); r.GetStatus().GetCode() != v2.Code_INVALID_RECEIPT_HANDLE {
+		t.Fatalf("second ack: %v, want INVALID_RECEIPT_HANDLE", r.GetStatus())
+	}
+	if n := s.Pop().Inflight(group); n != 0 {
+		t.Fatalf("inflight after acking everything: %d", n)
+	}
+	// Nothing comes back once acknowledged.
+	ctx2, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if mvs, err := c.Receive(ctx2, 32, 2*time.Second); err == nil && len(mvs) > 0 {
+		t.Fatalf("received %d messages after acking all", len(mvs))
+	}
+}
+
+func TestOfficialSimpleConsumerRedeliveryAfterInvisibility(t *testing.T) {
+	_, s := front(t, nil)
+	const topic, group = "V5Redeliver", "V5RedeliverGroup"
+	p := newProducer(t, s.Addr(), topic)
+	if _, err := p.Send(testkit.Context(t, 10*time.Second), &rmq.Message{Topic: topic, Body: []byte("again")}); err != nil {
+		t.Fatal(err)
+	}
+	c := newSimpleConsumer(t, s.Addr(), group, topic, rmq.SUB_ALL)
+	first := receiveN(t, c, 1, time.Second, 30*time.Second)[0]
+	// not acked: it comes back after 1 s with attempt 2
+	second := receiveN(t, c, 1, 20*time.Second, 30*time.Second)[0]
+	if second.GetMessageId() != first.GetMessageId() || second.GetDeliveryAttempt() != 2 {
+		t.Fatalf("redelivered %s attempt %d, want %s attempt 2", second.GetMessageId(), second.GetDeliveryAttempt(), first.GetMessageId())
+	}
+	raw, ctx := rawClient(t, s.Addr())
+	// the first delivery's handle is stale now
+	if r := ack(t, raw, ctx, group, topic, first); r.GetStatus().GetCode() != v2.Code_INVALID_RECEIPT_HANDLE {
+		t.Fatalf("ack with the first delivery's handle: %v, want INVALID_RECEIPT_HANDLE", r.GetStatus())
+	}
+	if r := ack(t, raw, ctx, group, topic, second); r.GetStatus().GetCode() != v2.Code_OK {
+		t.Fatalf("ack: %v", r.GetStatus())
+	}
+}
+
+func TestOfficialSimpleConsumerChangeInvisibleDuration(t *testing.T) {
+	_, s := front(t, nil)
+	const topic, group = "V5Change", "V5ChangeGroup"
+	p := newProducer(t, s.Addr(), topic)
+	if _, err := p.Send(testkit.Context(t, 10*time.Second), &rmq.Message{Topic: topic, Body: []byte("later")}); err != nil {
+		t.Fatal(err)
+	}
+	c := newSimpleConsumer(t, s.Addr(), group, topic, rmq.SUB_ALL)
+	mv := receiveN(t, c, 1, 30*time.Second, 30*time.Second)[0]
+	oldHandle := mv.GetReceiptHandle()
+	if err := c.ChangeInvisibleDuration(mv, time.Second); err != nil {
+		t.Fatalf("change invisible duration: %v", err)
+	}
+	if mv.GetReceiptHandle() == oldHandle {
+		t.Fatal("the client did not get a new receipt handle")
+	}
+	again := receiveN(t, c, 1, 30*time.Second, 30*time.Second)[0]
+	if again.GetMessageId() != mv.GetMessageId() || again.GetDeliveryAttempt() != 2 {
+		t.Fatalf("after change: %s attempt %d", again.GetMessageId(), again.GetDeliveryAttempt())
+	}
+	raw, ctx := rawClient(t, s.Addr())
+	if r := ack(t, raw, ctx, group, topic, again); r.GetStatus().GetCode() != v2.Code_OK {
+		t.Fatalf("ack: %v", r.GetStatus())
+	}
+}

@@ -1,0 +1,120 @@
+package pop
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// A receipt handle names one delivery of one message to one consumer group: the queue,
+// the queue offset, the delivery's sequence number (unique within the group, never
+// reused), the delivery attempt and the time the message becomes visible again. It is
+// base64url (no padding) of
+//
+//	version(1)=1 | queueID(4) | offset(8) | seq(8) | attempt(4) | visibleAt unix ms(8) | mac(16)
+//
+// where mac is the first 16 bytes of HMAC-SHA256 under the broker's POP secret over a
+// domain label, the consumer group, the topic and the 33 bytes before it. A handle
+// therefore cannot be forged without the secret, cannot be used for another group or
+// topic (the mac would not match) nor edited to point at another message or attempt;
+// and once the message was acknowledged, delivered again or had its invisibility
+// changed, the sequence number no longer matches the broker's state and the handle is
+// refused.
+const (
+	handleVersion    = 1
+	handlePayloadLen = 1 + 4 + 8 + 8 + 4 + 8
+	handleMACLen     = 16
+	handleLen        = handlePayloadLen + handleMACLen
+	// MaxHandleLen bounds the length of a receipt handle string a request may carry.
+	MaxHandleLen = 128
+)
+
+// Handle is a decoded receipt handle.
+type Handle struct {
+	QueueID   int32
+	Offset    int64
+	Seq       uint64
+	Attempt   int32
+	VisibleAt int64 // unix ms: the end of the delivery's invisibility
+}
+
+// HandleError is why a receipt handle is refused.
+type HandleError struct {
+	Kind   HandleErrorKind
+	Reason string
+}
+
+// HandleErrorKind classifies a refused receipt handle.
+type HandleErrorKind int
+
+const (
+	// HandleMalformed: not a receipt handle of this broker's format.
+	HandleMalformed HandleErrorKind = iota + 1
+	// HandleForged: the signature does not match (another broker's secret, another group
+	// or topic, or edited).
+	HandleForged
+	// HandleExpired: the delivery's invisible duration has passed.
+	HandleExpired
+	// HandleStale: the delivery is no longer current: the message was acknowledged,
+	// delivered again, dead-lettered, or its invisibility changed (a new handle was
+	// issued).
+	HandleStale
+)
+
+func (e *HandleError) Error() string { return "receipt_handle: " + e.Reason }
+
+func handleMAC(secret []byte, group, topic string, payload []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("sluice-pop-receipt-handle-v1\x00"))
+	m.Write([]byte(group))
+	m.Write([]byte{0})
+	m.Write([]byte(topic))
+	m.Write([]byte{0})
+	m.Write(payload)
+	return m.Sum(nil)[:handleMACLen]
+}
+
+// encodeHandle signs h for group and topic.
+func encodeHandle(secret []byte, group, topic string, h Handle) string {
+	var b [handleLen]byte
+	b[0] = handleVersion
+	binary.BigEndian.PutUint32(b[1:], uint32(h.QueueID))
+	binary.BigEndian.PutUint64(b[5:], uint64(h.Offset))
+	binary.BigEndian.PutUint64(b[13:], h.Seq)
+	binary.BigEndian.PutUint32(b[21:], uint32(h.Attempt))
+	binary.BigEndian.PutUint64(b[25:], uint64(h.VisibleAt))
+	copy(b[handlePayloadLen:], handleMAC(secret, group, topic, b[:handlePayloadLen]))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// decodeHandle checks s's format and signature for group and topic. It does not look at
+// the time or the broker's state.
+func decodeHandle(secret []byte, group, topic, s string) (Handle, error) {
+	if len(s) > MaxHandleLen {
+		return Handle{}, &HandleError{HandleMalformed, fmt.Sprintf("%d characters, longer than %d", len(s), MaxHandleLen)}
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return Handle{}, &HandleError{HandleMalformed, "not a receipt handle of this broker (not base64url)"}
+	}
+	if len(b) != handleLen || b[0] != handleVersion {
+		return Handle{}, &HandleError{HandleMalformed, "not a receipt handle of this broker (length or version)"}
+	}
+	if !hmac.Equal(b[handlePayloadLen:], handleMAC(secret, group, topic, b[:handlePayloadLen])) {
+		return Handle{}, &HandleError{HandleForged, "signature does not match: not issued by this broker for this consumer group and topic"}
+	}
+	h := Handle{
+		QueueID:   int32(binary.BigEndian.Uint32(b[1:])),
+		Offset:    int64(binary.BigEndian.Uint64(b[5:])),
+		Seq:       binary.BigEndian.Uint64(b[13:]),
+		Attempt:   int32(binary.BigEndian.Uint32(b[21:])),
+		VisibleAt: int64(binary.BigEndian.Uint64(b[25:])),
+	}
+	return h, nil
+}
+
+// expired reports whether h's invisibility ended before now.
+func (h Handle) expired(now time.Time) bool { return now.UnixMilli() >= h.VisibleAt }
