@@ -96,7 +96,7 @@ func decodeHandle(secret []byte, group, topic, s string) (Handle, error) {
 	if len(s) > MaxHandleLen {
 		return Handle{}, &HandleError{HandleMalformed, fmt.Sprintf("%d characters, longer than %d", len(s), MaxHandleLen)}
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s) // strict: one string per handle
 	if err != nil {
 		return Handle{}, &HandleError{HandleMalformed, "not a receipt handle of this broker (not base64url)"}
 	}
