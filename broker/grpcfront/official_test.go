@@ -27,6 +27,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envPopChild) == "1" { // crash_test.go: this process is the broker child
+		os.Exit(runPopChild())
+	}
 	// The official client logs to $HOME/logs/rocketmq unless told otherwise, and speaks
 	// TLS unless told otherwise (the front end serves plain gRPC without tlsEnable).
 	dir, err := os.MkdirTemp("", "rmq5-client-logs")
