@@ -249,3 +249,64 @@ func TestOfficialSimpleConsumerChangeInvisibleDuration(t *testing.T) {
 		t.Fatalf("ack: %v", r.GetStatus())
 	}
 }
+
+// FIFO: the official producer sends with message groups; the SimpleConsumer gets each
+// group's messages in send order, one at a time per group (the next only after the
+// previous is acknowledged), while the groups proceed in parallel.
+func TestOfficialFIFOMessageGroups(t *testing.T) {
+	_, s := front(t, nil)
+	const topic, group = "V5Fifo", "V5FifoGroup"
+	p := newProducer(t, s.Addr(), topic)
+	groups := []string{"order-1", "order-2", "order-3"}
+	const perGroup = 4
+	for i := range perGroup {
+		for _, g := range groups {
+			msg := &rmq.Message{Topic: topic, Body: []byte(fmt.Sprintf("%s/%d", g, i))}
+			msg.SetMessageGroup(g)
+			if _, err := p.Send(testkit.Context(t, 10*time.Second), msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := newSimpleConsumer(t, s.Addr(), group, topic, rmq.SUB_ALL)
+	raw, ctx := rawClient(t, s.Addr())
+	next := map[string]int{}
+	total := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for total < perGroup*len(groups) && time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		mvs, err := c.Receive(rctx, 32, 30*time.Second)
+		cancel()
+		if err != nil {
+			if rs, ok := rmq.AsErrRpcStatus(err); ok && rs.GetCode() == int32(v2.Code_MESSAGE_NOT_FOUND) {
+				continue
+			}
+			t.Fatalf("receive: %v", err)
+		}
+		if len(mvs) > len(groups) {
+			t.Fatalf("one receive got %d messages of %d groups", len(mvs), len(groups))
+		}
+		inBatch := map[string]bool{}
+		for _, mv := range mvs {
+			g := mv.GetMessageGroup()
+			if g == nil {
+				t.Fatalf("message %s has no message group", mv.GetBody())
+			}
+			if inBatch[*g] {
+				t.Fatalf("two messages of group %s in one receive", *g)
+			}
+			inBatch[*g] = true
+			if want := fmt.Sprintf("%s/%d", *g, next[*g]); string(mv.GetBody()) != want {
+				t.Fatalf("group %s: got %s, want %s", *g, mv.GetBody(), want)
+			}
+			next[*g]++
+			total++
+			if r := ack(t, raw, ctx, group, topic, mv); r.GetStatus().GetCode() != v2.Code_OK {
+				t.Fatalf("ack: %v", r.GetStatus())
+			}
+		}
+	}
+	if total != perGroup*len(groups) {
+		t.Fatalf("received %d of %d", total, perGroup*len(groups))
+	}
+}

@@ -27,7 +27,7 @@ const (
 	recHeader  byte = 1 // group string
 	recSeq     byte = 2 // seq u64: the highest sequence number issued so far
 	recAdvance byte = 3 // topic, queueID, popOffset: every offset below was delivered or filtered out
-	recDeliver byte = 4 // topic, queueID, offset, attempt, seq, visibleAt
+	recDeliver byte = 4 // topic, queueID, offset, attempt, seq, visibleAt, message group (attempt 0: held behind its group)
 	recAck     byte = 5 // topic, queueID, offset, seq: acknowledged
 	recChange  byte = 6 // topic, queueID, offset, seq, visibleAt: invisibility changed
 	recDead    byte = 7 // topic, queueID, offset: dead-lettered (or gone from the store)
@@ -43,6 +43,7 @@ type record struct {
 	attempt   int32
 	seq       uint64
 	visibleAt int64
+	msgGroup  string // recDeliver: the message's group ("" none)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -74,6 +75,7 @@ func appendRecord(b []byte, r record) []byte {
 			b = binary.BigEndian.AppendUint32(b, uint32(r.attempt))
 			b = binary.BigEndian.AppendUint64(b, r.seq)
 			b = binary.BigEndian.AppendUint64(b, uint64(r.visibleAt))
+			b = appendString(b, r.msgGroup)
 		case recAck:
 			b = binary.BigEndian.AppendUint64(b, r.seq)
 		case recChange:
@@ -131,6 +133,7 @@ func decodeRecordBody(body []byte) (record, error) {
 			rec.attempt = int32(r.u32())
 			rec.seq = r.u64()
 			rec.visibleAt = int64(r.u64())
+			rec.msgGroup = r.str()
 		case recAck:
 			rec.seq = r.u64()
 		case recChange:

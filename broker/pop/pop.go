@@ -115,9 +115,10 @@ type queueState struct {
 }
 
 type entry struct {
-	attempt   int32
+	attempt   int32 // deliveries so far; 0: held behind an earlier message of its group
 	seq       uint64
-	visibleAt int64 // unix ms
+	visibleAt int64  // unix ms
+	msgGroup  string // the message group ("" none): one delivery of a group at a time
 }
 
 type group struct {
@@ -284,7 +285,7 @@ func (g *group) apply(r record) {
 		if q.entries[r.offset] == nil {
 			g.inflight++
 		}
-		q.entries[r.offset] = &entry{attempt: r.attempt, seq: r.seq, visibleAt: r.visibleAt}
+		q.entries[r.offset] = &entry{attempt: r.attempt, seq: r.seq, visibleAt: r.visibleAt, msgGroup: r.msgGroup}
 		g.seq = max(g.seq, r.seq)
 	case recAck:
 		if e := q.entries[r.offset]; e != nil && e.seq == r.seq {
@@ -346,7 +347,7 @@ func (g *group) snapshot() []byte {
 		b = appendRecord(b, record{typ: recAdvance, topic: k.topic, queueID: k.queueID, offset: q.popOffset})
 		for off, e := range q.entries {
 			b = appendRecord(b, record{typ: recDeliver, topic: k.topic, queueID: k.queueID, offset: off,
-				attempt: e.attempt, seq: e.seq, visibleAt: e.visibleAt})
+				attempt: e.attempt, seq: e.seq, visibleAt: e.visibleAt, msgGroup: e.msgGroup})
 		}
 	}
 	return b
@@ -476,8 +477,12 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 	var recs []record
 	var out []Delivery
 	var next int64
+	held := 0 // messages read but held behind their group
 
-	// 1. deliveries whose invisibility ended, oldest first
+	// 1. deliveries whose invisibility ended (and messages held behind their group),
+	// oldest first. Of a message group only the earliest outstanding message of its queue
+	// (the head) may be delivered: a group's next message waits until the previous one
+	// is acknowledged or dead-lettered.
 	type due struct {
 		q   int32
 		off int64
@@ -489,7 +494,11 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 		if q == nil {
 			continue
 		}
+		heads := groupHeads(q)
 		for off, e := range q.entries {
+			if e.msgGroup != "" && heads[e.msgGroup] != off {
+				continue // behind an earlier message of its group
+			}
 			switch {
 			case e.visibleAt > nowMs:
 				if next == 0 || e.visibleAt < next {
@@ -521,14 +530,15 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 			continue
 		}
 		g.seq++
-		rec := record{typ: recDeliver, topic: r.Topic, queueID: d.q, offset: d.off, attempt: d.e.attempt + 1, seq: g.seq, visibleAt: visibleAt}
+		rec := record{typ: recDeliver, topic: r.Topic, queueID: d.q, offset: d.off, attempt: d.e.attempt + 1, seq: g.seq,
+			visibleAt: visibleAt, msgGroup: d.e.msgGroup}
 		recs = append(recs, rec)
 		out = append(out, s.delivery(g.name, r.Topic, msgs[0], rec))
 	}
 
 	// 2. new messages from the pop offsets, starting at a rotating queue
 	if len(out) < batch && len(r.QueueIDs) > 0 {
-		if g.inflight+len(out) >= s.cfg.MaxInflightPerGroup {
+		if g.inflight+len(out)+held >= s.cfg.MaxInflightPerGroup {
 			if len(out) == 0 {
 				return nil, 0, ErrTooManyInflight
 			}
@@ -541,7 +551,7 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 				}
 				qid := r.QueueIDs[(start+i)%len(r.QueueIDs)]
 				q := s.queue(g, r.Topic, qid)
-				room := min(batch-len(out), s.cfg.MaxInflightPerGroup-g.inflight-len(out))
+				room := min(batch-len(out), s.cfg.MaxInflightPerGroup-g.inflight-len(out)-held)
 				if room <= 0 {
 					break
 				}
@@ -555,14 +565,33 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 				default:
 					nextOff = max(nextOff, res.NextBeginOffset)
 				}
+				busy := map[string]bool{} // message groups with an outstanding message in this queue
+				for _, e := range q.entries {
+					if e.msgGroup != "" {
+						busy[e.msgGroup] = true
+					}
+				}
 				for _, m := range msgs {
 					if m.QueueOffset < q.popOffset {
 						continue
 					}
+					mg := m.Property(PropertyMessageGroup)
 					g.seq++
-					rec := record{typ: recDeliver, topic: r.Topic, queueID: qid, offset: m.QueueOffset, attempt: 1, seq: g.seq, visibleAt: visibleAt}
-					recs = append(recs, rec)
-					out = append(out, s.delivery(g.name, r.Topic, m, rec))
+					rec := record{typ: recDeliver, topic: r.Topic, queueID: qid, offset: m.QueueOffset, attempt: 1, seq: g.seq,
+						visibleAt: visibleAt, msgGroup: mg}
+					if mg != "" && busy[mg] {
+						// held: delivered when the earlier messages of its group are done
+						rec.attempt, rec.seq, rec.visibleAt = 0, 0, 0
+						g.seq--
+						recs = append(recs, rec)
+						held++
+					} else {
+						recs = append(recs, rec)
+						out = append(out, s.delivery(g.name, r.Topic, m, rec))
+					}
+					if mg != "" {
+						busy[mg] = true
+					}
 					nextOff = max(nextOff, m.QueueOffset+1)
 				}
 				if nextOff != q.popOffset {
@@ -616,11 +645,18 @@ func (s *Service) Ack(group, topic, handle string) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h, _, err := s.current(g, topic, handle)
+	h, e, err := s.current(g, topic, handle)
 	if err != nil {
 		return err
 	}
-	return g.commitRecords([]record{{typ: recAck, topic: topic, queueID: h.QueueID, offset: h.Offset, seq: h.Seq}})
+	next := groupWaiting(g.queues[qkey{topic, h.QueueID}], e, h.Offset)
+	if err := g.commitRecords([]record{{typ: recAck, topic: topic, queueID: h.QueueID, offset: h.Offset, seq: h.Seq}}); err != nil {
+		return err
+	}
+	if next {
+		s.wake()
+	}
+	return nil
 }
 
 // ChangeInvisible makes the delivery named by handle invisible for d from now and
@@ -645,6 +681,28 @@ func (s *Service) ChangeInvisible(group, topic, handle string, d time.Duration) 
 	return encodeHandle(s.secret, group, topic, nh), time.UnixMilli(visibleAt), nil
 }
 
+// wake wakes the receives waiting in long polling (a delivery became visible again, or
+// a message group's next message may go).
+func (s *Service) wake() {
+	s.mu.Lock()
+	close(s.revive)
+	s.revive = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// groupWaiting reports whether q holds another message of e's group (held behind e).
+func groupWaiting(q *queueState, e *entry, off int64) bool {
+	if e.msgGroup == "" {
+		return false
+	}
+	for o, x := range q.entries {
+		if o != off && x.msgGroup == e.msgGroup {
+			return true
+		}
+	}
+	return false
+}
+
 // Inflight returns how many deliveries of the group are not acknowledged.
 func (s *Service) Inflight(group string) int {
 	s.mu.Lock()
@@ -664,6 +722,7 @@ func (s *Service) reviveLoop() {
 	t := time.NewTicker(s.cfg.ReviveInterval)
 	defer t.Stop()
 	lastSync := s.cfg.Now()
+	lastTick := int64(0) // deliveries visible since before this were announced already
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -683,22 +742,20 @@ func (s *Service) reviveLoop() {
 		}
 		woke := false
 		for _, g := range groups {
-			if s.reviveGroup(g, now, sync) {
+			if s.reviveGroup(g, lastTick, now, sync) {
 				woke = true
 			}
 		}
+		lastTick = now.UnixMilli()
 		if woke {
-			s.mu.Lock()
-			close(s.revive)
-			s.revive = make(chan struct{})
-			s.mu.Unlock()
+			s.wake()
 		}
 	}
 }
 
 // reviveGroup handles one group's due deliveries; it reports whether some became
 // visible for another attempt.
-func (s *Service) reviveGroup(g *group, now time.Time, sync bool) bool {
+func (s *Service) reviveGroup(g *group, lastTick int64, now time.Time, sync bool) bool {
 	maxAttempts := s.cfg.Backend.MaxDeliveryAttempts(g.name)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -706,12 +763,17 @@ func (s *Service) reviveGroup(g *group, now time.Time, sync bool) bool {
 	woke := false
 	for k, q := range g.queues {
 		for off, e := range q.entries {
-			if e.visibleAt > nowMs {
-				continue
+			if e.visibleAt > nowMs || e.attempt == 0 {
+				continue // invisible, or held behind its group
 			}
 			if e.attempt < maxAttempts {
-				woke = true
+				if e.visibleAt > lastTick {
+					woke = true // newly visible
+				}
 				continue
+			}
+			if groupWaiting(q, e, off) {
+				woke = true // the group's next message may go
 			}
 			s.deadLetter(g, k, off, e)
 		}
@@ -816,5 +878,33 @@ func (s *Service) DeadLetterNow(ctx context.Context, group, topic, handle string
 			return err
 		}
 	}
-	return g.commitRecords([]record{{typ: recDead, topic: topic, queueID: h.QueueID, offset: h.Offset}})
+	next := groupWaiting(g.queues[qkey{topic, h.QueueID}], e, h.Offset)
+	if err := g.commitRecords([]record{{typ: recDead, topic: topic, queueID: h.QueueID, offset: h.Offset}}); err != nil {
+		return err
+	}
+	if next {
+		s.wake()
+	}
+	return nil
 }
+
+// groupHeads returns, per message group of q, the lowest outstanding offset.
+func groupHeads(q *queueState) map[string]int64 {
+	var heads map[string]int64
+	for off, e := range q.entries {
+		if e.msgGroup == "" {
+			continue
+		}
+		if heads == nil {
+			heads = map[string]int64{}
+		}
+		if h, ok := heads[e.msgGroup]; !ok || off < h {
+			heads[e.msgGroup] = off
+		}
+	}
+	return heads
+}
+
+// PropertyMessageGroup is the stored property that names a FIFO message's group
+// (Apache RocketMQ's __SHARDINGKEY, written by the gRPC front end for FIFO messages).
+const PropertyMessageGroup = "__SHARDINGKEY"

@@ -349,3 +349,83 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 		t.Fatalf("delivered after dead-lettering: %+v", got)
 	}
 }
+
+func (f *fixture) sendGroup(t *testing.T, topic string, groups ...string) {
+	t.Helper()
+	for i, g := range groups {
+		m := &message.MessageExt{Message: message.Message{Topic: topic, Body: []byte(fmt.Sprintf("%s%d", g, i)),
+			Properties: map[string]string{pop.PropertyMessageGroup: g}}, QueueID: 0}
+		if _, err := f.b.PutMessage(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func bodies(ds []pop.Delivery) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, string(d.Message.Body))
+	}
+	return out
+}
+
+// A message group's next message is delivered only after the previous one is
+// acknowledged (or dead-lettered, or delivered again after its invisibility); different
+// groups proceed in parallel; the order holds across a restart.
+func TestFIFOGroupsOneAtATime(t *testing.T) {
+	f := newFixture(t, 3)
+	f.sendGroup(t, "F", "A", "B", "A", "B", "A", "C")
+	first := f.receive(t, "G", "F", 10)
+	if got := fmt.Sprint(bodies(first)); got != "[A0 B1 C5]" {
+		t.Fatalf("first receive %s, want the head of each group [A0 B1 C5]", got)
+	}
+	if got := f.receive(t, "G", "F", 10); len(got) != 0 {
+		t.Fatalf("delivered %v while every group's head is outstanding", bodies(got))
+	}
+	if err := f.svc.Ack("G", "F", first[0].Handle); err != nil { // A0
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(bodies(f.receive(t, "G", "F", 10))); got != "[A2]" {
+		t.Fatalf("after acking A0: %s, want [A2]", got)
+	}
+	f.reopen(t, 3)
+	f.clock.add(11 * time.Second) // B1, C5 and A2 come back; order within each group holds
+	back := f.receive(t, "G", "F", 10)
+	if got := fmt.Sprint(bodies(back)); got != "[B1 A2 C5]" {
+		t.Fatalf("after the invisibility: %s, want [B1 A2 C5]", got)
+	}
+	for _, d := range back {
+		if d.Attempt != 2 {
+			t.Fatalf("%s attempt %d", d.Message.Body, d.Attempt)
+		}
+		if err := f.svc.Ack("G", "F", d.Handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fmt.Sprint(bodies(f.receive(t, "G", "F", 10))); got != "[B3 A4]" {
+		t.Fatalf("after acking the heads: %s, want [B3 A4]", got)
+	}
+}
+
+// A group's head that is dead-lettered after its last attempt lets the next message of
+// the group go.
+func TestFIFODeadLetterReleasesTheGroup(t *testing.T) {
+	b, _ := testbroker.Start(t, broker.Config{})
+	clk := &clock{now: time.Now()}
+	svc, err := pop.Open(pop.Config{Dir: filepath.Join(t.TempDir(), "pop"), Backend: backend{b, 1}, Logger: testkit.Quiet(),
+		Now: clk.Now, ReviveInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	f := &fixture{b: b, clock: clk, svc: svc}
+	f.sendGroup(t, "F", "A", "A")
+	if got := fmt.Sprint(bodies(f.receive(t, "G", "F", 10))); got != "[A0]" {
+		t.Fatalf("first: %s", got)
+	}
+	clk.add(11 * time.Second) // A0 used its only attempt: dead-lettered
+	testkit.WaitFor(t, 10*time.Second, func() bool { return svc.Inflight("G") == 1 }, "A0 to be dead-lettered")
+	if got := fmt.Sprint(bodies(f.receive(t, "G", "F", 10))); got != "[A1]" {
+		t.Fatalf("after A0's dead-lettering: %s, want [A1]", got)
+	}
+}
