@@ -69,6 +69,7 @@ type Broker struct {
 	clients  *clientManager
 	arrivals *arrivals
 	sched    *scheduler
+	timer    *timerService // timer.go: timer messages (TIMER_DELIVER_MS, TIMER_DELAY_SEC/MS)
 	locks    *queueLocks
 	txn      *txnService
 	held     *heldPulls
@@ -127,6 +128,9 @@ func New(cfg Config) (*Broker, error) {
 		b.log.Warn("groups with invalid names dropped from subscriptionGroup.json", "count", b.groups.dropped)
 	}
 	if b.sched, err = newScheduler(b); err != nil {
+		return nil, err
+	}
+	if b.timer, err = newTimerService(b); err != nil {
 		return nil, err
 	}
 	b.txn = newTxnService(b)
@@ -255,6 +259,7 @@ func (b *Broker) Start() (err error) {
 	b.spawn(b.offsetFlushLoop)
 	b.spawn(b.clientExpiryLoop)
 	b.sched.start()
+	b.spawn(b.timer.loop)
 	b.spawn(b.txn.checkLoop)
 	b.spawn(b.retentionLoop)
 	b.topics.writer.log, b.groups.writer.log = b.log, b.log
@@ -363,6 +368,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.store != nil {
 		if err := b.sched.persist(); err != nil {
 			errs = append(errs, fmt.Errorf("persist delay offsets: %w", err))
+		}
+		if err := b.timer.close(); err != nil {
+			errs = append(errs, fmt.Errorf("persist timer index: %w", err))
 		}
 	}
 	if b.store != nil {

@@ -230,7 +230,18 @@ func toStored(i int, m *v2.Message, maxBody int, bornHost netip.AddrPort) (*mess
 		}
 		props[propertyShardingKey] = g
 	case v2.MessageType_DELAY:
-		return nil, refuse(v2.Code_NOT_IMPLEMENTED, "%s.system_properties.delivery_timestamp: timer (DELAY) messages are not served by the gRPC front end yet", f)
+		dt := sp.GetDeliveryTimestamp()
+		if dt == nil || !dt.IsValid() {
+			return nil, refuse(v2.Code_ILLEGAL_DELIVERY_TIME, "%s.system_properties.delivery_timestamp: a DELAY message needs a valid delivery time", f)
+		}
+		if sp.MessageGroup != nil {
+			return nil, refuse(v2.Code_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "%s.system_properties.message_group: a DELAY message has no message group", f)
+		}
+		at := dt.AsTime()
+		if at.After(time.Now().Add(broker.MaxTimerDelay)) {
+			return nil, refuse(v2.Code_ILLEGAL_DELIVERY_TIME, "%s.system_properties.delivery_timestamp %s: more than %v ahead", f, at.UTC().Format(time.RFC3339), broker.MaxTimerDelay)
+		}
+		props[propertyTimerDeliverMS] = strconv.FormatInt(at.UnixMilli(), 10)
 	case v2.MessageType_TRANSACTION:
 		return nil, refuse(v2.Code_NOT_IMPLEMENTED, "%s.system_properties.message_type: TRANSACTION messages are not served by the gRPC front end yet", f)
 	default:

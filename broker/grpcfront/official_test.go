@@ -310,3 +310,31 @@ func TestOfficialFIFOMessageGroups(t *testing.T) {
 		t.Fatalf("received %d of %d", total, perGroup*len(groups))
 	}
 }
+
+// Delay: the official producer sends with a delivery timestamp; the message is not
+// received before it and is received after it, with its delivery timestamp.
+func TestOfficialDelayMessage(t *testing.T) {
+	_, s := front(t, nil)
+	const topic, group = "V5Delay", "V5DelayGroup"
+	p := newProducer(t, s.Addr(), topic)
+	due := time.Now().Add(2 * time.Second)
+	msg := &rmq.Message{Topic: topic, Body: []byte("later")}
+	msg.SetDelayTimestamp(due)
+	if _, err := p.Send(testkit.Context(t, 10*time.Second), msg); err != nil {
+		t.Fatal(err)
+	}
+	c := newSimpleConsumer(t, s.Addr(), group, topic, rmq.SUB_ALL)
+	mv := receiveN(t, c, 1, 30*time.Second, 30*time.Second)[0]
+	got := time.Now()
+	if got.Before(due) {
+		t.Fatalf("received at %v, before its delivery time %v", got, due)
+	}
+	if dt := mv.GetDeliveryTimestamp(); dt == nil || dt.UnixMilli() != due.UnixMilli() {
+		t.Fatalf("delivery timestamp %v, want %v", dt, due)
+	}
+	t.Logf("received %v after its delivery time", got.Sub(due))
+	raw, ctx := rawClient(t, s.Addr())
+	if r := ack(t, raw, ctx, group, topic, mv); r.GetStatus().GetCode() != v2.Code_OK {
+		t.Fatalf("ack: %v", r.GetStatus())
+	}
+}
