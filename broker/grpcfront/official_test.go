@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+	"github.com/sluicemq/sluice/message"
 )
 
 func TestMain(m *testing.M) {
@@ -54,7 +56,7 @@ func front(t *testing.T, mod func(*broker.Config)) (*broker.Broker, *grpcfront.S
 	}
 	b, _ := testbroker.Start(t, cfg)
 	s, err := grpcfront.New(grpcfront.Config{Broker: b, Listen: "127.0.0.1:0", Logger: testkit.Quiet(),
-		MinInvisibleDuration: time.Second, Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
+		MinInvisibleDuration: time.Second, LongPollingTimeout: 2 * time.Second, Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,4 +339,54 @@ func TestOfficialDelayMessage(t *testing.T) {
 	if r := ack(t, raw, ctx, group, topic, mv); r.GetStatus().GetCode() != v2.Code_OK {
 		t.Fatalf("ack: %v", r.GetStatus())
 	}
+}
+
+// PushConsumer: the official push consumer (QueryAssignment, auto-renew receives, acks)
+// consumes every message; a message its listener fails is delivered again after the
+// client's backoff (ChangeInvisibleDuration) and, past the group's max attempts
+// (retryMaxTimes 1: 2), forwarded to %DLQ%<group> (ForwardMessageToDeadLetterQueue).
+func TestOfficialPushConsumer(t *testing.T) {
+	const topic, group = "V5Push", "V5PushGroup"
+	dir := t.TempDir()
+	writeGroupConfig(t, dir, group, 1)
+	b, s := front(t, func(c *broker.Config) { c.StorePathRootDir = dir })
+	p := newProducer(t, s.Addr(), topic)
+	for _, body := range []string{"ok-1", "bad", "ok-2"} {
+		if _, err := p.Send(testkit.Context(t, 10*time.Second), &rmq.Message{Topic: topic, Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string][]int32{}
+	pc, err := rmq.NewPushConsumer(&rmq.Config{Endpoint: s.Addr(), ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
+		rmq.WithPushAwaitDuration(2*time.Second),
+		rmq.WithPushSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}),
+		rmq.WithPushMessageListener(&rmq.FuncMessageListener{Consume: func(mv *rmq.MessageView) rmq.ConsumerResult {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[string(mv.GetBody())] = append(seen[string(mv.GetBody())], mv.GetDeliveryAttempt())
+			if string(mv.GetBody()) == "bad" {
+				return rmq.FAILURE
+			}
+			return rmq.SUCCESS
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.GracefulStop() }) // waits for its held receive: LongPollingTimeout 2 s in front()
+	testkit.WaitFor(t, 60*time.Second, func() bool {
+		dead, _, _ := b.ReadMessages(message.DLQTopic(group), 0, 0, 10, nil)
+		mu.Lock()
+		defer mu.Unlock()
+		return len(dead) == 1 && len(seen["ok-1"]) > 0 && len(seen["ok-2"]) > 0
+	}, "the push consumer to consume ok-1 and ok-2 and dead-letter bad")
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(seen["bad"]) != "[1 2]" || len(seen["ok-1"]) != 1 || len(seen["ok-2"]) != 1 {
+		t.Fatalf("deliveries (attempts): %v", seen)
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool { return s.Pop().Inflight(group) == 0 }, "nothing outstanding")
 }

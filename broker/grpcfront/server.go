@@ -39,6 +39,10 @@ const (
 	DefaultMinInvisibleDuration = 10 * time.Second
 	// MaxInvisibleDuration is the longest.
 	MaxInvisibleDuration = 12 * time.Hour
+	// AutoRenewInvisibleDuration is the invisible duration of a receive with auto_renew
+	// and no duration (push consumers). It is not renewed: a message held longer is
+	// delivered again.
+	AutoRenewInvisibleDuration = 60 * time.Second
 	// MaxLongPollingTimeout bounds a receive's long polling.
 	MaxLongPollingTimeout = 60 * time.Second
 	// MaxBatchSize bounds the messages of one receive.
@@ -63,6 +67,10 @@ type Config struct {
 	// MinInvisibleDuration is the shortest invisible duration accepted. Default
 	// DefaultMinInvisibleDuration.
 	MinInvisibleDuration time.Duration
+	// LongPollingTimeout is the long polling timeout consumers are told in their settings
+	// (push consumers use it for every receive; a push consumer's graceful stop waits for
+	// its held receive). Default 30 s.
+	LongPollingTimeout time.Duration
 	// Pop tunes the POP service (Dir, Backend and Logger are set by the front end).
 	Pop pop.Config
 }
@@ -98,6 +106,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.LongPollingTimeout <= 0 || cfg.LongPollingTimeout > MaxLongPollingTimeout {
+		cfg.LongPollingTimeout = 30 * time.Second
 	}
 	if cfg.MinInvisibleDuration <= 0 {
 		cfg.MinInvisibleDuration = DefaultMinInvisibleDuration

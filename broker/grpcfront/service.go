@@ -168,7 +168,7 @@ func (sv *service) settings(c *v2.Settings) *v2.TelemetryCommand {
 		batch := int32(MaxBatchSize)
 		out.PubSub = &v2.Settings_Subscription{Subscription: &v2.Subscription{Group: sub.GetGroup(),
 			Subscriptions: sub.GetSubscriptions(), Fifo: &fifo, ReceiveBatchSize: &batch,
-			LongPollingTimeout: durationpb.New(30 * time.Second)}}
+			LongPollingTimeout: durationpb.New(sv.s.cfg.LongPollingTimeout)}}
 	default:
 		st = &v2.Status{Code: v2.Code_UNRECOGNIZED_CLIENT_TYPE, Message: "settings.client_type " + c.GetClientType().String() + ": not served"}
 	}
@@ -281,11 +281,17 @@ func (sv *service) receiveParams(req *v2.ReceiveMessageRequest) (pop.ReceiveRequ
 		return r, refuse(v2.Code_BAD_REQUEST, "batch_size %d: must be 1 to %d", bs, MaxBatchSize)
 	}
 	r.BatchSize = int(req.GetBatchSize())
-	if req.InvisibleDuration == nil {
-		return r, refuse(v2.Code_ILLEGAL_INVISIBLE_TIME, "invisible_duration: required (auto_renew is not served)")
-	}
-	if r.Invisible, err = sv.invisible("invisible_duration", req.GetInvisibleDuration()); err != nil {
-		return r, err
+	switch {
+	case req.InvisibleDuration == nil && req.GetAutoRenew():
+		// A push consumer: the reference renews the invisibility while the client holds
+		// the message; Sluice gives a fixed one (docs/rocketmq5.md).
+		r.Invisible = AutoRenewInvisibleDuration
+	case req.InvisibleDuration == nil:
+		return r, refuse(v2.Code_ILLEGAL_INVISIBLE_TIME, "invisible_duration: required unless auto_renew")
+	default:
+		if r.Invisible, err = sv.invisible("invisible_duration", req.GetInvisibleDuration()); err != nil {
+			return r, err
+		}
 	}
 	if lp := req.GetLongPollingTimeout(); lp != nil {
 		if !lp.IsValid() || lp.AsDuration() < 0 || lp.AsDuration() > MaxLongPollingTimeout {
@@ -446,7 +452,14 @@ func (sv *service) ChangeInvisibleDuration(_ context.Context, req *v2.ChangeInvi
 		err = refuse(v2.Code_INVALID_RECEIPT_HANDLE, "receipt_handle: required")
 	}
 	if err == nil {
-		d, err = sv.invisible("invisible_duration", req.GetInvisibleDuration())
+		// A change may be short (a push consumer's retry backoff starts at 1 s); only a
+		// receive is held to MinInvisibleDuration, as on the reference.
+		switch dd := req.GetInvisibleDuration(); {
+		case dd == nil || !dd.IsValid() || dd.AsDuration() < 0 || dd.AsDuration() > MaxInvisibleDuration:
+			err = refuse(v2.Code_ILLEGAL_INVISIBLE_TIME, "invisible_duration: required, 0 to %v", MaxInvisibleDuration)
+		default:
+			d = dd.AsDuration()
+		}
 	}
 	if err != nil {
 		return &v2.ChangeInvisibleDurationResponse{Status: statusOf(err)}, nil
