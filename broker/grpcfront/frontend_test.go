@@ -10,6 +10,7 @@ import (
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -397,4 +398,39 @@ func FuzzReceiveRequest(f *testing.F) {
 			t.Fatalf("accepted %+v", r)
 		}
 	})
+}
+
+// With tlsEnable the front end serves TLS with the remoting port's certificate; a
+// plain-text client is refused.
+func TestTLSAsOnTheRemotingPort(t *testing.T) {
+	certFile, keyFile, clientTLS := testkit.SelfSignedTLS(t)
+	b, _ := testbroker.Start(t, broker.Config{TLSEnable: true, TLSCertFile: certFile, TLSKeyFile: keyFile})
+	s, err := New(Config{Broker: b, Listen: "127.0.0.1:0", Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	ctx := metadata.AppendToOutgoingContext(testkit.Context(t, 20*time.Second), clientIDKey, "tls-client")
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := v2.NewMessagingServiceClient(conn).QueryRoute(ctx, &v2.QueryRouteRequest{Topic: &v2.Resource{Name: "TLSTopic"}})
+	if err != nil || resp.GetStatus().GetCode() != v2.Code_OK || len(resp.GetMessageQueues()) == 0 {
+		t.Fatalf("QueryRoute over TLS: %v %v", resp.GetStatus(), err)
+	}
+	plain, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := v2.NewMessagingServiceClient(plain).QueryRoute(pctx, &v2.QueryRouteRequest{Topic: &v2.Resource{Name: "TLSTopic"}}); err == nil {
+		t.Fatal("a plain-text client was served by the TLS front end")
+	}
 }
