@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -141,6 +142,7 @@ type timerService struct {
 	mu      sync.Mutex
 	indexed int64                    // next timer-queue offset to index
 	loaded  map[int64]map[int64]bool // buckets (unix minute) in the heap -> commitlog offsets seen
+	fin     map[int64]map[int64]bool // loaded buckets -> offsets delivered or recalled
 	pending map[int64]int            // bucket -> timers not yet delivered (loaded buckets)
 	h       timerHeap
 	dirty   map[int64]*os.File // bucket files written since the last sync
@@ -148,7 +150,7 @@ type timerService struct {
 }
 
 func newTimerService(b *Broker) (*timerService, error) {
-	t := &timerService{b: b, dir: filepath.Join(b.cfg.StorePathRootDir, "timer"), loaded: map[int64]map[int64]bool{},
+	t := &timerService{b: b, dir: filepath.Join(b.cfg.StorePathRootDir, "timer"), loaded: map[int64]map[int64]bool{}, fin: map[int64]map[int64]bool{},
 		pending: map[int64]int{}, dirty: map[int64]*os.File{}, done: map[int64]*os.File{}}
 	if err := os.MkdirAll(t.dir, 0o755); err != nil {
 		return nil, err
@@ -308,17 +310,17 @@ func writeFileAtomic(path string, data []byte) error {
 
 // load reads a bucket (t.mu held): its timers minus those in its done file.
 func (t *timerService) load(minute int64) error {
-	done := map[int64]bool{}
-	if data, err := os.ReadFile(t.bucketPath(minute, ".done")); err == nil {
-		for i := 0; i+8 <= len(data); i += 8 {
-			done[int64(binary.BigEndian.Uint64(data[i:]))] = true
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	done, err := t.readDone(minute)
+	if err != nil {
 		return err
 	}
+	t.fin[minute] = maps.Clone(done)
 	f, err := os.Open(t.bucketPath(minute, ".slot"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	if err != nil {
+		f = nil
 	}
 	n := 0
 	if f != nil {
@@ -376,11 +378,16 @@ func (t *timerService) fire(ctx context.Context) error {
 	}
 	for len(t.h) > 0 && t.h[0].at <= now {
 		e := t.h[0]
+		minute := e.at / timerBucket
+		if t.fin[minute][e.offset] { // recalled
+			heap.Pop(&t.h)
+			t.pending[minute]--
+			continue
+		}
 		if err := t.deliver(ctx, e); err != nil {
 			return err // tried again next tick
 		}
 		heap.Pop(&t.h)
-		minute := e.at / timerBucket
 		if err := t.markDone(minute, e.offset); err != nil {
 			return err
 		}
@@ -400,6 +407,7 @@ func (t *timerService) fire(ctx context.Context) error {
 			}
 			delete(t.pending, m)
 			delete(t.loaded, m)
+			delete(t.fin, m)
 		}
 	}
 	return nil
@@ -416,8 +424,67 @@ func (t *timerService) markDone(minute, offset int64) error {
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(offset))
-	_, err := f.Write(b[:])
-	return err
+	if _, err := f.Write(b[:]); err != nil {
+		return err
+	}
+	if fin := t.fin[minute]; fin != nil {
+		fin[offset] = true
+	}
+	return nil
+}
+
+// readDone reads a bucket's done file: the offsets delivered or recalled.
+func (t *timerService) readDone(minute int64) (map[int64]bool, error) {
+	done := map[int64]bool{}
+	data, err := os.ReadFile(t.bucketPath(minute, ".done"))
+	if errors.Is(err, os.ErrNotExist) {
+		return done, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i+8 <= len(data); i += 8 {
+		done[int64(binary.BigEndian.Uint64(data[i:]))] = true
+	}
+	return done, nil
+}
+
+// ErrTimerNotPending is returned by RecallTimer for a timer message that was already
+// delivered or recalled, or that does not exist.
+var ErrTimerNotPending = errors.New("the timer message is not pending: delivered, recalled, or never sent")
+
+// RecallTimer cancels the timer message parked at commitLogOffset with delivery time
+// deliverAt (unix ms) and returns its message id (UNIQ_KEY). A recall is recorded in
+// the bucket's done file, so it holds across restarts. A timer already delivered or
+// recalled gives ErrTimerNotPending.
+func (b *Broker) RecallTimer(commitLogOffset, deliverAt int64) (string, error) {
+	m, _, err := b.store.LookMessageByOffset(commitLogOffset)
+	if err != nil || m.Topic != TimerTopic || m.Property(PropertyTimerOutMS) != strconv.FormatInt(deliverAt, 10) {
+		return "", ErrTimerNotPending
+	}
+	t := b.timer
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	minute := deliverAt / timerBucket
+	fin := t.fin[minute]
+	if fin == nil {
+		if fin, err = t.readDone(minute); err != nil {
+			return "", err
+		}
+		if fin[commitLogOffset] {
+			return "", ErrTimerNotPending
+		}
+		fin = nil // not loaded: the done file alone records it
+	} else if fin[commitLogOffset] {
+		return "", ErrTimerNotPending
+	}
+	if err := t.markDone(minute, commitLogOffset); err != nil {
+		return "", err
+	}
+	if seen := t.loaded[minute]; seen != nil {
+		seen[commitLogOffset] = true // a later indexing of it adds nothing
+	}
+	return m.MsgID, nil
 }
 
 // deliver writes the parked message at e to its real topic and queue.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -389,4 +390,65 @@ func TestOfficialPushConsumer(t *testing.T) {
 		t.Fatalf("deliveries (attempts): %v", seen)
 	}
 	testkit.WaitFor(t, 10*time.Second, func() bool { return s.Pop().Inflight(group) == 0 }, "nothing outstanding")
+}
+
+// RecallMessage: a delay message recalled before it is due is never delivered; a second
+// recall, or a recall handle for another topic, is refused.
+func TestOfficialRecallDelayMessage(t *testing.T) {
+	b, s := front(t, nil)
+	const topic = "V5Recall"
+	p := newProducer(t, s.Addr(), topic)
+	due := time.Now().Add(1500 * time.Millisecond)
+	msg := &rmq.Message{Topic: topic, Body: []byte("recalled")}
+	msg.SetDelayTimestamp(due)
+	rs, err := p.Send(testkit.Context(t, 10*time.Second), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].RecallHandle == "" {
+		t.Fatal("no recall handle for a delay message")
+	}
+	kept := &rmq.Message{Topic: topic, Body: []byte("kept")}
+	kept.SetDelayTimestamp(due)
+	if _, err := p.Send(testkit.Context(t, 10*time.Second), kept); err != nil {
+		t.Fatal(err)
+	}
+	// (raw RPC: v5.1.4's Producer.Recall panics for a topic it has no route for)
+	raw, ctx := rawClient(t, s.Addr())
+	if r, err := raw.RecallMessage(ctx, &v2.RecallMessageRequest{Topic: &v2.Resource{Name: "OtherTopic"}, RecallHandle: rs[0].RecallHandle}); err != nil ||
+		r.GetStatus().GetCode() != v2.Code_BAD_REQUEST || !strings.Contains(r.GetStatus().GetMessage(), "recall_handle") {
+		t.Fatalf("recall handle for another topic: %v %v", r.GetStatus(), err)
+	}
+	id, err := p.Recall(testkit.Context(t, 10*time.Second), topic, rs[0].RecallHandle)
+	if err != nil || id != rs[0].MessageID {
+		t.Fatalf("recall: id %q err %v, want %q", id, err, rs[0].MessageID)
+	}
+	if _, err := p.Recall(testkit.Context(t, 10*time.Second), topic, rs[0].RecallHandle); err == nil {
+		t.Fatal("a second recall succeeded")
+	}
+	// After the due time only "kept" arrives.
+	var bodies []string
+	testkit.WaitFor(t, 30*time.Second, func() bool {
+		bodies = bodies[:0]
+		for q := int32(0); q < 8; q++ {
+			msgs, _, _ := b.ReadMessages(topic, q, 0, 10, nil)
+			for _, m := range msgs {
+				bodies = append(bodies, string(m.Body))
+			}
+		}
+		return len(bodies) > 0
+	}, "the kept delay message")
+	if time.Now().Before(due.Add(time.Second)) {
+		testkit.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(due.Add(time.Second)) }, "a second past due")
+	}
+	bodies = bodies[:0]
+	for q := int32(0); q < 8; q++ {
+		msgs, _, _ := b.ReadMessages(topic, q, 0, 10, nil)
+		for _, m := range msgs {
+			bodies = append(bodies, string(m.Body))
+		}
+	}
+	if fmt.Sprint(bodies) != "[kept]" {
+		t.Fatalf("delivered %v, want only [kept]", bodies)
+	}
 }

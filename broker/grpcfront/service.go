@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"strconv"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -14,9 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
+	"github.com/sluicemq/sluice/message"
 )
 
 // service implements v2.MessagingServiceServer. Every answer carries a Status (the
@@ -202,6 +205,10 @@ func (sv *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) 
 		if err == nil {
 			e.MessageId = pm.GetSystemProperties().GetMessageId()
 			e.Offset = res.QueueOffset
+			if m.Topic == broker.TimerTopic { // parked until due: it can be recalled
+				at, _ := strconv.ParseInt(m.Property(broker.PropertyTimerOutMS), 10, 64)
+				e.RecallHandle = sv.s.pop.RecallHandle(m.Property(message.PropertyRealTopic), res.CommitLogOffset, at)
+			}
 		} else {
 			failed++
 			if first == nil {
@@ -493,6 +500,26 @@ func (sv *service) EndTransaction(context.Context, *v2.EndTransactionRequest) (*
 	return &v2.EndTransactionResponse{Status: &v2.Status{Code: v2.Code_NOT_IMPLEMENTED, Message: "transactions are not served by the gRPC front end yet"}}, nil
 }
 
-func (sv *service) RecallMessage(context.Context, *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
-	return &v2.RecallMessageResponse{Status: &v2.Status{Code: v2.Code_NOT_IMPLEMENTED, Message: "recalling timer messages is not served by the gRPC front end yet"}}, nil
+// RecallMessage cancels a timer message that is not yet due, named by the recall
+// handle its send was answered with.
+func (sv *service) RecallMessage(_ context.Context, req *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
+	topic, err := checkTopic("topic", req.GetTopic())
+	if err == nil && req.GetRecallHandle() == "" {
+		err = refuse(v2.Code_BAD_REQUEST, "recall_handle: required")
+	}
+	if err != nil {
+		return &v2.RecallMessageResponse{Status: statusOf(err)}, nil
+	}
+	off, at, err := sv.s.pop.ParseRecallHandle(topic, req.GetRecallHandle())
+	if err != nil {
+		return &v2.RecallMessageResponse{Status: &v2.Status{Code: v2.Code_BAD_REQUEST, Message: err.Error()}}, nil
+	}
+	id, err := sv.s.b.RecallTimer(off, at)
+	if errors.Is(err, broker.ErrTimerNotPending) {
+		return &v2.RecallMessageResponse{Status: &v2.Status{Code: v2.Code_NOT_FOUND, Message: "recall_handle: " + err.Error()}}, nil
+	}
+	if err != nil {
+		return &v2.RecallMessageResponse{Status: statusOf(err)}, nil
+	}
+	return &v2.RecallMessageResponse{Status: okStatus(), MessageId: id}, nil
 }

@@ -118,3 +118,44 @@ func decodeHandle(secret []byte, group, topic, s string) (Handle, error) {
 
 // expired reports whether h's invisibility ended before now.
 func (h Handle) expired(now time.Time) bool { return now.UnixMilli() >= h.VisibleAt }
+
+// A recall handle names one timer message for RecallMessage: base64url (strict) of
+// version(1)=2 | commitlog offset(8) | delivery time unix ms(8) | mac(16), the mac an
+// HMAC-SHA256 under the POP secret over a domain label, the topic and the 17 bytes.
+const recallLen = 1 + 8 + 8 + handleMACLen
+
+func recallMAC(secret []byte, topic string, payload []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("sluice-recall-handle-v1\x00"))
+	m.Write([]byte(topic))
+	m.Write([]byte{0})
+	m.Write(payload)
+	return m.Sum(nil)[:handleMACLen]
+}
+
+// RecallHandle signs a recall handle for the timer message of topic stored at
+// commitLogOffset with delivery time deliverAt.
+func (s *Service) RecallHandle(topic string, commitLogOffset, deliverAt int64) string {
+	var b [recallLen]byte
+	b[0] = 2
+	binary.BigEndian.PutUint64(b[1:], uint64(commitLogOffset))
+	binary.BigEndian.PutUint64(b[9:], uint64(deliverAt))
+	copy(b[17:], recallMAC(s.secret, topic, b[:17]))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// ParseRecallHandle checks a recall handle for topic and returns what it names; a
+// refused one is a *HandleError.
+func (s *Service) ParseRecallHandle(topic, h string) (commitLogOffset, deliverAt int64, err error) {
+	if len(h) > MaxHandleLen {
+		return 0, 0, &HandleError{HandleMalformed, "recall_handle: too long"}
+	}
+	b, derr := base64.RawURLEncoding.Strict().DecodeString(h)
+	if derr != nil || len(b) != recallLen || b[0] != 2 {
+		return 0, 0, &HandleError{HandleMalformed, "recall_handle: not a recall handle of this broker"}
+	}
+	if !hmac.Equal(b[17:], recallMAC(s.secret, topic, b[:17])) {
+		return 0, 0, &HandleError{HandleForged, "recall_handle: signature does not match: not issued by this broker for this topic"}
+	}
+	return int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:])), nil
+}
