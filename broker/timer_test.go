@@ -93,3 +93,36 @@ func TestTimerValidation(t *testing.T) {
 		}
 	}
 }
+
+// A recalled timer is not delivered, also after a restart; a second recall is refused.
+func TestTimerRecallSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, dir, nil)
+	due := time.Now().Add(1500 * time.Millisecond)
+	m := &message.MessageExt{Message: message.Message{Topic: "TimerRecall", Body: []byte("recalled"),
+		Properties: map[string]string{PropertyTimerDeliverMS: strconv.FormatInt(due.UnixMilli(), 10),
+			message.PropertyUniqClientMessageIDKeyIdx: "RECALL1"}}, QueueID: 0}
+	res, err := b.PutMessage(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTimer(t, b, "TimerRecall", "kept", PropertyTimerDeliverMS, strconv.FormatInt(due.UnixMilli(), 10))
+	if id, err := b.RecallTimer(res.CommitLogOffset, due.UnixMilli()); err != nil || id != "RECALL1" {
+		t.Fatalf("recall: %q %v", id, err)
+	}
+	if _, err := b.RecallTimer(res.CommitLogOffset, due.UnixMilli()); err != ErrTimerNotPending {
+		t.Fatalf("second recall: %v, want ErrTimerNotPending", err)
+	}
+	if _, err := b.RecallTimer(res.CommitLogOffset, due.UnixMilli()+1); err != ErrTimerNotPending {
+		t.Fatalf("recall with another delivery time: %v, want ErrTimerNotPending", err)
+	}
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b2 := startBroker(t, dir, nil)
+	testkit.WaitFor(t, 30*time.Second, func() bool { return len(readTopic(t, b2, "TimerRecall")) >= 1 }, "the kept timer")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(due.Add(time.Second)) }, "a second past due")
+	if got := readTopic(t, b2, "TimerRecall"); len(got) != 1 || string(got[0].Body) != "kept" {
+		t.Fatalf("after the restart %d delivered, want only kept", len(got))
+	}
+}
