@@ -70,14 +70,16 @@ type Broker struct {
 	arrivals *arrivals
 	sched    *scheduler
 	timer    *timerService // timer.go: timer messages (TIMER_DELIVER_MS, TIMER_DELAY_SEC/MS)
-	locks    *queueLocks
-	txn      *txnService
-	held     *heldPulls
-	sqlCache *filter.SQLCache
-	pressure diskPressure   // diskpressure.go: the disk-pressure policy's state and Stats counters
-	acl      *acl.Validator // nil unless aclEnable
-	counters counters       // stats.go: refusals and registrations, exported through Stats
-	traffic  *brokerStats   // statsnapshot.go: hot-path counters read by StatsSnapshot
+	// txnChecker asks a front end's producers about half messages (frontend.go)
+	txnChecker atomic.Pointer[TransactionChecker]
+	locks      *queueLocks
+	txn        *txnService
+	held       *heldPulls
+	sqlCache   *filter.SQLCache
+	pressure   diskPressure   // diskpressure.go: the disk-pressure policy's state and Stats counters
+	acl        *acl.Validator // nil unless aclEnable
+	counters   counters       // stats.go: refusals and registrations, exported through Stats
+	traffic    *brokerStats   // statsnapshot.go: hot-path counters read by StatsSnapshot
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records

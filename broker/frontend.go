@@ -65,6 +65,12 @@ func (b *Broker) PutMessage(ctx context.Context, m *message.MessageExt) (store.P
 			Reason: fmt.Sprintf("the message properties length %d bytes exceeds %d bytes", n, message.MaxPropertiesLength)}
 	}
 	m.StoreHost = b.storeHost
+	if m.Property(message.PropertyTransactionPrepared) == "true" { // a half message (txn.go)
+		if resp := b.prepareHalf(m); resp != nil {
+			return store.PutResult{}, refused(resp)
+		}
+		return b.store.PutMessage(ctx, m, message.TagHashCode(m.Tag()))
+	}
 	if message.IsRetryTopic(m.Topic) {
 		b.routeRetry(m, -1)
 	}
@@ -230,4 +236,34 @@ func IsRefused(err error) (*RefusedError, bool) {
 	var r *RefusedError
 	ok := errors.As(err, &r)
 	return r, ok
+}
+
+// EndTransaction commits or rolls back the half message at commitLogOffset (queue offset
+// tranStateTableOffset in the half topic) of producerGroup, as END_TRANSACTION does.
+// A refusal (no such half message, already ended otherwise) is a *RefusedError.
+func (b *Broker) EndTransaction(ctx context.Context, producerGroup string, tranStateTableOffset, commitLogOffset int64, commit, fromCheck bool) error {
+	decision := int32(txnRollback)
+	if commit {
+		decision = txnCommit
+	}
+	req := remoting.NewRequest(remoting.EndTransaction, wire.EndTransactionHeader{ProducerGroup: producerGroup,
+		TranStateTableOffset: tranStateTableOffset, CommitLogOffset: commitLogOffset, CommitOrRollback: decision,
+		FromTransactionCheck: fromCheck}.Ext(), nil)
+	if resp := b.handleEndTransaction(ctx, nil, req); resp != nil && resp.Code != int16(remoting.Success) {
+		return refused(resp)
+	}
+	return nil
+}
+
+// TransactionChecker asks a front end's producer about a half message whose producer
+// group has no remoting producer connected; it reports whether it asked.
+type TransactionChecker func(ctx context.Context, half *message.MessageExt) bool
+
+// SetTransactionChecker installs the front end's transaction checker (nil: none).
+func (b *Broker) SetTransactionChecker(f TransactionChecker) {
+	if f == nil {
+		b.txnChecker.Store(nil)
+		return
+	}
+	b.txnChecker.Store(&f)
 }

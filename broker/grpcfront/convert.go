@@ -29,6 +29,11 @@ const (
 	propertyTimerDelayMS   = "TIMER_DELAY_MS"
 )
 
+// TransactionProducerGroup is the producer group (PGROUP) of the half messages v5
+// producers send: v5 producers have no group; the broker's transaction check asks a v5
+// producer that publishes the message's topic.
+const TransactionProducerGroup = "SLUICE_V5_PRODUCER"
+
 // Limits of a v5 message (Apache RocketMQ's proxy defaults).
 const (
 	maxMessageGroupLen   = 64
@@ -102,6 +107,8 @@ func codeOfRefusal(r *broker.RefusedError) v2.Code {
 		return v2.Code_TOO_MANY_REQUESTS
 	case remoting.SubscriptionParseFailed:
 		return v2.Code_ILLEGAL_FILTER_EXPRESSION
+	case remoting.TransactionFailed:
+		return v2.Code_PRECONDITION_FAILED // the transaction already ended the other way
 	}
 	return v2.Code_INTERNAL_SERVER_ERROR
 }
@@ -243,7 +250,11 @@ func toStored(i int, m *v2.Message, maxBody int, bornHost netip.AddrPort) (*mess
 		}
 		props[propertyTimerDeliverMS] = strconv.FormatInt(at.UnixMilli(), 10)
 	case v2.MessageType_TRANSACTION:
-		return nil, refuse(v2.Code_NOT_IMPLEMENTED, "%s.system_properties.message_type: TRANSACTION messages are not served by the gRPC front end yet", f)
+		if sp.MessageGroup != nil || sp.DeliveryTimestamp != nil {
+			return nil, refuse(v2.Code_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "%s.system_properties: a TRANSACTION message has no message_group or delivery_timestamp", f)
+		}
+		props[message.PropertyTransactionPrepared] = "true"
+		props[message.PropertyProducerGroup] = TransactionProducerGroup
 	default:
 		return nil, refuse(v2.Code_BAD_REQUEST, "%s.system_properties.message_type: %v is not supported", f, sp.GetMessageType())
 	}

@@ -434,3 +434,40 @@ func TestTLSAsOnTheRemotingPort(t *testing.T) {
 		t.Fatal("a plain-text client was served by the TLS front end")
 	}
 }
+
+// EndTransaction with a transaction id this broker did not issue for the topic is
+// refused; the resolution must be COMMIT or ROLLBACK.
+func TestEndTransactionValidation(t *testing.T) {
+	_, _, c, ctx := startFront(t)
+	m := validMessage("TxnV")
+	m.SystemProperties.MessageType = v2.MessageType_TRANSACTION
+	resp, err := c.SendMessage(ctx, &v2.SendMessageRequest{Messages: []*v2.Message{m}})
+	if err != nil || resp.GetStatus().GetCode() != v2.Code_OK || resp.GetEntries()[0].GetTransactionId() == "" {
+		t.Fatalf("transactional send: %v %v", resp, err)
+	}
+	txid := resp.GetEntries()[0].GetTransactionId()
+	for _, tc := range []struct {
+		name  string
+		req   *v2.EndTransactionRequest
+		code  v2.Code
+		field string
+	}{
+		{"garbage id", &v2.EndTransactionRequest{Topic: &v2.Resource{Name: "TxnV"}, TransactionId: "garbage", Resolution: v2.TransactionResolution_COMMIT}, v2.Code_INVALID_TRANSACTION_ID, "transaction_id"},
+		{"other topic", &v2.EndTransactionRequest{Topic: &v2.Resource{Name: "TxnOther"}, TransactionId: txid, Resolution: v2.TransactionResolution_COMMIT}, v2.Code_INVALID_TRANSACTION_ID, "transaction_id"},
+		{"no resolution", &v2.EndTransactionRequest{Topic: &v2.Resource{Name: "TxnV"}, TransactionId: txid}, v2.Code_BAD_REQUEST, "resolution"},
+	} {
+		r, err := c.EndTransaction(ctx, tc.req)
+		if err != nil || r.GetStatus().GetCode() != tc.code || !strings.Contains(r.GetStatus().GetMessage(), tc.field) {
+			t.Errorf("%s: %v %v, want %v naming %s", tc.name, r.GetStatus(), err, tc.code, tc.field)
+		}
+	}
+	if r, err := c.EndTransaction(ctx, &v2.EndTransactionRequest{Topic: &v2.Resource{Name: "TxnV"}, TransactionId: txid,
+		Resolution: v2.TransactionResolution_ROLLBACK}); err != nil || r.GetStatus().GetCode() != v2.Code_OK {
+		t.Fatalf("rollback: %v %v", r.GetStatus(), err)
+	}
+	// Committing after the rollback is refused (the transaction already ended).
+	if r, err := c.EndTransaction(ctx, &v2.EndTransactionRequest{Topic: &v2.Resource{Name: "TxnV"}, TransactionId: txid,
+		Resolution: v2.TransactionResolution_COMMIT}); err != nil || r.GetStatus().GetCode() != v2.Code_PRECONDITION_FAILED {
+		t.Fatalf("commit after rollback: %v %v, want PRECONDITION_FAILED", r.GetStatus(), err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -450,5 +451,67 @@ func TestOfficialRecallDelayMessage(t *testing.T) {
 	}
 	if fmt.Sprint(bodies) != "[kept]" {
 		t.Fatalf("delivered %v, want only [kept]", bodies)
+	}
+}
+
+// Transactions: the official producer commits one half message, rolls one back and
+// leaves one undecided; the broker's check reaches the producer's checker over the
+// telemetry stream (RecoverOrphanedTransactionCommand), which commits it.
+func TestOfficialTransactionWithCheckBack(t *testing.T) {
+	b, s := front(t, func(c *broker.Config) { c.TransactionTimeOut = 1000; c.TransactionCheckInterval = 300 })
+	const topic = "V5Txn"
+	var mu sync.Mutex
+	var checked []string
+	p, err := rmq.NewProducer(&rmq.Config{Endpoint: s.Addr(), Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(topic),
+		rmq.WithTransactionChecker(&rmq.TransactionChecker{Check: func(mv *rmq.MessageView) rmq.TransactionResolution {
+			mu.Lock()
+			checked = append(checked, string(mv.GetBody()))
+			mu.Unlock()
+			return rmq.COMMIT
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// No GracefulStop: in v5.1.4 it races (go test -race) with the goroutine the client
+	// starts for each transaction check (metric.go:338 Reset against metric.go:321
+	// isEnabled from producer.go:475 endTransaction), whatever the server does. The
+	// producer is left to end with the test process; the front end's shutdown closes
+	// its streams.
+	send := func(body string) rmq.Transaction {
+		tx := p.BeginTransaction()
+		if _, err := p.SendWithTransaction(testkit.Context(t, 10*time.Second), &rmq.Message{Topic: topic, Body: []byte(body)}, tx); err != nil {
+			t.Fatalf("send %s: %v", body, err)
+		}
+		return tx
+	}
+	if err := send("committed").Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := send("rolled-back").RollBack(); err != nil {
+		t.Fatal(err)
+	}
+	send("orphan") // neither: the broker asks the checker
+	read := func() []string {
+		var out []string
+		for q := int32(0); q < 8; q++ {
+			msgs, _, _ := b.ReadMessages(topic, q, 0, 10, nil)
+			for _, m := range msgs {
+				out = append(out, string(m.Body))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	testkit.WaitFor(t, 60*time.Second, func() bool { return len(read()) == 2 }, "committed and orphan (after a check) in the topic")
+	if got := fmt.Sprint(read()); got != "[committed orphan]" {
+		t.Fatalf("topic holds %s, want [committed orphan]", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(checked, "orphan") || slices.Contains(checked, "committed") {
+		t.Fatalf("checked %v, want the orphan only", checked)
 	}
 }

@@ -90,6 +90,8 @@ type Server struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 	svc    *service
+
+	producers producerSet // producers' telemetry streams, for transaction checks
 }
 
 // New prepares a front end for a started broker and opens its POP state
@@ -150,6 +152,7 @@ func (s *Server) Start() error {
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
 	}
+	s.b.SetTransactionChecker(s.checkTransaction)
 	s.grpc = grpc.NewServer(opts...)
 	s.svc = &service{s: s}
 	v2.RegisterMessagingServiceServer(s.grpc, s.svc)
@@ -181,6 +184,7 @@ func (s *Server) Pop() *pop.Service { return s.pop }
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
+		s.b.SetTransactionChecker(nil)
 		s.cancel()
 		if s.grpc != nil {
 			done := make(chan struct{})

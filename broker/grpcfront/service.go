@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -108,6 +110,8 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 		cmd *v2.TelemetryCommand
 		err error
 	}
+	tc := &telemetryConn{stream: stream}
+	defer sv.s.producers.remove(tc)
 	in := make(chan recv, 1)
 	go func() { // ends when the stream ends: the handler's return cancels it
 		for {
@@ -134,7 +138,14 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 				return r.err
 			}
 			if st := r.cmd.GetSettings(); st != nil {
-				if err := stream.Send(sv.settings(st)); err != nil {
+				if st.GetClientType() == v2.ClientType_PRODUCER {
+					var topics []string
+					for _, t := range st.GetPublishing().GetTopics() {
+						topics = append(topics, t.GetName())
+					}
+					sv.s.producers.add(tc, topics)
+				}
+				if err := tc.send(sv.settings(st)); err != nil {
 					return err
 				}
 			}
@@ -205,6 +216,9 @@ func (sv *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) 
 		if err == nil {
 			e.MessageId = pm.GetSystemProperties().GetMessageId()
 			e.Offset = res.QueueOffset
+			if m.Topic == message.TransHalfTopic { // a half message: EndTransaction names it by this id
+				e.TransactionId = sv.s.pop.TransactionID(m.Property(message.PropertyRealTopic), res.CommitLogOffset, res.QueueOffset)
+			}
 			if m.Topic == broker.TimerTopic { // parked until due: it can be recalled
 				at, _ := strconv.ParseInt(m.Property(broker.PropertyTimerOutMS), 10, 64)
 				e.RecallHandle = sv.s.pop.RecallHandle(m.Property(message.PropertyRealTopic), res.CommitLogOffset, at)
@@ -496,8 +510,34 @@ func (sv *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.
 	return &v2.ForwardMessageToDeadLetterQueueResponse{Status: okStatus()}, nil
 }
 
-func (sv *service) EndTransaction(context.Context, *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
-	return &v2.EndTransactionResponse{Status: &v2.Status{Code: v2.Code_NOT_IMPLEMENTED, Message: "transactions are not served by the gRPC front end yet"}}, nil
+// EndTransaction commits or rolls back a half message named by its transaction id.
+func (sv *service) EndTransaction(ctx context.Context, req *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
+	topic, err := checkTopic("topic", req.GetTopic())
+	if err == nil && req.GetTransactionId() == "" {
+		err = refuse(v2.Code_INVALID_TRANSACTION_ID, "transaction_id: required")
+	}
+	var commit bool
+	if err == nil {
+		switch req.GetResolution() {
+		case v2.TransactionResolution_COMMIT:
+			commit = true
+		case v2.TransactionResolution_ROLLBACK:
+		default:
+			err = refuse(v2.Code_BAD_REQUEST, "resolution %v: COMMIT or ROLLBACK", req.GetResolution())
+		}
+	}
+	if err != nil {
+		return &v2.EndTransactionResponse{Status: statusOf(err)}, nil
+	}
+	off, queueOff, err := sv.s.pop.ParseTransactionID(topic, req.GetTransactionId())
+	if err != nil {
+		return &v2.EndTransactionResponse{Status: &v2.Status{Code: v2.Code_INVALID_TRANSACTION_ID, Message: err.Error()}}, nil
+	}
+	fromCheck := req.GetSource() == v2.TransactionSource_SOURCE_SERVER_CHECK
+	if err := sv.s.b.EndTransaction(ctx, TransactionProducerGroup, queueOff, off, commit, fromCheck); err != nil {
+		return &v2.EndTransactionResponse{Status: statusOf(err)}, nil
+	}
+	return &v2.EndTransactionResponse{Status: okStatus()}, nil
 }
 
 // RecallMessage cancels a timer message that is not yet due, named by the recall
@@ -522,4 +562,83 @@ func (sv *service) RecallMessage(_ context.Context, req *v2.RecallMessageRequest
 		return &v2.RecallMessageResponse{Status: statusOf(err)}, nil
 	}
 	return &v2.RecallMessageResponse{Status: okStatus(), MessageId: id}, nil
+}
+
+// telemetryConn is one client's telemetry stream; sends are serialised (the handler
+// answers settings, the transaction checker sends recovery commands).
+type telemetryConn struct {
+	mu     sync.Mutex
+	stream grpc.BidiStreamingServer[v2.TelemetryCommand, v2.TelemetryCommand]
+}
+
+func (c *telemetryConn) send(cmd *v2.TelemetryCommand) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stream.Send(cmd)
+}
+
+// producerSet is the producers connected by telemetry, with the topics they publish.
+type producerSet struct {
+	mu    sync.Mutex
+	conns map[*telemetryConn][]string
+}
+
+func (p *producerSet) add(c *telemetryConn, topics []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		p.conns = map[*telemetryConn][]string{}
+	}
+	p.conns[c] = topics
+}
+
+func (p *producerSet) remove(c *telemetryConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
+}
+
+// forTopic returns a producer publishing topic (one that named no topics will do too).
+func (p *producerSet) forTopic(topic string) *telemetryConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var any *telemetryConn
+	for c, topics := range p.conns {
+		if slices.Contains(topics, topic) {
+			return c
+		}
+		if len(topics) == 0 {
+			any = c
+		}
+	}
+	return any
+}
+
+// checkTransaction is the broker's transaction checker for v5 half messages: it sends
+// RecoverOrphanedTransactionCommand to a producer publishing the message's topic, which
+// answers with EndTransaction (source SERVER_CHECK).
+func (s *Server) checkTransaction(_ context.Context, half *message.MessageExt) bool {
+	if half.Property(message.PropertyProducerGroup) != TransactionProducerGroup {
+		return false
+	}
+	topic := half.Property(message.PropertyRealTopic)
+	c := s.producers.forTopic(topic)
+	if c == nil {
+		return false
+	}
+	view := *half
+	view.Topic = topic
+	if qid, err := strconv.Atoi(half.Property(message.PropertyRealQueueID)); err == nil {
+		view.QueueID = int32(qid)
+	}
+	m := toV5(&view, "", 0, 0)
+	m.SystemProperties.ReceiptHandle, m.SystemProperties.DeliveryAttempt, m.SystemProperties.InvisibleDuration = nil, nil, nil
+	err := c.send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_RecoverOrphanedTransactionCommand{
+		RecoverOrphanedTransactionCommand: &v2.RecoverOrphanedTransactionCommand{Message: m,
+			TransactionId: s.pop.TransactionID(topic, half.CommitLogOffset, half.QueueOffset)}}})
+	if err != nil {
+		s.log.Warn("send a transaction check to a v5 producer", "topic", topic, "err", err)
+		return false
+	}
+	return true
 }

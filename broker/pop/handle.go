@@ -121,7 +121,8 @@ func (h Handle) expired(now time.Time) bool { return now.UnixMilli() >= h.Visibl
 
 // A recall handle names one timer message for RecallMessage: base64url (strict) of
 // version(1)=2 | commitlog offset(8) | delivery time unix ms(8) | mac(16), the mac an
-// HMAC-SHA256 under the POP secret over a domain label, the topic and the 17 bytes.
+// HMAC-SHA256 under the POP secret over a domain label, the topic and the 17 bytes (the
+// version byte keeps recall handles and transaction ids apart).
 const recallLen = 1 + 8 + 8 + handleMACLen
 
 func recallMAC(secret []byte, topic string, payload []byte) []byte {
@@ -136,26 +137,46 @@ func recallMAC(secret []byte, topic string, payload []byte) []byte {
 // RecallHandle signs a recall handle for the timer message of topic stored at
 // commitLogOffset with delivery time deliverAt.
 func (s *Service) RecallHandle(topic string, commitLogOffset, deliverAt int64) string {
-	var b [recallLen]byte
-	b[0] = 2
-	binary.BigEndian.PutUint64(b[1:], uint64(commitLogOffset))
-	binary.BigEndian.PutUint64(b[9:], uint64(deliverAt))
-	copy(b[17:], recallMAC(s.secret, topic, b[:17]))
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return s.signPair(2, topic, commitLogOffset, deliverAt)
 }
 
 // ParseRecallHandle checks a recall handle for topic and returns what it names; a
 // refused one is a *HandleError.
 func (s *Service) ParseRecallHandle(topic, h string) (commitLogOffset, deliverAt int64, err error) {
+	return s.parsePair(2, "recall_handle", topic, h)
+}
+
+// TransactionID signs the transaction id of a half message of topic (same format as a
+// recall handle, version 3: the half's commitlog offset and its queue offset in the
+// half topic), so EndTransaction cannot name another producer's half message.
+func (s *Service) TransactionID(topic string, commitLogOffset, queueOffset int64) string {
+	return s.signPair(3, topic, commitLogOffset, queueOffset)
+}
+
+// ParseTransactionID checks a transaction id for topic.
+func (s *Service) ParseTransactionID(topic, id string) (commitLogOffset, queueOffset int64, err error) {
+	return s.parsePair(3, "transaction_id", topic, id)
+}
+
+func (s *Service) signPair(version byte, topic string, a, b int64) string {
+	var buf [recallLen]byte
+	buf[0] = version
+	binary.BigEndian.PutUint64(buf[1:], uint64(a))
+	binary.BigEndian.PutUint64(buf[9:], uint64(b))
+	copy(buf[17:], recallMAC(s.secret, topic, buf[:17]))
+	return base64.RawURLEncoding.EncodeToString(buf[:])
+}
+
+func (s *Service) parsePair(version byte, field, topic, h string) (int64, int64, error) {
 	if len(h) > MaxHandleLen {
-		return 0, 0, &HandleError{HandleMalformed, "recall_handle: too long"}
+		return 0, 0, &HandleError{HandleMalformed, field + ": too long"}
 	}
-	b, derr := base64.RawURLEncoding.Strict().DecodeString(h)
-	if derr != nil || len(b) != recallLen || b[0] != 2 {
-		return 0, 0, &HandleError{HandleMalformed, "recall_handle: not a recall handle of this broker"}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(h)
+	if err != nil || len(b) != recallLen || b[0] != version {
+		return 0, 0, &HandleError{HandleMalformed, field + ": not issued by this broker"}
 	}
 	if !hmac.Equal(b[17:], recallMAC(s.secret, topic, b[:17])) {
-		return 0, 0, &HandleError{HandleForged, "recall_handle: signature does not match: not issued by this broker for this topic"}
+		return 0, 0, &HandleError{HandleForged, field + ": signature does not match: not issued by this broker for this topic"}
 	}
 	return int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:])), nil
 }
