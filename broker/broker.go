@@ -69,14 +69,17 @@ type Broker struct {
 	clients  *clientManager
 	arrivals *arrivals
 	sched    *scheduler
-	locks    *queueLocks
-	txn      *txnService
-	held     *heldPulls
-	sqlCache *filter.SQLCache
-	pressure diskPressure   // diskpressure.go: the disk-pressure policy's state and Stats counters
-	acl      *acl.Validator // nil unless aclEnable
-	counters counters       // stats.go: refusals and registrations, exported through Stats
-	traffic  *brokerStats   // statsnapshot.go: hot-path counters read by StatsSnapshot
+	timer    *timerService // timer.go: timer messages (TIMER_DELIVER_MS, TIMER_DELAY_SEC/MS)
+	// txnChecker asks a front end's producers about half messages (frontend.go)
+	txnChecker atomic.Pointer[TransactionChecker]
+	locks      *queueLocks
+	txn        *txnService
+	held       *heldPulls
+	sqlCache   *filter.SQLCache
+	pressure   diskPressure   // diskpressure.go: the disk-pressure policy's state and Stats counters
+	acl        *acl.Validator // nil unless aclEnable
+	counters   counters       // stats.go: refusals and registrations, exported through Stats
+	traffic    *brokerStats   // statsnapshot.go: hot-path counters read by StatsSnapshot
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -138,6 +141,9 @@ func New(cfg Config) (*Broker, error) {
 		b.log.Warn("groups with invalid names dropped from subscriptionGroup.json", "count", b.groups.dropped)
 	}
 	if b.sched, err = newScheduler(b); err != nil {
+		return nil, err
+	}
+	if b.timer, err = newTimerService(b); err != nil {
 		return nil, err
 	}
 	b.txn = newTxnService(b)
@@ -266,6 +272,7 @@ func (b *Broker) Start() (err error) {
 	b.spawn(b.offsetFlushLoop)
 	b.spawn(b.clientExpiryLoop)
 	b.sched.start()
+	b.spawn(b.timer.loop)
 	b.spawn(b.txn.checkLoop)
 	b.spawn(b.retentionLoop)
 	b.topics.writer.log, b.groups.writer.log = b.log, b.log
@@ -374,6 +381,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.store != nil {
 		if err := b.sched.persist(); err != nil {
 			errs = append(errs, fmt.Errorf("persist delay offsets: %w", err))
+		}
+		if err := b.timer.close(); err != nil {
+			errs = append(errs, fmt.Errorf("persist timer index: %w", err))
 		}
 	}
 	if b.store != nil {

@@ -211,6 +211,12 @@ type Config struct {
 	// verified (as the official Go client's WithTls does); set it in production.
 	TLSCAFile string `conf:"tlsCAFile"`
 
+	// GrpcListenAddr, when set, is where the sluice broker command serves the RocketMQ 5
+	// gRPC MessagingService (package broker/grpcfront) on the same store, e.g.
+	// "127.0.0.1:8081" ("127.0.0.1:0": a free port); with tlsEnable it serves TLS with the
+	// same certificate. Sluice key. Default: none (the gRPC front end is off).
+	GrpcListenAddr string `conf:"grpcListenAddr"`
+
 	// CompressedRegister sends REGISTER_BROKER bodies in RocketMQ's compressed form
 	// (zlib; topicSysFlag and order are not carried). Unset: compressed only when the
 	// JSON body would be over 1 MiB, so a large topic table still fits a frame; "false":

@@ -337,6 +337,9 @@ func (b *Broker) applyDelay(m *message.MessageExt) (int64, *remoting.RemotingCom
 			return b.sched.park(m, level), nil
 		}
 	}
+	if _, resp := b.parkTimer(m); resp != nil { // timer.go: TIMER_DELIVER_MS, TIMER_DELAY_SEC/MS
+		return 0, resp
+	}
 	return message.TagHashCode(m.Tag()), nil
 }
 

@@ -382,6 +382,9 @@ func (t *txnService) sendCheck(ctx context.Context, half *message.MessageExt) bo
 	group := half.Property(message.PropertyProducerGroup)
 	conn := b.clients.producerConn(group)
 	if conn == nil {
+		if f := b.txnChecker.Load(); f != nil { // a producer of a front end (frontend.go)
+			return (*f)(ctx, half)
+		}
 		return false
 	}
 	view := *half

@@ -47,6 +47,7 @@ var sendForbiddenTopics = map[string]bool{
 	"TRANS_CHECK_MAX_TIME_TOPIC":  true,
 	"SELF_TEST_TOPIC":             true,
 	"OFFSET_MOVED_EVENT":          true,
+	"rmq_sys_wheel_timer":         true, // timer messages until due (broker/timer.go)
 }
 
 // IsSystemTopic reports whether topic is one the broker itself owns: the send-forbidden

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/brokermetrics"
+	"github.com/sluicemq/sluice/broker/grpcfront"
 	"github.com/sluicemq/sluice/console"
 	"github.com/sluicemq/sluice/lifecycle"
 )
@@ -42,6 +44,7 @@ the short-lived garbage of requests, so collecting a quarter as often costs abou
 	f.String("namesrv-listen", "", "listen address of the embedded name server (default 127.0.0.1:9876)")
 	f.String("broker-name", "", "broker name (default broker-a)")
 	f.String("cluster", "", "cluster name (default DefaultCluster)")
+	f.String("grpc-listen", "", "also serve the RocketMQ 5 gRPC MessagingService (v5 clients) on this ip:port (grpcListenAddr); empty = off")
 	addMetricsFlags(cmd)
 	f.String("console", "", "also serve the web console on this ip:port (e.g. 127.0.0.1:8080; another than loopback needs $SLUICE_CONSOLE_TOKEN); empty = off")
 	f.Bool("console-read-only", false, "the --console refuses every change with 403")
@@ -67,6 +70,7 @@ func brokerConfig(cmd *cobra.Command) (broker.Config, error) {
 		"namesrv-listen": &cfg.NamesrvListenAddr,
 		"broker-name":    &cfg.BrokerName,
 		"cluster":        &cfg.BrokerClusterName,
+		"grpc-listen":    &cfg.GrpcListenAddr,
 	} {
 		if f.Changed(flag) {
 			*dst, _ = f.GetString(flag)
@@ -131,6 +135,13 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	_ = g.AddServer("broker "+b.Name(), b)
 	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker %s listening on %s, name server %s, data in %s\n",
 		b.Name(), b.Addr(), b.NamesrvAddr(), cfg.StorePathRootDir)
+	front, err := startGrpcFront(cmd, b, log)
+	if err != nil {
+		return errors.Join(err, shutdownNow(g, grace))
+	}
+	if front != nil {
+		_ = g.AddFrontend("gRPC front end", front) // front ends stop before the broker closes the store
+	}
 	collectors := []prometheus.Collector{brokermetrics.NewCollector(b)}
 	if ns := b.EmbeddedNameServer(); ns != nil {
 		collectors = append(collectors, brokermetrics.NewNameServerCollector(ns))
@@ -155,4 +166,23 @@ func runBroker(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), "sluice broker stopped")
 	return nil
+}
+
+// startGrpcFront starts the RocketMQ 5 gRPC front end when grpcListenAddr
+// (--grpc-listen) is set, and returns nil when it is not. The caller registers it as a
+// front end of its lifecycle group, so it stops before the broker closes the store it
+// reads.
+func startGrpcFront(cmd *cobra.Command, b *broker.Broker, log *slog.Logger) (*grpcfront.Server, error) {
+	if b.GrpcListenAddr() == "" {
+		return nil, nil
+	}
+	front, err := grpcfront.New(grpcfront.Config{Broker: b, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := front.Start(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "sluice broker serving RocketMQ 5 gRPC clients on %s\n", front.Addr())
+	return front, nil
 }
