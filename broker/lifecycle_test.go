@@ -78,24 +78,27 @@ func TestDeadClientsAreDropped(t *testing.T) {
 // topic after it, and a level above the table is clamped to the last level.
 func TestDelayLevels(t *testing.T) {
 	dir := t.TempDir()
-	b := startBroker(t, dir, func(c *Config) { c.MessageDelayLevel, c.DelayLevelOutOfRange = "300ms 1s", DelayLevelClamp })
+	// Levels of seconds, not milliseconds: on a loaded machine the sends and the first pull
+	// can take longer than a short level, and the "not yet visible" check would race it.
+	b := startBroker(t, dir, func(c *Config) { c.MessageDelayLevel, c.DelayLevelOutOfRange = "2s 3s", DelayLevelClamp })
 	c := newClient(t)
 	createTopic(t, c, b.Addr(), "D", 1)
 	start := time.Now()
 	sendV1(t, c, b.Addr(), "D", 0, []byte("one"), map[string]string{"DELAY": "1", "TAGS": "x"})
-	sendV1(t, c, b.Addr(), "D", 0, []byte("nine"), map[string]string{"DELAY": "9"}) // clamped to level 2 (1s)
-	if r := pull(t, c, b.Addr(), "g", "D", 0, 0, "*", 0); r.ResponseCode() == remoting.Success {
-		t.Fatal("a delayed message was readable at once")
+	sendV1(t, c, b.Addr(), "D", 0, []byte("nine"), map[string]string{"DELAY": "9"}) // clamped to level 2 (3s)
+	r := pull(t, c, b.Addr(), "g", "D", 0, 0, "*", 0)
+	if time.Since(start) < 2*time.Second && r.ResponseCode() == remoting.Success {
+		t.Fatal("a delayed message was readable before its level's delay")
 	}
 	var got []*message.MessageExt
-	testkit.WaitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		r := pull(t, c, b.Addr(), "g", "D", 0, 0, "*", 0)
 		got, _ = message.DecodeRecords(r.Body, message.DecodeOptions{})
 		return len(got) == 2
 	}, "both delayed messages")
 	elapsed := time.Since(start)
-	if elapsed < time.Second {
-		t.Fatalf("level 9 (clamped to 1s) arrived after %v", elapsed)
+	if elapsed < 3*time.Second {
+		t.Fatalf("level 9 (clamped to 3s) arrived after %v", elapsed)
 	}
 	if string(got[0].Body) != "one" || got[0].Tag() != "x" || got[0].DelayLevel() != 0 || got[0].Topic != "D" {
 		t.Fatalf("delivered %+v", got[0])
@@ -113,7 +116,7 @@ func TestDelayLevels(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, func() bool {
 		return b2.store.MaxOffset("D", 0) >= 3
 	}, "the post-restart delayed message")
-	r := pull(t, c, b2.Addr(), "g", "D", 0, 0, "*", 0)
+	r = pull(t, c, b2.Addr(), "g", "D", 0, 0, "*", 0)
 	all, _ := message.DecodeRecords(r.Body, message.DecodeOptions{})
 	if len(all) != 3 || string(all[2].Body) != "after" {
 		var bodies []string
