@@ -105,7 +105,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		// Register the new %RETRY% topic before answering, as Java does: the client
 		// rebalances right after this answer and looks the retry topic's route up.
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		b.registerAll(rctx)
+		b.registerChanged(rctx)
 		cancel()
 	}
 	// Subscriptions the broker refuses (SQL92 while enablePropertyFilter is off, a
