@@ -216,6 +216,27 @@ func TestBenchRepeat(t *testing.T) {
 	}
 }
 
+// --target kafka-franz measures franz-go beside package kafka on the same embedded
+// cluster, sync and async.
+func TestBenchKafkaFranz(t *testing.T) {
+	for _, mode := range [][]string{{"--inflight", "4"}, {"--async", "--inflight", "16"}} {
+		args := append([]string{"bench", "produce", "--target", "sluice,kafka,kafka-franz", "--broker", "embedded",
+			"--messages", "300", "--size", "128"}, mode...)
+		out, _, err := execRoot(t, 60*time.Second, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		for _, want := range []string{"kafka-franz produce: 1 producer(s)", "(franz-go: all in-sync replicas acknowledge", "ratio sluice/kafka-franz:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
+			}
+		}
+		if n := strings.Count(out, "sent       300 messages"); n != 3 {
+			t.Errorf("%v: %d runs sent 300 messages, want 3:\n%s", args, n, out)
+		}
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -229,6 +250,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "produce", "--target", "pulsar"}, `--target "pulsar"`},
 		{[]string{"bench", "produce", "--target", "pulsar", "--progress"}, `--target "pulsar"`}, // the bar's goroutine must stop too (goleak)
 		{[]string{"bench", "produce", "--target", "kafka,kafka"}, "each once"},
+		{[]string{"bench", "consume", "--target", "kafka-franz"}, `--target "kafka-franz"`},
 		{[]string{"bench", "produce", "--repeat", "-1"}, "--repeat -1: want 1 or more"},
 		{[]string{"bench", "produce", "--target", "rocketmq", "--repeat", "3"}, "--repeat 3: want 1 or more, and 1 with --target rocketmq"},
 		{[]string{"bench", "produce", "--target", "sluice,kafka", "--mode", "oneway"}, "only with --target sluice"},

@@ -352,7 +352,7 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 	if target == targetRocketMQ {
 		return runVsRocketMQ(ctx, o, s, s.describe("same workload:"), Produce, printProduce)
 	}
-	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka)
+	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka, TargetKafkaFranz)
 	if err != nil {
 		return err
 	}
@@ -406,7 +406,7 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 			if res, err = ProduceJetStream(ctx, jcfg); err != nil {
 				return err
 			}
-		case TargetKafka:
+		case TargetKafka, TargetKafkaFranz:
 			kcfg := s.cfg
 			ks := *s
 			ks.cfg = kcfg
@@ -418,6 +418,13 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 				s.cfg.KafkaBrokers, kafkaStarted = ks.cfg.KafkaBrokers, true
 			} else {
 				ks.cfg.KafkaBrokers, ks.cfg.ServerPid = s.cfg.KafkaBrokers, 0
+			}
+			if tgt == TargetKafkaFranz {
+				fmt.Fprintf(out, "%s (franz-go: all in-sync replicas acknowledge, idempotent, linger 0 instead of its default 10 ms)\n", ks.describe(TargetKafkaFranz))
+				if res, err = ProduceKafkaFranz(ctx, ks.cfg); err != nil {
+					return err
+				}
+				break
 			}
 			fmt.Fprintf(out, "%s (package kafka, all in-sync replicas acknowledge, %v batch timeout)\n", ks.describe("kafka"), KafkaBatchTimeout)
 			if res, err = ProduceKafka(ctx, ks.cfg); err != nil {
