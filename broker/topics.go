@@ -209,6 +209,13 @@ func (t *topicTable) takeChanged() (topics map[string]*wire.TopicConfig, version
 	return out, t.version, all
 }
 
+// currentVersion returns the table's data version.
+func (t *topicTable) currentVersion() wire.DataVersion {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
+}
+
 // markAllChanged makes the next takeChanged return the whole table (a registration
 // with part of the changes failed: the next one must not leave them out).
 func (t *topicTable) markAllChanged() {
