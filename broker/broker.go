@@ -430,6 +430,26 @@ const registerCompressAbove = 1 << 20
 // logged at error with the body size and topic count and counted in Stats.RegisterFailed.
 func (b *Broker) registerAll(ctx context.Context) {
 	topics, version := b.topics.snapshot()
+	b.register(ctx, topics, version, true)
+}
+
+// registerChanged registers, with every name server, the topics changed since the
+// last such registration (the whole table when takeChanged says so), after a topic
+// change. A registration that fails makes the next one carry the whole table.
+func (b *Broker) registerChanged(ctx context.Context) {
+	topics, version, all := b.topics.takeChanged()
+	if topics == nil {
+		return
+	}
+	if !b.register(ctx, topics, version, all) && !all {
+		b.topics.markAllChanged()
+	}
+}
+
+// register sends one registration of topics at version to every name server; it
+// reports whether every name server took it. whole says topics is the whole table (the
+// registrations Stats.LastRegisterTopics and LastRegisterBodyBytes describe).
+func (b *Broker) register(ctx context.Context, topics map[string]*wire.TopicConfig, version wire.DataVersion, whole bool) bool {
 	req := wire.RegisterBrokerRequest{
 		ClusterName: b.cfg.BrokerClusterName, BrokerName: b.cfg.BrokerName, BrokerAddr: b.addr,
 		BrokerID: b.cfg.BrokerID, HAServerAddr: b.addr,
@@ -441,32 +461,38 @@ func (b *Broker) registerAll(ctx context.Context) {
 		req.Compress = true
 		body, err = wire.EncodeRegisterBody(req)
 	}
-	b.counters.LastRegisterTopics.Store(int64(len(topics)))
-	b.counters.LastRegisterBodyBytes.Store(int64(len(body)))
+	if whole {
+		b.counters.LastRegisterTopics.Store(int64(len(topics)))
+		b.counters.LastRegisterBodyBytes.Store(int64(len(body)))
+	}
 	if err != nil {
 		b.counters.RegisterFailed.Add(int64(len(b.namesrvAddrs)))
 		b.log.Error("cannot encode the registration: the broker is not registered", "topics", len(topics), "err", err)
-		return
+		return false
 	}
 	// The frame also carries the header (about 300 bytes).
 	if limit := remoting.DefaultMaxFrameSize - 4096; len(body) > limit {
 		b.counters.RegisterFailed.Add(int64(len(b.namesrvAddrs)))
 		b.log.Error("registration body too large for a frame: the name servers will drop this broker and clients lose its routes",
 			"bytes", len(body), "limit", limit, "topics", len(topics), "compressed", req.Compress)
-		return
+		return false
 	}
+	ok := true
 	for _, ns := range b.namesrvAddrs {
 		if _, err := wire.RegisterBrokerEncoded(ctx, b.client, ns, req, body); err != nil {
 			b.counters.RegisterFailed.Add(1)
 			b.log.Error("register with name server failed", "namesrv", ns, "bytes", len(body), "topics", len(topics),
 				"compressed", req.Compress, "err", err)
+			ok = false
 			continue
 		}
 		b.counters.RegisterOK.Add(1)
 	}
+	return ok
 }
 
-// registerLoop re-registers every registerNameServerPeriod and soon after topic changes.
+// registerLoop re-registers the whole table every registerNameServerPeriod and the
+// changed topics soon after topic changes.
 func (b *Broker) registerLoop() {
 	period := time.Duration(b.cfg.RegisterNameServerPeriod) * time.Millisecond
 	t := time.NewTicker(period)
@@ -476,11 +502,14 @@ func (b *Broker) registerLoop() {
 		case <-b.ctx.Done():
 			return
 		case <-t.C:
+			ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+			b.registerAll(ctx)
+			cancel()
 		case <-b.registerNow:
+			ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+			b.registerChanged(ctx)
+			cancel()
 		}
-		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
-		b.registerAll(ctx)
-		cancel()
 	}
 }
 

@@ -53,10 +53,12 @@ type Stats struct {
 	// RegisterFailed counts failed REGISTER_BROKER calls; each is also logged at error
 	// with the body size and topic count.
 	RegisterFailed int64
-	// LastRegisterBodyBytes is the size in bytes of the last registration body (after
-	// compression when it was compressed).
+	// LastRegisterBodyBytes is the size in bytes of the last registration body of the
+	// whole topic table (after compression when it was compressed); registrations after
+	// a topic change carry only the changed topics and are not counted here.
 	LastRegisterBodyBytes int64
-	// LastRegisterTopics is the number of topics in the last registration.
+	// LastRegisterTopics is the number of topics in the last registration of the whole
+	// topic table.
 	LastRegisterTopics int64
 	// RefusedNames counts requests refused because a topic, group or client id broke the
 	// naming rules.

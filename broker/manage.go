@@ -91,24 +91,31 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		groups = append(groups, cd)
 	}
 	hb.ConsumerDataSet = groups
-	createdRetry := false
+	var createdRetry map[string]*wire.TopicConfig
 	for _, cd := range hb.ConsumerDataSet {
 		if cd.MessageModel != wire.MessageModelBroadcasting {
 			retry := message.RetryTopic(cd.GroupName)
-			_, created, err := b.topics.getOrCreate(retry, func() *wire.TopicConfig {
+			tc, created, err := b.topics.getOrCreate(retry, func() *wire.TopicConfig {
 				return &wire.TopicConfig{TopicName: retry, ReadQueueNums: 1, WriteQueueNums: 1, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
 			})
 			if err != nil {
 				b.log.Error("persist topic config", "topic", retry, "err", err)
 			}
-			createdRetry = createdRetry || created
+			if created {
+				if createdRetry == nil {
+					createdRetry = make(map[string]*wire.TopicConfig)
+				}
+				c := *tc
+				createdRetry[retry] = &c
+			}
 		}
 	}
-	if createdRetry {
-		// Register the new %RETRY% topic before answering, as Java does: the client
-		// rebalances right after this answer and looks the retry topic's route up.
+	if len(createdRetry) > 0 {
+		// Register the new %RETRY% topics before answering, as Java does: the client
+		// rebalances right after this answer and looks the retry topic's route up. They
+		// are registered here even when the register loop already took the change.
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		b.registerAll(rctx)
+		b.register(rctx, createdRetry, b.topics.currentVersion(), false)
 		cancel()
 	}
 	// Subscriptions the broker refuses (SQL92 while enablePropertyFilter is off, a

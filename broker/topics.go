@@ -27,8 +27,13 @@ type topicTable struct {
 	mu      sync.RWMutex
 	topics  map[string]*wire.TopicConfig
 	version wire.DataVersion
-	dropped int // topics of the file with invalid names, left out at load
-	writer  *configWriter
+	// changed names the topics put or created since the last takeChanged, the
+	// registration after a topic change sends only these (see takeChanged); changedAll
+	// asks for the whole table instead (after a removal, or a failed registration).
+	changed    map[string]struct{}
+	changedAll bool
+	dropped    int // topics of the file with invalid names, left out at load
+	writer     *configWriter
 }
 
 type topicsFile struct {
@@ -92,6 +97,7 @@ func (t *topicTable) put(tc wire.TopicConfig) error {
 	t.mu.Lock()
 	c := tc
 	t.topics[tc.TopicName] = &c
+	t.markChangedLocked(tc.TopicName)
 	err := t.persistLocked()
 	t.mu.Unlock()
 	if t.onChange != nil {
@@ -117,6 +123,7 @@ func (t *topicTable) getOrCreate(name string, create func() *wire.TopicConfig) (
 		return nil, false, nil
 	}
 	t.topics[name] = tc
+	t.markChangedLocked(name)
 	err := t.persistLocked()
 	t.mu.Unlock()
 	if t.onChange != nil {
@@ -128,6 +135,7 @@ func (t *topicTable) getOrCreate(name string, create func() *wire.TopicConfig) (
 func (t *topicTable) remove(name string) error {
 	t.mu.Lock()
 	delete(t.topics, name)
+	t.changedAll = true
 	err := t.persistLocked()
 	t.mu.Unlock()
 	if t.onChange != nil {
@@ -155,6 +163,65 @@ func (t *topicTable) fileSnapshot() any {
 		f.TopicConfigTable[k] = v
 	}
 	return f
+}
+
+// markChangedLocked records that topic name was put or created (t.mu held).
+func (t *topicTable) markChangedLocked(name string) {
+	if t.changed == nil {
+		t.changed = make(map[string]struct{})
+	}
+	t.changed[name] = struct{}{}
+}
+
+// takeChanged returns copies of the configs changed since the last call and the data
+// version, for the registration that follows a topic change (as Java's
+// registerIncrementBrokerData: a name server adds or updates the topics a registration
+// carries and leaves the others as they are, so the body need not hold the whole table;
+// with 10,000 topics the whole table is about 1.5 MB to encode and decode per created
+// topic). all is true, with the whole table, after a removal or markAllChanged, or when
+// more than half of the table changed. Nothing changed: nil, false.
+func (t *topicTable) takeChanged() (topics map[string]*wire.TopicConfig, version wire.DataVersion, all bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	all = t.changedAll || len(t.changed) > len(t.topics)/2
+	if !all && len(t.changed) == 0 {
+		return nil, t.version, false
+	}
+	src := t.changed
+	if all {
+		src = nil
+	}
+	out := make(map[string]*wire.TopicConfig, len(src))
+	if all {
+		for k, v := range t.topics {
+			c := *v
+			out[k] = &c
+		}
+	} else {
+		for k := range src {
+			if v := t.topics[k]; v != nil {
+				c := *v
+				out[k] = &c
+			}
+		}
+	}
+	t.changed, t.changedAll = nil, false
+	return out, t.version, all
+}
+
+// currentVersion returns the table's data version.
+func (t *topicTable) currentVersion() wire.DataVersion {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
+}
+
+// markAllChanged makes the next takeChanged return the whole table (a registration
+// with part of the changes failed: the next one must not leave them out).
+func (t *topicTable) markAllChanged() {
+	t.mu.Lock()
+	t.changedAll = true
+	t.mu.Unlock()
 }
 
 // snapshot returns copies of all configs and the data version, for registration.

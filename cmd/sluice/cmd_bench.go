@@ -65,8 +65,9 @@ kafka, on a fresh topic of --queues partitions deleted afterwards.`,
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, bench.RunProduce) },
 	}
-	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
+	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), kafka-franz (franz-go, linger 0), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
 	addRocketMQFlags(produce)
+	produce.Flags().Int("repeat", 1, "run the targets this many rounds, alternating them, and print each one's median and spread (lowest-highest) of msg/s and CPU per message, and the median ratios")
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
 	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
@@ -123,6 +124,7 @@ func runBench(cmd *cobra.Command, run func(context.Context, bench.Options) error
 	o.Async, _ = f.GetBool("async")
 	o.Mode, _ = f.GetString("mode")
 	o.BatchSize, _ = f.GetInt("batch-size")
+	o.Repeat, _ = f.GetInt("repeat")
 	o.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
 	o.Orderly, _ = f.GetBool("orderly")
 	o.ConsumeBatch, _ = f.GetInt("consume-batch")

@@ -191,6 +191,52 @@ func TestBenchKafkaBesideSluice(t *testing.T) {
 	}
 }
 
+// --repeat 3 runs Sluice and Kafka alternately three times, starting each server once,
+// and prints both targets' medians and spreads and the median ratio.
+func TestBenchRepeat(t *testing.T) {
+	out, _, err := execRoot(t, 90*time.Second, "bench", "produce", "--target", "sluice,kafka", "--broker", "embedded",
+		"--messages", "200", "--size", "128", "--inflight", "4", "--repeat", "3")
+	if err != nil {
+		t.Fatalf("bench produce --repeat 3: %v\n%s", err, out)
+	}
+	if n := strings.Count(out, "sent       200 messages"); n != 6 {
+		t.Errorf("%d runs sent 200 messages, want 6:\n%s", n, out)
+	}
+	for _, want := range []string{"round 1 of 3", "round 3 of 3", "summary over 3 rounds (median, lowest-highest):", "  sluice     ", "  kafka      ",
+		"  ratio sluice/kafka: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "broker: embedded"); n != 1 {
+		t.Errorf("broker started %d times, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, "kafka: embedded in-process"); n != 1 {
+		t.Errorf("kafka started %d times, want once:\n%s", n, out)
+	}
+}
+
+// --target kafka-franz measures franz-go beside package kafka on the same embedded
+// cluster, sync and async.
+func TestBenchKafkaFranz(t *testing.T) {
+	for _, mode := range [][]string{{"--inflight", "4"}, {"--async", "--inflight", "16"}} {
+		args := append([]string{"bench", "produce", "--target", "sluice,kafka,kafka-franz", "--broker", "embedded",
+			"--messages", "300", "--size", "128"}, mode...)
+		out, _, err := execRoot(t, 60*time.Second, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		for _, want := range []string{"kafka-franz produce: 1 producer(s)", "(franz-go: all in-sync replicas acknowledge", "ratio sluice/kafka-franz:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
+			}
+		}
+		if n := strings.Count(out, "sent       300 messages"); n != 3 {
+			t.Errorf("%v: %d runs sent 300 messages, want 3:\n%s", args, n, out)
+		}
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -204,6 +250,9 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "produce", "--target", "pulsar"}, `--target "pulsar"`},
 		{[]string{"bench", "produce", "--target", "pulsar", "--progress"}, `--target "pulsar"`}, // the bar's goroutine must stop too (goleak)
 		{[]string{"bench", "produce", "--target", "kafka,kafka"}, "each once"},
+		{[]string{"bench", "consume", "--target", "kafka-franz"}, `--target "kafka-franz"`},
+		{[]string{"bench", "produce", "--repeat", "-1"}, "--repeat -1: want 1 or more"},
+		{[]string{"bench", "produce", "--target", "rocketmq", "--repeat", "3"}, "--repeat 3: want 1 or more, and 1 with --target rocketmq"},
 		{[]string{"bench", "produce", "--target", "sluice,kafka", "--mode", "oneway"}, "only with --target sluice"},
 		{[]string{"bench", "consume", "--duration", "1s", "--progress"}, "give --messages instead"},
 		{[]string{"bench", "produce", "--size", "4"}, "--size 4: must be 8..4194304 bytes"},

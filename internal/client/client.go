@@ -421,8 +421,72 @@ func (c *Client) FetchRoute(ctx context.Context, topic string) (*wire.TopicRoute
 func (c *Client) SetRoute(topic string, rd *wire.TopicRouteData) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	old := c.routes[topic]
 	c.routes[topic] = rd
-	c.rebuildBrokersLocked()
+	// Rebuilding walks every cached route: with 10,000 topics, each route a producer's
+	// first sends cached cost that walk. Only a route that drops a broker address the
+	// old one had can make an address unused; any other merges into the table.
+	if old != nil && !routeCovers(rd, old) {
+		c.rebuildBrokersLocked()
+		return
+	}
+	c.mergeBrokersLocked(rd)
+}
+
+// routeCovers reports whether every broker address of old (name, id, address) is also
+// in rd.
+func routeCovers(rd, old *wire.TopicRouteData) bool {
+	for _, ob := range old.BrokerDatas {
+		nb, ok := rd.Broker(ob.BrokerName)
+		if !ok {
+			return false
+		}
+		for id, a := range ob.BrokerAddrs {
+			if nb.BrokerAddrs[id] != a {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// mergeBrokersLocked adds rd's broker addresses to the broker table (an address of the
+// same broker name and id is replaced; a broker's address map is copied, not changed in
+// place) and wakes the heartbeat loop for an address not heartbeated yet.
+func (c *Client) mergeBrokersLocked(rd *wire.TopicRouteData) {
+	kick := false
+	for _, b := range rd.BrokerDatas {
+		cur, ok := c.brokers[b.BrokerName]
+		same := ok
+		for id, a := range b.BrokerAddrs {
+			if same && cur.BrokerAddrs[id] != a {
+				same = false
+			}
+			if !c.heartbeated[a] {
+				kick = true
+			}
+		}
+		if same {
+			continue
+		}
+		next := wire.BrokerData{Cluster: b.Cluster, BrokerName: b.BrokerName, BrokerAddrs: make(map[int64]string, len(cur.BrokerAddrs)+len(b.BrokerAddrs))}
+		for id, a := range cur.BrokerAddrs {
+			next.BrokerAddrs[id] = a
+		}
+		for id, a := range b.BrokerAddrs {
+			next.BrokerAddrs[id] = a
+		}
+		if c.brokers == nil {
+			c.brokers = make(map[string]wire.BrokerData)
+		}
+		c.brokers[b.BrokerName] = next
+	}
+	if kick {
+		select {
+		case c.hbKick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // ForgetRoute removes topic from the cache and refresh.

@@ -209,7 +209,7 @@ func (noProgress) Add(int64)           {}
 
 // Result is what one run measured.
 type Result struct {
-	// Target is TargetSluice, TargetJetStream or TargetKafka.
+	// Target is TargetSluice, TargetJetStream, TargetKafka or TargetKafkaFranz.
 	Target string
 	// Kind is "produce" or "consume".
 	Kind string

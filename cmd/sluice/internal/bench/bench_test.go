@@ -375,3 +375,24 @@ func TestConsumeJetStream(t *testing.T) {
 		t.Fatalf("ConsumeJetStream to a closed port: %v, want a connect error naming the address", err)
 	}
 }
+
+func TestMedianSpread(t *testing.T) {
+	for _, tc := range []struct {
+		in          []float64
+		med, lo, hi float64
+	}{
+		{nil, 0, 0, 0},
+		{[]float64{5}, 5, 5, 5},
+		{[]float64{3, 1, 2}, 2, 1, 3},
+		{[]float64{4, 1, 3, 2}, 2.5, 1, 4},
+	} {
+		in := slices.Clone(tc.in)
+		med, lo, hi := medianSpread(in)
+		if med != tc.med || lo != tc.lo || hi != tc.hi {
+			t.Errorf("medianSpread(%v) = %v, %v, %v; want %v, %v, %v", tc.in, med, lo, hi, tc.med, tc.lo, tc.hi)
+		}
+		if !slices.Equal(in, tc.in) {
+			t.Errorf("medianSpread changed its input: %v", in)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ type Options struct {
 	Async     bool
 	Mode      string
 	BatchSize int
+	// Repeat runs the targets this many rounds, alternating them (0 or 1: once), and
+	// prints each target's median and spread.
+	Repeat int
 
 	// consume only
 	ConsumeGoroutines int
@@ -342,10 +346,13 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
+	if o.Repeat < 0 || o.Repeat > 1 && target == targetRocketMQ {
+		return fmt.Errorf("--repeat %d: want 1 or more, and 1 with --target rocketmq", o.Repeat)
+	}
 	if target == targetRocketMQ {
 		return runVsRocketMQ(ctx, o, s, s.describe("same workload:"), Produce, printProduce)
 	}
-	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka)
+	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka, TargetKafkaFranz)
 	if err != nil {
 		return err
 	}
@@ -353,15 +360,29 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("--mode %s: only with --target sluice or rocketmq", s.cfg.Mode)
 	}
 	out := o.Out
+	rounds := max(o.Repeat, 1)
+	// --repeat: the targets in turn, rounds times; each server is started once.
+	schedule := make([]string, 0, rounds*len(targets))
+	for range rounds {
+		schedule = append(schedule, targets...)
+	}
+	brokerStarted, kafkaStarted := false, false
+	var rs []roundResults
 
 	var sres *Result
 	var results []*Result
-	for _, tgt := range targets {
+	for i, tgt := range schedule {
+		if rounds > 1 && i%len(targets) == 0 {
+			fmt.Fprintf(out, "round %d of %d\n", i/len(targets)+1, rounds)
+		}
 		var res *Result
 		switch tgt {
 		case TargetSluice:
-			if err := s.startBroker(out); err != nil {
-				return err
+			if !brokerStarted {
+				if err := s.startBroker(out); err != nil {
+					return err
+				}
+				brokerStarted = true
 			}
 			fmt.Fprintln(out, s.describe("sluice"))
 			if res, err = Produce(ctx, s.cfg); err != nil {
@@ -385,14 +406,26 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 			if res, err = ProduceJetStream(ctx, jcfg); err != nil {
 				return err
 			}
-		case TargetKafka:
+		case TargetKafka, TargetKafkaFranz:
 			kcfg := s.cfg
 			ks := *s
 			ks.cfg = kcfg
-			if err := ks.startKafka(o, out); err != nil {
-				return err
+			if !kafkaStarted {
+				if err := ks.startKafka(o, out); err != nil {
+					return err
+				}
+				s.kfake = ks.kfake
+				s.cfg.KafkaBrokers, kafkaStarted = ks.cfg.KafkaBrokers, true
+			} else {
+				ks.cfg.KafkaBrokers, ks.cfg.ServerPid = s.cfg.KafkaBrokers, 0
 			}
-			s.kfake = ks.kfake
+			if tgt == TargetKafkaFranz {
+				fmt.Fprintf(out, "%s (franz-go: all in-sync replicas acknowledge, idempotent, linger 0 instead of its default 10 ms)\n", ks.describe(TargetKafkaFranz))
+				if res, err = ProduceKafkaFranz(ctx, ks.cfg); err != nil {
+					return err
+				}
+				break
+			}
 			fmt.Fprintf(out, "%s (package kafka, all in-sync replicas acknowledge, %v batch timeout)\n", ks.describe("kafka"), KafkaBatchTimeout)
 			if res, err = ProduceKafka(ctx, ks.cfg); err != nil {
 				return err
@@ -401,11 +434,88 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 		s.bar.finish()
 		printProduce(out, res)
 		results = append(results, res)
+		if len(results) < len(targets) {
+			continue
+		}
+		for _, r := range results {
+			printRatio(out, sres, r)
+		}
+		rs = append(rs, roundResults{base: sres, results: results})
+		sres, results = nil, nil
 	}
-	for _, r := range results {
-		printRatio(out, sres, r)
+	if rounds > 1 {
+		printRepeatSummary(out, targets, rs)
 	}
 	return nil
+}
+
+// roundResults is one round of a --repeat run: the targets' results, in order, and
+// Sluice's (nil when not a target).
+type roundResults struct {
+	base    *Result
+	results []*Result
+}
+
+// printRepeatSummary prints, for each target of a --repeat run, the median and the
+// spread (lowest to highest) over the rounds of msg/s and CPU per message (client plus
+// server), then the medians of the rounds' ratios against Sluice.
+func printRepeatSummary(out io.Writer, targets []string, rs []roundResults) {
+	fmt.Fprintf(out, "summary over %d rounds (median, lowest-highest):\n", len(rs))
+	for i, tgt := range targets {
+		var rate, cpu []float64
+		for _, rr := range rs {
+			r := rr.results[i]
+			rate = append(rate, r.MsgPerSec())
+			c, sv := r.CPUPerMessage()
+			cpu = append(cpu, float64(c+sv)/float64(time.Microsecond))
+		}
+		m, lo, hi := medianSpread(rate)
+		cm, clo, chi := medianSpread(cpu)
+		fmt.Fprintf(out, "  %-10s %.0f msg/s (%.0f-%.0f), CPU %.1f µs/msg (%.1f-%.1f)\n", tgt, m, lo, hi, cm, clo, chi)
+	}
+	for i, tgt := range targets {
+		if tgt == TargetSluice {
+			continue
+		}
+		var rate, cpu []float64
+		for _, rr := range rs {
+			r := rr.results[i]
+			if rr.base == nil || r.MsgPerSec() <= 0 {
+				continue
+			}
+			rate = append(rate, rr.base.MsgPerSec()/r.MsgPerSec())
+			bc, bs := rr.base.CPUPerMessage()
+			if c, sv := r.CPUPerMessage(); c+sv > 0 {
+				cpu = append(cpu, float64(bc+bs)/float64(c+sv))
+			}
+		}
+		if len(rate) == 0 {
+			continue
+		}
+		m, lo, hi := medianSpread(rate)
+		fmt.Fprintf(out, "  ratio sluice/%s: %.2fx msg/s (%.2f-%.2f)", tgt, m, lo, hi)
+		if len(cpu) > 0 {
+			cm, clo, chi := medianSpread(cpu)
+			fmt.Fprintf(out, ", CPU per message %.2fx (%.2f-%.2f)", cm, clo, chi)
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+// medianSpread returns the median (the mean of the middle two for an even count), the
+// lowest and the highest of v; zeros for none.
+func medianSpread(v []float64) (median, lo, hi float64) {
+	if len(v) == 0 {
+		return 0, 0, 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	n := len(v)
+	median = v[n/2]
+	if n%2 == 0 {
+		median = (v[n/2-1] + v[n/2]) / 2
+	}
+	return median, v[0], v[n-1]
 }
 
 // natsPid finds the process listening on the NATS URL's port on this machine.

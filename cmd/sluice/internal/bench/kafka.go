@@ -11,6 +11,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicemq/sluice/kafka"
 	"github.com/sluicemq/sluice/message"
@@ -116,6 +117,56 @@ func startKafkaProducers(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 // ModeOneway and ModeBatch are Sluice-only. Errors: an invalid Config, no KafkaBrokers,
 // topic creation and the first failed send.
 func ProduceKafka(ctx context.Context, cfg Config) (*Result, error) {
+	return produceKafka(ctx, cfg, TargetKafka, startKafkaProducers)
+}
+
+// TargetKafkaFranz names a produce run against Kafka through franz-go (kgo), the client
+// Go teams pick, with its defaults, beside package kafka's.
+const TargetKafkaFranz = "kafka-franz"
+
+// ProduceKafkaFranz is ProduceKafka through franz-go clients with their defaults (all
+// in-sync replicas acknowledge, idempotent writes) but no linger (franz-go's default
+// is 10 ms, which a window of records in flight would wait out on every batch): a
+// partition's records go as soon as its connection takes another request.
+// Config.Inflight concurrent ProduceSync calls per client, or with Config.Async a window
+// of Produce calls.
+func ProduceKafkaFranz(ctx context.Context, cfg Config) (*Result, error) {
+	return produceKafka(ctx, cfg, TargetKafkaFranz, startFranzProducers)
+}
+
+// startFranzProducers starts n franz-go clients producing to topic.
+func startFranzProducers(cfg *Config, n int, topic string) ([]sendFunc, []asyncSendFunc, func(ctx context.Context) error, error) {
+	var cls []*kgo.Client
+	stop := func(ctx context.Context) error {
+		var errs []error
+		for _, cl := range cls {
+			errs = append(errs, cl.Flush(ctx))
+			cl.Close()
+		}
+		return errors.Join(errs...)
+	}
+	var senders []sendFunc
+	var asyncs []asyncSendFunc
+	for range n {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("sluice-bench-franz"), kgo.ProducerLinger(0))
+		if err != nil {
+			return nil, nil, nil, errors.Join(fmt.Errorf("bench: franz-go client: %w", err), stop(context.Background()))
+		}
+		cls = append(cls, cl)
+		senders = append(senders, func(ctx context.Context, body []byte) error {
+			return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: body}).FirstErr()
+		})
+		asyncs = append(asyncs, func(ctx context.Context, body []byte, done func(error)) error {
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Value: body}, func(_ *kgo.Record, err error) { done(err) })
+			return nil
+		})
+	}
+	return senders, asyncs, stop, nil
+}
+
+// produceKafka runs ProduceKafka's workload with the producers start makes.
+func produceKafka(ctx context.Context, cfg Config, target string,
+	start func(cfg *Config, n int, topic string) ([]sendFunc, []asyncSendFunc, func(ctx context.Context) error, error)) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,7 +180,7 @@ func ProduceKafka(ctx context.Context, cfg Config) (*Result, error) {
 	topic := kafkaTopic(&cfg, "p")
 	var res *Result
 	err := withKafkaTopic(ctx, &cfg, topic, nil, func() error {
-		senders, asyncs, stop, err := startKafkaProducers(&cfg, cfg.Producers, topic)
+		senders, asyncs, stop, err := start(&cfg, cfg.Producers, topic)
 		if err != nil {
 			return err
 		}
@@ -149,7 +200,7 @@ func ProduceKafka(ctx context.Context, cfg Config) (*Result, error) {
 			return err
 		}
 		meter.stop(res)
-		res.Target = TargetKafka
+		res.Target = target
 		return nil
 	})
 	return res, err
