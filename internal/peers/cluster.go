@@ -52,7 +52,7 @@ type RocketMQClusterOptions struct {
 	// Log receives every process's output as it comes (nil: kept only for errors).
 	Log io.Writer
 	// StartTimeout bounds the start, until every broker is registered (each group has
-	// its master, and every slave in master/slave modes). Default 180 s.
+	// its master, and every slave in master/slave modes). Default 300 s.
 	StartTimeout time.Duration
 }
 
@@ -151,7 +151,7 @@ func (o *RocketMQClusterOptions) setDefaults() error {
 		o.JVMFlags = TestJVMFlags
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = 180 * time.Second
+		o.StartTimeout = 300 * time.Second
 	}
 	return nil
 }
@@ -367,7 +367,7 @@ func (c *RocketMQCluster) running() []*proc {
 
 // admin returns an admin client of the cluster's name server (closed by the caller).
 func (c *RocketMQCluster) admin() (*admin.Admin, error) {
-	return admin.New(admin.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Timeout: 2 * time.Second,
+	return admin.New(admin.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Timeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
@@ -482,7 +482,7 @@ func (c *RocketMQCluster) Kill(i int) error {
 	if p == nil {
 		return nil
 	}
-	return p.stop(0)
+	return p.kill()
 }
 
 // Restart starts broker i again after [RocketMQCluster.Kill] (a running broker is left
