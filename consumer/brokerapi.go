@@ -122,10 +122,16 @@ func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t
 	return b.offsetCall(ctx, remoting.SearchOffsetByTimestamp, mq, ext)
 }
 
-// updateOffset stores the group's offset of mq on its broker (UPDATE_CONSUMER_OFFSET,
-// request code 15). It waits for the answer, unlike the official Go client's one-way
-// send, so that callers know the offset is stored.
+// updateOffset stores the group's offset of mq on its broker's master
+// (UPDATE_CONSUMER_OFFSET, request code 15). It waits for the answer, unlike the official
+// Go client's one-way send, so that callers know the offset is stored. When the cached
+// route lists no master (it was down; the consumer read from a slave) the route of
+// mq.Topic is fetched again first, so a master that came back is used at once rather
+// than after the periodic refresh (the Java client does the same).
 func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, offset int64) error {
+	if _, ok := b.cl.BrokerAddr(mq.BrokerName); !ok {
+		_, _ = b.cl.FetchRoute(ctx, mq.Topic) // on failure invoke reports the missing master
+	}
 	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: offset}.Ext(true)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
 	if err != nil {
