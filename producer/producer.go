@@ -557,7 +557,10 @@ func (p *Producer) outcome(ctx context.Context, pr *prepared, mq message.Message
 	}
 	code := resp.ResponseCode()
 	if client.SendStored(code) {
-		p.observe(mq, latency, nil, false)
+		// Stored, but a SYNC_MASTER without its slave (SLAVE_NOT_AVAILABLE, or a slave
+		// too slow: FLUSH_SLAVE_TIMEOUT) keeps it on one machine: fault tolerance avoids
+		// that broker for FaultIsolationDuration, as it does a failed one.
+		p.observe(mq, latency, nil, code == remoting.SlaveNotAvailable || code == remoting.FlushSlaveTimeout)
 		r, err := client.ParseSendResponse(resp, mq, pr.msgID)
 		if err != nil { // stored, but the answer is malformed: report, do not resend
 			se := fail()

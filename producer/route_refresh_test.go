@@ -83,3 +83,33 @@ func TestNoWritableQueueRefreshesRoute(t *testing.T) {
 		t.Fatalf("send: %+v, %v (route asked %d times)", r, err, asked.Load())
 	}
 }
+
+// A SYNC_MASTER whose slave is not connected (it is catching up after the master came
+// back) stores sends but answers SLAVE_NOT_AVAILABLE: the send is on one machine only.
+// With latency fault tolerance the producer then prefers the other broker for
+// FaultIsolationDuration instead of sending half its traffic unreplicated (failover
+// campaign: 537 such answers in three master restarts).
+func TestSlaveNotAvailableIsolatesBroker(t *testing.T) {
+	lonely := fakeremote.Start(t, brokerHandlers(storeOK(remoting.SlaveNotAvailable)))
+	paired := fakeremote.Start(t, brokerHandlers(storeOK(remoting.Success)))
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(2, [2]string{"broker-a", lonely.Addr()}, [2]string{"broker-b", paired.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	notOK := 0
+	for i := 0; i < 20; i++ {
+		r, err := p.SendSync(ctx, message.NewMessage("T", []byte("x")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != message.SendOK {
+			notOK++
+		}
+	}
+	if notOK != 1 {
+		t.Fatalf("%d of 20 sends answered not OK, want 1 (then broker-a is avoided)", notOK)
+	}
+	if _, ok := p.AvoidedBrokers()["broker-a"]; !ok {
+		t.Fatalf("broker-a not avoided: %v", p.AvoidedBrokers())
+	}
+}
