@@ -120,6 +120,19 @@ func (l *ledger) handler() middleware.ConsumeFunc {
 	}
 }
 
+// countFrom returns how many deliveries came from brokerName's queues.
+func (l *ledger) countFrom(brokerName string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, d := range l.delivered {
+		if d.broker == brokerName {
+			n++
+		}
+	}
+	return n
+}
+
 // runLoad sends one message after another (at most one per interval) through send until
 // stop closes, each with its own key and a timeout of perSend, and records every send.
 func (l *ledger) runLoad(stop <-chan struct{}, topic string, interval, perSend time.Duration, send middleware.SendFunc) {
@@ -242,6 +255,16 @@ func (l *ledger) gapAfter(o outageRec) (gap time.Duration, failed int) {
 	return gap, failed
 }
 
+// inOutage reports whether s ended between a kill and its restart.
+func inOutage(s sendRec, outs []outageRec) bool {
+	for _, o := range outs {
+		if !s.end.Before(o.kill) && !s.end.After(o.back) {
+			return true
+		}
+	}
+	return false
+}
+
 // report is a campaign's figures.
 type report struct {
 	engine, fault          string
@@ -272,7 +295,14 @@ func (l *ledger) summarize(engine, fault string, outs []outageRec) report {
 			if len(msg) > 100 {
 				msg = msg[:100]
 			}
-			r.reasons[msg]++
+			when := "after a restart"
+			switch {
+			case len(outs) > 0 && s.end.Before(outs[0].kill):
+				when = "before the first kill"
+			case inOutage(s, outs):
+				when = "during an outage"
+			}
+			r.reasons[fmt.Sprintf("%s [%s] %s", when, s.broker, msg)]++
 		}
 	}
 	l.mu.Unlock()
