@@ -55,6 +55,21 @@ func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting
 	if !ok {
 		return nil, &BrokerError{Request: code, Broker: brokerName, Err: fmt.Errorf("no master address known for broker %q", brokerName)}
 	}
+	return b.invokeAt(ctx, brokerName, addr, code, ext, body)
+}
+
+// invokeRead is invoke for requests that only read (stored offsets, queue offsets): sent
+// to the master while one is listed, else to a slave (client.ReadAddr), which answers
+// them from its copy while the master is down.
+func (b *brokerAPI) invokeRead(ctx context.Context, brokerName string, code remoting.RequestCode, ext map[string]string) (*remoting.RemotingCommand, error) {
+	addr, _, ok := b.cl.ReadAddr(brokerName)
+	if !ok {
+		return nil, &BrokerError{Request: code, Broker: brokerName, Err: fmt.Errorf("no address known for broker %q", brokerName)}
+	}
+	return b.invokeAt(ctx, brokerName, addr, code, ext, nil)
+}
+
+func (b *brokerAPI) invokeAt(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
 	cctx, cancel := context.WithTimeout(ctx, client.DefaultBrokerTimeout)
 	defer cancel()
 	resp, err := b.cl.InvokeSync(cctx, addr, remoting.NewRequest(code, ext, body))
@@ -68,7 +83,7 @@ func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting
 // (QUERY_CONSUMER_OFFSET, request code 14; docs/protocol.md §3.5): -1 when none (code 22).
 func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
 	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
-	resp, err := b.invoke(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext, nil)
+	resp, err := b.invokeRead(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext)
 	if err != nil {
 		return 0, err
 	}
@@ -84,7 +99,7 @@ func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (i
 // offsetCall runs GET_MAX_OFFSET (30), GET_MIN_OFFSET (31) or SEARCH_OFFSET_BY_TIMESTAMP
 // (29) and returns ext "offset".
 func (b *brokerAPI) offsetCall(ctx context.Context, code remoting.RequestCode, mq message.MessageQueue, ext map[string]string) (int64, error) {
-	resp, err := b.invoke(ctx, mq.BrokerName, code, ext, nil)
+	resp, err := b.invokeRead(ctx, mq.BrokerName, code, ext)
 	if err != nil {
 		return 0, err
 	}
@@ -107,10 +122,16 @@ func (b *brokerAPI) searchOffset(ctx context.Context, mq message.MessageQueue, t
 	return b.offsetCall(ctx, remoting.SearchOffsetByTimestamp, mq, ext)
 }
 
-// updateOffset stores the group's offset of mq on its broker (UPDATE_CONSUMER_OFFSET,
-// request code 15). It waits for the answer, unlike the official Go client's one-way
-// send, so that callers know the offset is stored.
+// updateOffset stores the group's offset of mq on its broker's master
+// (UPDATE_CONSUMER_OFFSET, request code 15). It waits for the answer, unlike the official
+// Go client's one-way send, so that callers know the offset is stored. When the cached
+// route lists no master (it was down; the consumer read from a slave) the route of
+// mq.Topic is fetched again first, so a master that came back is used at once rather
+// than after the periodic refresh (the Java client does the same).
 func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, offset int64) error {
+	if _, ok := b.cl.BrokerAddr(mq.BrokerName); !ok {
+		_, _ = b.cl.FetchRoute(ctx, mq.Topic) // on failure invoke reports the missing master
+	}
 	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: offset}.Ext(true)
 	resp, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
 	if err != nil {
@@ -142,13 +163,20 @@ type pullReply struct {
 	msgs                            []*message.MessageExt // decoded and decompressed (code 0)
 }
 
-// pull sends PULL_MESSAGE (request code 11) and decodes the answer. The RPC timeout is
-// the suspend time plus 10 s (and at least DefaultBrokerTimeout). Codes other than 0,
-// 19, 20, 21 and undecodable answers are a *BrokerError.
+// pull sends PULL_MESSAGE (request code 11) and decodes the answer. It goes to the
+// broker's master, or to a slave while the route lists no master (client.ReadAddr; the
+// commit-offset flag is then cleared, as slaves do not store offsets: the Java client
+// does the same). The RPC timeout is the suspend time plus 10 s (and at least
+// DefaultBrokerTimeout). Codes other than 0, 19, 20, 21 and undecodable answers are a
+// *BrokerError.
 func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
-	addr, ok := b.cl.BrokerAddr(a.mq.BrokerName)
+	addr, slave, ok := b.cl.ReadAddr(a.mq.BrokerName)
 	if !ok {
-		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("no master address known for broker %q", a.mq.BrokerName)}
+		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("no address known for broker %q", a.mq.BrokerName)}
+	}
+	if slave {
+		a.sysFlag &^= wire.PullFlagCommitOffset
+		a.commitOffset = 0
 	}
 	ext := wire.PullHeader{
 		ConsumerGroup:        b.group,

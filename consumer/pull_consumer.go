@@ -222,16 +222,16 @@ func (c *PullConsumer) MessageQueues(ctx context.Context, topic string) ([]messa
 	return wire.SubscribeQueues(topic, rd), nil
 }
 
-// ensureBroker makes sure the address of mq's broker is known (fetching mq.Topic's
-// route if not).
+// ensureBroker makes sure an address to read mq's broker from is known, its master's or
+// a slave's (fetching mq.Topic's route if not).
 func (c *PullConsumer) ensureBroker(ctx context.Context, mq message.MessageQueue) error {
-	if _, ok := c.cl.BrokerAddr(mq.BrokerName); ok {
+	if _, _, ok := c.cl.ReadAddr(mq.BrokerName); ok {
 		return nil
 	}
 	if _, err := c.cl.FetchRoute(ctx, mq.Topic); err != nil {
 		return err
 	}
-	if _, ok := c.cl.BrokerAddr(mq.BrokerName); !ok {
+	if _, _, ok := c.cl.ReadAddr(mq.BrokerName); !ok {
 		return fmt.Errorf("consumer: broker %q is not in the route of %q", mq.BrokerName, mq.Topic)
 	}
 	return nil

@@ -106,7 +106,9 @@ type Config struct {
 	RetryAnotherBrokerWhenNotStoreOK bool
 	// SendLatencyFaultEnable turns latency fault tolerance on: a broker whose send
 	// attempt failed (transport error, or SYSTEM_ERROR 1 / SYSTEM_BUSY 2 /
-	// SERVICE_NOT_AVAILABLE 14) is avoided for FaultIsolationDuration, and a broker that
+	// SERVICE_NOT_AVAILABLE 14) or stored a message without its slave
+	// (SLAVE_NOT_AVAILABLE 11, FLUSH_SLAVE_TIMEOUT 12) is avoided for
+	// FaultIsolationDuration, and a broker that
 	// answered slowly is avoided for the window LatencyFaultRules gives its latency.
 	// The round-robin selector skips avoided brokers while an available one has a queue
 	// (when none has, it takes the broker whose window ends first); order-preserving

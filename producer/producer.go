@@ -36,6 +36,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/client"
@@ -70,7 +71,14 @@ type Producer struct {
 	closing  chan struct{}  // closed by Shutdown: wakes SendAsync calls waiting for room
 
 	queues sync.Map // topic → *topicQueues, the queue list of the route last seen
+
+	refreshedAt    sync.Map     // topic → *atomic.Int64: unix ns of the last route refresh after a failed attempt
+	routeRefreshes atomic.Int64 // route refreshes after failed attempts (tests)
 }
+
+// routeRefreshSpacing is the least time between two route refreshes of one topic that
+// failed send attempts trigger.
+const routeRefreshSpacing = time.Second
 
 // topicQueues caches the publish queues computed from one route value.
 type topicQueues struct {
@@ -395,6 +403,11 @@ func (p *Producer) rawSend(ctx context.Context, msg *message.Message, sel Messag
 func (p *Producer) sendPrepared(ctx context.Context, pr *prepared, sel MessageQueueSelector, m mode) (*message.SendResult, error) {
 	topic := pr.header.Topic
 	queues, err := p.publishQueues(ctx, topic)
+	if errors.Is(err, ErrNoQueue) && p.refreshRoute(ctx, topic) {
+		// No broker of the route has a master (a DLedger group electing one, a master
+		// down): the name server may list a new one by now.
+		queues, err = p.publishQueues(ctx, topic)
+	}
 	if err != nil {
 		return nil, &SendError{Topic: topic, Err: err}
 	}
@@ -432,10 +445,45 @@ func (p *Producer) sendPrepared(ctx context.Context, pr *prepared, sel MessageQu
 		}
 		lastBroker = mq.BrokerName
 	}
+	if last != nil && notOK == nil && routeSuspect(last) {
+		// Every attempt failed on a broker that may have moved: the next send uses a
+		// fresh route.
+		p.refreshRoute(ctx, topic)
+	}
 	if notOK != nil {
 		return notOK, nil
 	}
 	return nil, last
+}
+
+// routeSuspect reports whether a failed attempt may come from a stale route: the broker
+// could not be reached or had no address (its master died or moved), or it answered
+// SERVICE_NOT_AVAILABLE (14, e.g. a node that is a slave now) or NO_PERMISSION (16, a
+// broker that no longer takes writes).
+func routeSuspect(se *SendError) bool {
+	if se.Code == 0 {
+		return se.Err != nil
+	}
+	return se.Code == remoting.ServiceNotAvailable || se.Code == remoting.NoPermission
+}
+
+// refreshRoute asks the name servers for topic's route again after a send failed on
+// every attempt or found no writable queue, at most once per routeRefreshSpacing per
+// topic (a dead broker fails every attempt at once), so that a master elected elsewhere
+// (DLedger) or back at its address is used before the periodic refresh (30 s). A send
+// that succeeded on another broker refreshes nothing: the route keeps the failed broker,
+// which is used again once its fault isolation ends. It reports whether it fetched a
+// route.
+func (p *Producer) refreshRoute(ctx context.Context, topic string) bool {
+	v, _ := p.refreshedAt.LoadOrStore(topic, new(atomic.Int64))
+	at := v.(*atomic.Int64)
+	prev, now := at.Load(), time.Now().UnixNano()
+	if now-prev < int64(routeRefreshSpacing) || !at.CompareAndSwap(prev, now) {
+		return false
+	}
+	p.routeRefreshes.Add(1)
+	_, err := p.cl.FetchRoute(ctx, topic)
+	return err == nil
 }
 
 // pick asks sel for a queue; the round-robin selector also avoids faulty brokers. A
@@ -525,7 +573,10 @@ func (p *Producer) outcome(ctx context.Context, pr *prepared, mq message.Message
 	}
 	code := resp.ResponseCode()
 	if client.SendStored(code) {
-		p.observe(mq, latency, nil, false)
+		// Stored, but a SYNC_MASTER without its slave (SLAVE_NOT_AVAILABLE, or a slave
+		// too slow: FLUSH_SLAVE_TIMEOUT) keeps it on one machine: fault tolerance avoids
+		// that broker for FaultIsolationDuration, as it does a failed one.
+		p.observe(mq, latency, nil, code == remoting.SlaveNotAvailable || code == remoting.FlushSlaveTimeout)
 		r, err := client.ParseSendResponse(resp, mq, pr.msgID)
 		if err != nil { // stored, but the answer is malformed: report, do not resend
 			se := fail()

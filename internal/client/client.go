@@ -570,6 +570,30 @@ func (c *Client) BrokerAddr(brokerName string) (string, bool) {
 	return a, a != ""
 }
 
+// ReadAddr returns the address to read brokerName's queues from: its master (broker id
+// 0) while the broker table lists one, else the slave with the lowest id (slave true), so
+// consumers keep reading a broker's messages from its slave while the master is down, as
+// the Java client's findBrokerAddressInSubscribe falls back to any listed address.
+// ok is false when neither is known.
+func (c *Client) ReadAddr(brokerName string) (addr string, slave, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, known := c.brokers[brokerName]
+	if !known {
+		return "", false, false
+	}
+	if a := b.MasterAddr(); a != "" {
+		return a, false, true
+	}
+	best := int64(-1)
+	for id, a := range b.BrokerAddrs {
+		if a != "" && id != wire.MasterID && (best < 0 || id < best) {
+			best, addr = id, a
+		}
+	}
+	return addr, best >= 0, best >= 0
+}
+
 // BrokerNames returns the names of all known brokers, sorted.
 func (c *Client) BrokerNames() []string {
 	c.mu.Lock()

@@ -308,7 +308,7 @@ func (k *Kafka) StopNode(i int) error {
 	if p == nil {
 		return nil
 	}
-	return p.stop(0)
+	return p.kill() // SIGKILL alone, as a crash (no SIGTERM first: no shutdown hook runs)
 }
 
 // StartNode starts node i again after [Kafka.StopNode] and waits (at most timeout) until

@@ -107,6 +107,21 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
+// kill sends SIGKILL to the process group at once (a crash: no shutdown hook runs) and
+// waits (bounded) for the exit. Killing an exited process is a no-op.
+func (p *proc) kill() error {
+	if p.exited() {
+		return nil
+	}
+	signalGroup(p.cmd, true)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("peers: %s (pid %d) did not exit 10s after SIGKILL", p.name, p.cmd.Process.Pid)
+	}
+}
+
 // waitUntil polls ready every 100 ms until it returns nil, the context ends, or one of
 // procs exits; the error then carries the last error of ready and the processes' output.
 func waitUntil(ctx context.Context, what string, ready func(ctx context.Context) error, procs ...*proc) error {

@@ -27,6 +27,10 @@ var JavaOpens = []string{
 	"--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
 	"--add-opens=java.base/java.lang=ALL-UNNAMED",
 	"--add-opens=java.base/java.util=ALL-UNNAMED",
+	// A broker restarted after SIGKILL destroys its unclean index file at load
+	// (IndexService.load → MappedFile.clean), which calls jdk.internal.ref.Cleaner.clean:
+	// without this it fails to start (InaccessibleObjectException, exit 253).
+	"--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
 }
 
 // TestJVMFlags are the JVM flags the test helpers use: small heaps (-Xms128m -Xmx256m),

@@ -348,3 +348,23 @@ func brief(evs []Event) string {
 	}
 	return b.String()
 }
+
+// StartRocketMQCluster starts an Apache RocketMQ 4.9 cluster for t
+// ([peers.LaunchRocketMQCluster] with opt) and stops it at t.Cleanup, logging the
+// processes' last output when t failed. It skips t when Java or the jars are absent.
+func StartRocketMQCluster(t testing.TB, opt peers.RocketMQClusterOptions) *peers.RocketMQCluster {
+	t.Helper()
+	c, err := peers.LaunchRocketMQCluster(context.Background(), opt)
+	if err != nil {
+		skipOrFatal(t, "apache rocketmq cluster", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("apache rocketmq cluster output:\n%s", c.Output())
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop apache rocketmq cluster: %v", err)
+		}
+	})
+	return c
+}
