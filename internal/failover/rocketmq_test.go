@@ -40,7 +40,7 @@ func rocketmqCampaign(t *testing.T, c *peers.RocketMQCluster, engine, fault stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, p.Shutdown)
@@ -51,7 +51,7 @@ func rocketmqCampaign(t *testing.T, c *peers.RocketMQCluster, engine, fault stri
 	loadDone := make(chan struct{})
 	go func() {
 		defer close(loadDone)
-		l.runLoad(stop, topic, 20*time.Millisecond, 15*time.Second, p.AsSendFunc())
+		l.runLoad(stop, topic, 20*time.Millisecond, 15*time.Second, p.SendFunc())
 	}()
 	stopLoad := func() {
 		select {
@@ -145,7 +145,7 @@ func startConsumer(t *testing.T, namesrv, group, topic string, l *ledger, log *s
 	if err := cons.Subscribe(topic, "*", l.handler()); err != nil {
 		t.Fatal(err)
 	}
-	if err := cons.Start(); err != nil {
+	if err := cons.Start(testkit.Context(t, 60*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	return cons
