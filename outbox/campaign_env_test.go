@@ -265,6 +265,12 @@ func engineSend(name, addr string) (middleware.SendFunc, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Start(sctx); err != nil {
+			shut(p.Shutdown)()
+			return nil, nil, err
+		}
 		return p.SendFunc(), shut(p.Shutdown), nil
 	}
 	return nil, nil, fmt.Errorf("engine %q", name)

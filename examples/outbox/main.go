@@ -159,6 +159,9 @@ func run(engine, pgDSN string) error {
 			return err
 		}
 		stops = append(stops, pr.Shutdown)
+		if err := pr.Start(ctx); err != nil {
+			return err
+		}
 		send = pr.SendFunc()
 		c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{br.NamesrvAddr()}, Group: group,
 			ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: quiet})

@@ -83,6 +83,9 @@ func TestFailoverKafkaLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.ShutdownOnCleanup(t, p.Shutdown)
+	if err := p.Start(testkit.Context(t, 60*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	cons, err := kafka.NewConsumer(kafka.Config{Brokers: k.Brokers, Group: group, StartOffset: kafkago.FirstOffset,
 		SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, Timeout: 5 * time.Second,
 		Logger: testkit.Quiet()})

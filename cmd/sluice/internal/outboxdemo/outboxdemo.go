@@ -253,6 +253,9 @@ func (d *demo) sender(ctx context.Context) (middleware.SendFunc, error) {
 		return nil, err
 	}
 	d.stops = append(d.stops, p.Shutdown)
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
 	return p.SendFunc(), nil
 }
 
