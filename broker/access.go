@@ -18,7 +18,9 @@ const MaxClientIDLength = 512
 
 // adminCodes are the request codes that need an admin account under ACL: RocketMQ's
 // Permission.ADMIN_CODE (17, 25, 200, 207, 215) plus Sluice's own admin-only calls
-// (offset reset by time, 222, and the admin queue reader, 7001).
+// (offset reset by time, 222, the admin queue reader, 7001, and the summary of every
+// group with its topics, clients and lag, 7004, which the per-account filters of codes 21,
+// 201 and 7003 would otherwise be read around).
 var adminCodes = map[remoting.RequestCode]bool{
 	remoting.UpdateAndCreateTopic:      true,
 	25:                                 true, // UPDATE_BROKER_CONFIG
@@ -27,6 +29,7 @@ var adminCodes = map[remoting.RequestCode]bool{
 	remoting.DeleteTopicInBroker:       true,
 	remoting.InvokeBrokerToResetOffset: true,
 	wire.ReadQueue:                     true,
+	wire.GroupSummaries:                true,
 }
 
 // access is what a request touches: the resources the ACL checks.

@@ -460,6 +460,11 @@ func (c *Config) validate() error {
 	if c.AclEnable && c.AclFile == "" {
 		return &ConfigError{Key: "aclFile", Reason: "required with aclEnable=true (or set ROCKETMQ_HOME to use $ROCKETMQ_HOME/conf/plain_acl.yml)"}
 	}
+	if c.AclEnable && c.GrpcListenAddr != "" {
+		// Fail closed: the gRPC front end does not apply the plain ACL yet, so serving it
+		// beside an ACL-protected remoting port would open every topic and group to anyone.
+		return &ConfigError{Key: "grpcListenAddr", Value: c.GrpcListenAddr, Reason: "the RocketMQ 5 gRPC front end does not apply ACL yet: it cannot be served with aclEnable=true"}
+	}
 	if c.TLSEnable && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
 		return &ConfigError{Key: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}
 	}
