@@ -33,6 +33,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/grpcfront"
 	"github.com/sluicemq/sluice/broker/pop"
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 const (
@@ -223,16 +224,12 @@ func TestPopStateSurvivesKill9(t *testing.T) {
 		}
 		if last {
 			// drain: every message acknowledged (or its ack lost with a kill and it never came back)
-			deadline := time.Now().Add(60 * time.Second)
-			for time.Now().Before(deadline) {
+			// (the counts are checked after the drain, so a timeout here shows up there)
+			testkit.Eventually(60*time.Second, func() bool {
 				ledger.mu.Lock()
-				n := len(ledger.ackedOK) + len(ledger.ackUnknown)
-				ledger.mu.Unlock()
-				if n == popMessages {
-					break
-				}
-				time.Sleep(50 * time.Millisecond) // polling the receivers' ledger, bounded by the deadline
-			}
+				defer ledger.mu.Unlock()
+				return len(ledger.ackedOK)+len(ledger.ackUnknown) == popMessages
+			})
 			cancel()
 			wg.Wait()
 			_ = c.stdin.Close()
