@@ -3,8 +3,9 @@
 // finish.
 //
 // Libraries never install signal handlers; the application's main does, by calling
-// [Group.Run] (which uses [signal.NotifyContext]) or by cancelling the context it passes
-// to Run itself. The stop order is fixed by [Stage]:
+// [Group.Run] (which installs the handler with [signal.Notify] unless
+// [Group.HandleSignals] did so earlier) or by cancelling the context it passes to Run
+// itself. The stop order is fixed by [Stage]:
 //
 //  1. [StageFrontends]: HTTP front ends (the web console, the metrics endpoint) stop
 //     accepting requests and finish those in flight. They go first because their
@@ -208,6 +209,9 @@ type Group struct {
 	result  error
 
 	waiting atomic.Bool // Run's signal handler is installed (tests send signals only then)
+
+	sigMu   sync.Mutex
+	signals chan os.Signal // set by HandleSignals; nil until then
 }
 
 // New returns an empty group for cfg (defaults applied), or the error of cfg.Validate.
@@ -256,26 +260,45 @@ func (g *Group) AddFrontend(name string, c Component) error { return g.Add(Stage
 // AddServer is Add(StageServers, name, c).
 func (g *Group) AddServer(name string, c Component) error { return g.Add(StageServers, name, c) }
 
-// Run waits until ctx is done or one of Config.Signals arrives (through
-// signal.NotifyContext, so this is the only place a signal handler is installed, and
-// only while Run waits), then shuts the group down with a fresh deadline of
+// Run waits until ctx is done or one of Config.Signals arrives (through the handler
+// HandleSignals installed, or that Run installs now; it is removed when Run stops
+// waiting), then shuts the group down with a fresh deadline of
 // Config.Timeout and returns Shutdown's result: nil when every component finished, a
 // *ShutdownError otherwise. After the first signal the default signal behaviour is
 // restored, so a second Ctrl-C ends the process at once.
 func (g *Group) Run(ctx context.Context) error {
-	sctx, stop := signal.NotifyContext(ctx, g.cfg.Signals...)
-	g.waiting.Store(true)
-	<-sctx.Done()
-	g.waiting.Store(false)
+	sigs := g.signalChan()
 	cause := "context done"
-	if ctx.Err() == nil {
+	select {
+	case <-ctx.Done():
+	case <-sigs:
 		cause = "signal"
 	}
-	stop()
+	signal.Stop(sigs)
+	g.waiting.Store(false)
 	g.cfg.Logger.Info("lifecycle: shutting down", "cause", cause, "timeout", g.cfg.Timeout)
 	sdctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Timeout)
 	defer cancel()
 	return g.Shutdown(sdctx)
+}
+
+// HandleSignals installs the group's handler for Config.Signals now, before Run, and
+// returns its channel (Run calls it when nothing did). A program that starts servers
+// and prints where they listen before it calls Run should call it first: a signal that
+// arrives in between is then held for Run instead of ending the process with the
+// default behaviour (no orderly stop). Calling it again does nothing.
+func (g *Group) HandleSignals() { g.signalChan() }
+
+// signalChan installs the handler once and returns its channel.
+func (g *Group) signalChan() chan os.Signal {
+	g.sigMu.Lock()
+	defer g.sigMu.Unlock()
+	if g.signals == nil {
+		g.signals = make(chan os.Signal, 1)
+		signal.Notify(g.signals, g.cfg.Signals...)
+		g.waiting.Store(true)
+	}
+	return g.signals
 }
 
 // Shutdown stops every registered component stage by stage (see the package doc),

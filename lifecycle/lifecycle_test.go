@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -226,5 +227,35 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A signal that arrives after HandleSignals but before Run is held for Run, which then
+// shuts the group down in order; without the early handler the default action of the
+// signal (here SIGUSR1: terminate) would end the test binary.
+func TestSignalBeforeRunIsHeld(t *testing.T) {
+	g, _ := New(Config{Logger: testkit.Quiet(), Timeout: 5 * time.Second, Signals: []os.Signal{syscall.SIGUSR1}})
+	r := &recorder{}
+	must(t, g.AddProducer("producer", r.comp("producer", nil)))
+	g.HandleSignals()
+	g.HandleSignals() // idempotent
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- g.Run(context.Background()) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not take the signal that arrived before it")
+	}
+	if got := r.get(); !slices.Equal(got, []string{"start producer", "done producer"}) {
+		t.Fatalf("components stopped: %q", got)
+	}
+	if signalInstalled(g) {
+		t.Fatal("the handler is still installed after Run")
 	}
 }

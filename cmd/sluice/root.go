@@ -66,9 +66,16 @@ const servesUntilSignal = "sluice/serves-until-signal"
 
 // newGroup returns the lifecycle group a long-running command registers what it started
 // with: Run waits for SIGINT/SIGTERM (or the command's context) and stops them stage by
-// stage within grace (--shutdown-timeout).
+// stage within grace (--shutdown-timeout). Its signal handler is installed at once, so
+// a signal that arrives after a server started (and said where it listens) but before
+// Run is held for Run's orderly stop instead of killing the process.
 func newGroup(grace time.Duration, log *slog.Logger) (*lifecycle.Group, error) {
-	return lifecycle.New(lifecycle.Config{Timeout: grace, Logger: log})
+	g, err := lifecycle.New(lifecycle.Config{Timeout: grace, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	g.HandleSignals()
+	return g, nil
 }
 
 // shutdownNow shuts c (a lifecycle.Group, or one component) down within grace: the
