@@ -133,6 +133,22 @@ func (l *ledger) countFrom(brokerName string) int {
 	return n
 }
 
+// startLoad runs runLoad in a goroutine (one send every 20 ms, 15 s per send) and returns
+// the function that stops it and waits for it; calling that again does nothing more.
+func (l *ledger) startLoad(topic string, send middleware.SendFunc) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.runLoad(quit, topic, 20*time.Millisecond, 15*time.Second, send)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
+}
+
 // runLoad sends one message after another (at most one per interval) through send until
 // stop closes, each with its own key and a timeout of perSend, and records every send.
 func (l *ledger) runLoad(stop <-chan struct{}, topic string, interval, perSend time.Duration, send middleware.SendFunc) {

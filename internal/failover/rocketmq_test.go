@@ -47,20 +47,7 @@ func rocketmqCampaign(t *testing.T, c *peers.RocketMQCluster, engine, fault stri
 	cons := startConsumer(t, c.NamesrvAddr, group, topic, l, testkit.Quiet())
 	testkit.ShutdownOnCleanup(t, cons.Shutdown)
 
-	stop := make(chan struct{})
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		l.runLoad(stop, topic, 20*time.Millisecond, 15*time.Second, p.SendFunc())
-	}()
-	stopLoad := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-loadDone
-	}
+	stopLoad := l.startLoad(topic, p.SendFunc())
 	defer stopLoad()
 
 	down := outage(t)
