@@ -168,8 +168,11 @@ type Client struct {
 	routes      map[string]*wire.TopicRouteData // topic → last good route
 	brokers     map[string]wire.BrokerData      // broker name → addresses, from all cached routes
 	heartbeated map[string]bool                 // broker addresses that got a heartbeat since they appeared
-	started     bool
-	closed      bool
+	// hbEpoch counts the brokers forgotten: a heartbeat sent before a broker was forgotten
+	// (and perhaps named again by a route) must not mark its address as greeted.
+	hbEpoch uint64
+	started bool
+	closed  bool
 
 	closeOnce sync.Once
 	hbKick    chan struct{} // buffered 1: a broker appeared that has had no heartbeat yet
@@ -524,6 +527,7 @@ func (c *Client) rebuildBrokersLocked() {
 	for a := range c.heartbeated {
 		if !live[a] {
 			delete(c.heartbeated, a)
+			c.hbEpoch++
 		}
 	}
 	for a := range live {
@@ -659,13 +663,11 @@ func (c *Client) sendHeartbeat(ctx context.Context, onlyNew bool) error {
 	}
 	var errs []error
 	for _, addr := range c.brokerTargets(len(hb.ConsumerDataSet) > 0) {
-		if onlyNew {
-			c.mu.Lock()
-			done := c.heartbeated[addr]
-			c.mu.Unlock()
-			if done {
-				continue
-			}
+		c.mu.Lock()
+		done, epoch := c.heartbeated[addr], c.hbEpoch
+		c.mu.Unlock()
+		if onlyNew && done {
+			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.BrokerTimeout)
 		resp, err := c.rc.InvokeSync(cctx, addr, remoting.NewRequest(remoting.HeartBeat, nil, body))
@@ -674,7 +676,10 @@ func (c *Client) sendHeartbeat(ctx context.Context, onlyNew bool) error {
 			err = resp.ResponseErr()
 		}
 		c.mu.Lock()
-		if c.knownLocked(addr) { // a broker forgotten meanwhile is greeted afresh when it returns
+		// A broker forgotten while this heartbeat was on its way may be back already, its
+		// return having kicked the loop: marking it greeted here would swallow that
+		// greeting. (A forget of another broker costs at most one extra heartbeat.)
+		if c.hbEpoch == epoch && c.knownLocked(addr) {
 			c.heartbeated[addr] = err == nil
 		}
 		c.mu.Unlock()

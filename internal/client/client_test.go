@@ -241,3 +241,63 @@ func TestRequestHeaderEncoding(t *testing.T) {
 		})
 	}
 }
+
+// TestGreetingInFlightWhenBrokerForgotten: the heartbeat loop's greeting of a broker is
+// still waiting for its answer when the broker leaves every route and comes back. The
+// late answer must not mark the returning broker as greeted: it is greeted again. (A
+// loaded CI machine delayed the loop so; the returning broker was then never greeted.)
+func TestGreetingInFlightWhenBrokerForgotten(t *testing.T) {
+	arrived := make(chan struct{}, 4)
+	release := make(chan struct{})
+	broker := fakeremote.Start(t, fakeremote.Handlers{
+		remoting.HeartBeat: func(*remoting.RemotingCommand) *remoting.RemotingCommand {
+			arrived <- struct{}{}
+			<-release
+			return remoting.NewResponse(remoting.Success, "")
+		},
+	})
+	route := `{"brokerDatas":[{"brokerAddrs":{0:"` + broker.Addr() + `"},"brokerName":"broker-a","cluster":"C"}],` +
+		`"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,"writeQueueNums":4}]}`
+	ns := fakeremote.Start(t, fakeremote.Handlers{
+		remoting.GetRouteInfoByTopic: func(*remoting.RemotingCommand) *remoting.RemotingCommand {
+			r := remoting.NewResponse(remoting.Success, "")
+			r.Body = []byte(route)
+			return r
+		},
+	})
+	c, err := New(Config{
+		NamesrvAddrs: []string{ns.Addr()},
+		Logger:       testkit.Quiet(),
+		Heartbeat: func() wire.HeartbeatData {
+			return wire.HeartbeatData{ProducerDataSet: []wire.ProducerData{{GroupName: "pg"}}}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	if _, err := c.FetchRoute(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	select { // the loop's greeting is at the broker, unanswered
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("no greeting heartbeat")
+	}
+	c.ForgetRoute("T")
+	if _, err := c.FetchRoute(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	close(release) // the first greeting's answer arrives after the broker came back
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the returning broker was not greeted again")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
