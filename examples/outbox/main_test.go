@@ -40,10 +40,35 @@ func TestApacheRocketMQ(t *testing.T) {
 	runOn(t, options{engine: "rocketmq", namesrv: r.NamesrvAddr})
 }
 
-func TestUnknownEngine(t *testing.T) {
-	err := run(context.Background(), options{engine: "nats"})
-	if err == nil || err.Error() != `-engine "nats": want sluice, rocketmq or kafka` {
-		t.Fatalf("got %v", err)
+// TestApacheKafka runs it with -brokers on an Apache Kafka 4 node (a JVM started by
+// internal/peers); it skips without Java or the jars.
+func TestApacheKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JVM")
+	}
+	if err := peers.Available("kafka"); err != nil {
+		t.Skipf("needs Java and the Apache Kafka jars (internal/peers): %v", err)
+	}
+	k, err := peers.LaunchKafka(context.Background(), peers.KafkaOptions{})
+	if err != nil {
+		t.Fatalf("apache kafka: %v", err)
+	}
+	defer func() {
+		if err := k.Stop(); err != nil {
+			t.Errorf("stop apache kafka: %v", err)
+		}
+	}()
+	runOn(t, options{engine: "kafka", brokers: k.Brokers[0]})
+}
+
+func TestOptionErrors(t *testing.T) {
+	for o, want := range map[options]string{
+		{engine: "nats"}:     `-engine "nats": want sluice, rocketmq or kafka`,
+		{engine: "rocketmq"}: "-engine rocketmq needs -namesrv host:port",
+	} {
+		if err := run(context.Background(), o); err == nil || err.Error() != want {
+			t.Errorf("%+v: got %v, want %q", o, err, want)
+		}
 	}
 }
 
