@@ -153,10 +153,9 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 	return nil
 }
 
-// shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.
 // connect builds (without starting) the producer and the consumer: the only code that
-// picks the engine (kafka.Config has ConsumeMessageBatchMaxSize too); run uses the
-// transport contract alone.
+// picks the engine (kafka.Config has ConsumeMessageBatchMaxSize too); run sends and
+// handles through the transport contract.
 func connect(namesrv string, batch int, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 	if err != nil {
@@ -173,6 +172,7 @@ func connect(namesrv string, batch int, log *slog.Logger) (transport.Producer, t
 	return p, c, nil
 }
 
+// shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.
 func shutdown(what string, f func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -307,8 +307,9 @@ func observe(name, runID string, l *ledger, printf func(string, ...any)) middlew
 }
 
 // newConsumer and newProducer are the only code that picks the engine (RocketMQ
-// protocol: the embedded broker or Apache RocketMQ); run uses the transport contract, so
-// kafka.NewConsumer and kafka.NewProducer with the same middlewares fit here too.
+// protocol: the embedded broker or Apache RocketMQ); run sends and handles through the
+// transport contract, so kafka.NewConsumer and kafka.NewProducer with the same
+// middlewares fit here too.
 func newConsumer(namesrv string, mws []middleware.ConsumeMiddleware, log *slog.Logger) (transport.Consumer, error) {
 	return consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: group,
 		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Middlewares: mws, Logger: log})

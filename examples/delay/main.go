@@ -127,8 +127,8 @@ func run(ctx context.Context, namesrv, levelList string) error {
 }
 
 // connect builds (without starting) the producer and the consumer: the only code that
-// picks the engine; run uses the transport contract alone. (On Kafka, delay levels need a
-// kafka.DelayForwarder running as well.)
+// picks the engine; run sends and handles through the transport contract. (On Kafka,
+// delay levels need a kafka.DelayForwarder running as well.)
 func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 	if err != nil {

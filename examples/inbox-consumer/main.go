@@ -239,8 +239,9 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 }
 
 // connect builds (without starting) the producer and the consumer: the only lines that
-// pick the engine. The rest of run uses the transport contract alone, so the same code
-// runs on Kafka with kafka.NewProducer and kafka.NewConsumer here (see examples/outbox).
+// pick the engine. run sends and handles through the transport contract, so that code
+// runs unchanged with kafka.NewProducer and kafka.NewConsumer here (examples/outbox runs
+// on all three engines).
 func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 	if err != nil {

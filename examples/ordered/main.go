@@ -129,10 +129,9 @@ func run(ctx context.Context, namesrv string, orders int) error {
 	return nil
 }
 
-// shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.
 // connect builds (without starting) the producer and the consumer: the only code that
 // picks the engine (Kafka: one partition per sharding key, and kafka.Config Orderly);
-// run uses the transport contract alone.
+// run sends and handles through the transport contract.
 func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
 	// Every send picks its queue by the message's sharding key.
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Selector: producer.HashSelector(), Logger: log})
@@ -147,6 +146,7 @@ func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Co
 	return p, c, nil
 }
 
+// shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.
 func shutdown(what string, f func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
