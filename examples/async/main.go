@@ -23,6 +23,7 @@ import (
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const topic = "ExampleAsync"
@@ -59,14 +60,19 @@ func run(ctx context.Context, namesrv string, n, inflight int) error {
 		return err
 	}
 
-	// One send through a channel: the first send of a topic also looks up its route.
+	// One send through a channel (SendAsyncChan is the RocketMQ producer's own): the first
+	// send of a topic also looks up its route.
 	res := <-p.SendAsyncChan(ctx, message.NewMessage(topic, []byte("first")))
 	if res.Err != nil {
 		return res.Err
 	}
 	fmt.Printf("first message stored in %s at offset %d (msgId %s)\n", res.Result.Queue, res.Result.QueueOffset, res.Result.MsgID)
+	return sendMany(ctx, p, n)
+}
 
-	// Many through a callback.
+// sendMany sends n messages through a callback, then shuts p down. It needs only the
+// transport contract, so it runs as well with a kafka.Producer.
+func sendMany(ctx context.Context, p transport.Producer, n int) error {
 	var (
 		wg       sync.WaitGroup
 		ok, fail atomic.Int64

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const (
@@ -91,7 +92,7 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 	if _, err := a.WaitTopicRoute(ctx, topic); err != nil {
 		return err
 	}
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	p, c, err := connect(namesrv, batch, log)
 	if err != nil {
 		return err
 	}
@@ -107,14 +108,6 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 	}
 
 	db := &table{rows: map[string]int{}, batches: map[int]int{}}
-	c, err := consumer.NewPushConsumer(consumer.Config{
-		NamesrvAddrs: []string{namesrv}, Group: group, ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
-		ConsumeMessageBatchMaxSize: batch, // default 1
-		Logger:                     log,
-	})
-	if err != nil {
-		return err
-	}
 	if err := c.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 		db.insertBatch(msgs) // one statement for the whole batch
 		return message.ConsumeSuccess, nil
@@ -158,6 +151,25 @@ func run(ctx context.Context, namesrv string, n, batch int) error {
 	}
 	fmt.Printf("stored %d messages in %d handler calls (%s) in %v; batch limit %d\n", n, calls, strings.Join(parts, " "), elapsed.Round(time.Millisecond), batch)
 	return nil
+}
+
+// connect builds (without starting) the producer and the consumer: the only code that
+// picks the engine (kafka.Config has ConsumeMessageBatchMaxSize too); run sends and
+// handles through the transport contract.
+func connect(namesrv string, batch int, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := consumer.NewPushConsumer(consumer.Config{
+		NamesrvAddrs: []string{namesrv}, Group: group, ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
+		ConsumeMessageBatchMaxSize: batch, // default 1
+		Logger:                     log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const topic = "ExampleBatch"
@@ -53,6 +54,7 @@ func run(ctx context.Context, namesrv string, n, size int) error {
 		namesrv = b.NamesrvAddr()
 		fmt.Println("embedded broker at", b.Addr(), "name server", namesrv)
 	}
+	// SendBatch is the RocketMQ producer's own (not in transport.Producer): p stays concrete.
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 	if err != nil {
 		return err
@@ -88,8 +90,7 @@ func run(ctx context.Context, namesrv string, n, size int) error {
 		seen = map[string]int{}
 		done = make(chan struct{})
 	)
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: "ExampleBatchGroup",
-		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, ConsumeMessageBatchMaxSize: 32, Logger: log})
+	c, err := newConsumer(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -126,6 +127,13 @@ func run(ctx context.Context, namesrv string, n, size int) error {
 	}
 	fmt.Printf("consumer received all %d messages\n", n)
 	return nil
+}
+
+// newConsumer is the only consumer code that picks the engine; run consumes through the
+// transport contract.
+func newConsumer(namesrv string, log *slog.Logger) (transport.Consumer, error) {
+	return consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: "ExampleBatchGroup",
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, ConsumeMessageBatchMaxSize: 32, Logger: log})
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

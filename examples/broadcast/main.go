@@ -27,6 +27,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const (
@@ -90,7 +91,7 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 	if _, err := a.WaitTopicRoute(ctx, topic); err != nil {
 		return err
 	}
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	p, err := newProducer(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -99,6 +100,8 @@ func run(ctx context.Context, namesrv, offsetDir string) error {
 	}
 	defer shutdown("producer", p.Shutdown)
 
+	// Broadcasting (every instance gets every message, offsets in a local file) is the
+	// RocketMQ push consumer's own, so this example stays on the concrete types.
 	start := func(name string) (*instance, error) {
 		in := &instance{name: name, got: map[string]int{}}
 		c, err := consumer.NewPushConsumer(consumer.Config{
@@ -204,6 +207,12 @@ func waitCount(ctx context.Context, in *instance, n int) error {
 		return fmt.Errorf("%s received %d messages, want %d", in.name, in.count(), n)
 	}
 	return nil
+}
+
+// newProducer is the only producer code that picks the engine; run sends through the
+// transport contract.
+func newProducer(namesrv string, log *slog.Logger) (transport.Producer, error) {
+	return producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

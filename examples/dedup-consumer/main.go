@@ -46,6 +46,7 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const (
@@ -163,7 +164,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 		return message.ConsumeSuccess, nil
 	}
 
-	var consumers []*consumer.PushConsumer
+	var consumers []transport.Consumer
 	defer func() {
 		for _, c := range consumers {
 			shutdown("consumer", c.Shutdown)
@@ -174,15 +175,9 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 		if err != nil {
 			return err
 		}
-		c, err := consumer.NewPushConsumer(consumer.Config{
-			NamesrvAddrs:     []string{namesrv},
-			Group:            group,
-			ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
-			// Outermost first: observe sees what Dedup decided; Recover turns a handler
-			// panic into a failure Dedup records.
-			Middlewares: []middleware.ConsumeMiddleware{observe(name, runID, l, printf), dedup, middleware.Recover()},
-			Logger:      log,
-		})
+		// Outermost first: observe sees what Dedup decided; Recover turns a handler panic
+		// into a failure Dedup records.
+		c, err := newConsumer(namesrv, []middleware.ConsumeMiddleware{observe(name, runID, l, printf), dedup, middleware.Recover()}, log)
 		if err != nil {
 			return err
 		}
@@ -196,7 +191,7 @@ func run(ctx context.Context, redisAddr, namesrv string, payments, copies int, t
 	}
 	fmt.Printf("consumers A and B of group %s subscribed to %s, handlers wrapped with Dedup (key prefix %s)\n", group, topic, prefix)
 
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Middlewares: []middleware.SendMiddleware{middleware.Keys()}, Logger: log})
+	p, err := newProducer(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -309,6 +304,20 @@ func observe(name, runID string, l *ledger, printf func(string, ...any)) middlew
 			return res, err
 		}
 	}
+}
+
+// newConsumer and newProducer are the only code that picks the engine (RocketMQ
+// protocol: the embedded broker or Apache RocketMQ); run sends and handles through the
+// transport contract, so kafka.NewConsumer and kafka.NewProducer with the same
+// middlewares fit here too.
+func newConsumer(namesrv string, mws []middleware.ConsumeMiddleware, log *slog.Logger) (transport.Consumer, error) {
+	return consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: group,
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Middlewares: mws, Logger: log})
+}
+
+// newProducer's Keys middleware sets each message's key: "<tag>_<md5(body)>".
+func newProducer(namesrv string, log *slog.Logger) (transport.Producer, error) {
+	return producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Middlewares: []middleware.SendMiddleware{middleware.Keys()}, Logger: log})
 }
 
 // deleteKeys deletes the run's Dedup keys (SCAN MATCH prefix* + DEL, bounded).

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const topic = "ExampleDelayed"
@@ -61,7 +62,7 @@ func run(ctx context.Context, namesrv, levelList string) error {
 		namesrv = b.NamesrvAddr()
 		fmt.Println("embedded broker at", b.Addr(), "name server", namesrv)
 	}
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	p, c, err := connect(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -80,11 +81,6 @@ func run(ctx context.Context, namesrv, levelList string) error {
 		left   = len(levels)
 		done   = make(chan struct{})
 	)
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: "ExampleDelayGroup",
-		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log})
-	if err != nil {
-		return err
-	}
 	err = c.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -128,6 +124,22 @@ func run(ctx context.Context, namesrv, levelList string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// connect builds (without starting) the producer and the consumer: the only code that
+// picks the engine; run sends and handles through the transport contract. (On Kafka,
+// delay levels need a kafka.DelayForwarder running as well.)
+func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: "ExampleDelayGroup",
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 	_ "modernc.org/sqlite" // driver "sqlite"
 )
 
@@ -166,8 +167,7 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 		}
 		return nil
 	}
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: group,
-		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Middlewares: []middleware.ConsumeMiddleware{middleware.Recover()}, Logger: log})
+	p, c, err := connect(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -178,11 +178,6 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 		return err
 	}
 	defer shutdown("consumer", c.Shutdown)
-
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
-	if err != nil {
-		return err
-	}
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
@@ -241,6 +236,23 @@ func run(ctx context.Context, pg, namesrv string, timeout time.Duration) error {
 	}
 	fmt.Printf("OK: %d payments sent twice each, one failed attempt rolled back; every payment credited exactly once\n", len(pays))
 	return nil
+}
+
+// connect builds (without starting) the producer and the consumer: the only lines that
+// pick the engine. run sends and handles through the transport contract, so that code
+// runs unchanged with kafka.NewProducer and kafka.NewConsumer here (examples/outbox runs
+// on all three engines).
+func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: group,
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Middlewares: []middleware.ConsumeMiddleware{middleware.Recover()}, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 func shutdown(what string, f func(context.Context) error) {

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
+	"github.com/sluicemq/sluice/transport"
 )
 
 func main() {
@@ -94,7 +95,7 @@ func run(ctx context.Context, brokerList, redisAddr string) error {
 	rc := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rc.Close()
 
-	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Logger: log})
+	p, c, err := connect(brokers, group, log)
 	if err != nil {
 		return err
 	}
@@ -126,16 +127,6 @@ func run(ctx context.Context, brokerList, redisAddr string) error {
 		}
 		return message.ConsumeSuccess, nil
 	}
-	c, err := kafka.NewConsumer(kafka.Config{
-		Brokers: brokers, Group: group, Logger: log,
-		MaxReconsumeTimes: kafka.Retries(2),
-		RetrySchedule:     []time.Duration{500 * time.Millisecond, time.Second}, // RocketMQ's is 10s … 2h
-		HeartbeatInterval: 500 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		FetchMaxWait: 200 * time.Millisecond,
-	})
-	if err != nil {
-		return err
-	}
 	if err := c.Subscribe(topic, "*", middleware.ChainConsume(credit, dedup, middleware.Recover())); err != nil {
 		return err
 	}
@@ -160,6 +151,7 @@ func run(ctx context.Context, brokerList, redisAddr string) error {
 	}) {
 		return fmt.Errorf("payments not settled in time: %v", book.credits)
 	}
+	// Dead letters are engine-specific: kafka.ListDLQ/ResendDLQ here, admin's on RocketMQ.
 	dl, err := kafka.ListDLQ(ctx, brokers, group)
 	if err != nil {
 		return err
@@ -186,6 +178,27 @@ func run(ctx context.Context, brokerList, redisAddr string) error {
 	}
 	fmt.Println("every payment credited exactly once (pay-1 was sent twice)")
 	return nil
+}
+
+// connect builds (without starting) the producer and the consumer: the only code that
+// picks the engine; run sends and handles through the transport contract, as it would
+// with producer.New and consumer.NewPushConsumer.
+func connect(brokers []string, group string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := kafka.NewConsumer(kafka.Config{
+		Brokers: brokers, Group: group, Logger: log,
+		MaxReconsumeTimes: kafka.Retries(2),
+		RetrySchedule:     []time.Duration{500 * time.Millisecond, time.Second}, // RocketMQ's is 10s … 2h
+		HeartbeatInterval: 500 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		FetchMaxWait: 200 * time.Millisecond,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 // sourceOf names where a delivery came from: the topic, or the retry topic.

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const topic = "ExampleOrders"
@@ -56,8 +57,7 @@ func run(ctx context.Context, namesrv string, orders int) error {
 		fmt.Println("embedded broker at", b.Addr(), "name server", namesrv)
 	}
 
-	// Every send picks its queue by the message's sharding key.
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Selector: producer.HashSelector(), Logger: log})
+	p, c, err := connect(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -88,11 +88,6 @@ func run(ctx context.Context, namesrv string, orders int) error {
 		allDone = make(chan struct{})
 		left    = orders * len(steps)
 	)
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: "ExampleOrderedGroup",
-		Orderly: true, ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log})
-	if err != nil {
-		return err
-	}
 	err = c.Subscribe(topic, "*", func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -132,6 +127,23 @@ func run(ctx context.Context, namesrv string, orders int) error {
 	}
 	fmt.Printf("all %d orders arrived step by step, in order\n", orders)
 	return nil
+}
+
+// connect builds (without starting) the producer and the consumer: the only code that
+// picks the engine (Kafka: one partition per sharding key, and kafka.Config Orderly);
+// run sends and handles through the transport contract.
+func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
+	// Every send picks its queue by the message's sharding key.
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Selector: producer.HashSelector(), Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{namesrv}, Group: "ExampleOrderedGroup",
+		Orderly: true, ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

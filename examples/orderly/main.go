@@ -29,6 +29,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const (
@@ -72,7 +73,7 @@ func run(ctx context.Context, namesrv string) error {
 		return err
 	}
 
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Selector: producer.HashSelector(), Logger: log})
+	p, err := newProducer(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -104,6 +105,8 @@ func run(ctx context.Context, namesrv string) error {
 		closed   bool
 		count    int
 	)
+	// SuspendCurrentQueueAMoment and its suspend time are the RocketMQ orderly consumer's
+	// own, so the consumer stays concrete.
 	c, err := consumer.NewPushConsumer(consumer.Config{
 		NamesrvAddrs: []string{namesrv}, Group: group, Orderly: true, ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
 		SuspendCurrentQueueTime: 300 * time.Millisecond, // default 1 s
@@ -169,6 +172,12 @@ func run(ctx context.Context, namesrv string) error {
 		}
 		time.Sleep(100 * time.Millisecond) // poll the DLQ until the deadline
 	}
+}
+
+// newProducer is the only producer code that picks the engine (HashSelector: one queue
+// per sharding key); run sends through the transport contract.
+func newProducer(namesrv string, log *slog.Logger) (transport.Producer, error) {
+	return producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Selector: producer.HashSelector(), Logger: log})
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/retrytask"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const topic = "Payments"
@@ -75,7 +76,7 @@ func run(redisAddr string, n int) error {
 	// One producer; the send the application uses is Keys + Park around it, the retry
 	// task resends through the bare producer (a failed resend is rescheduled by the task,
 	// not parked again).
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{nsAddr}, SendTimeout: time.Second, Logger: log})
+	p, err := newProducer(nsAddr, log)
 	if err != nil {
 		return err
 	}
@@ -174,8 +175,7 @@ func demo(ctx context.Context, g *lifecycle.Group, send middleware.SendFunc, tas
 
 	var mu sync.Mutex
 	got := map[string]int{}
-	c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{nsAddr}, Group: "park_demo",
-		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log})
+	c, err := newConsumer(nsAddr, log)
 	if err != nil {
 		return nb, err
 	}
@@ -224,6 +224,17 @@ func demo(ctx context.Context, g *lifecycle.Group, send middleware.SendFunc, tas
 
 // startBroker starts a broker with its embedded name server on fixed addresses,
 // retrying briefly while the ports are still being released.
+// newProducer and newConsumer are the only code that picks the engine: the rest uses
+// the transport contract (and middleware.SendFunc), the same with package kafka.
+func newProducer(nsAddr string, log *slog.Logger) (transport.Producer, error) {
+	return producer.New(producer.Config{NamesrvAddrs: []string{nsAddr}, SendTimeout: time.Second, Logger: log})
+}
+
+func newConsumer(nsAddr string, log *slog.Logger) (transport.Consumer, error) {
+	return consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{nsAddr}, Group: "park_demo",
+		ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: log})
+}
+
 func startBroker(dir, addr, nsAddr string, log *slog.Logger) (*broker.Broker, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {

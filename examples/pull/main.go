@@ -24,6 +24,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const (
@@ -65,7 +66,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 	if _, err := a.WaitTopicRoute(ctx, topic); err != nil {
 		return err
 	}
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	p, err := newProducer(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -83,6 +84,7 @@ func run(ctx context.Context, namesrv string, batch int) error {
 		}
 	}
 
+	// The pull consumer is the RocketMQ SDK's own (no transport interface): it stays concrete.
 	pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: []string{namesrv}, Group: group, Logger: log})
 	if err != nil {
 		return err
@@ -146,6 +148,12 @@ func exportQueue(ctx context.Context, pc *consumer.PullConsumer, mq message.Mess
 			return n, err
 		}
 	}
+}
+
+// newProducer is the only producer code that picks the engine; run sends through the
+// transport contract.
+func newProducer(namesrv string, log *slog.Logger) (transport.Producer, error) {
+	return producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 }
 
 // shutdown calls a Shutdown(ctx) method with a 10 s deadline and reports a failure.

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 const (
@@ -70,7 +71,7 @@ func run(ctx context.Context, namesrv string) error {
 	if _, err := a.WaitTopicRoute(ctx, topic); err != nil {
 		return err
 	}
-	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	p, c, err := connect(namesrv, log)
 	if err != nil {
 		return err
 	}
@@ -106,14 +107,6 @@ func run(ctx context.Context, namesrv string) error {
 		}
 		return message.ConsumeSuccess, nil
 	}
-	c, err := consumer.NewPushConsumer(consumer.Config{
-		NamesrvAddrs: []string{namesrv}, Group: group, ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
-		MaxReconsumeTimes: consumer.Retries(2), // default 16
-		Logger:            log,
-	})
-	if err != nil {
-		return err
-	}
 	if err := c.Subscribe(topic, "*", handler); err != nil {
 		return err
 	}
@@ -129,6 +122,7 @@ func run(ctx context.Context, namesrv string) error {
 	if err := wait(ctx, flaky, 2*time.Minute, "pay-flaky to succeed on its third delivery"); err != nil {
 		return err
 	}
+	// Dead letters are engine-specific: admin.ListDLQ/ResendDLQ here, kafka.ListDLQ/ResendDLQ on Kafka.
 	var dead []admin.DLQMessage
 	deadline := time.Now().Add(2 * time.Minute)
 	for len(dead) == 0 {
@@ -154,6 +148,24 @@ func run(ctx context.Context, namesrv string) error {
 		fmt.Printf("resent %s to %s (keys %v)\n", r.MsgID, r.Topic, r.Keys)
 	}
 	return wait(ctx, redrove, time.Minute, "the re-driven pay-bug to be handled")
+}
+
+// connect builds (without starting) the producer and the consumer: the only code that
+// picks the engine; run sends and handles through the transport contract alone.
+func connect(namesrv string, log *slog.Logger) (transport.Producer, transport.Consumer, error) {
+	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := consumer.NewPushConsumer(consumer.Config{
+		NamesrvAddrs: []string{namesrv}, Group: group, ConsumeFromWhere: consumer.ConsumeFromFirstOffset,
+		MaxReconsumeTimes: consumer.Retries(2), // default 16
+		Logger:            log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 func wait(ctx context.Context, ch <-chan struct{}, d time.Duration, what string) error {

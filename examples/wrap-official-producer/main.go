@@ -92,6 +92,8 @@ func run(redisAddr, namesrv string, n int) error {
 		return err
 	}
 
+	// The official client implements no transport interface: Sluice's parts meet it as a
+	// middleware.SendFunc and a middleware.ConsumeFunc, as they meet every engine.
 	// Producer: the official client behind a SendFunc, with Keys and Park around it.
 	p, err := rocketmq.NewProducer(rmqproducer.WithNameServer(primitive.NamesrvAddr{namesrv}),
 		rmqproducer.WithGroupName("official_demo_producer"), rmqproducer.WithRetry(2))

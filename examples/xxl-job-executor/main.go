@@ -91,6 +91,8 @@ func run(adminURL, token, app, listen, redisAddr, namesrv, namespace string) err
 		}()
 		namesrv = b.NamesrvAddr()
 	}
+	// The retry task resends through a middleware.SendFunc: any engine's producer fits
+	// (transport.Producer's SendFunc; a kafka.Producer's as well).
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{namesrv}, Logger: log})
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/outbox"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/transport"
 )
 
 // Topic and Group are the demo's topic and the shipping service's consumer group.
@@ -279,24 +280,17 @@ func (d *demo) startShipping(ctx context.Context) error {
 		d.mu.Unlock()
 		return h(ctx, msgs)
 	}
+	// Only the constructor depends on the engine; the rest is the transport contract.
+	var c transport.Consumer
+	var err error
 	if d.o.NamesrvAddr != "" {
-		c, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{d.o.NamesrvAddr}, Group: Group,
+		c, err = consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{d.o.NamesrvAddr}, Group: Group,
 			ConsumeFromWhere: consumer.ConsumeFromFirstOffset, Logger: d.o.Logger})
-		if err != nil {
-			return err
-		}
-		if err := c.Subscribe(Topic, "*", count); err != nil {
-			return err
-		}
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		d.stops = append(d.stops, c.Shutdown)
-		return nil
+	} else {
+		c, err = kafka.NewConsumer(kafka.Config{Brokers: d.o.KafkaBrokers, Group: Group, Logger: d.o.Logger,
+			HeartbeatInterval: 200 * time.Millisecond, JoinGroupBackoff: 200 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond,
+			CommitInterval: 100 * time.Millisecond})
 	}
-	c, err := kafka.NewConsumer(kafka.Config{Brokers: d.o.KafkaBrokers, Group: Group, Logger: d.o.Logger,
-		HeartbeatInterval: 200 * time.Millisecond, JoinGroupBackoff: 200 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond,
-		CommitInterval: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}

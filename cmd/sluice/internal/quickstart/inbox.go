@@ -122,10 +122,7 @@ func runQSInboxChild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Subscribe(qsTopic, qsTagSuccess, h); err != nil {
-		return err
-	}
-	if err := c.Start(context.Background()); err != nil {
+	if err := qsStartConsumer(context.Background(), c, qsTopic, qsTagSuccess, h); err != nil {
 		return err
 	}
 	deadline := time.NewTimer(qsChildNoBatch2)
@@ -294,10 +291,7 @@ func (r *qsRun) inboxPart(ctx context.Context, stops *[]func(context.Context) er
 		return err
 	}
 	*stops = append(*stops, c.Shutdown)
-	if err := c.Subscribe(qsTopic, qsTagSuccess, handler); err != nil {
-		return err
-	}
-	if err := c.Start(context.Background()); err != nil {
+	if err := qsStartConsumer(context.Background(), c, qsTopic, qsTagSuccess, handler); err != nil {
 		return err
 	}
 	restarted := time.Now()

@@ -151,10 +151,7 @@ func runKafkaQuickstart(ctx context.Context, out io.Writer, o qsOptions, addr st
 			return err
 		}
 		stops = append(stops, c.Shutdown)
-		if err := c.Subscribe(r.topic(), g.tags, handler); err != nil {
-			return err
-		}
-		if err := c.Start(deadline); err != nil {
+		if err := qsStartConsumer(deadline, c, r.topic(), g.tags, handler); err != nil {
 			return fmt.Errorf("consumer group %s: %w", r.group(g.name), err)
 		}
 		fmt.Fprintf(out, "started consumer group %s subscribed to %s %q (retries: %s.retry.1..2, dead letters: %s)\n",

@@ -308,10 +308,7 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 			return err
 		}
 		stops = append(stops, c.Shutdown)
-		if err := c.Subscribe(qsTopic, g.tags, handler); err != nil {
-			return err
-		}
-		if err := c.Start(ctx); err != nil {
+		if err := qsStartConsumer(ctx, c, qsTopic, g.tags, handler); err != nil {
 			return fmt.Errorf("consumer group %s: %w", g.name, err)
 		}
 		fmt.Fprintf(out, "started consumer group %s subscribed to %s %q\n", g.name, qsTopic, g.tags)
@@ -340,6 +337,15 @@ func runQuickstart(ctx context.Context, out io.Writer, o qsOptions) (err error) 
 		return err
 	}
 	return r.outboxPart(ctx, &stops)
+}
+
+// qsStartConsumer subscribes c's handler to topic and starts c. It is the same for every
+// engine (transport.Consumer): only the constructors before it pick the engine.
+func qsStartConsumer(ctx context.Context, c transport.Consumer, topic, tags string, handler middleware.ConsumeFunc) error {
+	if err := c.Subscribe(topic, tags, handler); err != nil {
+		return err
+	}
+	return c.Start(ctx)
 }
 
 // consumerChain returns the middlewares and the handler of consumer group group.
