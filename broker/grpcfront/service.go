@@ -434,6 +434,12 @@ func (sv *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Ser
 	for q := range tc.ReadQueueNums {
 		r.QueueIDs = append(r.QueueIDs, int32(q))
 	}
+	// The group's retry topic: messages of this topic its 4.x consumers sent back.
+	if rc, err := sv.s.b.TopicConfig(message.RetryTopic(r.Group), false); err == nil && rc.Perm&wire.PermRead != 0 {
+		for q := range rc.ReadQueueNums {
+			r.RetryQueueIDs = append(r.RetryQueueIDs, int32(q))
+		}
+	}
 	ctx := stream.Context()
 	// Answer before the client's deadline: leave it a second.
 	if dl, ok := ctx.Deadline(); ok {
