@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -134,6 +135,7 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 	}
 	tc := &telemetryConn{stream: stream, caller: caller}
 	defer sv.s.producers.remove(tc)
+	var last *v2.TelemetryCommand // the last settings answer sent
 	in := make(chan recv, 1)
 	go func() { // ends when the stream ends: the handler's return cancels it
 		for {
@@ -160,29 +162,33 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 				return r.err
 			}
 			if st := r.cmd.GetSettings(); st != nil {
+				cmd := sv.settings(st)
 				if err := settingsAllowed(caller, st); err != nil {
 					// Refused settings are answered FORBIDDEN, with the broker's settings
 					// still (the clients block at start until they get some; each of their
 					// calls is then refused on its own); a producer refused is not
 					// registered for transaction checks.
 					sv.s.producers.remove(tc)
-					cmd := sv.settings(st)
 					cmd.Status = statusOf(err)
-					if err := tc.send(cmd); err != nil {
-						return err
-					}
-					continue
-				}
-				if st.GetClientType() == v2.ClientType_PRODUCER {
+				} else if st.GetClientType() == v2.ClientType_PRODUCER {
 					var topics []string
 					for _, t := range st.GetPublishing().GetTopics() {
 						topics = append(topics, t.GetName())
 					}
 					sv.s.producers.add(tc, topics)
 				}
-				if err := tc.send(sv.settings(st)); err != nil {
+				// An answer equal to the last one on this stream is not sent again: the
+				// official Go client v5.1.4 applies every settings answer without a lock
+				// while its sends read those settings (a data race in the client), and it
+				// repeats its settings after start; an unchanged answer would tell it
+				// nothing.
+				if last != nil && proto.Equal(last, cmd) {
+					continue
+				}
+				if err := tc.send(cmd); err != nil {
 					return err
 				}
+				last = cmd
 			}
 			// thread stack traces and verify results are not asked for: nothing to do
 		}
