@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,4 +298,76 @@ func TestGrpcACLRefusals(t *testing.T) {
 	if st, _ := statuses["QueryRoute"](with(v5Signature("pubUser1", "pubSecret1", time.Now()))); st.GetCode() != v2.Code_OK {
 		t.Errorf("route for the publisher: %v", st)
 	}
+}
+
+// TestGrpcACLFollowsReload: the gRPC port uses the rules in force; a permission taken
+// away in plain_acl.yml is refused once the broker has reloaded the file.
+func TestGrpcACLFollowsReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plain_acl.yml")
+	if err := os.WriteFile(path, []byte(grpcACL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, s := front(t, func(c *broker.Config) {
+		c.AclEnable, c.AclFile, c.AccessKey, c.SecretKey = true, path, "adminKey", "adminSecret"
+	})
+	raw, base := rawClient(t, s.Addr())
+	send := func() *v2.Status {
+		out, _ := metadata.FromOutgoingContext(base)
+		ctx := metadata.NewOutgoingContext(base, metadata.Join(out, v5Signature("pubUser1", "pubSecret1", time.Now())))
+		msg := &v2.Message{Topic: &v2.Resource{Name: "AclTopic"}, Body: []byte("x"),
+			SystemProperties: &v2.SystemProperties{MessageId: "01AB", MessageType: v2.MessageType_NORMAL}}
+		r, err := raw.SendMessage(ctx, &v2.SendMessageRequest{Messages: []*v2.Message{msg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if st := send(); st.GetCode() != v2.Code_OK {
+		t.Fatalf("send before the change: %v", st)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(grpcACL, "AclTopic=PUB", "AclTopic=SUB", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, func() bool { return send().GetCode() == v2.Code_FORBIDDEN }, "the reloaded file to refuse the send")
+}
+
+// TestOfficialPushConsumerWithACL: the official PushConsumer (heartbeat, assignment,
+// auto-renew receives, acks) works with the subscriber's credentials under ACL.
+func TestOfficialPushConsumerWithACL(t *testing.T) {
+	_, s := aclFront(t)
+	const topic, group = "AclTopic", "AclGroup"
+	p, err := signedProducer(t, s.Addr(), "pubUser1", "pubSecret1", topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := p.Send(testkit.Context(t, 10*time.Second), &rmq.Message{Topic: topic, Body: []byte(fmt.Sprint("push-", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	pc, err := rmq.NewPushConsumer(&rmq.Config{Endpoint: s.Addr(), ConsumerGroup: group,
+		Credentials: &credentials.SessionCredentials{AccessKey: "subUser1", AccessSecret: "subSecret1"}},
+		rmq.WithPushAwaitDuration(2*time.Second),
+		rmq.WithPushSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}),
+		rmq.WithPushMessageListener(&rmq.FuncMessageListener{Consume: func(mv *rmq.MessageView) rmq.ConsumerResult {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[string(mv.GetBody())]++
+			return rmq.SUCCESS
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.GracefulStop() })
+	testkit.WaitFor(t, 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 3
+	}, "the push consumer to consume the three messages")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return s.Pop().Inflight(group) == 0 }, "its acks")
 }
