@@ -3,7 +3,9 @@
 // invisible to the group for an invisible duration and comes back, with its delivery
 // attempt counted, unless it is acknowledged with its receipt handle before that; after
 // the group's maximum delivery attempts it goes to the group's dead-letter topic
-// %DLQ%<group>.
+// %DLQ%<group>. A receive also delivers the messages of the group's %RETRY%<group> topic
+// whose RETRY_TOPIC is the topic received (sent back by the group's 4.x consumers), with
+// their reconsume times counted as attempts.
 //
 // The state (per group, per queue: the pop offset and the deliveries not yet
 // acknowledged) is kept in memory and in one append-only log per group beside the store,
