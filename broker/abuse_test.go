@@ -969,19 +969,6 @@ func TestACLListingsAndGroupOffsetsFiltered(t *testing.T) {
 	}
 }
 
-// TestGrpcFrontRefusedWithACL: the RocketMQ 5 gRPC front end applies no ACL yet, so a
-// broker configured with both fails to start instead of opening every topic on that port.
-func TestGrpcFrontRefusedWithACL(t *testing.T) {
-	cfg, err := ParseConfig(strings.NewReader("storePathRootDir=" + t.TempDir() + "\naclEnable=true\naclFile=plain_acl.yml\ngrpcListenAddr=127.0.0.1:0\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ce *ConfigError
-	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Key != "grpcListenAddr" {
-		t.Fatalf("aclEnable with grpcListenAddr: %v", err)
-	}
-}
-
 // TestACLEmptyFileKeepsRules (issue 26, finding 7): a 0-byte plain_acl.yml (an editor
 // truncating it, a failed copy) was applied as "no accounts" and locked everyone out,
 // while a garbage one kept the old rules. Both now keep the rules in force, and each

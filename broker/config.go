@@ -214,7 +214,9 @@ type Config struct {
 	// GrpcListenAddr, when set, is where the sluice broker command serves the RocketMQ 5
 	// gRPC MessagingService (package broker/grpcfront) on the same store, e.g.
 	// "127.0.0.1:8081" ("127.0.0.1:0": a free port); with tlsEnable it serves TLS with the
-	// same certificate. Sluice key. Default: none (the gRPC front end is off).
+	// same certificate, and with aclEnable it checks the RocketMQ 5 clients' signatures
+	// against the same accounts and permissions. Sluice key. Default: none (the gRPC front
+	// end is off).
 	GrpcListenAddr string `conf:"grpcListenAddr"`
 
 	// CompressedRegister sends REGISTER_BROKER bodies in RocketMQ's compressed form
@@ -459,11 +461,6 @@ func (c *Config) validate() error {
 	}
 	if c.AclEnable && c.AclFile == "" {
 		return &ConfigError{Key: "aclFile", Reason: "required with aclEnable=true (or set ROCKETMQ_HOME to use $ROCKETMQ_HOME/conf/plain_acl.yml)"}
-	}
-	if c.AclEnable && c.GrpcListenAddr != "" {
-		// Fail closed: the gRPC front end does not apply the plain ACL yet, so serving it
-		// beside an ACL-protected remoting port would open every topic and group to anyone.
-		return &ConfigError{Key: "grpcListenAddr", Value: c.GrpcListenAddr, Reason: "the RocketMQ 5 gRPC front end does not apply ACL yet: it cannot be served with aclEnable=true"}
 	}
 	if c.TLSEnable && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
 		return &ConfigError{Key: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}

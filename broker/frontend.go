@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -223,6 +224,10 @@ func (b *Broker) MaxMessageSize() int { return b.cfg.MaxMessageSize }
 
 // GrpcListenAddr is the grpcListenAddr key: where the gRPC front end listens ("": off).
 func (b *Broker) GrpcListenAddr() string { return b.cfg.GrpcListenAddr }
+
+// ACL is the broker's plain ACL (aclEnable; nil without): the same accounts and
+// permissions, reloaded with the file, for a front end to check its callers against.
+func (b *Broker) ACL() *acl.Validator { return b.acl }
 
 // ServerTLS is the TLS configuration the remoting port serves with tlsEnable (nil
 // without), for a front end to serve the same certificate.

@@ -1,6 +1,7 @@
 package grpcfront
 
 import (
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -82,6 +84,12 @@ func statusOf(err error) *v2.Status {
 	}
 	if r, ok := broker.IsRefused(err); ok {
 		return &v2.Status{Code: codeOfRefusal(r), Message: r.Reason}
+	}
+	switch {
+	case errors.Is(err, acl.ErrUnauthenticated):
+		return &v2.Status{Code: v2.Code_UNAUTHORIZED, Message: err.Error()}
+	case errors.Is(err, acl.ErrDenied):
+		return &v2.Status{Code: v2.Code_FORBIDDEN, Message: err.Error()}
 	}
 	return &v2.Status{Code: v2.Code_INTERNAL_SERVER_ERROR, Message: err.Error()}
 }

@@ -471,3 +471,37 @@ func TestEndTransactionValidation(t *testing.T) {
 		t.Fatalf("commit after rollback: %v %v, want PRECONDITION_FAILED", r.GetStatus(), err)
 	}
 }
+
+// A settings answer equal to the previous one on the stream is not sent again (the
+// official Go client applies each answer racing its own sends); a changed one is.
+func TestTelemetryRepeatedSettingsAnsweredOnce(t *testing.T) {
+	_, _, c, ctx := startFront(t)
+	st, err := c.Telemetry(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer := v2.ClientType_PRODUCER
+	settings := func(topics ...string) *v2.TelemetryCommand {
+		var rs []*v2.Resource
+		for _, tp := range topics {
+			rs = append(rs, &v2.Resource{Name: tp})
+		}
+		return &v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: &v2.Settings{ClientType: &producer,
+			PubSub: &v2.Settings_Publishing{Publishing: &v2.Publishing{Topics: rs}}}}}
+	}
+	for _, cmd := range []*v2.TelemetryCommand{settings("A"), settings("A"), settings("A", "B")} {
+		if err := st.Send(cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []int{1, 2} { // topics echoed: A's answer, then A+B's; the repeat has none
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(r.GetSettings().GetPublishing().GetTopics()); r.GetStatus().GetCode() != v2.Code_OK || n != want {
+			t.Fatalf("answer %d: %v with %d topics, want %d", i, r.GetStatus(), n, want)
+		}
+	}
+	_ = st.CloseSend()
+}

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/pop"
 )
 
@@ -84,6 +85,7 @@ type Server struct {
 	grpc *grpc.Server
 	lis  net.Listener
 	ep   *v2.Endpoints
+	acl  *acl.Validator // the broker's plain ACL (aclEnable); nil: calls are not checked
 
 	ctx    context.Context // cancelled at Shutdown: ends telemetry streams and long polls
 	cancel context.CancelFunc
@@ -122,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.TLS = t
 	}
-	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("frontend", "grpc")}
+	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("frontend", "grpc"), acl: cfg.Broker.ACL()}
 	pc := cfg.Pop
 	pc.Dir = filepath.Join(cfg.Broker.DataDir(), "pop")
 	pc.Backend = backend{cfg.Broker}
@@ -163,7 +165,11 @@ func (s *Server) Start() error {
 			s.log.Error("gRPC front end stopped serving", "err", err)
 		}
 	}()
-	s.log.Info("gRPC MessagingService listening", "addr", lis.Addr().String(), "tls", s.cfg.TLS != nil)
+	s.log.Info("gRPC MessagingService listening", "addr", lis.Addr().String(), "tls", s.cfg.TLS != nil, "acl", s.acl != nil)
+	if s.acl != nil && s.cfg.TLS == nil {
+		s.log.Warn("gRPC front end with aclEnable but without TLS: a RocketMQ 5 signature covers only its date-time, " +
+			"so a header read off the network can be replayed for any request of its account while that time is within aclSignatureSkewMillis; set tlsEnable")
+	}
 	return nil
 }
 

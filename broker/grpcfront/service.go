@@ -14,10 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
@@ -75,29 +77,46 @@ func (sv *service) route(tc wire.TopicConfig) []*v2.MessageQueue {
 	return out
 }
 
-func (sv *service) QueryRoute(_ context.Context, req *v2.QueryRouteRequest) (*v2.QueryRouteResponse, error) {
-	topic, err := checkTopic("topic", req.GetTopic())
+func (sv *service) QueryRoute(ctx context.Context, req *v2.QueryRouteRequest) (*v2.QueryRouteResponse, error) {
+	c, err := sv.caller(ctx)
+	var topic string
+	if err == nil {
+		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		err = allow(c, acl.Topic(topic, acl.Any))
+	}
 	if err != nil {
 		return &v2.QueryRouteResponse{Status: statusOf(err)}, nil
 	}
-	tc, err := sv.s.b.TopicConfig(topic, true)
+	// Auto-creation is a publisher's: a caller with only SUB on the topic does not create it.
+	tc, err := sv.s.b.TopicConfig(topic, c == nil || c.Allows(acl.Topic(topic, acl.Pub)))
 	if err != nil {
 		return &v2.QueryRouteResponse{Status: statusOf(err)}, nil
 	}
 	return &v2.QueryRouteResponse{Status: okStatus(), MessageQueues: sv.route(tc)}, nil
 }
 
-func (sv *service) Heartbeat(_ context.Context, req *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
-	if req.Group != nil {
-		if _, err := checkGroup("group", req.GetGroup()); err != nil {
-			return &v2.HeartbeatResponse{Status: statusOf(err)}, nil
+func (sv *service) Heartbeat(ctx context.Context, req *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
+	c, err := sv.caller(ctx)
+	if err == nil && req.Group != nil {
+		var g string
+		if g, err = checkGroup("group", req.GetGroup()); err == nil {
+			err = allow(c, acl.Group(g, acl.Sub))
 		}
 	}
-	return &v2.HeartbeatResponse{Status: okStatus()}, nil
+	return &v2.HeartbeatResponse{Status: statusOf(err)}, nil
 }
 
-func (sv *service) NotifyClientTermination(context.Context, *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
-	return &v2.NotifyClientTerminationResponse{Status: okStatus()}, nil
+func (sv *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
+	c, err := sv.caller(ctx)
+	if err == nil && req.GetGroup().GetName() != "" {
+		var g string
+		if g, err = checkGroup("group", req.GetGroup()); err == nil {
+			err = allow(c, acl.Group(g, acl.Sub))
+		}
+	}
+	return &v2.NotifyClientTerminationResponse{Status: statusOf(err)}, nil
 }
 
 // Telemetry answers every Settings the client sends with the settings the broker
@@ -106,12 +125,17 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 	if clientID(stream.Context()) == "" {
 		return stream.Send(&v2.TelemetryCommand{Status: &v2.Status{Code: v2.Code_CLIENT_ID_REQUIRED, Message: "metadata x-mq-client-id: required"}})
 	}
+	caller, err := sv.caller(stream.Context())
+	if err != nil {
+		return stream.Send(&v2.TelemetryCommand{Status: statusOf(err)})
+	}
 	type recv struct {
 		cmd *v2.TelemetryCommand
 		err error
 	}
-	tc := &telemetryConn{stream: stream}
+	tc := &telemetryConn{stream: stream, caller: caller}
 	defer sv.s.producers.remove(tc)
+	var last *v2.TelemetryCommand // the last settings answer sent
 	in := make(chan recv, 1)
 	go func() { // ends when the stream ends: the handler's return cancels it
 		for {
@@ -138,16 +162,33 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 				return r.err
 			}
 			if st := r.cmd.GetSettings(); st != nil {
-				if st.GetClientType() == v2.ClientType_PRODUCER {
+				cmd := sv.settings(st)
+				if err := settingsAllowed(caller, st); err != nil {
+					// Refused settings are answered FORBIDDEN, with the broker's settings
+					// still (the clients block at start until they get some; each of their
+					// calls is then refused on its own); a producer refused is not
+					// registered for transaction checks.
+					sv.s.producers.remove(tc)
+					cmd.Status = statusOf(err)
+				} else if st.GetClientType() == v2.ClientType_PRODUCER {
 					var topics []string
 					for _, t := range st.GetPublishing().GetTopics() {
 						topics = append(topics, t.GetName())
 					}
 					sv.s.producers.add(tc, topics)
 				}
-				if err := tc.send(sv.settings(st)); err != nil {
+				// An answer equal to the last one on this stream is not sent again: the
+				// official Go client v5.1.4 applies every settings answer without a lock
+				// while its sends read those settings (a data race in the client), and it
+				// repeats its settings after start; an unchanged answer would tell it
+				// nothing.
+				if last != nil && proto.Equal(last, cmd) {
+					continue
+				}
+				if err := tc.send(cmd); err != nil {
 					return err
 				}
+				last = cmd
 			}
 			// thread stack traces and verify results are not asked for: nothing to do
 		}
@@ -190,6 +231,10 @@ func (sv *service) settings(c *v2.Settings) *v2.TelemetryCommand {
 }
 
 func (sv *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) (*v2.SendMessageResponse, error) {
+	c, err := sv.caller(ctx)
+	if err != nil {
+		return &v2.SendMessageResponse{Status: statusOf(err)}, nil
+	}
 	msgs := req.GetMessages()
 	if len(msgs) == 0 || len(msgs) > MaxSendBatch {
 		return &v2.SendMessageResponse{Status: &v2.Status{Code: v2.Code_BAD_REQUEST, Message: "messages: 1 to 1024 messages required"}}, nil
@@ -200,6 +245,9 @@ func (sv *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) 
 	var first *v2.Status
 	for i, pm := range msgs {
 		m, err := toStored(i, pm, sv.s.b.MaxMessageSize(), born)
+		if err == nil {
+			err = allow(c, acl.Topic(m.Topic, acl.Pub))
+		}
 		if err == nil {
 			if g := m.Property(propertyShardingKey); g != "" {
 				m.QueueID, err = sv.fifoQueue(m.Topic, g)
@@ -264,10 +312,17 @@ func (sv *service) fifoQueue(topic, group string) (int32, error) {
 	return h % int32(tc.WriteQueueNums), nil
 }
 
-func (sv *service) QueryAssignment(_ context.Context, req *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
-	topic, err := checkTopic("topic", req.GetTopic())
+func (sv *service) QueryAssignment(ctx context.Context, req *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
+	c, err := sv.caller(ctx)
+	var topic, group string
 	if err == nil {
-		_, err = checkGroup("group", req.GetGroup())
+		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		group, err = checkGroup("group", req.GetGroup())
+	}
+	if err == nil {
+		err = allow(c, subscribe(group, topic)...)
 	}
 	if err != nil {
 		return &v2.QueryAssignmentResponse{Status: statusOf(err)}, nil
@@ -361,7 +416,14 @@ func (sv *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Ser
 	status := func(st *v2.Status) error {
 		return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_Status{Status: st}})
 	}
+	c, err := sv.caller(stream.Context())
+	if err != nil {
+		return status(statusOf(err))
+	}
 	r, err := sv.receiveParams(req)
+	if err == nil {
+		err = allow(c, subscribe(r.Group, r.Topic)...)
+	}
 	if err != nil {
 		return status(statusOf(err))
 	}
@@ -377,6 +439,12 @@ func (sv *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Ser
 	}
 	for q := range tc.ReadQueueNums {
 		r.QueueIDs = append(r.QueueIDs, int32(q))
+	}
+	// The group's retry topic: messages of this topic its 4.x consumers sent back.
+	if rc, err := sv.s.b.TopicConfig(message.RetryTopic(r.Group), false); err == nil && rc.Perm&wire.PermRead != 0 {
+		for q := range rc.ReadQueueNums {
+			r.RetryQueueIDs = append(r.RetryQueueIDs, int32(q))
+		}
 	}
 	ctx := stream.Context()
 	// Answer before the client's deadline: leave it a second.
@@ -421,11 +489,17 @@ func handleStatus(err error) *v2.Status {
 	return statusOf(err)
 }
 
-func (sv *service) AckMessage(_ context.Context, req *v2.AckMessageRequest) (*v2.AckMessageResponse, error) {
-	group, err := checkGroup("group", req.GetGroup())
-	var topic string
+func (sv *service) AckMessage(ctx context.Context, req *v2.AckMessageRequest) (*v2.AckMessageResponse, error) {
+	c, err := sv.caller(ctx)
+	var group, topic string
+	if err == nil {
+		group, err = checkGroup("group", req.GetGroup())
+	}
 	if err == nil {
 		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		err = allow(c, subscribe(group, topic)...)
 	}
 	if err == nil && (len(req.GetEntries()) == 0 || len(req.GetEntries()) > MaxAckEntries) {
 		err = refuse(v2.Code_BAD_REQUEST, "entries: 1 to %d entries required", MaxAckEntries)
@@ -462,12 +536,18 @@ func (sv *service) AckMessage(_ context.Context, req *v2.AckMessageRequest) (*v2
 	return &v2.AckMessageResponse{Status: st, Entries: out}, nil
 }
 
-func (sv *service) ChangeInvisibleDuration(_ context.Context, req *v2.ChangeInvisibleDurationRequest) (*v2.ChangeInvisibleDurationResponse, error) {
-	group, err := checkGroup("group", req.GetGroup())
-	var topic string
+func (sv *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInvisibleDurationRequest) (*v2.ChangeInvisibleDurationResponse, error) {
+	c, err := sv.caller(ctx)
+	var group, topic string
 	var d time.Duration
 	if err == nil {
+		group, err = checkGroup("group", req.GetGroup())
+	}
+	if err == nil {
 		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		err = allow(c, subscribe(group, topic)...)
 	}
 	if err == nil && req.GetReceiptHandle() == "" {
 		err = refuse(v2.Code_INVALID_RECEIPT_HANDLE, "receipt_handle: required")
@@ -493,10 +573,16 @@ func (sv *service) ChangeInvisibleDuration(_ context.Context, req *v2.ChangeInvi
 }
 
 func (sv *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.ForwardMessageToDeadLetterQueueRequest) (*v2.ForwardMessageToDeadLetterQueueResponse, error) {
-	group, err := checkGroup("group", req.GetGroup())
-	var topic string
+	c, err := sv.caller(ctx)
+	var group, topic string
+	if err == nil {
+		group, err = checkGroup("group", req.GetGroup())
+	}
 	if err == nil {
 		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		err = allow(c, subscribe(group, topic)...)
 	}
 	if err == nil && req.GetReceiptHandle() == "" {
 		err = refuse(v2.Code_INVALID_RECEIPT_HANDLE, "receipt_handle: required")
@@ -512,7 +598,14 @@ func (sv *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.
 
 // EndTransaction commits or rolls back a half message named by its transaction id.
 func (sv *service) EndTransaction(ctx context.Context, req *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
-	topic, err := checkTopic("topic", req.GetTopic())
+	c, err := sv.caller(ctx)
+	var topic string
+	if err == nil {
+		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		err = allow(c, acl.Topic(topic, acl.Pub))
+	}
 	if err == nil && req.GetTransactionId() == "" {
 		err = refuse(v2.Code_INVALID_TRANSACTION_ID, "transaction_id: required")
 	}
@@ -542,8 +635,15 @@ func (sv *service) EndTransaction(ctx context.Context, req *v2.EndTransactionReq
 
 // RecallMessage cancels a timer message that is not yet due, named by the recall
 // handle its send was answered with.
-func (sv *service) RecallMessage(_ context.Context, req *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
-	topic, err := checkTopic("topic", req.GetTopic())
+func (sv *service) RecallMessage(ctx context.Context, req *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
+	c, err := sv.caller(ctx)
+	var topic string
+	if err == nil {
+		topic, err = checkTopic("topic", req.GetTopic())
+	}
+	if err == nil {
+		err = allow(c, acl.Topic(topic, acl.Pub))
+	}
 	if err == nil && req.GetRecallHandle() == "" {
 		err = refuse(v2.Code_BAD_REQUEST, "recall_handle: required")
 	}
@@ -569,6 +669,7 @@ func (sv *service) RecallMessage(_ context.Context, req *v2.RecallMessageRequest
 type telemetryConn struct {
 	mu     sync.Mutex
 	stream grpc.BidiStreamingServer[v2.TelemetryCommand, v2.TelemetryCommand]
+	caller *acl.GRPCCaller // nil without ACL
 }
 
 func (c *telemetryConn) send(cmd *v2.TelemetryCommand) error {
@@ -598,12 +699,16 @@ func (p *producerSet) remove(c *telemetryConn) {
 	delete(p.conns, c)
 }
 
-// forTopic returns a producer publishing topic (one that named no topics will do too).
+// forTopic returns a producer publishing topic (one that named no topics will do too),
+// with PUB on the topic under ACL: a transaction check shows it the half message.
 func (p *producerSet) forTopic(topic string) *telemetryConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var any *telemetryConn
 	for c, topics := range p.conns {
+		if allow(c.caller, acl.Topic(topic, acl.Pub)) != nil {
+			continue
+		}
 		if slices.Contains(topics, topic) {
 			return c
 		}

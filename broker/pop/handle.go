@@ -14,8 +14,11 @@ import (
 // reused), the delivery attempt and the time the message becomes visible again. It is
 // base64url (no padding) of
 //
-//	version(1)=1 | queueID(4) | offset(8) | seq(8) | attempt(4) | visibleAt unix ms(8) | mac(16)
+//	version(1) | queueID(4) | offset(8) | seq(8) | attempt(4) | visibleAt unix ms(8) | mac(16)
 //
+// version 1 names a message of the topic's queue; version 2 a message of the group's
+// %RETRY%<group> topic (a message a 4.x consumer of the group sent back) delivered for
+// the topic.
 // where mac is the first 16 bytes of HMAC-SHA256 under the broker's POP secret over a
 // domain label, the consumer group, the topic and the 33 bytes before it. A handle
 // therefore cannot be forged without the secret, cannot be used for another group or
@@ -24,10 +27,11 @@ import (
 // changed, the sequence number no longer matches the broker's state and the handle is
 // refused.
 const (
-	handleVersion    = 1
-	handlePayloadLen = 1 + 4 + 8 + 8 + 4 + 8
-	handleMACLen     = 16
-	handleLen        = handlePayloadLen + handleMACLen
+	handleVersion      = 1
+	handleVersionRetry = 2 // the delivery is of the group's %RETRY% topic
+	handlePayloadLen   = 1 + 4 + 8 + 8 + 4 + 8
+	handleMACLen       = 16
+	handleLen          = handlePayloadLen + handleMACLen
 	// MaxHandleLen bounds the length of a receipt handle string a request may carry.
 	MaxHandleLen = 128
 )
@@ -39,6 +43,8 @@ type Handle struct {
 	Seq       uint64
 	Attempt   int32
 	VisibleAt int64 // unix ms: the end of the delivery's invisibility
+	// Retry: the message is in the group's %RETRY%<group> topic (handle version 2).
+	Retry bool
 }
 
 // HandleError is why a receipt handle is refused.
@@ -81,6 +87,9 @@ func handleMAC(secret []byte, group, topic string, payload []byte) []byte {
 func encodeHandle(secret []byte, group, topic string, h Handle) string {
 	var b [handleLen]byte
 	b[0] = handleVersion
+	if h.Retry {
+		b[0] = handleVersionRetry
+	}
 	binary.BigEndian.PutUint32(b[1:], uint32(h.QueueID))
 	binary.BigEndian.PutUint64(b[5:], uint64(h.Offset))
 	binary.BigEndian.PutUint64(b[13:], h.Seq)
@@ -100,7 +109,7 @@ func decodeHandle(secret []byte, group, topic, s string) (Handle, error) {
 	if err != nil {
 		return Handle{}, &HandleError{HandleMalformed, "not a receipt handle of this broker (not base64url)"}
 	}
-	if len(b) != handleLen || b[0] != handleVersion {
+	if len(b) != handleLen || (b[0] != handleVersion && b[0] != handleVersionRetry) {
 		return Handle{}, &HandleError{HandleMalformed, "not a receipt handle of this broker (length or version)"}
 	}
 	if !hmac.Equal(b[handlePayloadLen:], handleMAC(secret, group, topic, b[:handlePayloadLen])) {
@@ -112,6 +121,7 @@ func decodeHandle(secret []byte, group, topic, s string) (Handle, error) {
 		Seq:       binary.BigEndian.Uint64(b[13:]),
 		Attempt:   int32(binary.BigEndian.Uint32(b[21:])),
 		VisibleAt: int64(binary.BigEndian.Uint64(b[25:])),
+		Retry:     b[0] == handleVersionRetry,
 	}
 	return h, nil
 }

@@ -3,7 +3,9 @@
 // invisible to the group for an invisible duration and comes back, with its delivery
 // attempt counted, unless it is acknowledged with its receipt handle before that; after
 // the group's maximum delivery attempts it goes to the group's dead-letter topic
-// %DLQ%<group>.
+// %DLQ%<group>. A receive also delivers the messages of the group's %RETRY%<group> topic
+// whose RETRY_TOPIC is the topic received (sent back by the group's 4.x consumers), with
+// their reconsume times counted as attempts.
 //
 // The state (per group, per queue: the pop offset and the deliveries not yet
 // acknowledged) is kept in memory and in one append-only log per group beside the store,
@@ -374,11 +376,12 @@ func (g *group) maybeCompact(limit int64) error {
 
 // queue returns the state of a queue, initialising its pop offset from the group's
 // committed offset, else the queue's first offset.
-func (s *Service) queue(g *group, topic string, queueID int32) *queueState {
-	k := qkey{topic, queueID}
+func (s *Service) queue(g *group, key string, queueID int32) *queueState {
+	k := qkey{key, queueID}
 	q := g.queues[k]
 	if q == nil {
 		q = &queueState{entries: map[int64]*entry{}}
+		topic, _ := splitKey(key)
 		if off, ok := s.cfg.Backend.QueryOffset(g.name, topic, queueID); ok && off >= 0 {
 			q.popOffset = off
 		} else {
@@ -397,6 +400,10 @@ type ReceiveRequest struct {
 	BatchSize    int           // at most this many messages (≥ 1)
 	Invisible    time.Duration // how long the delivered messages stay invisible
 	Wait         time.Duration // long polling: how long to wait for a message
+	// RetryQueueIDs are the readable queues of the group's %RETRY%<group> topic (none:
+	// the group has no retry topic). Its messages whose RETRY_TOPIC is Topic (sent back
+	// by 4.x consumers of the group) are delivered too, attempt = reconsume times + 1.
+	RetryQueueIDs []int32
 }
 
 // Delivery is one delivered message.
@@ -417,14 +424,16 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		return nil, err
 	}
 	deadline := s.cfg.Now().Add(r.Wait)
-	cases := make([]reflect.SelectCase, 0, len(r.QueueIDs)+3)
+	cases := make([]reflect.SelectCase, 0, len(r.QueueIDs)+len(r.RetryQueueIDs)+4)
 	for {
 		var cancels []func()
 		cases = cases[:0]
-		for _, q := range r.QueueIDs {
-			ch, cancel := s.cfg.Backend.WatchQueue(r.Topic, q, r.Filter)
-			cancels = append(cancels, cancel)
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		for _, src := range r.sources(g.name) {
+			for _, q := range src.qids {
+				ch, cancel := s.cfg.Backend.WatchQueue(src.read, q, r.Filter)
+				cancels = append(cancels, cancel)
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+			}
 		}
 		s.mu.Lock()
 		revive := s.revive
@@ -484,28 +493,32 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 	// (the head) may be delivered: a group's next message waits until the previous one
 	// is acknowledged or dead-lettered.
 	type due struct {
+		src source
 		q   int32
 		off int64
 		e   *entry
 	}
 	var dues []due
-	for _, qid := range r.QueueIDs {
-		q := g.queues[qkey{r.Topic, qid}]
-		if q == nil {
-			continue
-		}
-		heads := groupHeads(q)
-		for off, e := range q.entries {
-			if e.msgGroup != "" && heads[e.msgGroup] != off {
-				continue // behind an earlier message of its group
+	sources := r.sources(g.name)
+	for _, src := range sources {
+		for _, qid := range src.qids {
+			q := g.queues[qkey{src.key, qid}]
+			if q == nil {
+				continue
 			}
-			switch {
-			case e.visibleAt > nowMs:
-				if next == 0 || e.visibleAt < next {
-					next = e.visibleAt
+			heads := groupHeads(q)
+			for off, e := range q.entries {
+				if e.msgGroup != "" && heads[e.msgGroup] != off {
+					continue // behind an earlier message of its group
 				}
-			case e.attempt < maxAttempts:
-				dues = append(dues, due{qid, off, e})
+				switch {
+				case e.visibleAt > nowMs:
+					if next == 0 || e.visibleAt < next {
+						next = e.visibleAt
+					}
+				case e.attempt < maxAttempts:
+					dues = append(dues, due{src, qid, off, e})
+				}
 			}
 		}
 	}
@@ -519,43 +532,53 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 		if len(out) >= batch {
 			break
 		}
-		msgs, _, err := s.cfg.Backend.ReadMessages(r.Topic, d.q, d.off, 1, nil)
+		msgs, _, err := s.cfg.Backend.ReadMessages(d.src.read, d.q, d.off, 1, nil)
 		if err != nil {
 			return nil, 0, err
 		}
 		if len(msgs) == 0 || msgs[0].QueueOffset != d.off {
 			s.log.Warn("a received message is gone from the store (retention); its delivery ends", "group", g.name,
-				"topic", r.Topic, "queueId", d.q, "offset", d.off)
-			recs = append(recs, record{typ: recDead, topic: r.Topic, queueID: d.q, offset: d.off})
+				"topic", d.src.read, "queueId", d.q, "offset", d.off)
+			recs = append(recs, record{typ: recDead, topic: d.src.key, queueID: d.q, offset: d.off})
 			continue
 		}
 		g.seq++
-		rec := record{typ: recDeliver, topic: r.Topic, queueID: d.q, offset: d.off, attempt: d.e.attempt + 1, seq: g.seq,
+		rec := record{typ: recDeliver, topic: d.src.key, queueID: d.q, offset: d.off, attempt: d.e.attempt + 1, seq: g.seq,
 			visibleAt: visibleAt, msgGroup: d.e.msgGroup}
 		recs = append(recs, rec)
 		out = append(out, s.delivery(g.name, r.Topic, msgs[0], rec))
 	}
 
 	// 2. new messages from the pop offsets, starting at a rotating queue
-	if len(out) < batch && len(r.QueueIDs) > 0 {
+	type sq struct {
+		src source
+		qid int32
+	}
+	var all []sq
+	for _, src := range sources {
+		for _, qid := range src.qids {
+			all = append(all, sq{src, qid})
+		}
+	}
+	if len(out) < batch && len(all) > 0 {
 		if g.inflight+len(out)+held >= s.cfg.MaxInflightPerGroup {
 			if len(out) == 0 {
 				return nil, 0, ErrTooManyInflight
 			}
 		} else {
-			start := g.rotate % len(r.QueueIDs)
+			start := g.rotate % len(all)
 			g.rotate++
-			for i := range r.QueueIDs {
+			for i := range all {
 				if len(out) >= batch {
 					break
 				}
-				qid := r.QueueIDs[(start+i)%len(r.QueueIDs)]
-				q := s.queue(g, r.Topic, qid)
+				src, qid := all[(start+i)%len(all)].src, all[(start+i)%len(all)].qid
+				q := s.queue(g, src.key, qid)
 				room := min(batch-len(out), s.cfg.MaxInflightPerGroup-g.inflight-len(out)-held)
 				if room <= 0 {
 					break
 				}
-				msgs, res, err := s.cfg.Backend.ReadMessages(r.Topic, qid, q.popOffset, room, r.Filter)
+				msgs, res, err := s.cfg.Backend.ReadMessages(src.read, qid, q.popOffset, room, r.Filter)
 				if err != nil {
 					return nil, 0, err
 				}
@@ -575,9 +598,18 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 					if m.QueueOffset < q.popOffset {
 						continue
 					}
+					attempt := int32(1)
+					if src.retry {
+						if m.Property(message.PropertyRetryTopic) != r.Topic {
+							nextOff = max(nextOff, m.QueueOffset+1) // another topic's retry: its receivers take it
+							continue
+						}
+						// sent back by a 4.x consumer: its reconsume times count as attempts
+						attempt = max(m.ReconsumeTimes, 0) + 1
+					}
 					mg := m.Property(PropertyMessageGroup)
 					g.seq++
-					rec := record{typ: recDeliver, topic: r.Topic, queueID: qid, offset: m.QueueOffset, attempt: 1, seq: g.seq,
+					rec := record{typ: recDeliver, topic: src.key, queueID: qid, offset: m.QueueOffset, attempt: attempt, seq: g.seq,
 						visibleAt: visibleAt, msgGroup: mg}
 					if mg != "" && busy[mg] {
 						// held: delivered when the earlier messages of its group are done
@@ -595,7 +627,7 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 					nextOff = max(nextOff, m.QueueOffset+1)
 				}
 				if nextOff != q.popOffset {
-					recs = append(recs, record{typ: recAdvance, topic: r.Topic, queueID: qid, offset: nextOff})
+					recs = append(recs, record{typ: recAdvance, topic: src.key, queueID: qid, offset: nextOff})
 				}
 			}
 		}
@@ -611,29 +643,71 @@ func (s *Service) tryReceive(ctx context.Context, g *group, r ReceiveRequest) ([
 }
 
 func (s *Service) delivery(group, topic string, m *message.MessageExt, rec record) Delivery {
-	h := Handle{QueueID: rec.queueID, Offset: rec.offset, Seq: rec.seq, Attempt: rec.attempt, VisibleAt: rec.visibleAt}
+	_, retry := splitKey(rec.topic)
+	h := Handle{QueueID: rec.queueID, Offset: rec.offset, Seq: rec.seq, Attempt: rec.attempt, VisibleAt: rec.visibleAt, Retry: retry}
+	if retry { // shown as a message of its topic, as a 4.x consumer sees a retried message
+		view := *m
+		view.Topic = topic
+		m = &view
+	}
 	return Delivery{Message: m, Handle: encodeHandle(s.secret, group, topic, h), Attempt: rec.attempt, VisibleAt: time.UnixMilli(rec.visibleAt)}
 }
 
+// source is a topic a receive reads: the topic itself, or the group's %RETRY% topic for
+// the topic's messages sent back by 4.x consumers.
+type source struct {
+	key   string // the state key: the topic, or retryKey(group, topic)
+	read  string // the topic read from the store
+	qids  []int32
+	retry bool
+}
+
+// sources is what r reads for group.
+func (r ReceiveRequest) sources(group string) []source {
+	out := []source{{key: r.Topic, read: r.Topic, qids: r.QueueIDs}}
+	if len(r.RetryQueueIDs) > 0 {
+		out = append(out, source{key: retryKey(group, r.Topic), read: message.RetryTopic(group), qids: r.RetryQueueIDs, retry: true})
+	}
+	return out
+}
+
+// retryKey is the state key of the group's %RETRY%<group> topic as read for topic's
+// receivers: each topic keeps its own pop offset there (the retry topic holds the sent
+// back messages of every topic of the group; a topic's receivers skip the others').
+func retryKey(group, topic string) string { return message.RetryTopic(group) + "\x00" + topic }
+
+// splitKey returns the topic a state key reads from the store, and whether it is a
+// retry key.
+func splitKey(key string) (read string, retry bool) {
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return key[:i], true
+	}
+	return key, false
+}
+
 // current checks a handle against the group's state: signed for group and topic, not
-// expired, and still the current delivery of its message. It holds g.mu.
-func (s *Service) current(g *group, topic, handle string) (Handle, *entry, error) {
-	h, err := decodeHandle(s.secret, g.name, topic, handle)
+// expired, and still the current delivery of its message. key is the state key of the
+// delivery's queue (the topic, or its retry key). It holds g.mu.
+func (s *Service) current(g *group, topic, handle string) (h Handle, key string, e *entry, err error) {
+	h, err = decodeHandle(s.secret, g.name, topic, handle)
 	if err != nil {
-		return h, nil, err
+		return h, "", nil, err
 	}
 	if h.expired(s.cfg.Now()) {
-		return h, nil, &HandleError{HandleExpired, "expired: the message's invisible duration has passed"}
+		return h, "", nil, &HandleError{HandleExpired, "expired: the message's invisible duration has passed"}
 	}
-	q := g.queues[qkey{topic, h.QueueID}]
-	var e *entry
+	key = topic
+	if h.Retry {
+		key = retryKey(g.name, topic)
+	}
+	q := g.queues[qkey{key, h.QueueID}]
 	if q != nil {
 		e = q.entries[h.Offset]
 	}
 	if e == nil || e.seq != h.Seq {
-		return h, nil, &HandleError{HandleStale, "no longer valid: the message was acknowledged, delivered again or its invisible duration changed"}
+		return h, "", nil, &HandleError{HandleStale, "no longer valid: the message was acknowledged, delivered again or its invisible duration changed"}
 	}
-	return h, e, nil
+	return h, key, e, nil
 }
 
 // Ack acknowledges the delivery named by handle. The acknowledgement is in the log
@@ -645,12 +719,12 @@ func (s *Service) Ack(group, topic, handle string) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h, e, err := s.current(g, topic, handle)
+	h, key, e, err := s.current(g, topic, handle)
 	if err != nil {
 		return err
 	}
-	next := groupWaiting(g.queues[qkey{topic, h.QueueID}], e, h.Offset)
-	if err := g.commitRecords([]record{{typ: recAck, topic: topic, queueID: h.QueueID, offset: h.Offset, seq: h.Seq}}); err != nil {
+	next := groupWaiting(g.queues[qkey{key, h.QueueID}], e, h.Offset)
+	if err := g.commitRecords([]record{{typ: recAck, topic: key, queueID: h.QueueID, offset: h.Offset, seq: h.Seq}}); err != nil {
 		return err
 	}
 	if next {
@@ -668,16 +742,16 @@ func (s *Service) ChangeInvisible(group, topic, handle string, d time.Duration) 
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h, e, err := s.current(g, topic, handle)
+	h, key, e, err := s.current(g, topic, handle)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	visibleAt := s.cfg.Now().Add(d).UnixMilli()
-	rec := record{typ: recChange, topic: topic, queueID: h.QueueID, offset: h.Offset, seq: g.seq + 1, visibleAt: visibleAt}
+	rec := record{typ: recChange, topic: key, queueID: h.QueueID, offset: h.Offset, seq: g.seq + 1, visibleAt: visibleAt}
 	if err := g.commitRecords([]record{rec}); err != nil {
 		return "", time.Time{}, err
 	}
-	nh := Handle{QueueID: h.QueueID, Offset: h.Offset, Seq: rec.seq, Attempt: e.attempt, VisibleAt: visibleAt}
+	nh := Handle{QueueID: h.QueueID, Offset: h.Offset, Seq: rec.seq, Attempt: e.attempt, VisibleAt: visibleAt, Retry: h.Retry}
 	return encodeHandle(s.secret, group, topic, nh), time.UnixMilli(visibleAt), nil
 }
 
@@ -777,6 +851,9 @@ func (s *Service) reviveGroup(g *group, lastTick int64, now time.Time, sync bool
 			}
 			s.deadLetter(g, k, off, e)
 		}
+		if _, retry := splitKey(k.topic); retry {
+			q.dirty = false // a topic's view of the retry topic: the group's offset there is its 4.x consumers'
+		}
 		if q.dirty {
 			base := q.popOffset
 			for off := range q.entries {
@@ -801,9 +878,10 @@ func (s *Service) reviveGroup(g *group, lastTick int64, now time.Time, sync bool
 
 // deadLetter moves one delivery past its last attempt to %DLQ%<group>. It holds g.mu.
 func (s *Service) deadLetter(g *group, k qkey, off int64, e *entry) {
-	msgs, _, err := s.cfg.Backend.ReadMessages(k.topic, k.queueID, off, 1, nil)
+	read, _ := splitKey(k.topic)
+	msgs, _, err := s.cfg.Backend.ReadMessages(read, k.queueID, off, 1, nil)
 	if err != nil {
-		s.log.Error("read a message to dead-letter", "group", g.name, "topic", k.topic, "queueId", k.queueID, "offset", off, "err", err)
+		s.log.Error("read a message to dead-letter", "group", g.name, "topic", read, "queueId", k.queueID, "offset", off, "err", err)
 		return
 	}
 	if len(msgs) == 1 && msgs[0].QueueOffset == off {
@@ -812,10 +890,10 @@ func (s *Service) deadLetter(g *group, k qkey, off int64, e *entry) {
 		cancel()
 		if err != nil {
 			s.log.Error("dead-letter a message past its last delivery attempt (tried again later)", "group", g.name,
-				"topic", k.topic, "queueId", k.queueID, "offset", off, "err", err)
+				"topic", read, "queueId", k.queueID, "offset", off, "err", err)
 			return
 		}
-		s.log.Info("message moved to the DLQ after its last delivery attempt", "group", g.name, "topic", k.topic,
+		s.log.Info("message moved to the DLQ after its last delivery attempt", "group", g.name, "topic", read,
 			"queueId", k.queueID, "offset", off, "attempts", e.attempt)
 	}
 	if err := g.commitRecords([]record{{typ: recDead, topic: k.topic, queueID: k.queueID, offset: off}}); err != nil {
@@ -865,11 +943,12 @@ func (s *Service) DeadLetterNow(ctx context.Context, group, topic, handle string
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h, e, err := s.current(g, topic, handle)
+	h, key, e, err := s.current(g, topic, handle)
 	if err != nil {
 		return err
 	}
-	msgs, _, err := s.cfg.Backend.ReadMessages(topic, h.QueueID, h.Offset, 1, nil)
+	read, _ := splitKey(key)
+	msgs, _, err := s.cfg.Backend.ReadMessages(read, h.QueueID, h.Offset, 1, nil)
 	if err != nil {
 		return err
 	}
@@ -878,8 +957,8 @@ func (s *Service) DeadLetterNow(ctx context.Context, group, topic, handle string
 			return err
 		}
 	}
-	next := groupWaiting(g.queues[qkey{topic, h.QueueID}], e, h.Offset)
-	if err := g.commitRecords([]record{{typ: recDead, topic: topic, queueID: h.QueueID, offset: h.Offset}}); err != nil {
+	next := groupWaiting(g.queues[qkey{key, h.QueueID}], e, h.Offset)
+	if err := g.commitRecords([]record{{typ: recDead, topic: key, queueID: h.QueueID, offset: h.Offset}}); err != nil {
 		return err
 	}
 	if next {

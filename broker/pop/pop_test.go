@@ -429,3 +429,53 @@ func TestFIFODeadLetterReleasesTheGroup(t *testing.T) {
 		t.Fatalf("after A0's dead-lettering: %s, want [A1]", got)
 	}
 }
+
+// Messages of the group's %RETRY% topic (sent back by 4.x consumers) are delivered to
+// the receivers of their RETRY_TOPIC with attempt = reconsume times + 1, shown as
+// messages of that topic; their handles (version 2) cannot be turned into handles of
+// the topic's own queue; the state survives a restart; a retry of another topic is left
+// for that topic's receivers.
+func TestRetryTopicDeliveries(t *testing.T) {
+	f := newFixture(t, 16)
+	retry := message.RetryTopic("G")
+	for _, m := range []struct {
+		topic string
+		times int32
+	}{{"T", 2}, {"U", 1}} {
+		rm := &message.MessageExt{Message: message.Message{Topic: retry, Body: []byte("for " + m.topic),
+			Properties: map[string]string{message.PropertyRetryTopic: m.topic}}, ReconsumeTimes: m.times}
+		if _, err := f.b.PutMessage(context.Background(), rm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(topic string) []pop.Delivery {
+		out, err := f.svc.Receive(context.Background(), pop.ReceiveRequest{Group: "G", Topic: topic, QueueIDs: []int32{0},
+			RetryQueueIDs: []int32{0}, BatchSize: 8, Invisible: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	ds := recv("T")
+	if len(ds) != 1 || string(ds[0].Message.Body) != "for T" || ds[0].Attempt != 3 || ds[0].Message.Topic != "T" {
+		t.Fatalf("deliveries for T: %v", bodies(ds))
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(ds[0].Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[0] = 1 // claim the topic's own queue 0, same offset
+	if err := f.svc.Ack("G", "T", base64.RawURLEncoding.EncodeToString(raw)); handleKind(err) != pop.HandleForged {
+		t.Fatalf("a retry handle turned into a topic handle: %v, want forged", err)
+	}
+	f.reopen(t, 16)
+	if err := f.svc.Ack("G", "T", ds[0].Handle); err != nil {
+		t.Fatalf("ack after restart: %v", err)
+	}
+	if ds := recv("T"); len(ds) != 0 {
+		t.Fatalf("T again: %v", bodies(ds))
+	}
+	if ds := recv("U"); len(ds) != 1 || string(ds[0].Message.Body) != "for U" || ds[0].Attempt != 2 {
+		t.Fatalf("deliveries for U: %v", bodies(ds))
+	}
+}
