@@ -903,6 +903,7 @@ type messageView struct {
 	Props    [][2]string
 	Topic    string
 	OffsetID string
+	Status   *admin.MessageStatus // what became of it in each consumer group (msgstatus.go)
 }
 
 // viewMessage shows one message (by offset message id): body and properties.
@@ -927,7 +928,11 @@ func (c *Console) viewMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Slice(mv.Props, func(i, j int) bool { return mv.Props[i][0] < mv.Props[j][0] })
 	v.Data = mv
-	c.render(w, r, http.StatusOK, "message", v)
+	status := http.StatusOK
+	if mv.Status, err = c.cfg.Admin.MessageStatus(r.Context(), m, admin.MessageStatusOptions{}); err != nil {
+		v.Error, status = "consumer groups cannot be read: "+err.Error(), statusFor(err)
+	}
+	c.render(w, r, status, "message", v)
 }
 
 // ---------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ func newMessageCmd() *cobra.Command {
 		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newMessageGetCmd(), newMessageFindCmd())
+	cmd.AddCommand(newMessageGetCmd(), newMessageFindCmd(), newMessageStatusCmd())
 	return cmd
 }
 
