@@ -21,6 +21,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/suggest"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -320,12 +321,31 @@ func newTopicRouteCmd() *cobra.Command {
 
 func newTopicDeleteCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "delete --topic T",
-		Short: "Delete a topic from its brokers and the name server(s)",
-		Args:  cobra.NoArgs,
+		Use:   "delete --topic T [--yes]",
+		Short: "Delete a topic from its brokers and the name server(s): its messages and every group's offsets on it go",
+		Long: `Delete a topic from every broker of its route (DELETE_TOPIC_IN_BROKER) and its route and
+order config from the name server(s). The command first states what goes — the brokers,
+the messages stored and the consumer groups with offsets on it — and asks on a terminal;
+--yes skips the question, and without a terminal (a script) it refuses unless --yes is
+given (exit code 2). A topic no broker holds is refused (exit code 3) with the nearest
+names.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topic, _ := cmd.Flags().GetString("topic")
+			if err := message.ValidateTopic(topic); err != nil {
+				return &admin.ConfigError{Field: "Topic", Reason: err.Error()}
+			}
+			if message.IsSystemTopic(topic) {
+				return &admin.ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				effect, err := topicDeleteEffect(ctx, a, topic)
+				if err != nil {
+					return topicNotFound(ctx, a, topic, err)
+				}
+				if err := confirm(cmd, effect); err != nil {
+					return err
+				}
 				if err := a.DeleteTopic(ctx, topic); err != nil {
 					return topicNotFound(ctx, a, topic, err)
 				}
@@ -335,8 +355,57 @@ func newTopicDeleteCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().String("topic", "", "topic name (required)")
+	addYesFlag(cmd, "delete the topic")
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
+}
+
+// topicDeleteEffect states what deleting topic removes: its brokers, the messages stored
+// and the groups with offsets on it. A topic no broker holds wraps admin.ErrTopicNotExist.
+func topicDeleteEffect(ctx context.Context, a *admin.Admin, topic string) (string, error) {
+	r, err := a.TopicRoute(ctx, topic)
+	if err != nil && !errors.Is(err, admin.ErrTopicNotExist) {
+		return "", err
+	}
+	if r == nil { // no route: delete only what a broker still holds
+		all, err := a.TopicConfigs(ctx)
+		if err != nil {
+			return "", err
+		}
+		i := slices.IndexFunc(all, func(t admin.TopicInfo) bool { return t.Topic == topic })
+		if i < 0 {
+			return "", fmt.Errorf("delete topic %q: %w", topic, admin.ErrTopicNotExist)
+		}
+		return fmt.Sprintf("delete topic %s from %s (it has no route yet) with its messages", topic, strings.Join(all[i].Brokers, ", ")), nil
+	}
+	var brokers []string
+	for _, bd := range r.BrokerDatas {
+		brokers = append(brokers, bd.BrokerName)
+	}
+	sort.Strings(brokers)
+	qs, err := a.QueueOffsets(ctx, topic)
+	if err != nil {
+		return "", err
+	}
+	var stored int64
+	for _, q := range qs {
+		stored += q.Max - q.Min
+	}
+	groups, err := a.GroupSummaries(ctx)
+	if err != nil {
+		return "", err
+	}
+	var users []string
+	for _, g := range groups {
+		if slices.ContainsFunc(g.Topics, func(t admin.GroupTopicLag) bool { return t.Topic == topic }) {
+			users = append(users, g.Group)
+		}
+	}
+	effect := fmt.Sprintf("delete topic %s from %s: %d queue(s), %d message(s) stored", topic, strings.Join(brokers, ", "), len(qs), stored)
+	if len(users) > 0 {
+		effect += fmt.Sprintf(", offsets of %d consumer group(s) (%s)", len(users), strings.Join(users, ", "))
+	}
+	return effect, nil
 }
 
 func newClusterCmd() *cobra.Command {

@@ -151,17 +151,17 @@ func cmpDesc(x, y int64) int {
 
 func newGroupDeleteCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "delete --group G --yes",
+		Use:   "delete --group G [--yes]",
 		Short: "Delete a consumer group: its subscription config and committed offsets on every broker",
 		Long: `Delete a consumer group from every master broker (DELETE_SUBSCRIPTIONGROUP): its
 subscription config and every offset it committed. Its %RETRY% and %DLQ% topics and
 their messages stay (delete them with "topic delete"). Brokers refuse while clients of
-the group are online. Without --yes the command only states what it would delete and
-exits 2. A group no broker knows is refused (exit code 3) with the nearest names.`,
+the group are online. The command states what it would delete and asks on a terminal;
+--yes skips the question, and without a terminal it refuses unless --yes is given
+(exit code 2). A group no broker knows is refused (exit code 3) with the nearest names.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			group, _ := cmd.Flags().GetString("group")
-			yes, _ := cmd.Flags().GetBool("yes")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				all, err := a.GroupSummaries(ctx)
 				if err != nil {
@@ -174,8 +174,8 @@ exits 2. A group no broker knows is refused (exit code 3) with the nearest names
 				g := all[i]
 				effect := fmt.Sprintf("delete consumer group %s from %s: its config and its offsets on %d topic(s) (lag %d); its %%RETRY%% and %%DLQ%% topics stay",
 					group, strings.Join(g.Brokers, ", "), len(g.Topics), g.Lag)
-				if !yes {
-					return &usageError{fmt.Errorf("this would %s; add --yes to do it", effect)}
+				if err := confirm(cmd, effect); err != nil {
+					return err
 				}
 				if err := a.DeleteGroup(ctx, group); err != nil {
 					return err
@@ -186,7 +186,7 @@ exits 2. A group no broker knows is refused (exit code 3) with the nearest names
 		},
 	}
 	cmd.Flags().String("group", "", "consumer group (required)")
-	cmd.Flags().Bool("yes", false, "really delete")
+	addYesFlag(cmd, "delete the group")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
