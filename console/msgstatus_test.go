@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // TestMessageStatusPage opens a message that one group consumed, another has not reached
@@ -31,6 +32,10 @@ func TestMessageStatusPage(t *testing.T) {
 	e.commit(t, "slow", "Invoices", 0, 1)
 	e.commit(t, "billing", "Invoices", 0, 2)
 	e.kill(t, "billing", sent[1])
+	testkit.WaitFor(t, 20*time.Second, func() bool { // the key index is written behind the store
+		ms, err := e.a.FindMessageByUniqKey(ctx(t), "%DLQ%billing", sent[1].MsgID)
+		return err == nil && len(ms) == 1
+	}, "the dead letter in the key index")
 
 	page := e.base + "/messages/view?offsetId=" + sent[1].OffsetMsgID
 	code, body, _ := do(t, http.MethodGet, page, nil, nil)

@@ -76,6 +76,15 @@ func TestMessageStatusCommand(t *testing.T) {
 	_, phy, _ := message.ParseOffsetMsgID(sent[1].OffsetMsgID)
 	call(remoting.ConsumerSendMsgBack, map[string]string{"offset": strconv.FormatInt(phy, 10), "group": "mailer", "delayLevel": "-1",
 		"originMsgId": sent[1].MsgID, "maxReconsumeTimes": "2"})
+	a, err := admin.New(admin.Config{NamesrvAddrs: []string{ns.Addr()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	testkit.WaitFor(t, 20*time.Second, func() bool { // the key index is written behind the store
+		ms, err := a.FindMessageByUniqKey(c, "%DLQ%mailer", sent[1].MsgID)
+		return err == nil && len(ms) == 1
+	}, "the dead letter in the key index")
 
 	out, err := adm("message", "status", "--id", sent[1].OffsetMsgID)
 	if err != nil || !strings.Contains(out, "of topic Pay: broker "+b.Name()+", queue 0, offset 1") ||
