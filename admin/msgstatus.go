@@ -88,7 +88,9 @@ type DeadLetterCopy struct {
 // [StateBroadcasting].
 //
 // Errors: a [*ConfigError] for a nil message or a bad group; [ErrGroupNotExist] (wrapped)
-// for an opt.Group no broker knows; route, group-listing and [*BrokerError]s.
+// for an opt.Group no broker knows; route, group-listing and [*BrokerError]s. When a
+// broker does not answer the group listing, the status of the groups the others know is
+// returned with a [*PartialError].
 func (a *Admin) MessageStatus(ctx context.Context, m *message.MessageExt, opt MessageStatusOptions) (*MessageStatus, error) {
 	if m == nil {
 		return nil, &ConfigError{Field: "message", Reason: "nil"}
@@ -115,9 +117,9 @@ func (a *Admin) MessageStatus(ctx context.Context, m *message.MessageExt, opt Me
 	}
 	st := &MessageStatus{Topic: m.Topic, MsgID: m.MsgID, OffsetMsgID: m.OffsetMsgID, Keys: m.Keys(), Broker: broker,
 		QueueID: int(m.QueueID), QueueOffset: m.QueueOffset, StoreTimestamp: m.StoreTimestamp, Groups: []GroupMessageStatus{}}
-	all, err := a.GroupSummaries(ctx)
-	if err != nil {
-		return nil, err
+	all, partialErr := a.GroupSummaries(ctx)
+	if partialErr != nil && !isPartial(partialErr) {
+		return nil, partialErr
 	}
 	var groups []GroupSummary
 	for _, g := range all {
@@ -132,6 +134,9 @@ func (a *Admin) MessageStatus(ctx context.Context, m *message.MessageExt, opt Me
 		}
 	}
 	if opt.Group != "" && len(groups) == 0 {
+		if partialErr != nil { // a broker that did not answer may know it
+			return nil, partialErr
+		}
 		return nil, fmt.Errorf("%w: %q", ErrGroupNotExist, opt.Group)
 	}
 	mq := message.MessageQueue{Topic: m.Topic, BrokerName: broker, QueueID: int(m.QueueID)}
@@ -150,7 +155,7 @@ func (a *Admin) MessageStatus(ctx context.Context, m *message.MessageExt, opt Me
 		gs.State = messageState(gs, g.MessageModel == "BROADCASTING")
 		st.Groups = append(st.Groups, gs)
 	}
-	return st, nil
+	return st, partialErr // nil, or a *PartialError: groups known only to a broker that did not answer are missing
 }
 
 func messageState(gs GroupMessageStatus, broadcasting bool) string {

@@ -276,9 +276,11 @@ func (c *Console) topicsPage(w http.ResponseWriter, r *http.Request, status int,
 	v.Data = d
 	all, err := c.cfg.Admin.TopicConfigs(r.Context())
 	if err != nil {
-		v.Error = joinErr(v.Error, err)
-		c.render(w, r, statusFor(err), "topics", v)
-		return
+		v.Error, status = joinErr(v.Error, err), statusFor(err)
+		if !errors.As(err, new(*admin.PartialError)) {
+			c.render(w, r, status, "topics", v)
+			return
+		} // else: list what the brokers that answered hold, under the banner naming the others
 	}
 	rows := all[:0]
 	for _, t := range all {
@@ -450,9 +452,11 @@ func (c *Console) groupsPage(w http.ResponseWriter, r *http.Request, status int,
 	v.Data = d
 	all, err := c.cfg.Admin.GroupSummaries(r.Context())
 	if err != nil {
-		v.Error = joinErr(v.Error, err)
-		c.render(w, r, statusFor(err), "groups", v)
-		return
+		v.Error, status = joinErr(v.Error, err), statusFor(err)
+		if !errors.As(err, new(*admin.PartialError)) {
+			c.render(w, r, status, "groups", v)
+			return
+		} // else: list what the brokers that answered know, under the banner naming the others
 	}
 	now := time.Now()
 	rows := make([]groupRow, 0, len(all))

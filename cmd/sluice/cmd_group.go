@@ -64,9 +64,10 @@ messages (the broker config's default, marked "(default)", until one has).`,
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				all, err := a.GroupSummaries(ctx)
-				if err != nil {
+				if err != nil && !errors.As(err, new(*admin.PartialError)) {
 					return err
 				}
+				partialErr := err // some brokers did not answer: print the others', then say so
 				now := time.Now()
 				rows := all[:0]
 				for _, g := range all {
@@ -92,7 +93,10 @@ messages (the broker config's default, marked "(default)", until one has).`,
 							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
 							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics), LagUnknown: g.LagUnknown})
 					}
-					return printJSON(cmd, out)
+					if err := printJSON(cmd, out); err != nil {
+						return err
+					}
+					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "GROUP\tLAG\tWAITING\tCLIENTS\tMODE\tSTATE\tRETRIES")
@@ -130,7 +134,8 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%d consumer group(s)\n", len(rows))
-				return nil
+				noteIncomplete(cmd.OutOrStdout(), partialErr)
+				return partialErr
 			})
 		},
 	}
@@ -211,15 +216,20 @@ subscription per group. Exits with an error when the group is inconsistent.`,
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.GroupConsistency(ctx, group)
-				if err != nil {
+				if err != nil && r == nil {
 					return err
 				}
+				partialErr := err
 				if asJSON {
 					if err := printJSON(cmd, r); err != nil {
 						return err
 					}
 				} else {
 					printConsistency(cmd, r)
+					noteIncomplete(cmd.OutOrStdout(), partialErr)
+				}
+				if partialErr != nil {
+					return partialErr
 				}
 				if !r.Consistent {
 					return fmt.Errorf("group %s: %w", group, errInconsistent)

@@ -73,15 +73,18 @@ Copies are found through the brokers' key index by the message's client message 
 					}
 				}
 				if group != "" {
-					if err := checkGroup(ctx, a, group); err != nil {
+					if err := checkGroup(ctx, a, group); err != nil && !errors.As(err, new(*admin.PartialError)) {
 						return err
 					}
 				}
 				out := make([]*admin.MessageStatus, 0, len(ms))
 				for _, m := range ms {
 					st, err := a.MessageStatus(ctx, m, admin.MessageStatusOptions{Group: group})
-					if err != nil {
+					if err != nil && st == nil {
 						return err
+					}
+					if err != nil && findErr == nil {
+						findErr = err // a *admin.PartialError: print what the others answered, then say so
 					}
 					out = append(out, st)
 				}
@@ -93,6 +96,7 @@ Copies are found through the brokers' key index by the message's client message 
 					}
 				} else {
 					printMessageStatus(cmd.OutOrStdout(), out)
+					noteIncomplete(cmd.OutOrStdout(), findErr)
 				}
 				return findErr // some brokers failed the key lookup: say so after the rest
 			})

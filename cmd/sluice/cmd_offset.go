@@ -39,11 +39,11 @@ func newOffsetShowCmd() *cobra.Command {
 				return err
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
-				offs, err := a.ConsumerOffsets(ctx, group, topic)
-				if err != nil {
-					return topicNotFound(ctx, a, topic, err)
+				offs, partialErr := a.ConsumerOffsets(ctx, group, topic)
+				if partialErr != nil && !errors.As(partialErr, new(*admin.PartialError)) {
+					return topicNotFound(ctx, a, topic, partialErr)
 				}
-				if err := checkGroup(ctx, a, group); err != nil {
+				if err := checkGroup(ctx, a, group); err != nil && !errors.As(err, new(*admin.PartialError)) {
 					return err
 				}
 				var lag int64
@@ -68,7 +68,10 @@ func newOffsetShowCmd() *cobra.Command {
 					for _, o := range offs {
 						v.Queues = append(v.Queues, row{o.Queue.BrokerName, o.Queue.QueueID, o.Committed, o.Min, o.Max, o.Lag()})
 					}
-					return printJSON(cmd, v)
+					if err := printJSON(cmd, v); err != nil {
+						return err
+					}
+					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "BROKER\tQUEUE\tCOMMITTED\tMIN\tMAX\tLAG")
@@ -83,7 +86,8 @@ func newOffsetShowCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "total lag %d\n", lag)
-				return nil
+				noteIncomplete(cmd.OutOrStdout(), partialErr)
+				return partialErr
 			})
 		},
 	}
@@ -158,6 +162,7 @@ terminal (a script) it refuses unless --yes is given (exit code 2).`,
 						}
 					} else {
 						printResetResult(cmd, group, topic, at, res)
+						noteIncomplete(cmd.OutOrStdout(), err)
 					}
 				}
 				return err
@@ -264,7 +269,8 @@ func parseResetTime(s string, now time.Time) (time.Time, error) {
 // consumed again, and the group's lag on the topic now.
 func resetEffect(ctx context.Context, a *admin.Admin, group, topic string, at time.Time, force bool) (string, error) {
 	offs, err := a.ConsumerOffsets(ctx, group, topic)
-	if err != nil {
+	var pe *admin.PartialError
+	if err != nil && !errors.As(err, &pe) {
 		return "", err
 	}
 	var lag int64
@@ -285,6 +291,9 @@ func resetEffect(ctx context.Context, a *admin.Admin, group, topic string, at ti
 	effect += fmt.Sprintf("; %s lags %d message(s) on %s now (%d of %d queue(s) with offsets); running consumers of the group jump there", group, lag, topic, queues, len(offs))
 	if !force {
 		effect += "; offsets only move back (--force=false)"
+	}
+	if pe != nil {
+		effect += fmt.Sprintf("; not counted: the queues of %s, which did not answer", strings.Join(pe.FailedBrokers(), ", "))
 	}
 	return effect, nil
 }
