@@ -337,9 +337,10 @@ type CreateTopicResult struct {
 // [Admin.WaitTopicRoute] to wait until the route shows it.
 //
 // Errors: a [*ConfigError] for a bad spec; [ErrNoBroker] (wrapped) if there is no
-// master; name-server errors; and one [*BrokerError] per failing broker, joined with
-// errors.Join (the topic then exists on the other brokers, and no order config is
-// written). A broker's refusal is a *remoting.ResponseError inside its BrokerError.
+// master; name-server errors; and one [*BrokerError] per failing broker: joined when
+// every broker failed, else in a [*PartialError] returned with the brokers that accepted
+// the topic (no order config is written then). A broker's refusal is a
+// *remoting.ResponseError inside its BrokerError.
 func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicResult, error) {
 	spec.setDefaults()
 	if err := spec.Validate(); err != nil {
@@ -377,7 +378,16 @@ func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicRe
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		var ok []Broker
+		for i, b := range brokers {
+			if errs[i] == nil {
+				ok = append(ok, b)
+			}
+		}
+		if len(ok) == 0 {
+			return nil, err
+		}
+		return &CreateTopicResult{Brokers: ok}, partial(len(ok), errs)
 	}
 	res := &CreateTopicResult{Brokers: brokers}
 	if spec.Order {
@@ -507,10 +517,10 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 		// No route: delete only what some broker still holds (a route not registered
 		// yet); a topic nobody knows is a typo, refused rather than "deleted".
 		all, terr := a.TopicConfigs(ctx)
-		if terr != nil {
-			return terr
-		}
 		if !slices.ContainsFunc(all, func(t TopicInfo) bool { return t.Topic == topic }) {
+			if terr != nil { // a broker that did not answer may hold it
+				return terr
+			}
 			return fmt.Errorf("admin: delete topic %q: %w (no route and no broker holds it)", topic, ErrTopicNotExist)
 		}
 	}

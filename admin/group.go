@@ -36,7 +36,8 @@ var ErrNotSupported = errors.New("admin: no broker supports the request")
 // ignoring %RETRY% topics. A group with no client online is consistent with no sets.
 // Errors: a [*ConfigError] for an empty group, [ErrNoBroker], [ErrNotSupported]
 // (wrapped) when no broker knows the request, a [*BrokerError] per broker that failed
-// otherwise (joined) when none answered.
+// otherwise (joined) when none answered; when some did, the report of those with a
+// [*PartialError] naming the others.
 func (a *Admin) GroupConsistency(ctx context.Context, group string) (*SubscriptionReport, error) {
 	if group == "" {
 		return nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
@@ -87,7 +88,7 @@ func (a *Admin) GroupConsistency(ctx context.Context, group string) (*Subscripti
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ClientID < list[j].ClientID })
 	r := wire.Analyze(group, list)
-	return &r, nil
+	return &r, partial(answered, errs)
 }
 
 // GroupSummary is a consumer group over all master brokers ([Admin.GroupSummaries]).
@@ -187,7 +188,7 @@ func (a *Admin) GroupSummaries(ctx context.Context) ([]GroupSummary, error) {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !isPartial(err) {
 		return nil, err
 	}
 	out := make([]GroupSummary, 0, len(byName))
@@ -207,7 +208,7 @@ func (a *Admin) GroupSummaries(ctx context.Context) ([]GroupSummary, error) {
 		out = append(out, *g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
-	return out, nil
+	return out, err // err: nil or a *PartialError
 }
 
 // configuredGroupsOf adds the groups configured on b, a broker without GroupSummaries,
@@ -254,13 +255,13 @@ func (a *Admin) CheckGroup(ctx context.Context, group string) error {
 		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
 	}
 	all, err := a.GroupSummaries(ctx)
-	if err != nil {
-		return err
-	}
 	for _, g := range all {
 		if g.Group == group {
-			return nil
+			return nil // known to a broker that answered
 		}
+	}
+	if err != nil { // a broker that did not answer may know it
+		return err
 	}
 	return fmt.Errorf("%w: %q", ErrGroupNotExist, group)
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -64,8 +63,8 @@ func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.M
 //
 // Errors: a [*ConfigError] for an invalid topic, an empty key or a key with a space (the
 // KEYS separator), or end before begin; name-server errors (a topic without route wraps
-// [ErrTopicNotExist]); and one [*BrokerError] per failing broker, joined with
-// errors.Join — the messages found on the other brokers are returned with that error.
+// [ErrTopicNotExist]); and one [*BrokerError] per failing broker: joined when none
+// answered, else in a [*PartialError] returned with the messages the others found.
 func (a *Admin) FindMessages(ctx context.Context, topic, key string, begin, end time.Time) ([]*message.MessageExt, error) {
 	if err := checkTopicKey(topic, key); err != nil {
 		return nil, err
@@ -137,8 +136,12 @@ func (a *Admin) queryMessages(ctx context.Context, topic string, ext map[string]
 	}
 	wg.Wait()
 	var out []*message.MessageExt
-	for _, ms := range found {
+	answered := 0
+	for i, ms := range found {
 		out = append(out, ms...)
+		if errs[i] == nil && brokers[i].MasterAddr() != "" {
+			answered++
+		}
 	}
 	slices.SortStableFunc(out, func(x, y *message.MessageExt) int {
 		if c := x.StoreTimestamp - y.StoreTimestamp; c != 0 {
@@ -146,7 +149,7 @@ func (a *Admin) queryMessages(ctx context.Context, topic string, ext map[string]
 		}
 		return strings.Compare(x.BrokerName, y.BrokerName)
 	})
-	return out, errors.Join(errs...)
+	return out, partial(answered, errs)
 }
 
 func (a *Admin) queryOn(ctx context.Context, brokerName, addr, topic string, ext map[string]string, keep func(*message.MessageExt) bool) ([]*message.MessageExt, error) {

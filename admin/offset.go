@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"time"
 
@@ -89,7 +88,8 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
 // min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
 // route errors (wrapping [ErrTopicNotExist] for an unknown topic) and
-// [*BrokerError]s.
+// [*BrokerError]s: joined when no broker answered, else in a [*PartialError] returned
+// with the queues of the brokers that did.
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
 		return nil, err
@@ -99,34 +99,58 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 		return nil, err
 	}
 	out := make([]QueueOffset, 0, len(mqs))
+	failed := map[string]error{} // broker name → its first error: its other queues are skipped
 	for _, mq := range mqs {
-		addr := addrs[mq.BrokerName]
-		ext := wire.QueueHeader{Topic: topic, QueueID: int32(mq.QueueID)}.Ext(false)
-		qo := QueueOffset{Queue: mq, BrokerAddr: addr}
-		if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
-			return nil, err
+		if failed[mq.BrokerName] != nil {
+			continue
 		}
-		if qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset"); err != nil {
-			return nil, err
-		}
-		ext = wire.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: int32(mq.QueueID)}.Ext(false)
-		resp, err := a.invoke(ctx, mq.BrokerName, addr, remoting.QueryConsumerOffset, ext, nil)
+		qo, err := a.queueOffset(ctx, group, mq, addrs[mq.BrokerName])
 		if err != nil {
-			return nil, err
-		}
-		switch resp.ResponseCode() {
-		case remoting.Success:
-			if qo.Committed, err = resp.ExtInt64("offset", true); err != nil {
-				return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
-			}
-		case remoting.QueryNotFound:
-			qo.Committed = -1
-		default:
-			return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+			failed[mq.BrokerName] = err
+			continue
 		}
 		out = append(out, qo)
 	}
-	return out, nil
+	var errs []error
+	for _, name := range sortedKeys(failed) {
+		errs = append(errs, failed[name])
+	}
+	err = partial(len(addrs)-len(failed), errs)
+	if err != nil && !isPartial(err) {
+		return nil, err
+	}
+	return out, err
+}
+
+// queueOffset reads one queue's max, min and the group's committed offset.
+func (a *Admin) queueOffset(ctx context.Context, group string, mq message.MessageQueue, addr string) (QueueOffset, error) {
+	ext := wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
+	qo := QueueOffset{Queue: mq, BrokerAddr: addr}
+	var err error
+	if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
+		return qo, err
+	}
+	if qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset"); err != nil {
+		return qo, err
+	}
+	off, found, err := a.committedOffset(ctx, group, mq, addr)
+	if err != nil {
+		return qo, err
+	}
+	qo.Committed = -1
+	if found {
+		qo.Committed = off
+	}
+	return qo, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func checkGroupTopic(group, topic string) error {
@@ -162,7 +186,8 @@ type ResetResult struct {
 // backwards (its committed offset is kept when the target lies ahead of it).
 //
 // Errors: a [*ConfigError] for a bad group or topic; route errors; one [*BrokerError]
-// per failing broker, joined (the other brokers are reset).
+// per failing broker: joined when every broker failed, else in a [*PartialError] (the
+// other brokers are reset, their offsets in the result).
 func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t time.Time, force bool) (*ResetResult, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
 		return nil, err
@@ -178,11 +203,13 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 	ext := wire.ResetOffsetHeader{Topic: topic, Group: group, Timestamp: ts, IsForce: force}.Ext()
 	res := &ResetResult{Offsets: map[message.MessageQueue]int64{}}
 	var errs []error
+	brokers := 0
 	for _, bd := range sortedBrokers(r) {
 		addr := bd.MasterAddr()
 		if addr == "" {
 			continue
 		}
+		brokers++
 		resp, err := a.invoke(ctx, bd.BrokerName, addr, remoting.InvokeBrokerToResetOffset, ext, nil)
 		if err != nil {
 			errs = append(errs, err) // a *BrokerError
@@ -212,10 +239,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 			res.Offline = append(res.Offline, bd.BrokerName)
 		}
 	}
-	if len(errs) > 0 {
-		return res, errors.Join(errs...)
-	}
-	return res, nil
+	return res, partial(brokers-len(errs), errs)
 }
 
 // resetOffline resets group's offsets of topic on one broker that refused

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -38,7 +37,9 @@ type GroupInfo struct {
 }
 
 // eachMaster calls f for every master broker of the cluster; it returns the joined
-// errors when no broker answered, and nil (the failures ignored) when one did.
+// errors when no broker answered, and a [*PartialError] naming the failing brokers when
+// some did (the callers return what the others answered with it: never a silent
+// partial result).
 func (a *Admin) eachMaster(ctx context.Context, f func(b Broker) error) error {
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {
@@ -54,10 +55,7 @@ func (a *Admin) eachMaster(ctx context.Context, f func(b Broker) error) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == len(brokers) {
-		return errors.Join(errs...)
-	}
-	return nil
+	return partial(len(brokers)-len(errs), errs)
 }
 
 // call invokes code on broker b and returns the body of a SUCCESS answer.
@@ -78,7 +76,8 @@ func (a *Admin) call(ctx context.Context, b Broker, code remoting.RequestCode, e
 // TopicConfigs returns every topic of every master broker (GET_ALL_TOPIC_CONFIG,
 // RocketMQ request code 21, one request per broker), merged by name and sorted,
 // system topics included. Errors: [ErrNoBroker], cluster-info errors, and the brokers'
-// errors joined when none answered (brokers that fail are skipped otherwise).
+// errors joined when none answered; when some did, what they answered with a
+// [*PartialError] naming the others.
 func (a *Admin) TopicConfigs(ctx context.Context) ([]TopicInfo, error) {
 	byName := map[string]*TopicInfo{}
 	own := map[string]bool{} // cluster and broker names
@@ -108,7 +107,7 @@ func (a *Admin) TopicConfigs(ctx context.Context) ([]TopicInfo, error) {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !isPartial(err) {
 		return nil, err
 	}
 	out := make([]TopicInfo, 0, len(byName))
@@ -118,7 +117,7 @@ func (a *Admin) TopicConfigs(ctx context.Context) ([]TopicInfo, error) {
 		out = append(out, *t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
-	return out, nil
+	return out, err // err: nil or a *PartialError
 }
 
 // ConsumerGroups returns every consumer group configured on a master broker
@@ -153,7 +152,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context) ([]GroupInfo, error) {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !isPartial(err) {
 		return nil, err
 	}
 	out := make([]GroupInfo, 0, len(byName))
@@ -162,7 +161,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context) ([]GroupInfo, error) {
 		out = append(out, *g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
-	return out, nil
+	return out, err // err: nil or a *PartialError
 }
 
 // GroupOffsets returns every queue offset a consumer group has committed, on every
@@ -170,7 +169,8 @@ func (a *Admin) ConsumerGroups(ctx context.Context) ([]GroupInfo, error) {
 // wire.GroupOffsets, one request per broker) — the group's lag on all its topics,
 // %RETRY%<group> included — sorted by topic, broker and queue. Errors: a
 // [*ConfigError] for an empty group, [ErrNoBroker], and the brokers' errors joined when
-// none answered ([ErrNotSupported] wrapped for brokers that are not Sluice).
+// none answered ([ErrNotSupported] wrapped for brokers that are not Sluice); when some
+// did, their offsets with a [*PartialError] naming the others.
 func (a *Admin) GroupOffsets(ctx context.Context, group string) ([]QueueOffset, error) {
 	if group == "" {
 		return nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
@@ -191,11 +191,11 @@ func (a *Admin) GroupOffsets(ctx context.Context, group string) ([]QueueOffset, 
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !isPartial(err) {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue.Less(out[j].Queue) })
-	return out, nil
+	return out, err // err: nil or a *PartialError
 }
 
 // MaxMessagesByTime bounds [Admin.MessagesByTime]'s max.

@@ -276,9 +276,11 @@ func (c *Console) topicsPage(w http.ResponseWriter, r *http.Request, status int,
 	v.Data = d
 	all, err := c.cfg.Admin.TopicConfigs(r.Context())
 	if err != nil {
-		v.Error = joinErr(v.Error, err)
-		c.render(w, r, statusFor(err), "topics", v)
-		return
+		v.Error, status = joinErr(v.Error, err), statusFor(err)
+		if !errors.As(err, new(*admin.PartialError)) {
+			c.render(w, r, status, "topics", v)
+			return
+		} // else: list what the brokers that answered hold, under the banner naming the others
 	}
 	rows := all[:0]
 	for _, t := range all {
@@ -450,9 +452,11 @@ func (c *Console) groupsPage(w http.ResponseWriter, r *http.Request, status int,
 	v.Data = d
 	all, err := c.cfg.Admin.GroupSummaries(r.Context())
 	if err != nil {
-		v.Error = joinErr(v.Error, err)
-		c.render(w, r, statusFor(err), "groups", v)
-		return
+		v.Error, status = joinErr(v.Error, err), statusFor(err)
+		if !errors.As(err, new(*admin.PartialError)) {
+			c.render(w, r, status, "groups", v)
+			return
+		} // else: list what the brokers that answered know, under the banner naming the others
 	}
 	now := time.Now()
 	rows := make([]groupRow, 0, len(all))
@@ -903,6 +907,7 @@ type messageView struct {
 	Props    [][2]string
 	Topic    string
 	OffsetID string
+	Status   *admin.MessageStatus // what became of it in each consumer group (msgstatus.go)
 }
 
 // viewMessage shows one message (by offset message id): body and properties.
@@ -927,7 +932,11 @@ func (c *Console) viewMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Slice(mv.Props, func(i, j int) bool { return mv.Props[i][0] < mv.Props[j][0] })
 	v.Data = mv
-	c.render(w, r, http.StatusOK, "message", v)
+	status := http.StatusOK
+	if mv.Status, err = c.cfg.Admin.MessageStatus(r.Context(), m, admin.MessageStatusOptions{}); err != nil {
+		v.Error, status = "consumer groups cannot be read: "+err.Error(), statusFor(err)
+	}
+	c.render(w, r, status, "message", v)
 }
 
 // ---------------------------------------------------------------------------------

@@ -2,9 +2,11 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -132,18 +134,14 @@ type DeadLetter struct {
 	Record         *Record
 }
 
-// ListDLQ returns the dead letters of group ("<group>.dlq") present when it starts, from
-// the cluster at brokers; ctx bounds it.
+// ListDLQ returns every dead letter of group ("<group>.dlq") present when it starts, from
+// the cluster at brokers; ctx bounds it. [ListDLQPage] returns a page at a time.
 func ListDLQ(ctx context.Context, brokers []string, group string) ([]DeadLetter, error) {
 	cl, closeConns := adminClient(brokers)
 	defer closeConns()
 	var out []DeadLetter
 	err := scan(ctx, cl, DLQTopic(group), func(r *Record) error {
-		m := r.ToMessageExt()
-		ot, op, oo := r.origin()
-		le, _ := r.header(HeaderLastError)
-		out = append(out, DeadLetter{Partition: r.Partition, Offset: r.Offset, MsgID: m.MsgID, OriginTopic: ot,
-			OriginLocation: op + "@" + oo, ReconsumeTimes: int(m.ReconsumeTimes), LastError: le, Time: r.Time, Record: r})
+		out = append(out, deadLetter(r))
 		return nil
 	})
 	return out, err
@@ -255,4 +253,130 @@ func EnsureTopicsAt(ctx context.Context, brokers []string, partitions int, topic
 	cl, closeConns := adminClient(brokers)
 	defer closeConns()
 	return EnsureTopics(ctx, cl, partitions, -1, topics...)
+}
+
+// Limits of ListDLQPage.
+const (
+	DefaultDLQListLimit = 100   // dead letters one page holds by default
+	MaxDLQListLimit     = 10000 // most dead letters one page holds
+)
+
+// DLQCursor is a position in a dead-letter topic read in (partition, offset) order:
+// partition Partition from offset Offset, then every later partition from its start.
+type DLQCursor struct {
+	Partition int   `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+// String is the cursor as the CLI's --from takes it: "partition:offset".
+func (c DLQCursor) String() string {
+	return strconv.Itoa(c.Partition) + ":" + strconv.FormatInt(c.Offset, 10)
+}
+
+// ParseDLQCursor reads "partition:offset" (both not negative).
+func ParseDLQCursor(s string) (DLQCursor, error) {
+	p, o, ok := strings.Cut(s, ":")
+	pi, err1 := strconv.Atoi(p)
+	oi, err2 := strconv.ParseInt(o, 10, 64)
+	if !ok || err1 != nil || err2 != nil || pi < 0 || oi < 0 {
+		return DLQCursor{}, fmt.Errorf("%q: want partition:offset, both 0 or more (e.g. 0:100)", s)
+	}
+	return DLQCursor{Partition: pi, Offset: oi}, nil
+}
+
+// DLQListOptions select a page of ListDLQPage.
+type DLQListOptions struct {
+	// From is where the page starts. Default (the zero cursor): the first dead letter.
+	From DLQCursor
+	// Limit bounds the dead letters of the page, 1..MaxDLQListLimit. Default
+	// DefaultDLQListLimit.
+	Limit int
+}
+
+// DLQPage is one page of a group's dead letters.
+type DLQPage struct {
+	// Total is how many dead letters the topic holds (log start to high watermark, over
+	// every partition), whatever the page.
+	Total int64
+	// Rows are the page's dead letters in partition, then offset order.
+	Rows []DeadLetter
+	// More reports dead letters after the page; Next is where the next page starts.
+	More bool
+	Next DLQCursor
+}
+
+// ListDLQPage returns one page of the dead letters of group ("<group>.dlq") present when
+// it starts, in partition then offset order, from opt.From on, at most opt.Limit, with the
+// total and the cursor of the next page; ctx bounds it. It reads only the page's records
+// (plus at most one fetch more per partition). Errors: an invalid Limit or a From
+// partition the topic does not have; metadata, offset and read errors (a group without
+// a dead-letter topic wraps kafka-go's UnknownTopicOrPartition).
+func ListDLQPage(ctx context.Context, brokers []string, group string, opt DLQListOptions) (*DLQPage, error) {
+	if opt.Limit == 0 {
+		opt.Limit = DefaultDLQListLimit
+	}
+	if opt.Limit < 1 || opt.Limit > MaxDLQListLimit {
+		return nil, fmt.Errorf("kafka: list dead letters: Limit %d is outside 1..%d", opt.Limit, MaxDLQListLimit)
+	}
+	if opt.From.Partition < 0 || opt.From.Offset < 0 {
+		return nil, fmt.Errorf("kafka: list dead letters: From %s: partition and offset must not be negative", opt.From)
+	}
+	topic := DLQTopic(group)
+	cl, closeConns := adminClient(brokers)
+	defer closeConns()
+	parts, err := partitionsOf(ctx, cl, topic)
+	if err != nil {
+		return nil, err
+	}
+	if opt.From.Partition > parts[len(parts)-1] {
+		return nil, fmt.Errorf("kafka: list dead letters: From %s: %s has partitions %d..%d", opt.From, topic, parts[0], parts[len(parts)-1])
+	}
+	sp, err := spans(ctx, cl, topic, parts)
+	if err != nil {
+		return nil, err
+	}
+	page := &DLQPage{Rows: []DeadLetter{}}
+	for _, p := range parts {
+		page.Total += sp[p].last - sp[p].first
+	}
+	errFull := errors.New("page full")
+	for _, p := range parts {
+		if p < opt.From.Partition {
+			continue
+		}
+		start := sp[p].first
+		if p == opt.From.Partition {
+			start = max(start, opt.From.Offset)
+		}
+		if start >= sp[p].last {
+			continue
+		}
+		if len(page.Rows) == opt.Limit { // the page is full and this partition has more
+			page.More, page.Next = true, DLQCursor{Partition: p, Offset: start}
+			break
+		}
+		err := readRange(ctx, cl, topic, p, start, sp[p].last, func(r *Record) error {
+			if len(page.Rows) == opt.Limit {
+				page.More, page.Next = true, DLQCursor{Partition: p, Offset: r.Offset}
+				return errFull
+			}
+			page.Rows = append(page.Rows, deadLetter(r))
+			return nil
+		})
+		if errors.Is(err, errFull) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return page, nil
+}
+
+func deadLetter(r *Record) DeadLetter {
+	m := r.ToMessageExt()
+	ot, op, oo := r.origin()
+	le, _ := r.header(HeaderLastError)
+	return DeadLetter{Partition: r.Partition, Offset: r.Offset, MsgID: m.MsgID, OriginTopic: ot,
+		OriginLocation: op + "@" + oo, ReconsumeTimes: int(m.ReconsumeTimes), LastError: le, Time: r.Time, Record: r}
 }

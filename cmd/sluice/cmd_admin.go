@@ -21,6 +21,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/suggest"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
@@ -136,15 +137,15 @@ func topicNotFound(ctx context.Context, a *admin.Admin, topic string, err error)
 // (exit code 3): a typo must not leave offsets behind or read as "nothing there".
 func checkGroup(ctx context.Context, a *admin.Admin, group string) error {
 	all, err := a.GroupSummaries(ctx)
-	if err != nil {
-		return err
-	}
 	names := make([]string, 0, len(all))
 	for _, g := range all {
 		if g.Group == group {
-			return nil
+			return nil // known to a broker that answered
 		}
 		names = append(names, g.Group)
+	}
+	if err != nil { // none answered, or one that did not may know the group
+		return err
 	}
 	return &notFoundError{fmt.Errorf("consumer group %q: %w (no config, offset or client on any broker)%s", group, admin.ErrGroupNotExist, didYouMean(suggest.Nearest(group, names)))}
 }
@@ -196,6 +197,13 @@ exist).`,
 					spec.Topic = strings.TrimSpace(topic)
 					res, err := a.CreateTopic(ctx, spec)
 					if err != nil {
+						if res != nil && !asJSON { // some brokers accepted it: say which
+							for _, b := range res.Brokers {
+								fmt.Fprintf(out, "created topic %s on %s (%s, cluster %s): %d queues, perm %d, order %t\n",
+									spec.Topic, b.Name, b.Addr, b.Cluster, spec.Queues, spec.Perm, spec.Order)
+							}
+							noteIncomplete(out, err)
+						}
 						if len(topics) > 1 {
 							err = fmt.Errorf("topic %s (%d of %d created before it): %w", spec.Topic, len(done), len(topics), err)
 						}
@@ -320,12 +328,31 @@ func newTopicRouteCmd() *cobra.Command {
 
 func newTopicDeleteCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "delete --topic T",
-		Short: "Delete a topic from its brokers and the name server(s)",
-		Args:  cobra.NoArgs,
+		Use:   "delete --topic T [--yes]",
+		Short: "Delete a topic from its brokers and the name server(s): its messages and every group's offsets on it go",
+		Long: `Delete a topic from every broker of its route (DELETE_TOPIC_IN_BROKER) and its route and
+order config from the name server(s). The command first states what goes — the brokers,
+the messages stored and the consumer groups with offsets on it — and asks on a terminal;
+--yes skips the question, and without a terminal (a script) it refuses unless --yes is
+given (exit code 2). A topic no broker holds is refused (exit code 3) with the nearest
+names.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topic, _ := cmd.Flags().GetString("topic")
+			if err := message.ValidateTopic(topic); err != nil {
+				return &admin.ConfigError{Field: "Topic", Reason: err.Error()}
+			}
+			if message.IsSystemTopic(topic) {
+				return &admin.ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				effect, err := topicDeleteEffect(ctx, a, topic)
+				if err != nil {
+					return topicNotFound(ctx, a, topic, err)
+				}
+				if err := confirm(cmd, effect); err != nil {
+					return err
+				}
 				if err := a.DeleteTopic(ctx, topic); err != nil {
 					return topicNotFound(ctx, a, topic, err)
 				}
@@ -335,8 +362,61 @@ func newTopicDeleteCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().String("topic", "", "topic name (required)")
+	addYesFlag(cmd, "delete the topic")
 	_ = cmd.MarkFlagRequired("topic")
 	return cmd
+}
+
+// topicDeleteEffect states what deleting topic removes: its brokers, the messages stored
+// and the groups with offsets on it. A topic no broker holds wraps admin.ErrTopicNotExist.
+func topicDeleteEffect(ctx context.Context, a *admin.Admin, topic string) (string, error) {
+	r, err := a.TopicRoute(ctx, topic)
+	if err != nil && !errors.Is(err, admin.ErrTopicNotExist) {
+		return "", err
+	}
+	if r == nil { // no route: delete only what a broker still holds
+		all, err := a.TopicConfigs(ctx)
+		if err != nil {
+			return "", err
+		}
+		i := slices.IndexFunc(all, func(t admin.TopicInfo) bool { return t.Topic == topic })
+		if i < 0 {
+			return "", fmt.Errorf("delete topic %q: %w", topic, admin.ErrTopicNotExist)
+		}
+		return fmt.Sprintf("delete topic %s from %s (it has no route yet) with its messages", topic, strings.Join(all[i].Brokers, ", ")), nil
+	}
+	var brokers []string
+	for _, bd := range r.BrokerDatas {
+		brokers = append(brokers, bd.BrokerName)
+	}
+	sort.Strings(brokers)
+	qs, err := a.QueueOffsets(ctx, topic)
+	if err != nil {
+		return "", err
+	}
+	var stored int64
+	for _, q := range qs {
+		stored += q.Max - q.Min
+	}
+	groups, gerr := a.GroupSummaries(ctx)
+	if gerr != nil && !errors.As(gerr, new(*admin.PartialError)) {
+		return "", gerr
+	}
+	var users []string
+	for _, g := range groups {
+		if slices.ContainsFunc(g.Topics, func(t admin.GroupTopicLag) bool { return t.Topic == topic }) {
+			users = append(users, g.Group)
+		}
+	}
+	effect := fmt.Sprintf("delete topic %s from %s: %d queue(s), %d message(s) stored", topic, strings.Join(brokers, ", "), len(qs), stored)
+	if len(users) > 0 {
+		effect += fmt.Sprintf(", offsets of %d consumer group(s) (%s)", len(users), strings.Join(users, ", "))
+	}
+	var pe *admin.PartialError
+	if errors.As(gerr, &pe) {
+		effect += fmt.Sprintf(" (not counted: the groups of %s, which did not answer)", strings.Join(pe.FailedBrokers(), ", "))
+	}
+	return effect, nil
 }
 
 func newClusterCmd() *cobra.Command {
@@ -344,8 +424,10 @@ func newClusterCmd() *cobra.Command {
 		Use:   "cluster",
 		Short: "List the clusters and brokers the name server knows (-o json: as the name server answers)",
 		Long: `List the clusters and the brokers registered with the name server, one address per
-line. A name server that knows no broker is an error (exit code 4): the brokers are
-stopped or cannot reach it.`,
+line, and whether each answers now (STATUS: ok, or the error): a name server keeps a
+stopped broker's registration until it expires. A name server that knows no broker, or
+brokers none of which answers, is an error (exit code 4); some answering and some not
+is exit code 5, with the ones that did not named.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := jsonOutput(cmd)
@@ -357,27 +439,53 @@ stopped or cannot reach it.`,
 				if err != nil {
 					return err
 				}
+				if len(ci.BrokerAddrTable) == 0 {
+					if asJSON {
+						if err := printJSON(cmd, ci); err != nil {
+							return err
+						}
+					}
+					addrs, _ := cmd.Flags().GetString("namesrv")
+					return fmt.Errorf("%w registered with name server %s (brokers stopped or unreachable)", admin.ErrNoBroker, addrs)
+				}
+				probes, perr := a.ProbeBrokers(ctx)
+				if perr != nil && probes == nil {
+					return perr
+				}
 				if asJSON {
 					if err := printJSON(cmd, ci); err != nil {
 						return err
 					}
 				} else {
-					printCluster(cmd.OutOrStdout(), ci)
+					printCluster(cmd.OutOrStdout(), ci, probes)
+					noteIncomplete(cmd.OutOrStdout(), perr)
 				}
-				if len(ci.BrokerAddrTable) == 0 {
-					addrs, _ := cmd.Flags().GetString("namesrv")
-					return fmt.Errorf("%w registered with name server %s (brokers stopped or unreachable)", admin.ErrNoBroker, addrs)
+				if perr != nil && !errors.As(perr, new(*admin.PartialError)) {
+					return fmt.Errorf("no registered broker answers: %w", perr)
 				}
-				return nil
+				return perr
 			})
 		},
 	}
 }
 
-// printCluster prints one row per broker address: cluster, broker, role, address.
-func printCluster(w io.Writer, ci *admin.ClusterInfo) {
+// printCluster prints one row per broker address: cluster, broker, role, address and
+// whether it answered its probe.
+func printCluster(w io.Writer, ci *admin.ClusterInfo, probes []admin.BrokerProbe) {
+	status := map[string]string{}
+	for _, p := range probes {
+		status[p.Addr] = "ok"
+		if p.Err != nil {
+			var be *admin.BrokerError
+			if errors.As(p.Err, &be) {
+				status[p.Addr] = "UNREACHABLE: " + be.Err.Error()
+			} else {
+				status[p.Addr] = "UNREACHABLE: " + p.Err.Error()
+			}
+		}
+	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "CLUSTER\tBROKER\tROLE\tADDRESS")
+	fmt.Fprintln(tw, "CLUSTER\tBROKER\tROLE\tADDRESS\tSTATUS")
 	clusters := make([]string, 0, len(ci.ClusterAddrTable))
 	for c := range ci.ClusterAddrTable {
 		clusters = append(clusters, c)
@@ -389,7 +497,7 @@ func printCluster(w io.Writer, ci *admin.ClusterInfo) {
 		for _, n := range names {
 			bd := ci.BrokerAddrTable[n]
 			if bd == nil {
-				fmt.Fprintf(tw, "%s\t%s\t-\t(no address)\n", c, n)
+				fmt.Fprintf(tw, "%s\t%s\t-\t(no address)\t-\n", c, n)
 				continue
 			}
 			ids := make([]int64, 0, len(bd.BrokerAddrs))
@@ -402,7 +510,11 @@ func printCluster(w io.Writer, ci *admin.ClusterInfo) {
 				if id != 0 {
 					role = "slave " + strconv.FormatInt(id, 10)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c, n, role, bd.BrokerAddrs[id])
+				st := status[bd.BrokerAddrs[id]]
+				if st == "" {
+					st = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c, n, role, bd.BrokerAddrs[id], st)
 			}
 		}
 	}

@@ -149,7 +149,7 @@ func TestConsumerAdminCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "total lag 0") {
 		t.Fatalf("offset show: %v\n%s", err, out)
 	}
-	out, err = run(t, "admin", "--namesrv", ns, "offset", "reset", "--group", "cli-g", "--topic", "CliT", "--time", "0")
+	out, err = run(t, "admin", "--namesrv", ns, "offset", "reset", "--group", "cli-g", "--topic", "CliT", "--time", "0", "--yes")
 	if err != nil || !strings.Contains(out, "queue 0 -> 0") {
 		t.Fatalf("offset reset: %v\n%s", err, out)
 	}

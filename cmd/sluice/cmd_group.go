@@ -64,9 +64,10 @@ messages (the broker config's default, marked "(default)", until one has).`,
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				all, err := a.GroupSummaries(ctx)
-				if err != nil {
+				if err != nil && !errors.As(err, new(*admin.PartialError)) {
 					return err
 				}
+				partialErr := err // some brokers did not answer: print the others', then say so
 				now := time.Now()
 				rows := all[:0]
 				for _, g := range all {
@@ -92,7 +93,10 @@ messages (the broker config's default, marked "(default)", until one has).`,
 							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
 							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics), LagUnknown: g.LagUnknown})
 					}
-					return printJSON(cmd, out)
+					if err := printJSON(cmd, out); err != nil {
+						return err
+					}
+					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "GROUP\tLAG\tWAITING\tCLIENTS\tMODE\tSTATE\tRETRIES")
@@ -130,7 +134,8 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%d consumer group(s)\n", len(rows))
-				return nil
+				noteIncomplete(cmd.OutOrStdout(), partialErr)
+				return partialErr
 			})
 		},
 	}
@@ -151,17 +156,17 @@ func cmpDesc(x, y int64) int {
 
 func newGroupDeleteCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "delete --group G --yes",
+		Use:   "delete --group G [--yes]",
 		Short: "Delete a consumer group: its subscription config and committed offsets on every broker",
 		Long: `Delete a consumer group from every master broker (DELETE_SUBSCRIPTIONGROUP): its
 subscription config and every offset it committed. Its %RETRY% and %DLQ% topics and
 their messages stay (delete them with "topic delete"). Brokers refuse while clients of
-the group are online. Without --yes the command only states what it would delete and
-exits 2. A group no broker knows is refused (exit code 3) with the nearest names.`,
+the group are online. The command states what it would delete and asks on a terminal;
+--yes skips the question, and without a terminal it refuses unless --yes is given
+(exit code 2). A group no broker knows is refused (exit code 3) with the nearest names.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			group, _ := cmd.Flags().GetString("group")
-			yes, _ := cmd.Flags().GetBool("yes")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				all, err := a.GroupSummaries(ctx)
 				if err != nil {
@@ -174,8 +179,8 @@ exits 2. A group no broker knows is refused (exit code 3) with the nearest names
 				g := all[i]
 				effect := fmt.Sprintf("delete consumer group %s from %s: its config and its offsets on %d topic(s) (lag %d); its %%RETRY%% and %%DLQ%% topics stay",
 					group, strings.Join(g.Brokers, ", "), len(g.Topics), g.Lag)
-				if !yes {
-					return &usageError{fmt.Errorf("this would %s; add --yes to do it", effect)}
+				if err := confirm(cmd, effect); err != nil {
+					return err
 				}
 				if err := a.DeleteGroup(ctx, group); err != nil {
 					return err
@@ -186,7 +191,7 @@ exits 2. A group no broker knows is refused (exit code 3) with the nearest names
 		},
 	}
 	cmd.Flags().String("group", "", "consumer group (required)")
-	cmd.Flags().Bool("yes", false, "really delete")
+	addYesFlag(cmd, "delete the group")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
@@ -211,15 +216,20 @@ subscription per group. Exits with an error when the group is inconsistent.`,
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				r, err := a.GroupConsistency(ctx, group)
-				if err != nil {
+				if err != nil && r == nil {
 					return err
 				}
+				partialErr := err
 				if asJSON {
 					if err := printJSON(cmd, r); err != nil {
 						return err
 					}
 				} else {
 					printConsistency(cmd, r)
+					noteIncomplete(cmd.OutOrStdout(), partialErr)
+				}
+				if partialErr != nil {
+					return partialErr
 				}
 				if !r.Consistent {
 					return fmt.Errorf("group %s: %w", group, errInconsistent)

@@ -55,19 +55,33 @@ func withKafka(cmd *cobra.Command, f func(ctx context.Context, brokers []string)
 
 func newKafkaDLQListCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "list --group G [--body] [--json]",
-		Short: "List the dead letters of a Kafka consumer group",
-		Args:  cobra.NoArgs,
+		Use:   "list --group G [--limit N] [--from PARTITION:OFFSET] [--body] [-o json]",
+		Short: "List the dead letters of a Kafka consumer group, a page at a time",
+		Long: fmt.Sprintf(`List the dead letters of a Kafka consumer group (topic <group>.dlq): the total, then one
+page in partition, then offset order — --limit per page (default %d, at most %d), from
+--from PARTITION:OFFSET (default 0:0: the first; that partition from that offset, then
+every later partition from its start). The last line says which rows were shown and, when
+there are more, the --from of the next page.`, kafka.DefaultDLQListLimit, kafka.MaxDLQListLimit),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			group, _ := f.GetString("group")
 			body, _ := f.GetBool("body")
+			limit, _ := f.GetInt("limit")
+			fromFlag, _ := f.GetString("from")
 			asJSON, err := jsonOutput(cmd)
 			if err != nil {
 				return err
 			}
+			if limit < 1 || limit > kafka.MaxDLQListLimit {
+				return &usageError{fmt.Errorf("--limit %d: must be 1..%d", limit, kafka.MaxDLQListLimit)}
+			}
+			from, err := kafka.ParseDLQCursor(fromFlag)
+			if err != nil {
+				return &usageError{fmt.Errorf("--from %w", err)}
+			}
 			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
-				l, err := kafka.ListDLQ(ctx, brokers, group)
+				pg, err := kafka.ListDLQPage(ctx, brokers, group, kafka.DLQListOptions{From: from, Limit: limit})
 				if err != nil {
 					return err
 				}
@@ -86,8 +100,19 @@ func newKafkaDLQListCmd() *cobra.Command {
 						Properties     map[string]string `json:"properties,omitempty"`
 						Body           string            `json:"body,omitempty"`
 					}
-					rows := make([]row, 0, len(l))
-					for _, d := range l {
+					v := struct {
+						Group string           `json:"group"`
+						Total int64            `json:"total"`
+						From  kafka.DLQCursor  `json:"from"`
+						Limit int              `json:"limit"`
+						More  bool             `json:"more"`
+						Next  *kafka.DLQCursor `json:"next,omitempty"` // the --from of the next page, when more
+						Rows  []row            `json:"rows"`
+					}{Group: group, Total: pg.Total, From: from, Limit: limit, More: pg.More, Rows: make([]row, 0, len(pg.Rows))}
+					if pg.More {
+						v.Next = &pg.Next
+					}
+					for _, d := range pg.Rows {
 						m := d.Record.ToMessageExt()
 						r := row{Partition: d.Partition, Offset: d.Offset, MsgID: d.MsgID, OriginTopic: d.OriginTopic, Origin: d.OriginLocation,
 							Tag: m.Tag(), Keys: m.Keys(), ReconsumeTimes: d.ReconsumeTimes, LastError: d.LastError,
@@ -95,17 +120,20 @@ func newKafkaDLQListCmd() *cobra.Command {
 						if body {
 							r.Body = string(m.Body)
 						}
-						rows = append(rows, r)
+						v.Rows = append(v.Rows, r)
 					}
-					return printJSON(cmd, rows)
+					return printJSON(cmd, v)
 				}
 				out := cmd.OutOrStdout()
-				if len(l) == 0 {
+				if pg.Total == 0 {
 					fmt.Fprintf(out, "no dead letters for group %s\n", group)
 					return nil
 				}
-				fmt.Fprintf(out, "%9s %8s %-32s %-20s %-12s %-24s %9s %-24s %s\n", "partition", "offset", "msgId", "topic", "origin", "keys", "reconsume", "time", "last error")
-				for _, d := range l {
+				fmt.Fprintf(out, "group %s: %d dead letter(s)\n", group, pg.Total)
+				if len(pg.Rows) > 0 {
+					fmt.Fprintf(out, "%9s %8s %-32s %-20s %-12s %-24s %9s %-24s %s\n", "partition", "offset", "msgId", "topic", "origin", "keys", "reconsume", "time", "last error")
+				}
+				for _, d := range pg.Rows {
 					m := d.Record.ToMessageExt()
 					fmt.Fprintf(out, "%9d %8d %-32s %-20s %-12s %-24s %9d %-24s %s\n", d.Partition, d.Offset, d.MsgID, d.OriginTopic, d.OriginLocation,
 						strings.Join(m.Keys(), " "), d.ReconsumeTimes, d.Time.Format("2006-01-02 15:04:05.000"), oneLine(d.LastError))
@@ -113,13 +141,24 @@ func newKafkaDLQListCmd() *cobra.Command {
 						fmt.Fprintf(out, "    body: %s\n", dlqBodyText(m.Body))
 					}
 				}
-				fmt.Fprintf(out, "%d dead letter(s)\n", len(l))
+				fmt.Fprintf(out, "%d dead letter(s) shown from %s", len(pg.Rows), from)
+				if len(pg.Rows) > 0 {
+					last := pg.Rows[len(pg.Rows)-1]
+					fmt.Fprintf(out, " to %d:%d", last.Partition, last.Offset)
+				}
+				fmt.Fprintf(out, " of %d", pg.Total)
+				if pg.More {
+					fmt.Fprintf(out, "; more: --from %s", pg.Next)
+				}
+				fmt.Fprintln(out)
 				return nil
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.String("group", "", "consumer group (required)")
+	f.Int("limit", kafka.DefaultDLQListLimit, "dead letters per page")
+	f.String("from", "0:0", "first dead letter of the page, PARTITION:OFFSET (the last line of a page gives the next)")
 	f.Bool("body", false, "print message bodies")
 	f.Bool("json", false, "print JSON (the same as -o json)")
 	_ = cmd.MarkFlagRequired("group")

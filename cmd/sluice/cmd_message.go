@@ -29,7 +29,7 @@ func newMessageCmd() *cobra.Command {
 		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newMessageGetCmd(), newMessageFindCmd())
+	cmd.AddCommand(newMessageGetCmd(), newMessageFindCmd(), newMessageStatusCmd())
 	return cmd
 }
 
@@ -148,6 +148,7 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 				}
 				if !asJSON {
 					fmt.Fprintf(cmd.OutOrStdout(), "found %d message(s) of topic %s with key %s\n", len(ms), topic, key)
+					noteIncomplete(cmd.OutOrStdout(), err)
 				}
 				return err // some brokers failed: say so after what the others returned
 			})

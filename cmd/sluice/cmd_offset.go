@@ -39,11 +39,11 @@ func newOffsetShowCmd() *cobra.Command {
 				return err
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
-				offs, err := a.ConsumerOffsets(ctx, group, topic)
-				if err != nil {
-					return topicNotFound(ctx, a, topic, err)
+				offs, partialErr := a.ConsumerOffsets(ctx, group, topic)
+				if partialErr != nil && !errors.As(partialErr, new(*admin.PartialError)) {
+					return topicNotFound(ctx, a, topic, partialErr)
 				}
-				if err := checkGroup(ctx, a, group); err != nil {
+				if err := checkGroup(ctx, a, group); err != nil && !errors.As(err, new(*admin.PartialError)) {
 					return err
 				}
 				var lag int64
@@ -68,7 +68,10 @@ func newOffsetShowCmd() *cobra.Command {
 					for _, o := range offs {
 						v.Queues = append(v.Queues, row{o.Queue.BrokerName, o.Queue.QueueID, o.Committed, o.Min, o.Max, o.Lag()})
 					}
-					return printJSON(cmd, v)
+					if err := printJSON(cmd, v); err != nil {
+						return err
+					}
+					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "BROKER\tQUEUE\tCOMMITTED\tMIN\tMAX\tLAG")
@@ -83,7 +86,8 @@ func newOffsetShowCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "total lag %d\n", lag)
-				return nil
+				noteIncomplete(cmd.OutOrStdout(), partialErr)
+				return partialErr
 			})
 		},
 	}
@@ -96,7 +100,7 @@ func newOffsetShowCmd() *cobra.Command {
 
 func newOffsetResetCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "reset --group G --topic T --time TIME",
+		Use:   "reset --group G --topic T --time TIME [--yes]",
 		Short: "Move a group's offsets of a topic to the first message stored at or after a time; running consumers jump there",
 		Long: `Move a consumer group's offsets of a topic, on every broker of the topic, to the first
 message stored at or after --time (INVOKE_BROKER_TO_RESET_OFFSET, RocketMQ request code 222).
@@ -109,7 +113,11 @@ The brokers store the new offsets and tell the group's running consumers to jump
 
 A group no broker knows (no config, offset or client) is refused (exit code 3) with the
 nearest known names: a typo would otherwise store offsets for a group nobody runs. To
-place a new group's offsets before its consumers first start, add --allow-new-group.`,
+place a new group's offsets before its consumers first start, add --allow-new-group.
+
+The command first states the effect (how far the group lags now, what is skipped or
+consumed again) and asks on a terminal; --yes skips the question, and without a
+terminal (a script) it refuses unless --yes is given (exit code 2).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -139,6 +147,13 @@ place a new group's offsets before its consumers first start, add --allow-new-gr
 						return err
 					}
 				}
+				effect, err := resetEffect(ctx, a, group, topic, at, force)
+				if err != nil {
+					return err
+				}
+				if err := confirm(cmd, effect); err != nil {
+					return err
+				}
 				res, err := a.ResetOffsetByTime(ctx, group, topic, at, force)
 				if res != nil && (err == nil || len(res.Offsets) > 0) { // nothing to report when every broker refused
 					if asJSON {
@@ -147,6 +162,7 @@ place a new group's offsets before its consumers first start, add --allow-new-gr
 						}
 					} else {
 						printResetResult(cmd, group, topic, at, res)
+						noteIncomplete(cmd.OutOrStdout(), err)
 					}
 				}
 				return err
@@ -159,6 +175,7 @@ place a new group's offsets before its consumers first start, add --allow-new-gr
 	f.String("time", "", "point in time (required; see the long help for the formats)")
 	f.Bool("force", true, "also move offsets forward; --force=false only moves them back")
 	f.Bool("allow-new-group", false, "reset a group no broker knows yet (its consumers have never run)")
+	addYesFlag(cmd, "reset the offsets")
 	_ = cmd.MarkFlagRequired("group")
 	_ = cmd.MarkFlagRequired("topic")
 	_ = cmd.MarkFlagRequired("time")
@@ -246,4 +263,37 @@ func parseResetTime(s string, now time.Time) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("--time %q: want RFC 3339, \"2006-01-02 15:04:05\" (local), unix milliseconds, now, now-<duration> or end", s)
+}
+
+// resetEffect states what an offset reset does: where the offsets go, what is skipped or
+// consumed again, and the group's lag on the topic now.
+func resetEffect(ctx context.Context, a *admin.Admin, group, topic string, at time.Time, force bool) (string, error) {
+	offs, err := a.ConsumerOffsets(ctx, group, topic)
+	var pe *admin.PartialError
+	if err != nil && !errors.As(err, &pe) {
+		return "", err
+	}
+	var lag int64
+	queues := 0
+	for _, o := range offs {
+		if o.Committed >= 0 {
+			lag += o.Lag()
+			queues++
+		}
+	}
+	var effect string
+	if at.IsZero() {
+		effect = fmt.Sprintf("skip every message of %s that %s has not consumed yet (its offsets move to the end of each queue)", topic, group)
+	} else {
+		effect = fmt.Sprintf("move the offsets of %s on %s to the first message stored at or after %s: messages stored before it are skipped, messages after it are consumed (again)",
+			group, topic, at.UTC().Format(time.RFC3339))
+	}
+	effect += fmt.Sprintf("; %s lags %d message(s) on %s now (%d of %d queue(s) with offsets); running consumers of the group jump there", group, lag, topic, queues, len(offs))
+	if !force {
+		effect += "; offsets only move back (--force=false)"
+	}
+	if pe != nil {
+		effect += fmt.Sprintf("; not counted: the queues of %s, which did not answer", strings.Join(pe.FailedBrokers(), ", "))
+	}
+	return effect, nil
 }

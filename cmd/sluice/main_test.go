@@ -61,6 +61,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	root := newRootCmd()
 	root.SetOut(&out)
 	root.SetErr(&errOut)
+	root.SetIn(strings.NewReader("")) // not a terminal: destructive commands need --yes
 	root.SetArgs(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -198,7 +199,7 @@ func TestBrokerAndTopicCommands(t *testing.T) {
 		t.Errorf("cluster output %q (%v)", out, err)
 	}
 
-	if out, err = run(t, "admin", "topic", "delete", "--namesrv", ns, "--topic", "OrderT"); err != nil || !strings.Contains(out, "deleted topic OrderT") {
+	if out, err = run(t, "admin", "topic", "delete", "--namesrv", ns, "--topic", "OrderT", "--yes"); err != nil || !strings.Contains(out, "deleted topic OrderT") {
 		t.Fatalf("topic delete: %q %v", out, err)
 	}
 	if _, err = run(t, "admin", "topic", "route", "--namesrv", ns, "--topic", "OrderT"); err == nil || !strings.Contains(err.Error(), `topic "OrderT" does not exist`) || exitCode(err) != exitNotFound {

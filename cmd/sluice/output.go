@@ -18,10 +18,11 @@ import (
 // Exit codes (documented in docs/operations.md): scripts can tell a typo from an outage.
 const (
 	exitOK          = 0 // done
-	exitFailure     = 1 // failed otherwise: refused by a broker, partly failed, an inconsistent group
+	exitFailure     = 1 // failed otherwise: refused by a broker, an inconsistent group
 	exitUsage       = 2 // bad command line: unknown command or flag, missing or invalid value
 	exitNotFound    = 3 // the topic, group or message named does not exist
 	exitUnreachable = 4 // a name server or broker cannot be reached, or no broker is registered
+	exitPartial     = 5 // some brokers answered, some did not: the output lacks the others' part (named)
 )
 
 // usageError marks a command-line mistake (exit code 2).
@@ -42,6 +43,7 @@ func exitCode(err error) int {
 	var nf *notFoundError
 	var ce *admin.ConfigError
 	var conn *remoting.ConnError
+	var pe *admin.PartialError
 	msg := err.Error()
 	switch {
 	case err == nil:
@@ -50,6 +52,8 @@ func exitCode(err error) int {
 		strings.HasPrefix(msg, "unknown command "), strings.HasPrefix(msg, "unknown flag"), strings.HasPrefix(msg, "unknown shorthand flag"),
 		strings.HasPrefix(msg, "required flag(s) "), strings.HasPrefix(msg, "invalid argument "), strings.HasPrefix(msg, "flag needs an argument"):
 		return exitUsage
+	case errors.As(err, &pe):
+		return exitPartial
 	case errors.Is(err, admin.ErrNoBroker), errors.As(err, &conn), errors.Is(err, remoting.ErrTimeout):
 		return exitUnreachable
 	case errors.As(err, &nf), errors.Is(err, admin.ErrTopicNotExist), errors.Is(err, admin.ErrGroupNotExist):
@@ -112,4 +116,14 @@ func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 
 func showsProgress(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// noteIncomplete prints, under a table, which brokers did not answer when err is an
+// *admin.PartialError (the command then exits 5); other errors print nothing.
+func noteIncomplete(w io.Writer, err error) {
+	var pe *admin.PartialError
+	if errors.As(err, &pe) {
+		fmt.Fprintf(w, "INCOMPLETE: %d of %d broker(s) did not answer (%s); what they hold is missing above\n",
+			len(pe.Failed), pe.Answered+len(pe.Failed), strings.Join(pe.FailedBrokers(), ", "))
+	}
 }

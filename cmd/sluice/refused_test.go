@@ -29,7 +29,7 @@ func TestRefusedOffsetResetPrintsNoSuccess(t *testing.T) {
 	if out, err := run(t, append([]string{"admin", "topic", "create", "--topic", "ResetT", "--queues", "2"}, admin...)...); err != nil {
 		t.Fatalf("create: %q %v", out, err)
 	}
-	reset := []string{"admin", "offset", "reset", "--group", "g", "--topic", "ResetT", "--time", "now", "--allow-new-group", "--namesrv", ns, "--timeout", "3s"}
+	reset := []string{"admin", "offset", "reset", "--group", "g", "--topic", "ResetT", "--time", "now", "--allow-new-group", "--yes", "--namesrv", ns, "--timeout", "3s"}
 	out, err := run(t, append(reset, "--access-key", "userKey1", "--secret-key", "userSecret")...)
 	if err == nil || !strings.Contains(err.Error(), "need admin permission") {
 		t.Fatalf("reset by a non-admin account: %q %v", out, err)
