@@ -151,7 +151,8 @@ func New(cfg Config) (*Broker, error) {
 	b.sqlCache = filter.NewSQLCache(1024)
 	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter, clientLimits{
 		subsPerGroup: cfg.MaxSubscriptionsPerGroup, entriesPerConn: cfg.MaxClientEntriesPerConnection,
-		entries: cfg.MaxClientEntries, subs: cfg.MaxSubscriptions})
+		entries: cfg.MaxClientEntries, subs: cfg.MaxSubscriptions,
+		entriesPerAddr: cfg.MaxClientEntriesPerAddress, subsPerAddr: cfg.MaxSubscriptionsPerAddress})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }

@@ -195,6 +195,16 @@ type Config struct {
 	// client's own plus each group's). Everything a connection registered is freed when
 	// it closes. Sluice key. Default 200000; -1: unlimited.
 	MaxSubscriptions int `conf:"maxSubscriptions"`
+	// MaxClientEntriesPerAddress is one remote address's share of maxClientEntries (an
+	// IPv4 address, or an IPv6 /64): past it that address's heartbeats are refused naming
+	// the key, while other addresses still register. Sluice key. Default maxClientEntries/10,
+	// at least min(maxClientEntries, 100); -1: unlimited (only maxClientEntries).
+	MaxClientEntriesPerAddress int `conf:"maxClientEntriesPerAddress"`
+	// MaxSubscriptionsPerAddress is one remote address's share of maxSubscriptions: the
+	// subscriptions its connections' heartbeats carry (the broker may keep each group's
+	// copy too, so an address makes it keep at most twice this). Sluice key. Default
+	// maxSubscriptions/20, at least min(maxSubscriptions, 1000); -1: unlimited.
+	MaxSubscriptionsPerAddress int `conf:"maxSubscriptionsPerAddress"`
 	// FrameReadTimeoutMillis bounds, in ms, reading the rest of a frame once its first
 	// byte arrived; a connection stalled mid-frame is closed. Sluice key. Default 30000.
 	FrameReadTimeoutMillis int64 `conf:"frameReadTimeoutMillis"`
@@ -406,6 +416,12 @@ func (c *Config) setDefaults() {
 			*d.v = d.def
 		}
 	}
+	if c.MaxClientEntriesPerAddress == 0 {
+		c.MaxClientEntriesPerAddress = addressShare(c.MaxClientEntries, 10, 100)
+	}
+	if c.MaxSubscriptionsPerAddress == 0 {
+		c.MaxSubscriptionsPerAddress = addressShare(c.MaxSubscriptions, 20, 1000)
+	}
 	if c.AclEnable && c.AclFile == "" {
 		if home := os.Getenv("ROCKETMQ_HOME"); home != "" {
 			c.AclFile = filepath.Join(home, "conf", "plain_acl.yml")
@@ -414,6 +430,15 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+}
+
+// addressShare is the default per-address share of a global limit: total/div, at least
+// min(total, floor); -1 (unlimited) when the total is unlimited.
+func addressShare(total, div, floor int) int {
+	if total <= 0 {
+		return -1
+	}
+	return max(total/div, min(total, floor))
 }
 
 // ConfigError names a configuration key and what is wrong with its value.
@@ -472,6 +497,18 @@ func (c *Config) validate() error {
 		"maxClientEntries": c.MaxClientEntries, "maxSubscriptions": c.MaxSubscriptions} {
 		if v < -1 {
 			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
+		}
+	}
+	for _, s := range []struct {
+		key, totalKey string
+		v, total      int
+	}{{"maxClientEntriesPerAddress", "maxClientEntries", c.MaxClientEntriesPerAddress, c.MaxClientEntries},
+		{"maxSubscriptionsPerAddress", "maxSubscriptions", c.MaxSubscriptionsPerAddress, c.MaxSubscriptions}} {
+		switch {
+		case s.v < -1:
+			return &ConfigError{Key: s.key, Value: strconv.Itoa(s.v), Reason: "must be at least 1 (-1: unlimited)"}
+		case s.total > 0 && s.v > s.total:
+			return &ConfigError{Key: s.key, Value: strconv.Itoa(s.v), Reason: fmt.Sprintf("an address's share must be at most %s (%d)", s.totalKey, s.total)}
 		}
 	}
 	if c.DelayLevelOutOfRange != DelayLevelRefuse && c.DelayLevelOutOfRange != DelayLevelClamp {

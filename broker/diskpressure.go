@@ -72,6 +72,10 @@ type Stats struct {
 	// maxClientEntries); ClientSubscriptions the subscriptions kept now (bounded by
 	// maxSubscriptions).
 	ClientEntries, ClientSubscriptions int64
+	// RefusedAddressShare counts heartbeats refused (in part) because their remote
+	// address (IPv4, or IPv6 /64) used up its share (maxClientEntriesPerAddress,
+	// maxSubscriptionsPerAddress); they count in RefusedLimits too.
+	RefusedAddressShare int64
 	// AclReloadRefused counts changed plain_acl.yml contents the broker could not apply
 	// (empty, malformed, unreadable): the previous rules stayed in force; each is logged
 	// at error.
@@ -98,7 +102,7 @@ func (b *Broker) Stats() Stats {
 	}
 	if b.clients != nil {
 		n := b.clients.counts()
-		st.ClientEntries, st.ClientSubscriptions = int64(n.entries), int64(n.subs)
+		st.ClientEntries, st.ClientSubscriptions, st.RefusedAddressShare = int64(n.entries), int64(n.subs), n.refusedShare
 	}
 	return st
 }
