@@ -248,6 +248,11 @@ type Config struct {
 	// broker's clock (Sluice's opt-in signature, see remoting.Credentials.SignatureV2).
 	// Sluice key. Default 300000 (5 minutes).
 	AclSignatureSkewMillis int64 `conf:"aclSignatureSkewMillis"`
+	// AclSignatureNoncesPerAccount is one account's share of the signature v2 nonce store
+	// (1,000,000 nonces, each kept twice aclSignatureSkewMillis): an account holding it is
+	// refused until its nonces expire, so one signed account cannot fill the store for
+	// all. Sluice key. Default 100000.
+	AclSignatureNoncesPerAccount int `conf:"aclSignatureNoncesPerAccount"`
 	// AclRefuseV1ForAdmin refuses admin-only request codes (topic and group changes,
 	// offset resets, the name server's writes) signed with RocketMQ's signature v1, which
 	// covers neither the request code nor a time; they need signature v2. The broker then
@@ -416,6 +421,9 @@ func (c *Config) setDefaults() {
 			*d.v = d.def
 		}
 	}
+	if c.AclSignatureNoncesPerAccount == 0 {
+		c.AclSignatureNoncesPerAccount = 100000
+	}
 	if c.MaxClientEntriesPerAddress == 0 {
 		c.MaxClientEntriesPerAddress = addressShare(c.MaxClientEntries, 10, 100)
 	}
@@ -498,6 +506,9 @@ func (c *Config) validate() error {
 		if v < -1 {
 			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
 		}
+	}
+	if v := c.AclSignatureNoncesPerAccount; v < 1 || v > 1_000_000 {
+		return &ConfigError{Key: "aclSignatureNoncesPerAccount", Value: strconv.Itoa(v), Reason: "must be between 1 and 1000000 (the nonce store's size)"}
 	}
 	for _, s := range []struct {
 		key, totalKey string

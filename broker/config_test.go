@@ -123,3 +123,20 @@ func TestAddressShareConfig(t *testing.T) {
 		t.Errorf("error does not name the limit: %v", err)
 	}
 }
+
+// TestAclSignatureNoncesPerAccountConfig: the per-account share of the nonce store
+// defaults to 100000 and must be between 1 and the store's 1,000,000.
+func TestAclSignatureNoncesPerAccountConfig(t *testing.T) {
+	c := Config{StorePathRootDir: "/x"}
+	c.setDefaults()
+	if c.AclSignatureNoncesPerAccount != 100000 {
+		t.Fatalf("default %d", c.AclSignatureNoncesPerAccount)
+	}
+	var ce *ConfigError
+	for _, v := range []int{-1, 1_000_001} {
+		err := (&Config{StorePathRootDir: "/x", AclSignatureNoncesPerAccount: v}).Validate()
+		if !errors.As(err, &ce) || ce.Key != "aclSignatureNoncesPerAccount" || !strings.Contains(err.Error(), "between 1 and 1000000") {
+			t.Errorf("%d: %v", v, err)
+		}
+	}
+}

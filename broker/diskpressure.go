@@ -80,6 +80,9 @@ type Stats struct {
 	// (empty, malformed, unreadable): the previous rules stayed in force; each is logged
 	// at error.
 	AclReloadRefused int64
+	// AclNonceQuotaRefused counts signature v2 requests refused because their account
+	// held its share of the nonce store (aclSignatureNoncesPerAccount).
+	AclNonceQuotaRefused int64
 }
 
 // Stats returns the broker's counters. Safe to call at any time.
@@ -98,7 +101,7 @@ func (b *Broker) Stats() Stats {
 		RefusedLimits:         b.counters.RefusedLimits.Load(),
 	}
 	if b.acl != nil {
-		st.AclReloadRefused = b.acl.Refused()
+		st.AclReloadRefused, st.AclNonceQuotaRefused = b.acl.Refused(), b.acl.NonceQuotaRefused()
 	}
 	if b.clients != nil {
 		n := b.clients.counts()
