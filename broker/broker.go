@@ -112,8 +112,11 @@ func New(cfg Config) (*Broker, error) {
 		if b.acl, err = acl.Load(cfg.AclFile, b.log); err != nil {
 			return nil, &ConfigError{Key: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
 		}
-		b.acl.SetSignaturePolicy(acl.SignaturePolicy{Skew: time.Duration(cfg.AclSignatureSkewMillis) * time.Millisecond,
-			RefuseV1ForAdmin: cfg.AclRefuseV1ForAdmin})
+		floorFile := filepath.Join(cfg.StorePathRootDir, "config", "aclSignatureFloor")
+		if err := b.acl.SetSignaturePolicy(acl.SignaturePolicy{Skew: time.Duration(cfg.AclSignatureSkewMillis) * time.Millisecond,
+			RefuseV1ForAdmin: cfg.AclRefuseV1ForAdmin, MaxNoncesPerAccount: cfg.AclSignatureNoncesPerAccount, FloorFile: floorFile}); err != nil {
+			return nil, fmt.Errorf("broker: %w (delete the file to restart with the start time as the floor)", err)
+		}
 		// The embedded name server takes only admin-signed writes; the broker signs its
 		// own registrations with accessKey/secretKey, so they must be an admin account.
 		// (Without them the name server's writes would be open to anyone.)
@@ -151,7 +154,8 @@ func New(cfg Config) (*Broker, error) {
 	b.sqlCache = filter.NewSQLCache(1024)
 	b.clients = newClientManager(boolOr(cfg.NotifyConsumerIdsChangedEnable, true), b.log.Info, b.compiledFilter, clientLimits{
 		subsPerGroup: cfg.MaxSubscriptionsPerGroup, entriesPerConn: cfg.MaxClientEntriesPerConnection,
-		entries: cfg.MaxClientEntries, subs: cfg.MaxSubscriptions})
+		entries: cfg.MaxClientEntries, subs: cfg.MaxSubscriptions,
+		entriesPerAddr: cfg.MaxClientEntriesPerAddress, subsPerAddr: cfg.MaxSubscriptionsPerAddress})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -394,6 +398,11 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.embedded != nil {
 		if err := b.embedded.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("embedded name server: %w", err))
+		}
+	}
+	if b.acl != nil {
+		if err := b.acl.SaveSignatureFloor(); err != nil {
+			errs = append(errs, fmt.Errorf("persist signature v2 floor: %w", err))
 		}
 	}
 	if b.client != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/internal/addrkey"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -52,8 +53,12 @@ type clientManager struct {
 	consumers map[string]*consumerGroup
 	producers map[string]map[uint64]*clientChannel // group -> conn id -> channel
 	perConn   map[uint64]int                       // client entries (producer and consumer channels) by connection id
+	connAddr  map[uint64]string                    // addrkey.Of of each connection in perConn
+	perAddr   map[string]*addrUse                  // what each remote address (IPv4, IPv6 /64) made the broker keep
 	entries   int                                  // client entries kept in total
-	subs      int                                  // subscriptions kept in total: every channel's own plus every group's
+	// refusedShare counts heartbeats refused (in part) for an address's share.
+	refusedShare int64
+	subs         int // subscriptions kept in total: every channel's own plus every group's
 	// sendBackLimits: group -> the maxReconsumeTimes its clients last sent back with.
 	sendBackLimits map[string]int32
 }
@@ -64,12 +69,19 @@ type clientLimits struct {
 	entriesPerConn int // maxClientEntriesPerConnection: producer and consumer groups one connection registers
 	entries        int // maxClientEntries: client entries in total
 	subs           int // maxSubscriptions: subscriptions kept in total
+	entriesPerAddr int // maxClientEntriesPerAddress: client entries of one remote address
+	subsPerAddr    int // maxSubscriptionsPerAddress: subscriptions one address's clients carry
 }
+
+// addrUse is what one remote address made the broker keep: client entries, and the
+// subscriptions its channels carry (their own; each group's copy is not charged, so an
+// address makes the broker keep at most twice subs).
+type addrUse struct{ entries, subs int }
 
 // ClientLimitError is the refusal of a heartbeat (or the part of it) that would make the
 // broker keep more than a configured limit; Key is the broker.conf key of the limit.
 type ClientLimitError struct {
-	Key   string // maxSubscriptionsPerGroup, maxClientEntriesPerConnection, maxClientEntries or maxSubscriptions
+	Key   string // maxSubscriptionsPerGroup, maxClientEntriesPerConnection, maxClientEntries, maxSubscriptions, maxClientEntriesPerAddress or maxSubscriptionsPerAddress
 	Group string // the producer or consumer group refused
 	Value int    // what keeping it would have reached
 	Limit int
@@ -81,40 +93,75 @@ func (e *ClientLimitError) Error() string {
 
 func newClientManager(notify bool, logf func(string, ...any), compile func(wire.SubscriptionData) store.Filter, limits clientLimits) *clientManager {
 	return &clientManager{notifyEnabled: notify, logf: logf, compile: compile, limits: limits, consumers: map[string]*consumerGroup{},
-		producers: map[string]map[uint64]*clientChannel{}, perConn: map[uint64]int{}}
+		producers: map[string]map[uint64]*clientChannel{}, perConn: map[uint64]int{}, connAddr: map[uint64]string{}, perAddr: map[string]*addrUse{}}
 }
 
 // over reports whether value exceeds limit (<= 0: unlimited).
 func over(value, limit int) bool { return limit > 0 && value > limit }
 
 // clientCounts are the broker's own accounting of what clients made it keep.
-type clientCounts struct{ entries, subs int }
+type clientCounts struct {
+	entries, subs int
+	refusedShare  int64 // heartbeats refused (in part) for maxClientEntriesPerAddress or maxSubscriptionsPerAddress
+}
 
 // counts returns the client entries and subscriptions kept now.
 func (m *clientManager) counts() clientCounts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return clientCounts{m.entries, m.subs}
+	return clientCounts{m.entries, m.subs, m.refusedShare}
 }
 
 // addEntryLocked checks that conn may register one more client entry for group and
 // counts it.
-func (m *clientManager) addEntryLocked(connID uint64, group string) error {
-	if err := m.entryRoomLocked(connID, group); err != nil {
+func (m *clientManager) addEntryLocked(conn *remoting.Conn, group string) error {
+	if err := m.entryRoomLocked(conn, group); err != nil {
 		return err
 	}
-	m.perConn[connID]++
+	id := conn.ID()
+	if m.perConn[id] == 0 {
+		m.connAddr[id] = addrkey.Of(conn.RemoteAddr())
+	}
+	m.perConn[id]++
+	m.addrUseLocked(m.connAddr[id]).entries++
 	m.entries++
 	return nil
 }
 
-// entryRoomLocked checks that conn may register one more client entry for group.
-func (m *clientManager) entryRoomLocked(connID uint64, group string) error {
-	if n := m.perConn[connID] + 1; over(n, m.limits.entriesPerConn) {
+// addrUseLocked returns the use of address key, created when missing.
+func (m *clientManager) addrUseLocked(key string) *addrUse {
+	u := m.perAddr[key]
+	if u == nil {
+		u = &addrUse{}
+		m.perAddr[key] = u
+	}
+	return u
+}
+
+// addrOfLocked returns conn's address key and what that address keeps now (nil: nothing).
+func (m *clientManager) addrOfLocked(conn *remoting.Conn) (string, *addrUse) {
+	key, ok := m.connAddr[conn.ID()]
+	if !ok {
+		key = addrkey.Of(conn.RemoteAddr())
+	}
+	return key, m.perAddr[key]
+}
+
+// entryRoomLocked checks that conn may register one more client entry for group: within
+// the connection's limit, the total and its address's share.
+func (m *clientManager) entryRoomLocked(conn *remoting.Conn, group string) error {
+	if n := m.perConn[conn.ID()] + 1; over(n, m.limits.entriesPerConn) {
 		return &ClientLimitError{Key: "maxClientEntriesPerConnection", Group: group, Value: n, Limit: m.limits.entriesPerConn}
 	}
 	if over(m.entries+1, m.limits.entries) {
 		return &ClientLimitError{Key: "maxClientEntries", Group: group, Value: m.entries + 1, Limit: m.limits.entries}
+	}
+	n := 1
+	if _, u := m.addrOfLocked(conn); u != nil {
+		n += u.entries
+	}
+	if over(n, m.limits.entriesPerAddr) {
+		return &ClientLimitError{Key: "maxClientEntriesPerAddress", Group: group, Value: n, Limit: m.limits.entriesPerAddr}
 	}
 	return nil
 }
@@ -122,8 +169,24 @@ func (m *clientManager) entryRoomLocked(connID uint64, group string) error {
 // dropEntryLocked forgets one client entry of conn.
 func (m *clientManager) dropEntryLocked(connID uint64) {
 	m.entries--
+	key := m.connAddr[connID]
+	if u := m.perAddr[key]; u != nil {
+		if u.entries--; u.entries <= 0 && u.subs <= 0 {
+			delete(m.perAddr, key)
+		}
+	}
 	if m.perConn[connID]--; m.perConn[connID] <= 0 {
 		delete(m.perConn, connID)
+		delete(m.connAddr, connID)
+	}
+}
+
+// chargeSubsLocked adds n (may be negative) to the subscriptions conn's address carries.
+func (m *clientManager) chargeSubsLocked(connID uint64, n int) {
+	key := m.connAddr[connID]
+	u := m.addrUseLocked(key)
+	if u.subs += n; u.entries <= 0 && u.subs <= 0 {
+		delete(m.perAddr, key)
 	}
 }
 
@@ -159,6 +222,7 @@ func (m *clientManager) dropConsumerLocked(g *consumerGroup, connID uint64) {
 		return
 	}
 	delete(g.channels, connID)
+	m.chargeSubsLocked(connID, -len(ch.subs))
 	m.dropEntryLocked(connID)
 	m.subs -= len(ch.subs)
 	for topic := range ch.subs {
@@ -178,18 +242,27 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var refused error
+	shareRefused := false
 	refuse := func(err error) {
 		if refused == nil {
 			refused = err
 		}
+		if e, ok := err.(*ClientLimitError); ok && (e.Key == "maxClientEntriesPerAddress" || e.Key == "maxSubscriptionsPerAddress") {
+			shareRefused = true
+		}
 	}
+	defer func() {
+		if shareRefused {
+			m.refusedShare++
+		}
+	}()
 	for _, p := range hb.ProducerDataSet {
 		g := m.producers[p.GroupName]
 		if ch, ok := g[conn.ID()]; ok {
 			ch.clientID, ch.lastUpdate = hb.ClientID, now
 			continue
 		}
-		if err := m.addEntryLocked(conn.ID(), p.GroupName); err != nil {
+		if err := m.addEntryLocked(conn, p.GroupName); err != nil {
 			refuse(err)
 			continue
 		}
@@ -222,7 +295,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			ch = g.channels[conn.ID()]
 		}
 		if ch == nil {
-			if err := m.entryRoomLocked(conn.ID(), cd.GroupName); err != nil {
+			if err := m.entryRoomLocked(conn, cd.GroupName); err != nil {
 				refuse(err)
 				continue
 			}
@@ -257,8 +330,22 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			refuse(&ClientLimitError{Key: "maxSubscriptions", Group: cd.GroupName, Value: m.subs + delta, Limit: m.limits.subs})
 			continue
 		}
+		own := len(mine) // this client's own subscriptions, charged to its address
+		if ch != nil {
+			own -= len(ch.subs)
+		}
+		if _, u := m.addrOfLocked(conn); own > 0 {
+			n := own
+			if u != nil {
+				n += u.subs
+			}
+			if over(n, m.limits.subsPerAddr) {
+				refuse(&ClientLimitError{Key: "maxSubscriptionsPerAddress", Group: cd.GroupName, Value: n, Limit: m.limits.subsPerAddr})
+				continue
+			}
+		}
 		if ch == nil {
-			if err := m.addEntryLocked(conn.ID(), cd.GroupName); err != nil {
+			if err := m.addEntryLocked(conn, cd.GroupName); err != nil {
 				refuse(err)
 				continue
 			}
@@ -299,6 +386,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			g.subs[sd.Topic] = &subscription{data: sd, filter: m.compile(sd)}
 		}
 		m.subs += len(mine) - len(ch.subs)
+		m.chargeSubsLocked(conn.ID(), len(mine)-len(ch.subs))
 		old := ch.subs
 		ch.subs = mine
 		for topic := range old {

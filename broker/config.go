@@ -195,6 +195,16 @@ type Config struct {
 	// client's own plus each group's). Everything a connection registered is freed when
 	// it closes. Sluice key. Default 200000; -1: unlimited.
 	MaxSubscriptions int `conf:"maxSubscriptions"`
+	// MaxClientEntriesPerAddress is one remote address's share of maxClientEntries (an
+	// IPv4 address, or an IPv6 /64): past it that address's heartbeats are refused naming
+	// the key, while other addresses still register. Sluice key. Default maxClientEntries/10,
+	// at least min(maxClientEntries, 100); -1: unlimited (only maxClientEntries).
+	MaxClientEntriesPerAddress int `conf:"maxClientEntriesPerAddress"`
+	// MaxSubscriptionsPerAddress is one remote address's share of maxSubscriptions: the
+	// subscriptions its connections' heartbeats carry (the broker may keep each group's
+	// copy too, so an address makes it keep at most twice this). Sluice key. Default
+	// maxSubscriptions/20, at least min(maxSubscriptions, 1000); -1: unlimited.
+	MaxSubscriptionsPerAddress int `conf:"maxSubscriptionsPerAddress"`
 	// FrameReadTimeoutMillis bounds, in ms, reading the rest of a frame once its first
 	// byte arrived; a connection stalled mid-frame is closed. Sluice key. Default 30000.
 	FrameReadTimeoutMillis int64 `conf:"frameReadTimeoutMillis"`
@@ -240,6 +250,11 @@ type Config struct {
 	// broker's clock (Sluice's opt-in signature, see remoting.Credentials.SignatureV2).
 	// Sluice key. Default 300000 (5 minutes).
 	AclSignatureSkewMillis int64 `conf:"aclSignatureSkewMillis"`
+	// AclSignatureNoncesPerAccount is one account's share of the signature v2 nonce store
+	// (1,000,000 nonces, each kept twice aclSignatureSkewMillis): an account holding it is
+	// refused until its nonces expire, so one signed account cannot fill the store for
+	// all. Sluice key. Default 100000.
+	AclSignatureNoncesPerAccount int `conf:"aclSignatureNoncesPerAccount"`
 	// AclRefuseV1ForAdmin refuses admin-only request codes (topic and group changes,
 	// offset resets, the name server's writes) signed with RocketMQ's signature v1, which
 	// covers neither the request code nor a time; they need signature v2. The broker then
@@ -408,6 +423,15 @@ func (c *Config) setDefaults() {
 			*d.v = d.def
 		}
 	}
+	if c.AclSignatureNoncesPerAccount == 0 {
+		c.AclSignatureNoncesPerAccount = 100000
+	}
+	if c.MaxClientEntriesPerAddress == 0 {
+		c.MaxClientEntriesPerAddress = addressShare(c.MaxClientEntries, 10, 100)
+	}
+	if c.MaxSubscriptionsPerAddress == 0 {
+		c.MaxSubscriptionsPerAddress = addressShare(c.MaxSubscriptions, 20, 1000)
+	}
 	if c.AclEnable && c.AclFile == "" {
 		if home := os.Getenv("ROCKETMQ_HOME"); home != "" {
 			c.AclFile = filepath.Join(home, "conf", "plain_acl.yml")
@@ -416,6 +440,15 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+}
+
+// addressShare is the default per-address share of a global limit: total/div, at least
+// min(total, floor); -1 (unlimited) when the total is unlimited.
+func addressShare(total, div, floor int) int {
+	if total <= 0 {
+		return -1
+	}
+	return max(total/div, min(total, floor))
 }
 
 // ConfigError names a configuration key and what is wrong with its value.
@@ -469,6 +502,21 @@ func (c *Config) validate() error {
 		"maxClientEntries": c.MaxClientEntries, "maxSubscriptions": c.MaxSubscriptions} {
 		if v < -1 {
 			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
+		}
+	}
+	if v := c.AclSignatureNoncesPerAccount; v < 1 || v > 1_000_000 {
+		return &ConfigError{Key: "aclSignatureNoncesPerAccount", Value: strconv.Itoa(v), Reason: "must be between 1 and 1000000 (the nonce store's size)"}
+	}
+	for _, s := range []struct {
+		key, totalKey string
+		v, total      int
+	}{{"maxClientEntriesPerAddress", "maxClientEntries", c.MaxClientEntriesPerAddress, c.MaxClientEntries},
+		{"maxSubscriptionsPerAddress", "maxSubscriptions", c.MaxSubscriptionsPerAddress, c.MaxSubscriptions}} {
+		switch {
+		case s.v < -1:
+			return &ConfigError{Key: s.key, Value: strconv.Itoa(s.v), Reason: "must be at least 1 (-1: unlimited)"}
+		case s.total > 0 && s.v > s.total:
+			return &ConfigError{Key: s.key, Value: strconv.Itoa(s.v), Reason: fmt.Sprintf("an address's share must be at most %s (%d)", s.totalKey, s.total)}
 		}
 	}
 	if c.DelayLevelOutOfRange != DelayLevelRefuse && c.DelayLevelOutOfRange != DelayLevelClamp {

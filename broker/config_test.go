@@ -84,3 +84,59 @@ maxIndexNum=20000000
 		}
 	}
 }
+
+// TestAddressShareConfig: the per-address shares of maxClientEntries and
+// maxSubscriptions default to a tenth and a twentieth (with a floor for small totals),
+// follow an unlimited total, and a share above its total is a *ConfigError naming the key
+// and the limit.
+func TestAddressShareConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg                  Config
+		wantEntries, wantSub int
+	}{
+		{Config{}, 10000, 10000},
+		{Config{MaxClientEntries: 50, MaxSubscriptions: 500}, 50, 500},
+		{Config{MaxClientEntries: -1, MaxSubscriptions: -1}, -1, -1},
+		{Config{MaxClientEntriesPerAddress: -1, MaxSubscriptionsPerAddress: 7}, -1, 7},
+	} {
+		c := tc.cfg
+		c.StorePathRootDir = "/x"
+		c.setDefaults()
+		if err := c.validate(); err != nil {
+			t.Fatalf("%+v: %v", tc.cfg, err)
+		}
+		if c.MaxClientEntriesPerAddress != tc.wantEntries || c.MaxSubscriptionsPerAddress != tc.wantSub {
+			t.Errorf("shares %d and %d, want %d and %d", c.MaxClientEntriesPerAddress, c.MaxSubscriptionsPerAddress, tc.wantEntries, tc.wantSub)
+		}
+	}
+	var ce *ConfigError
+	for key, bad := range map[string]Config{
+		"maxClientEntriesPerAddress": {StorePathRootDir: "/x", MaxClientEntries: 10, MaxClientEntriesPerAddress: 11},
+		"maxSubscriptionsPerAddress": {StorePathRootDir: "/x", MaxSubscriptionsPerAddress: -2},
+	} {
+		if err := bad.Validate(); !errors.As(err, &ce) || ce.Key != key {
+			t.Errorf("want ConfigError for %s, got %v", key, err)
+		}
+	}
+	err := (&Config{StorePathRootDir: "/x", MaxClientEntries: 10, MaxClientEntriesPerAddress: 11}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "at most maxClientEntries (10)") {
+		t.Errorf("error does not name the limit: %v", err)
+	}
+}
+
+// TestAclSignatureNoncesPerAccountConfig: the per-account share of the nonce store
+// defaults to 100000 and must be between 1 and the store's 1,000,000.
+func TestAclSignatureNoncesPerAccountConfig(t *testing.T) {
+	c := Config{StorePathRootDir: "/x"}
+	c.setDefaults()
+	if c.AclSignatureNoncesPerAccount != 100000 {
+		t.Fatalf("default %d", c.AclSignatureNoncesPerAccount)
+	}
+	var ce *ConfigError
+	for _, v := range []int{-1, 1_000_001} {
+		err := (&Config{StorePathRootDir: "/x", AclSignatureNoncesPerAccount: v}).Validate()
+		if !errors.As(err, &ce) || ce.Key != "aclSignatureNoncesPerAccount" || !strings.Contains(err.Error(), "between 1 and 1000000") {
+			t.Errorf("%d: %v", v, err)
+		}
+	}
+}

@@ -72,10 +72,17 @@ type Stats struct {
 	// maxClientEntries); ClientSubscriptions the subscriptions kept now (bounded by
 	// maxSubscriptions).
 	ClientEntries, ClientSubscriptions int64
+	// RefusedAddressShare counts heartbeats refused (in part) because their remote
+	// address (IPv4, or IPv6 /64) used up its share (maxClientEntriesPerAddress,
+	// maxSubscriptionsPerAddress); they count in RefusedLimits too.
+	RefusedAddressShare int64
 	// AclReloadRefused counts changed plain_acl.yml contents the broker could not apply
 	// (empty, malformed, unreadable): the previous rules stayed in force; each is logged
 	// at error.
 	AclReloadRefused int64
+	// AclNonceQuotaRefused counts signature v2 requests refused because their account
+	// held its share of the nonce store (aclSignatureNoncesPerAccount).
+	AclNonceQuotaRefused int64
 }
 
 // Stats returns the broker's counters. Safe to call at any time.
@@ -94,11 +101,11 @@ func (b *Broker) Stats() Stats {
 		RefusedLimits:         b.counters.RefusedLimits.Load(),
 	}
 	if b.acl != nil {
-		st.AclReloadRefused = b.acl.Refused()
+		st.AclReloadRefused, st.AclNonceQuotaRefused = b.acl.Refused(), b.acl.NonceQuotaRefused()
 	}
 	if b.clients != nil {
 		n := b.clients.counts()
-		st.ClientEntries, st.ClientSubscriptions = int64(n.entries), int64(n.subs)
+		st.ClientEntries, st.ClientSubscriptions, st.RefusedAddressShare = int64(n.entries), int64(n.subs), n.refusedShare
 	}
 	return st
 }

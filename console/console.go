@@ -93,6 +93,11 @@ type Config struct {
 	// further failure up to 15 minutes; its credentials are not checked meanwhile.
 	// Default 1s.
 	LoginLockout time.Duration
+	// LoginFailuresPerMinute bounds failed sign-ins from all addresses together: a
+	// bucket of this many, refilled at this rate per minute; while it is empty every
+	// address is answered 429, so holding many addresses does not buy more guesses.
+	// Default 60; at most 1000000.
+	LoginFailuresPerMinute int
 }
 
 // ConfigError names an invalid [Config] field.
@@ -107,6 +112,9 @@ func (e *ConfigError) Error() string { return "console: " + e.Field + ": " + e.R
 func (c *Config) setDefaults() {
 	if c.LoginLockout <= 0 {
 		c.LoginLockout = time.Second
+	}
+	if c.LoginFailuresPerMinute == 0 {
+		c.LoginFailuresPerMinute = 60
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -126,7 +134,7 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports the first invalid field: no Admin, a PageSize outside 1..1000, a
-// negative SampleInterval or Samples, an unparsable Listen, or a Listen address that is
+// LoginFailuresPerMinute outside 0..1000000, a negative SampleInterval or Samples, an unparsable Listen, or a Listen address that is
 // not loopback without Token or BasicAuthUser.
 func (c Config) Validate() error {
 	if c.Admin == nil {
@@ -134,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	if c.PageSize < 1 || c.PageSize > 1000 {
 		return &ConfigError{"PageSize", fmt.Sprintf("%d is outside 1..1000", c.PageSize)}
+	}
+	if c.LoginFailuresPerMinute < 0 || c.LoginFailuresPerMinute > 1_000_000 {
+		return &ConfigError{"LoginFailuresPerMinute", fmt.Sprintf("%d is outside 1..1000000 (0: the default 60)", c.LoginFailuresPerMinute)}
 	}
 	if c.SampleInterval < 0 || c.Samples < 0 {
 		return &ConfigError{"SampleInterval", "SampleInterval and Samples must not be negative"}
@@ -195,7 +206,7 @@ func New(cfg Config) (*Console, error) {
 		return hex.EncodeToString(h.Sum(nil))
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger.With("component", "console"), csrf: mac("csrf"), cookie: mac("login:" + cfg.Token),
-		series: newSeries(cfg.Samples), stop: make(chan struct{}), logins: newLoginLimiter(cfg.LoginLockout)}
+		series: newSeries(cfg.Samples), stop: make(chan struct{}), logins: newLoginLimiter(cfg.LoginLockout, cfg.LoginFailuresPerMinute)}
 	var err error
 	if c.tmpl, err = parseTemplates(); err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,6 +109,14 @@ type SignaturePolicy struct {
 	// MaxNonces bounds the v2 nonces remembered (each for twice Skew); beyond it, once
 	// the expired ones are gone, v2 requests are refused. Default 1,000,000.
 	MaxNonces int
+	// MaxNoncesPerAccount is one account's share of MaxNonces: an account holding it is
+	// refused (*NonceQuotaError) until its nonces expire, others are unaffected.
+	// Default MaxNonces/10.
+	MaxNoncesPerAccount int
+	// FloorFile, when set, keeps the highest v2 time accepted, so that after a restart
+	// (when the nonces seen are forgotten) a request signed before it is refused. Without
+	// it the floor is the time the policy was set. See docs/security.md.
+	FloorFile string
 }
 
 // Validator checks requests against an ACL file. It is safe for concurrent use; Reload
@@ -117,6 +124,7 @@ type SignaturePolicy struct {
 type Validator struct {
 	policy SignaturePolicy
 	nonces nonceCache
+	floor  *sigFloor
 
 	path string
 	log  *slog.Logger
@@ -131,16 +139,32 @@ type Validator struct {
 func (v *Validator) Refused() int64 { return v.refused.Load() }
 
 // SetSignaturePolicy sets how signatures v1 and v2 are treated (zero fields: defaults).
-// Call it before the Validator is in use.
-func (v *Validator) SetSignaturePolicy(p SignaturePolicy) {
+// Call it before the Validator is in use. It fails only when FloorFile cannot be read.
+func (v *Validator) SetSignaturePolicy(p SignaturePolicy) error {
 	if p.Skew <= 0 {
 		p.Skew = 5 * time.Minute
 	}
 	if p.MaxNonces <= 0 {
 		p.MaxNonces = 1_000_000
 	}
-	v.policy = p
+	if p.MaxNoncesPerAccount <= 0 {
+		p.MaxNoncesPerAccount = max(p.MaxNonces/10, 1)
+	}
+	f, err := openFloor(p.FloorFile, time.Now())
+	if err != nil {
+		return err
+	}
+	v.policy, v.floor = p, f
+	return nil
 }
+
+// SaveSignatureFloor writes the highest signature v2 time accepted to the policy's
+// FloorFile (if any); call it at a clean stop.
+func (v *Validator) SaveSignatureFloor() error { return v.floor.save() }
+
+// NonceQuotaRefused returns how many signature v2 requests were refused because their
+// account held its share of the nonce store (MaxNoncesPerAccount).
+func (v *Validator) NonceQuotaRefused() int64 { return v.nonces.refusedQuota() }
 
 // New returns a Validator with the rules of f (already parsed).
 func New(f *File) (*Validator, error) {
@@ -149,7 +173,7 @@ func New(f *File) (*Validator, error) {
 		return nil, err
 	}
 	v := &Validator{log: slog.Default()}
-	v.SetSignaturePolicy(SignaturePolicy{})
+	_ = v.SetSignaturePolicy(SignaturePolicy{}) // no FloorFile: cannot fail
 	v.cur.Store(c)
 	return v, nil
 }
@@ -161,7 +185,7 @@ func Load(path string, log *slog.Logger) (*Validator, error) {
 		log = slog.Default()
 	}
 	v := &Validator{path: path, log: log}
-	v.SetSignaturePolicy(SignaturePolicy{})
+	_ = v.SetSignaturePolicy(SignaturePolicy{}) // no FloorFile: cannot fail
 	if _, err := v.Reload(); err != nil {
 		return nil, err
 	}
@@ -373,8 +397,11 @@ func (v *Validator) verify(a *account, cmd *remoting.RemotingCommand, admin bool
 		if len(nonce) < 16 || len(nonce) > 64 {
 			return fmt.Errorf("%w: signature v2 nonce of accessKey=%s must have 16..64 characters", ErrDenied, ak)
 		}
-		if err := v.nonces.add(ak+"\x00"+nonce, now, 2*v.policy.Skew, v.policy.MaxNonces); err != nil {
+		if err := v.floor.admit(ms, now); err != nil {
 			return fmt.Errorf("%w: accessKey=%s: %v", ErrDenied, ak, err)
+		}
+		if err := v.nonces.add(ak, nonce, now, 2*v.policy.Skew, v.policy.MaxNonces, v.policy.MaxNoncesPerAccount); err != nil {
+			return fmt.Errorf("%w: %w", ErrDenied, err)
 		}
 		return nil
 	}
@@ -384,39 +411,6 @@ func (v *Validator) verify(a *account, cmd *remoting.RemotingCommand, admin bool
 	if admin && v.policy.RefuseV1ForAdmin {
 		return fmt.Errorf("%w: request code %d needs signature v2 (aclRefuseV1ForAdmin): accessKey=%s signed with v1", ErrDenied, cmd.Code, ak)
 	}
-	return nil
-}
-
-// nonceCache remembers the signature v2 nonces seen, each until its expiry.
-type nonceCache struct {
-	mu        sync.Mutex
-	seen      map[string]time.Time
-	nextSweep int
-}
-
-// add records nonce, refusing one seen before; when the cache holds max entries after
-// dropping the expired ones, it refuses too (bounded memory).
-func (c *nonceCache) add(nonce string, now time.Time, ttl time.Duration, limit int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.seen == nil {
-		c.seen = map[string]time.Time{}
-	}
-	if exp, ok := c.seen[nonce]; ok && now.Before(exp) {
-		return errors.New("signature v2 nonce already used (a replayed request)")
-	}
-	if len(c.seen) >= max(c.nextSweep, 1024) || len(c.seen) >= limit {
-		for k, exp := range c.seen {
-			if !now.Before(exp) {
-				delete(c.seen, k)
-			}
-		}
-		c.nextSweep = 2 * len(c.seen)
-		if len(c.seen) >= limit {
-			return fmt.Errorf("%d signature v2 nonces are remembered (limit): try again later", len(c.seen))
-		}
-	}
-	c.seen[nonce] = now.Add(ttl)
 	return nil
 }
 

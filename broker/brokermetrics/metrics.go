@@ -31,6 +31,9 @@ type brokerCollector struct {
 	scheduleBacklog, commitlogBytes, diskUsed    *prometheus.Desc
 	register, registerBody, refused              *prometheus.Desc
 	unconsumedDeleted, writesRefused, refusing   *prometheus.Desc
+	clientEntries, clientSubscriptions           *prometheus.Desc
+	addressShareRefused, aclReloadRefused        *prometheus.Desc
+	aclNonceQuotaRefused                         *prometheus.Desc
 }
 
 // NewCollector returns a collector of b's metrics (names prefixed sluice_broker_, each
@@ -42,33 +45,40 @@ func NewCollector(b *broker.Broker) prometheus.Collector {
 		return prometheus.NewDesc("sluice_broker_"+name, help, labels, cl)
 	}
 	return &brokerCollector{b: b,
-		putMessages:       d("put_messages_total", "Messages stored by producers' sends, per topic (a batch counts its messages).", "topic"),
-		putBytes:          d("put_bytes_total", "Body bytes of producers' stored sends, per topic.", "topic"),
-		getMessages:       d("get_messages_total", "Messages returned by pulls, per consumer group and topic.", "group", "topic"),
-		getBytes:          d("get_bytes_total", "Stored record bytes returned by pulls, per consumer group and topic.", "group", "topic"),
-		lag:               d("consumer_lag_messages", "Messages of a topic not yet consumed by a consumer group (max offset - committed offset, summed over the queues the group committed on).", "group", "topic"),
-		queueLag:          d("consumer_queue_lag_messages", "Messages of one queue not yet consumed by a consumer group; only with metricsPerQueueLag=true.", "group", "topic", "queue"),
-		lagSeconds:        d("consumer_lag_seconds", "How long the oldest message of a topic not yet consumed by a consumer group has been stored (0 when nothing lags).", "group", "topic"),
-		pullHeld:          d("pull_held_seconds", "Time from a pull request to its answer for pulls held for long polling (the hold included)."),
-		up:                d("up", "1 while the broker is ready (started, registered with a name server, accepting sends), else 0."),
-		consumers:         d("consumers", "Consumer clients connected, per consumer group.", "group"),
-		retries:           d("retries_total", "Messages that reached a group's retry topic %RETRY%<group> (one per consume retry, when due).", "group"),
-		deadLetters:       d("dead_letters_total", "Messages that reached a group's dead-letter topic %DLQ%<group>.", "group"),
-		sendLatency:       d("send_latency_seconds", "Time from a send request to its answer (SEND_MESSAGE, V2 and BATCH)."),
-		pullLatency:       d("pull_latency_seconds", "Time from a pull request to its answer for pulls answered without a long-polling hold (see pull_held_seconds)."),
-		flushLatency:      d("commitlog_flush_seconds", "Duration of commitlog fsync passes that made data durable."),
-		heldPulls:         d("held_pulls", "Pulls held for long polling now."),
-		connections:       d("connections", "Open client connections."),
-		txnChecks:         d("transaction_checks_total", "CHECK_TRANSACTION_STATE requests sent to producers."),
-		scheduleBacklog:   d("schedule_backlog_messages", "Delayed messages waiting in SCHEDULE_TOPIC_XXXX, per delay level.", "level", "delay"),
-		commitlogBytes:    d("commitlog_bytes", "Bytes kept in the commitlog (max - min physical offset)."),
-		diskUsed:          d("disk_used_ratio", "Used share (0-1) of the file system holding the data directory."),
-		register:          d("register_total", "REGISTER_BROKER calls to name servers, by result (ok, failed).", "result"),
-		registerBody:      d("register_body_bytes", "Size of the last REGISTER_BROKER body sent (compressed when it was)."),
-		refused:           d("refused_total", "Requests refused before their handler, by reason (names: a topic, group or client id breaking the naming rules; acl: access control; limits: connection and request limits).", "reason"),
-		unconsumedDeleted: d("unconsumed_deleted_total", "Messages retention deleted before a consumer group that had committed on their queue consumed them (summed over groups)."),
-		writesRefused:     d("writes_refused_total", "Sends refused because the disk was full and diskPressurePolicy=refuseWrites kept unconsumed messages."),
-		refusing:          d("refusing_writes", "1 while sends are refused for disk pressure, else 0."),
+		putMessages:         d("put_messages_total", "Messages stored by producers' sends, per topic (a batch counts its messages).", "topic"),
+		putBytes:            d("put_bytes_total", "Body bytes of producers' stored sends, per topic.", "topic"),
+		getMessages:         d("get_messages_total", "Messages returned by pulls, per consumer group and topic.", "group", "topic"),
+		getBytes:            d("get_bytes_total", "Stored record bytes returned by pulls, per consumer group and topic.", "group", "topic"),
+		lag:                 d("consumer_lag_messages", "Messages of a topic not yet consumed by a consumer group (max offset - committed offset, summed over the queues the group committed on).", "group", "topic"),
+		queueLag:            d("consumer_queue_lag_messages", "Messages of one queue not yet consumed by a consumer group; only with metricsPerQueueLag=true.", "group", "topic", "queue"),
+		lagSeconds:          d("consumer_lag_seconds", "How long the oldest message of a topic not yet consumed by a consumer group has been stored (0 when nothing lags).", "group", "topic"),
+		pullHeld:            d("pull_held_seconds", "Time from a pull request to its answer for pulls held for long polling (the hold included)."),
+		up:                  d("up", "1 while the broker is ready (started, registered with a name server, accepting sends), else 0."),
+		consumers:           d("consumers", "Consumer clients connected, per consumer group.", "group"),
+		retries:             d("retries_total", "Messages that reached a group's retry topic %RETRY%<group> (one per consume retry, when due).", "group"),
+		deadLetters:         d("dead_letters_total", "Messages that reached a group's dead-letter topic %DLQ%<group>.", "group"),
+		sendLatency:         d("send_latency_seconds", "Time from a send request to its answer (SEND_MESSAGE, V2 and BATCH)."),
+		pullLatency:         d("pull_latency_seconds", "Time from a pull request to its answer for pulls answered without a long-polling hold (see pull_held_seconds)."),
+		flushLatency:        d("commitlog_flush_seconds", "Duration of commitlog fsync passes that made data durable."),
+		heldPulls:           d("held_pulls", "Pulls held for long polling now."),
+		connections:         d("connections", "Open client connections."),
+		txnChecks:           d("transaction_checks_total", "CHECK_TRANSACTION_STATE requests sent to producers."),
+		scheduleBacklog:     d("schedule_backlog_messages", "Delayed messages waiting in SCHEDULE_TOPIC_XXXX, per delay level.", "level", "delay"),
+		commitlogBytes:      d("commitlog_bytes", "Bytes kept in the commitlog (max - min physical offset)."),
+		diskUsed:            d("disk_used_ratio", "Used share (0-1) of the file system holding the data directory."),
+		register:            d("register_total", "REGISTER_BROKER calls to name servers, by result (ok, failed).", "result"),
+		registerBody:        d("register_body_bytes", "Size of the last REGISTER_BROKER body sent (compressed when it was)."),
+		refused:             d("refused_total", "Requests refused before their handler, by reason (names: a topic, group or client id breaking the naming rules; acl: access control; limits: connection and request limits).", "reason"),
+		unconsumedDeleted:   d("unconsumed_deleted_total", "Messages retention deleted before a consumer group that had committed on their queue consumed them (summed over groups)."),
+		writesRefused:       d("writes_refused_total", "Sends refused because the disk was full and diskPressurePolicy=refuseWrites kept unconsumed messages."),
+		refusing:            d("refusing_writes", "1 while sends are refused for disk pressure, else 0."),
+		clientEntries:       d("client_entries", "Producer and consumer registrations (client entries) kept now, bounded by maxClientEntries."),
+		clientSubscriptions: d("client_subscriptions", "Subscriptions kept now (each client's own plus each group's), bounded by maxSubscriptions."),
+		addressShareRefused: d("client_address_share_refused_total",
+			"Heartbeats refused (in part) because their remote address (IPv4, IPv6 /64) used up its share (maxClientEntriesPerAddress, maxSubscriptionsPerAddress); also counted in refused_total{reason=\"limits\"}."),
+		aclReloadRefused: d("acl_reload_refused_total", "Changed plain_acl.yml contents the broker could not apply (empty, malformed, unreadable); the previous rules stayed in force."),
+		aclNonceQuotaRefused: d("acl_nonce_quota_refused_total",
+			"Signature v2 requests refused because their account held its share of the nonce store (aclSignatureNoncesPerAccount); also counted in refused_total{reason=\"acl\"}."),
 	}
 }
 
@@ -77,7 +87,8 @@ func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.queueLag, c.lagSeconds, c.pullHeld, c.up, c.putMessages, c.putBytes, c.getMessages, c.getBytes, c.lag,
 		c.consumers, c.retries, c.deadLetters, c.sendLatency, c.pullLatency, c.flushLatency, c.heldPulls,
 		c.connections, c.txnChecks, c.scheduleBacklog, c.commitlogBytes, c.diskUsed, c.register, c.registerBody,
-		c.refused, c.unconsumedDeleted, c.writesRefused, c.refusing} {
+		c.refused, c.unconsumedDeleted, c.writesRefused, c.refusing, c.clientEntries, c.clientSubscriptions,
+		c.addressShareRefused, c.aclReloadRefused, c.aclNonceQuotaRefused} {
 		ch <- d
 	}
 }
@@ -162,6 +173,11 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		refusing = 1
 	}
 	gauge(c.refusing, refusing)
+	gauge(c.clientEntries, float64(k.ClientEntries))
+	gauge(c.clientSubscriptions, float64(k.ClientSubscriptions))
+	counter(c.addressShareRefused, k.RefusedAddressShare)
+	counter(c.aclReloadRefused, k.AclReloadRefused)
+	counter(c.aclNonceQuotaRefused, k.AclNonceQuotaRefused)
 }
 
 // ready is the broker's readiness, for /readyz.
