@@ -1,6 +1,7 @@
 // Package kafka runs Sluice's handlers, middleware, retries and dead letters over Apache
-// Kafka, on github.com/segmentio/kafka-go. It is a package of its own so kafka-go stays
-// out of the SDK core's import graph.
+// Kafka: its [Producer] on github.com/twmb/franz-go (kgo), its [Consumer] on
+// github.com/segmentio/kafka-go. It is a package of its own so neither client library
+// enters the SDK core's import graph.
 //
 // # Mapping
 //
@@ -8,8 +9,8 @@
 //
 //	topic          → the Kafka topic
 //	body           → the record value
-//	sharding key   → the record key (the producer's default balancer is kafka-go's
-//	                 Murmur2Balancer, the Java client's key hash, so one key keeps its
+//	sharding key   → the record key (the producer's default partitioner hashes it with
+//	                 Murmur2, the Java client's key hash, so one key keeps its
 //	                 partition and order); also header SHARDING_KEY
 //	tag            → header TAGS (filtered on the client: Kafka brokers filter nothing)
 //	keys           → header KEYS (space-separated, as the property)

@@ -9,53 +9,122 @@ import (
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Producer benchmarks against an in-process Kafka (kfake, one broker, 8 partitions),
 // 1 KiB records: SendAsync with at most 64 records in flight, and 16 goroutines each
 // waiting for its Send. They report msgs/s and the process's CPU per record (kfake
-// included); compare sub-benchmarks of one run with benchstat:
+// included). Sub-benchmark "franz-go" drives a bare franz-go client the same way (its
+// defaults, linger 0, as sluice bench's kafka-franz target), the reference the package
+// is measured against; compare sub-benchmarks of one run with benchstat:
 //
-//	go test -run '^$' -bench 'Producer(Async64|Sync16)' -benchtime 20000x -count 5 ./kafka
-func benchProducer(b *testing.B, batchTimeout time.Duration, batchSize int) (*Producer, func()) {
+//	go test -run '^$' -bench 'Producer(Async64|Sync16)' -benchtime 5000x -count 5 ./kafka
+func benchCluster(b *testing.B) *kfake.Cluster {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "Bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := NewProducer(ProducerConfig{Brokers: c.ListenAddrs(), BatchTimeout: batchTimeout, BatchSize: batchSize, Logger: testkit.Quiet()})
+	return c
+}
+
+// benchSender is one way to send under test: send blocks until the record is
+// acknowledged; async queues it and calls done once.
+type benchSender struct {
+	send  func(ctx context.Context, body []byte) error
+	async func(ctx context.Context, body []byte, done func(error)) error
+	stop  func()
+}
+
+func benchProducer(b *testing.B, batchTimeout time.Duration) benchSender {
+	c := benchCluster(b)
+	p, err := NewProducer(ProducerConfig{Brokers: c.ListenAddrs(), BatchTimeout: batchTimeout, Logger: testkit.Quiet()})
 	if err != nil {
 		c.Close()
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := p.Send(ctx, message.NewMessage("Bench", []byte("warm-up"))); err != nil {
 		b.Fatal(err)
 	}
-	return p, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			b.Error(err)
-		}
-		c.Close()
+	return benchSender{
+		send: func(ctx context.Context, body []byte) error {
+			_, err := p.Send(ctx, message.NewMessage("Bench", body))
+			return err
+		},
+		async: func(ctx context.Context, body []byte, done func(error)) error {
+			return p.SendAsync(ctx, message.NewMessage("Bench", body), func(_ *message.SendResult, err error) { done(err) })
+		},
+		stop: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.Shutdown(ctx); err != nil {
+				b.Error(err)
+			}
+			c.Close()
+		},
 	}
 }
 
-// benchBatchTimeouts are the writer settings compared: the defaults, the 1 ms batch
-// timeout sluice bench uses, and 1 ms with batches of 8 records (64 in flight over 8
-// partitions), which the writer sends as soon as they are full.
-var benchBatchTimeouts = []struct {
-	name      string
-	d         time.Duration
-	batchSize int
-}{{"defaults", 0, 0}, {"BatchTimeout=1ms", time.Millisecond, 0}, {"BatchTimeout=1ms,BatchSize=8", time.Millisecond, 8}}
+// benchFranz drives a bare franz-go client; with uniqKey each record carries a fresh
+// UNIQ_KEY header, as every record of the package does (its message id).
+func benchFranz(b *testing.B, uniqKey bool) benchSender {
+	c := benchCluster(b)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		c.Close()
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "Bench", Value: []byte("warm-up")}).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+	record := func(body []byte) *kgo.Record {
+		r := &kgo.Record{Topic: "Bench", Value: body}
+		if uniqKey {
+			r.Headers = []kgo.RecordHeader{{Key: message.PropertyUniqClientMessageIDKeyIdx, Value: []byte(message.NewUniqID())}}
+		}
+		return r
+	}
+	return benchSender{
+		send: func(ctx context.Context, body []byte) error {
+			return cl.ProduceSync(ctx, record(body)).FirstErr()
+		},
+		async: func(ctx context.Context, body []byte, done func(error)) error {
+			cl.Produce(ctx, record(body), func(_ *kgo.Record, err error) { done(err) })
+			return nil
+		},
+		stop: func() {
+			cl.Close()
+			c.Close()
+		},
+	}
+}
+
+// benchSenders are the ways compared: the package's defaults (no linger), with a 1 ms
+// linger (BatchTimeout), bare franz-go, and bare franz-go writing the package's
+// record (a 32-byte UNIQ_KEY header, which also compresses worse than the bench's
+// repeated body).
+var benchSenders = []struct {
+	name string
+	make func(b *testing.B) benchSender
+}{
+	{"defaults", func(b *testing.B) benchSender { return benchProducer(b, 0) }},
+	{"BatchTimeout=1ms", func(b *testing.B) benchSender { return benchProducer(b, time.Millisecond) }},
+	{"franz-go", func(b *testing.B) benchSender { return benchFranz(b, false) }},
+	{"franz-go+UNIQ_KEY", func(b *testing.B) benchSender { return benchFranz(b, true) }},
+}
 
 func BenchmarkProducerAsync64(b *testing.B) {
-	for _, bt := range benchBatchTimeouts {
-		b.Run(bt.name, func(b *testing.B) {
-			p, stop := benchProducer(b, bt.d, bt.batchSize)
-			defer stop()
+	for _, bs := range benchSenders {
+		b.Run(bs.name, func(b *testing.B) {
+			s := bs.make(b)
+			defer s.stop()
 			body := make([]byte, 1024)
 			window := make(chan struct{}, 64)
 			var wg sync.WaitGroup
@@ -67,7 +136,7 @@ func BenchmarkProducerAsync64(b *testing.B) {
 			for range b.N {
 				window <- struct{}{}
 				wg.Add(1)
-				err := p.SendAsync(context.Background(), message.NewMessage("Bench", body), func(_ *message.SendResult, err error) {
+				err := s.async(context.Background(), body, func(err error) {
 					if err != nil {
 						mu.Lock()
 						firstErr = err
@@ -92,10 +161,10 @@ func BenchmarkProducerAsync64(b *testing.B) {
 }
 
 func BenchmarkProducerSync16(b *testing.B) {
-	for _, bt := range benchBatchTimeouts {
-		b.Run(bt.name, func(b *testing.B) {
-			p, stop := benchProducer(b, bt.d, bt.batchSize)
-			defer stop()
+	for _, bs := range benchSenders {
+		b.Run(bs.name, func(b *testing.B) {
+			s := bs.make(b)
+			defer s.stop()
 			body := make([]byte, 1024)
 			var wg sync.WaitGroup
 			work := make(chan struct{}, b.N)
@@ -111,7 +180,7 @@ func BenchmarkProducerSync16(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for range work {
-						if _, err := p.Send(context.Background(), message.NewMessage("Bench", body)); err != nil {
+						if err := s.send(context.Background(), body); err != nil {
 							b.Error(err)
 							return
 						}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
@@ -266,6 +267,212 @@ func TestProducerRefusesReservedHeaders(t *testing.T) {
 		}
 		if err := p.SendAsync(ctx, m, func(*message.SendResult, error) { t.Error("callback of a refused send ran") }); !errors.As(err, &ve) {
 			t.Errorf("async send with property %s: %v, want a *message.ValidationError", name, err)
+		}
+	}
+}
+
+// A sharding key lands on the partition the Java client's Murmur2 hash picks — the one
+// kafka-go's Murmur2Balancer picks too, so keys keep their partitions across the move
+// from kafka-go to franz-go. A kafka-go Balancer in the config is asked instead.
+func TestProducerKeyPartitions(t *testing.T) {
+	const topic, partitions = "keyed", 8
+	c := newCluster(t, partitions, topic)
+	p := newProducer(t, c.ListenAddrs(), nil)
+	ctx := ctxT(t, 20*time.Second)
+	all := make([]int, partitions)
+	for i := range all {
+		all[i] = i
+	}
+	used := map[int]bool{}
+	for i := 0; i < 64; i++ {
+		key := "customer-" + strconv.Itoa(i)
+		res, err := p.Send(ctx, message.NewMessage(topic, []byte("x")).SetShardingKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := kafkago.Murmur2Balancer{}.Balance(kafkago.Message{Key: []byte(key)}, all...)
+		if int(res.Queue.QueueID) != want {
+			t.Fatalf("key %s on partition %d, Murmur2 says %d", key, res.Queue.QueueID, want)
+		}
+		used[res.Queue.QueueID] = true
+	}
+	if len(used) < partitions/2 {
+		t.Fatalf("64 keys used only partitions %v", used)
+	}
+
+	// A trickle of keyless sends spreads (each is a batch of its own), so every
+	// consumer of a group gets work; a partitioner filling one partition with 64 KiB
+	// first would put all 40 on one.
+	keyless := map[int]bool{}
+	for i := 0; i < 40; i++ {
+		res, err := p.Send(ctx, message.NewMessage(topic, []byte("x")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyless[res.Queue.QueueID] = true
+	}
+	if len(keyless) < 2 {
+		t.Fatalf("40 keyless sends one after another all went to partitions %v", keyless)
+	}
+
+	last := newProducer(t, c.ListenAddrs(), func(cfg *ProducerConfig) {
+		cfg.Balancer = kafkago.BalancerFunc(func(_ kafkago.Message, parts ...int) int { return parts[len(parts)-1] })
+	})
+	for i := 0; i < 5; i++ {
+		res, err := last.Send(ctx, message.NewMessage(topic, []byte("x")).SetShardingKey("k"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Queue.QueueID != partitions-1 {
+			t.Fatalf("balancer picking the last partition: record on %d", res.Queue.QueueID)
+		}
+	}
+}
+
+// Waits are bounded by the caller's context: a SendAsync waiting for room (one record
+// buffered, the cluster answering nothing) returns ctx's error and its callback never
+// runs; a Send waiting for its acknowledgement returns ctx's error. Shutdown still runs
+// the queued record's callback, once, with an error.
+func TestProducerWaitsEndWithContext(t *testing.T) {
+	const topic = "stuck"
+	c := newCluster(t, 1, topic)
+	p, err := NewProducer(ProducerConfig{Brokers: c.ListenAddrs(), MaxBufferedRecords: 1, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, message.NewMessage(topic, []byte("warm"))); err != nil {
+		t.Fatal(err)
+	}
+	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) { // swallow every request
+		c.KeepControl()
+		return nil, nil, true
+	})
+	var mu sync.Mutex
+	var calls int
+	var callErr error
+	if err := p.SendAsync(ctx, message.NewMessage(topic, []byte("first")), func(_ *message.SendResult, err error) {
+		mu.Lock()
+		calls++
+		callErr = err
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = p.SendAsync(short, message.NewMessage(topic, []byte("second")), func(*message.SendResult, error) { t.Error("callback of a send that found no room ran") })
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SendAsync without room: %v, want context.DeadlineExceeded", err)
+	}
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	start := time.Now()
+	_, err = p.Send(short, message.NewMessage(topic, []byte("sync")))
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Fatalf("Send to a silent cluster: %v after %v, want context.DeadlineExceeded", err, time.Since(start))
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err = p.Shutdown(sctx)
+	scancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown against a silent cluster: %v", err)
+	}
+	testkit.WaitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return calls > 0 }, "the queued send's callback")
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 || callErr == nil {
+		t.Fatalf("queued send's callback: %d calls, error %v", calls, callErr)
+	}
+}
+
+// A SendAsync callback may send again, synchronously or not, without waiting on itself
+// (franz-go runs callbacks one at a time; Send uses the other client). Every follow-up
+// is stored.
+func TestProducerSendFromCallback(t *testing.T) {
+	const topic, n = "chain", 50
+	c := newCluster(t, 2, topic)
+	p := newProducer(t, c.ListenAddrs(), func(cfg *ProducerConfig) { cfg.MaxBufferedRecords = 4 })
+	ctx := ctxT(t, 30*time.Second)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		if err := p.SendAsync(ctx, message.NewMessage(topic, []byte("a"+strconv.Itoa(i))), func(_ *message.SendResult, err error) {
+			defer wg.Done()
+			if err != nil {
+				fail(err)
+				return
+			}
+			if _, err := p.Send(ctx, message.NewMessage(topic, []byte("s"+strconv.Itoa(i)))); err != nil {
+				fail(err)
+			}
+			wg.Add(1)
+			if err := p.SendAsync(ctx, message.NewMessage(topic, []byte("b"+strconv.Itoa(i))), func(_ *message.SendResult, err error) {
+				defer wg.Done()
+				if err != nil {
+					fail(err)
+				}
+			}); err != nil {
+				wg.Done()
+				fail(err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(errs), errs[0])
+	}
+	if got := len(readTopic(t, c.ListenAddrs(), topic)); got != 3*n {
+		t.Fatalf("%d records stored, want %d", got, 3*n)
+	}
+}
+
+// The settings franz-go takes are checked, each error naming its field; RequireOne
+// (the leader only, idempotence off) and every codec send and read back.
+func TestProducerSettings(t *testing.T) {
+	for field, bad := range map[string]ProducerConfig{
+		"BatchBytes":         {Brokers: []string{"x:1"}, BatchBytes: 100},
+		"Compression":        {Brokers: []string{"x:1"}, Compression: "brotli"},
+		"MaxBufferedRecords": {Brokers: []string{"x:1"}, MaxBufferedRecords: -1},
+	} {
+		var ce *ConfigError
+		if _, err := NewProducer(bad); !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: %v, want a *ConfigError naming it", field, err)
+		}
+	}
+	const topic = "codecs"
+	c := newCluster(t, 1, topic)
+	ctx := ctxT(t, 30*time.Second)
+	codecs := []string{"none", "gzip", "snappy", "lz4", "zstd"}
+	for _, codec := range codecs {
+		p := newProducer(t, c.ListenAddrs(), func(cfg *ProducerConfig) {
+			cfg.Compression = codec
+			cfg.RequiredAcks = kafkago.RequireOne
+		})
+		if _, err := p.Send(ctx, message.NewMessage(topic, []byte(strings.Repeat(codec, 100))).SetTag(codec)); err != nil {
+			t.Fatalf("%s: %v", codec, err)
+		}
+	}
+	recs := readTopic(t, c.ListenAddrs(), topic)
+	if len(recs) != len(codecs) {
+		t.Fatalf("%d records, want %d", len(recs), len(codecs))
+	}
+	for _, r := range recs {
+		m := r.ToMessageExt()
+		if string(m.Body) != strings.Repeat(m.Tag(), 100) {
+			t.Fatalf("record tagged %s reads back as %.20q…", m.Tag(), m.Body)
 		}
 	}
 }

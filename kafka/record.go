@@ -79,31 +79,11 @@ func (e *UnsupportedError) Permanent() bool { return true }
 // them). A delay level is kept as header DELAY; [Producer] routes such messages to the
 // delay topics.
 func ToKafka(msg *message.Message) (kafkago.Message, error) {
-	for _, p := range []string{message.PropertyTimerDeliverMs, message.PropertyTimerDelaySec, message.PropertyTimerDelayMs} {
-		if msg.Property(p) != "" {
-			return kafkago.Message{}, &UnsupportedError{Topic: msg.Topic, Feature: "timed delivery (" + p + ")"}
-		}
+	key, names, err := mapMessage(msg)
+	if err != nil {
+		return kafkago.Message{}, err
 	}
-	if msg.Property(message.PropertyTransactionPrepared) == "true" {
-		return kafkago.Message{}, &UnsupportedError{Topic: msg.Topic, Feature: "transactional half message"}
-	}
-	km := kafkago.Message{Topic: msg.Topic, Value: msg.Body}
-	if sk := msg.ShardingKey(); sk != "" {
-		km.Key = []byte(sk)
-	}
-	names := make([]string, 0, len(msg.Properties))
-	for k := range msg.Properties {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if controlHeaders[k] || k == HeaderHMAC {
-			// The consumer acts on these headers: a user's SLUICE_DUE_MS in the future
-			// would hold the whole partition, SLUICE_RECONSUME_TIMES would spend the
-			// retry budget, SLUICE_ORIGIN_TOPIC would show the message under another topic.
-			return kafkago.Message{}, &message.ValidationError{Field: "properties", Reason: "property " + k + " is reserved: Sluice sets it on Kafka records itself"}
-		}
-	}
+	km := kafkago.Message{Topic: msg.Topic, Key: key, Value: msg.Body}
 	for _, k := range names {
 		km.Headers = append(km.Headers, kafkago.Header{Key: k, Value: []byte(msg.Properties[k])})
 	}
@@ -111,6 +91,51 @@ func ToKafka(msg *message.Message) (kafkago.Message, error) {
 		km.Headers = append(km.Headers, kafkago.Header{Key: HeaderFlag, Value: []byte(strconv.FormatInt(int64(msg.Flag), 10))})
 	}
 	return km, nil
+}
+
+// mapMessage checks msg for what Kafka cannot carry (see ToKafka) and returns its
+// record key (the sharding key, nil when none) and its property names, sorted: each
+// becomes a header, followed by HeaderFlag when msg.Flag is not 0.
+func mapMessage(msg *message.Message) (key []byte, names []string, err error) {
+	if err := checkMessage(msg); err != nil {
+		return nil, nil, err
+	}
+	if sk := msg.ShardingKey(); sk != "" {
+		key = []byte(sk)
+	}
+	names = make([]string, 0, len(msg.Properties))
+	for k := range msg.Properties {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if controlHeaders[k] || k == HeaderHMAC {
+			return nil, nil, reservedError(k)
+		}
+	}
+	return key, names, nil
+}
+
+// checkMessage refuses what Kafka cannot do: timed delivery, a transactional half
+// message (*UnsupportedError).
+func checkMessage(msg *message.Message) error {
+	for _, p := range []string{message.PropertyTimerDeliverMs, message.PropertyTimerDelaySec, message.PropertyTimerDelayMs} {
+		if msg.Property(p) != "" {
+			return &UnsupportedError{Topic: msg.Topic, Feature: "timed delivery (" + p + ")"}
+		}
+	}
+	if msg.Property(message.PropertyTransactionPrepared) == "true" {
+		return &UnsupportedError{Topic: msg.Topic, Feature: "transactional half message"}
+	}
+	return nil
+}
+
+// reservedError refuses property k, named like a header the consumer acts on: a user's
+// SLUICE_DUE_MS in the future would hold the whole partition, SLUICE_RECONSUME_TIMES
+// would spend the retry budget, SLUICE_ORIGIN_TOPIC would show the message under
+// another topic.
+func reservedError(k string) error {
+	return &message.ValidationError{Field: "properties", Reason: "property " + k + " is reserved: Sluice sets it on Kafka records itself"}
 }
 
 // Record is one Kafka record as the consumer read it: where it is and what it holds.

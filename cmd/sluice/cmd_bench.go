@@ -37,9 +37,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 
 Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
 --kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
-CPU is then part of this process's): producers of package kafka (kafka-go Writers, all
-in-sync replicas acknowledging, 1 ms batch timeout) and a consumer group of package
-kafka, on a fresh topic of --queues partitions deleted afterwards.`,
+CPU is then part of this process's): producers of package kafka (franz-go, all in-sync
+replicas acknowledging, no linger) and a consumer group of package kafka, on a fresh topic of --queues partitions deleted afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}

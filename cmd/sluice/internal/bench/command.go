@@ -426,7 +426,7 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 				}
 				break
 			}
-			fmt.Fprintf(out, "%s (package kafka, all in-sync replicas acknowledge, %v batch timeout)\n", ks.describe("kafka"), KafkaBatchTimeout)
+			fmt.Fprintf(out, "%s (package kafka on franz-go: all in-sync replicas acknowledge, idempotent, linger 0)\n", ks.describe("kafka"))
 			if res, err = ProduceKafka(ctx, ks.cfg); err != nil {
 				return err
 			}

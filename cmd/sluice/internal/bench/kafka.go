@@ -20,11 +20,6 @@ import (
 // TargetKafka names a run against Kafka through package kafka.
 const TargetKafka = "kafka"
 
-// KafkaBatchTimeout is the producers' kafka-go batch timeout in Kafka runs: how long a
-// send waits for more records to share its produce request. 1 ms keeps one synchronous
-// send in flight from measuring the timer (package kafka's default is 5 ms).
-const KafkaBatchTimeout = time.Millisecond
-
 // EmbeddedKafka is an in-process Kafka-protocol cluster (kfake) for Kafka runs without
 // an external cluster. Its CPU is part of the bench process's.
 type EmbeddedKafka struct{ c *kfake.Cluster }
@@ -89,8 +84,7 @@ func startKafkaProducers(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 	var senders []sendFunc
 	var asyncs []asyncSendFunc
 	for range n {
-		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: cfg.KafkaBrokers, ClientID: "sluice-bench",
-			BatchTimeout: KafkaBatchTimeout, Logger: cfg.Logger})
+		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: cfg.KafkaBrokers, ClientID: "sluice-bench", Logger: cfg.Logger})
 		if err != nil {
 			return nil, nil, nil, errors.Join(fmt.Errorf("bench: kafka producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
 		}
@@ -110,10 +104,10 @@ func startKafkaProducers(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 }
 
 // ProduceKafka is Produce against Kafka: the same workers (Config.Producers producers of
-// package kafka, each with its own kafka-go Writers and connections; Config.Inflight
-// concurrent Send calls each, or with Config.Async a window of SendAsync) send to a
-// fresh topic of Config.Queues partitions on Config.KafkaBrokers, acknowledged by all
-// in-sync replicas, with a 1 ms batch timeout; the topic is deleted afterwards.
+// package kafka with its defaults, each with its own franz-go clients and connections;
+// Config.Inflight concurrent Send calls each, or with Config.Async a window of
+// SendAsync) send to a fresh topic of Config.Queues partitions on Config.KafkaBrokers,
+// acknowledged by all in-sync replicas, no linger; the topic is deleted afterwards.
 // ModeOneway and ModeBatch are Sluice-only. Errors: an invalid Config, no KafkaBrokers,
 // topic creation and the first failed send.
 func ProduceKafka(ctx context.Context, cfg Config) (*Result, error) {
