@@ -131,14 +131,14 @@ type Conn struct {
 	leftover [][]byte      // what a direct write could not write at once; the writer writes it first
 	kick     chan struct{} // (cap 1) tells the writer that leftover is waiting
 
-	// replies are the encoded answers of the requests handled on the reader (inline
-	// handlers, SYSTEM_BUSY), written in one go when the reader has no complete frame
-	// left to handle (flushReplies). Only the reader touches them.
-	replies     [][]byte
-	repliesSize int
-	// heldReplies counts the answers in replies (Shutdown waits for them as for
+	// answers are the encoded answers of the requests handled on the reader (inline
+	// handlers, runs, SYSTEM_BUSY; answerOnReader), written in one go when the reader has
+	// no complete frame left to handle (flushAnswers). Only the reader touches them.
+	answers     [][]byte
+	answersSize int
+	// heldAnswers counts the frames in answers (Shutdown waits for them as for
 	// requests in flight); the reader writes it, anyone reads it.
-	heldReplies atomic.Int32
+	heldAnswers atomic.Int32
 
 	// run holds the requests of one code read in a row whose handler takes them
 	// together (Server.HandleInlineGroup), until flushRun hands them over; each counts

@@ -1,38 +1,75 @@
 package remoting
 
-// Answering requests on a Conn: encoding a handler's response and handing it to the
-// write side, from a handler's goroutine, from the reader, or without waiting.
+// Answering requests on a Conn: encoding a handler's response (encodeAnswer) and handing
+// it to the write side. There is one path per place an answer comes from, and they
+// differ only in whether and where the caller may wait; none answers a one-way request
+// or a nil response, and all use the request's serialize type:
+//   - answer: from a handler's own goroutine. Written by that goroutine when the write
+//     side is idle (writeDirect), else queued, the goroutine waiting for room up to
+//     WriteTimeout (writeOrQueue).
+//   - answerOnReader: from the reader (inline handlers, runs, SYSTEM_BUSY). Held with
+//     the other answers of the same burst of requests and written together
+//     (flushAnswers), so the reader neither waits per answer nor wakes the writer for each.
+//   - answerNoWait: from any goroutine that must not block (an async handler's reply
+//     function). Queued at once when the queue has room, else handed to a goroutine
+//     that waits for room; it also frees the request's in-flight slot.
 
 import (
 	"fmt"
 )
 
-// Replies handled on the reader are written together once this many are waiting (or
-// this many bytes), even when more complete frames are buffered.
+// Answers held on the reader are written together once this many are waiting (or this
+// many bytes), even when more complete frames are buffered.
 const (
-	maxReplyBatch      = 64
-	maxReplyBatchBytes = 64 << 10
+	maxAnswerBatch      = 64
+	maxAnswerBatchBytes = 64 << 10
 )
 
-// replyOnReader queues an encoded answer produced on the reader goroutine; it is
-// written with the other answers of the same burst of requests (flushReplies).
-func (c *Conn) replyOnReader(frame []byte) {
-	c.replies = append(c.replies, frame)
-	c.repliesSize += len(frame)
-	c.heldReplies.Add(1)
-	if len(c.replies) >= maxReplyBatch || c.repliesSize >= maxReplyBatchBytes {
-		c.flushReplies()
+// answer sends resp as the answer to req from the calling goroutine (a handler's own):
+// directly when the write side is idle, else through the outgoing queue, waiting for
+// room up to WriteTimeout. A frame that cannot be sent is logged and dropped (the
+// connection is closing or closed).
+func (c *Conn) answer(req, resp *RemotingCommand, st SerializeType) {
+	if resp == nil || req.IsOneway() {
+		return
+	}
+	frame := c.encodeAnswer(req, resp, st)
+	if frame == nil {
+		return
+	}
+	if err := c.writeOrQueue(c.ctx, frame); err != nil {
+		c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
 	}
 }
 
-// flushReplies writes the answers queued by replyOnReader: directly from the reader in
+// answerOnReader encodes resp as the answer to req and holds it with the reader's other
+// answers; they are written together (flushAnswers) when the reader is about to wait
+// for input, or at once when maxAnswerBatch answers or maxAnswerBatchBytes are held.
+// Only the reader calls it.
+func (c *Conn) answerOnReader(req, resp *RemotingCommand, st SerializeType) {
+	if resp == nil || req.IsOneway() {
+		return
+	}
+	frame := c.encodeAnswer(req, resp, st)
+	if frame == nil {
+		return
+	}
+	c.answers = append(c.answers, frame)
+	c.answersSize += len(frame)
+	c.heldAnswers.Add(1)
+	if len(c.answers) >= maxAnswerBatch || c.answersSize >= maxAnswerBatchBytes {
+		c.flushAnswers()
+	}
+}
+
+// flushAnswers writes the answers held by answerOnReader: directly from the reader in
 // one write when the connection's write side is idle, else through the writer's queue
 // (waiting for room as any sender does). Only the reader calls it.
-func (c *Conn) flushReplies() {
-	done, err := c.writeDirect(c.replies)
+func (c *Conn) flushAnswers() {
+	done, err := c.writeDirect(nil, c.answers)
 	if !done {
-		for _, f := range c.replies {
-			if err = c.send(c.ctx, f); err != nil {
+		for _, f := range c.answers {
+			if err = c.queue(c.ctx, f); err != nil {
 				break
 			}
 		}
@@ -40,35 +77,29 @@ func (c *Conn) flushReplies() {
 	if err != nil {
 		c.opts.log.Debug("remoting: responses not sent", "remote", c.remote, "conn", c.id, "err", err)
 	}
-	c.dropReplies()
+	c.dropAnswers()
 }
 
-// dropReplies forgets the answers flushReplies did not write (the reader is ending).
-func (c *Conn) dropReplies() {
-	clear(c.replies)
-	c.replies = c.replies[:0]
-	c.repliesSize = 0
-	c.heldReplies.Store(0)
+// dropAnswers forgets the answers flushAnswers did not write (the reader is ending).
+func (c *Conn) dropAnswers() {
+	clear(c.answers)
+	c.answers = c.answers[:0]
+	c.answersSize = 0
+	c.heldAnswers.Store(0)
 }
 
-// answerOnReader encodes resp as the answer to req and queues it with the reader's
-// other answers (replyOnReader); nothing for a one-way request or a nil resp.
-func (c *Conn) answerOnReader(req, resp *RemotingCommand, st SerializeType) {
+// answerNoWait sends resp as the answer to req without blocking the calling goroutine
+// (an async reply may come from a store's flush goroutine, which must not wait on one
+// slow peer): when the outgoing queue has room the frame goes straight in (tryQueue),
+// otherwise a goroutine of the owner waits for room as answer does. The in-flight slot
+// of size body bytes is released once the frame is queued or dropped (at once for a
+// one-way request or a nil resp).
+func (c *Conn) answerNoWait(req, resp *RemotingCommand, st SerializeType, size int64) {
 	if resp == nil || req.IsOneway() {
+		c.releaseSlot(size)
 		return
 	}
-	if frame := c.encodeReply(req, resp, st); frame != nil {
-		c.replyOnReader(frame)
-	}
-}
-
-// replyNoWait queues the answer to req without blocking the calling goroutine (an async
-// reply may come from a store's flush goroutine, which must not wait on one slow peer):
-// when the outgoing queue has room the frame goes straight in, otherwise a goroutine
-// waits for room as reply does. The in-flight slot of size body bytes is released once
-// the frame is queued or dropped.
-func (c *Conn) replyNoWait(req, resp *RemotingCommand, st SerializeType, size int64) {
-	frame := c.encodeReply(req, resp, st)
+	frame := c.encodeAnswer(req, resp, st)
 	if frame == nil {
 		c.releaseSlot(size)
 		return
@@ -77,21 +108,13 @@ func (c *Conn) replyNoWait(req, resp *RemotingCommand, st SerializeType, size in
 		c.releaseSlot(size)
 		return
 	}
-	n := int64(len(frame))
-	if cur := c.outBytes.Load(); c.opts.maxQueuedBytes <= 0 || cur == 0 || cur+n <= c.opts.maxQueuedBytes {
-		c.outBytes.Add(n)
-		select {
-		case c.out <- frame:
-			c.releaseSlot(size)
-			return
-		default:
-			c.outBytes.Add(-n)
-			c.signalRoom()
-		}
+	if c.tryQueue(frame) {
+		c.releaseSlot(size)
+		return
 	}
 	send := func() {
 		defer c.releaseSlot(size)
-		if err := c.send(c.ctx, frame); err != nil {
+		if err := c.queue(c.ctx, frame); err != nil {
 			c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
 		}
 	}
@@ -100,10 +123,10 @@ func (c *Conn) replyNoWait(req, resp *RemotingCommand, st SerializeType, size in
 	}
 }
 
-// encodeReply encodes resp as the answer to req in the request's serialize type; a
+// encodeAnswer encodes resp as the answer to req in the request's serialize type; a
 // response that cannot be encoded or is over the frame limit becomes SYSTEM_ERROR. nil
 // if even that fails.
-func (c *Conn) encodeReply(req, resp *RemotingCommand, st SerializeType) []byte {
+func (c *Conn) encodeAnswer(req, resp *RemotingCommand, st SerializeType) []byte {
 	resp.Opaque = req.Opaque
 	resp.Flag |= FlagResponse
 	frame, err := resp.EncodeAs(st)
@@ -119,15 +142,4 @@ func (c *Conn) encodeReply(req, resp *RemotingCommand, st SerializeType) []byte 
 		}
 	}
 	return frame
-}
-
-// reply sends resp as the answer to req, in the request's serialize type.
-func (c *Conn) reply(req, resp *RemotingCommand, st SerializeType) {
-	frame := c.encodeReply(req, resp, st)
-	if frame == nil {
-		return
-	}
-	if err := c.sendDirect(c.ctx, frame); err != nil {
-		c.opts.log.Debug("remoting: response not sent", "remote", c.remote, "conn", c.id, "opaque", req.Opaque, "err", err)
-	}
 }

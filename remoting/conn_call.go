@@ -137,7 +137,7 @@ func (c *Conn) invoke(ctx context.Context, deadline int64, req *RemotingCommand)
 		sc.done()
 		return nil, err
 	}
-	if err := c.sendDirect(ctx, frame); err != nil {
+	if err := c.writeOrQueue(ctx, frame); err != nil {
 		if p, _ := c.take(op); p == nil {
 			r := <-sc.ch // completed by a concurrent close or the sweep
 			sc.done()
@@ -213,7 +213,7 @@ func (c *Conn) invokeAsyncWith(ctx context.Context, deadline int64, serial bool,
 			stop()
 		}
 	}
-	if err := c.send(ctx, frame); err != nil {
+	if err := c.queue(ctx, frame); err != nil {
 		if p, stop := c.take(op); p != nil {
 			if stop != nil {
 				stop()
@@ -239,7 +239,7 @@ func (c *Conn) InvokeOneway(ctx context.Context, req *RemotingCommand) error {
 	if err != nil {
 		return err
 	}
-	return c.send(ctx, frame)
+	return c.queue(ctx, frame)
 }
 
 // asyncCallback is one async call's callback with its outcome.

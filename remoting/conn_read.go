@@ -31,7 +31,7 @@ func setExt(cmd *RemotingCommand, ext []ExtField, hasExt, list bool) {
 }
 
 func (c *Conn) readLoop() {
-	defer c.dropReplies() // the connection is closing: no answer is written any more
+	defer c.dropAnswers() // the connection is closing: no answer is written any more
 	defer c.dropRun()
 	if !c.handshake() {
 		return
@@ -186,14 +186,14 @@ func growReader(br *bufio.Reader, src io.Reader) *bufio.Reader {
 func releaseScratch(scratch *[32]ExtField) { clear(scratch[:]) }
 
 // finishRead hands the run over (flushRun) and writes the answers the reader holds
-// (flushReplies): before the reader waits for input, and before it closes the connection
+// (flushAnswers): before the reader waits for input, and before it closes the connection
 // on a malformed frame (closeOnReadErr).
 func (c *Conn) finishRead() {
 	if len(c.run) > 0 {
 		c.flushRun()
 	}
-	if len(c.replies) > 0 {
-		c.flushReplies()
+	if len(c.answers) > 0 {
+		c.flushAnswers()
 	}
 }
 

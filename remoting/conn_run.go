@@ -27,7 +27,7 @@ func (c *Conn) addToRun(req *RemotingCommand, st SerializeType, h GroupHandler) 
 }
 
 // flushRun hands the run to its group handler and queues the answers as the reader's
-// own (replyOnReader). ServerConfig.Before runs first for each request; those it answers
+// own (answerOnReader). ServerConfig.Before runs first for each request; those it answers
 // stay out of the handler's call.
 func (c *Conn) flushRun() {
 	run := c.run

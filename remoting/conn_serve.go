@@ -27,11 +27,7 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	}
 	if rt.inline {
 		c.inFlight.Add(1) // Shutdown and the idle check see it being handled
-		if resp := c.safeServe(req); resp != nil && !req.IsOneway() {
-			if frame := c.encodeReply(req, resp, st); frame != nil {
-				c.replyOnReader(frame)
-			}
-		}
+		c.answerOnReader(req, c.safeServe(req), st)
 		c.inFlight.Add(-1)
 		reuseFrame(req)
 		return
@@ -52,16 +48,14 @@ func (c *Conn) dispatch(req *RemotingCommand, st SerializeType) {
 	if why := full(); why != "" {
 		c.opts.log.Debug("remoting: connection busy", "remote", c.remote, "conn", c.id, "reason", why)
 		if !req.IsOneway() {
-			if frame := c.encodeReply(req, NewResponse(SystemBusy, "[OVERLOAD]system busy, "+why), st); frame != nil {
-				c.replyOnReader(frame)
-			}
+			c.answerOnReader(req, NewResponse(SystemBusy, "[OVERLOAD]system busy, "+why), st)
 			return
 		}
 		// A one-way request cannot be told "busy": stop reading this connection until a
 		// handler finishes, so TCP flow control slows the sender instead of the request
 		// being dropped. (The run was handed over above.)
-		if len(c.replies) > 0 {
-			c.flushReplies()
+		if len(c.answers) > 0 {
+			c.flushAnswers()
 		}
 		for full() != "" {
 			select {
@@ -107,12 +101,9 @@ func (c *Conn) releaseSlot(size int64) {
 	}
 }
 
+// handle serves req in a goroutine of its own and answers it from there (answer).
 func (c *Conn) handle(req *RemotingCommand, st SerializeType) {
-	resp := c.safeServe(req)
-	if resp == nil || req.IsOneway() {
-		return
-	}
-	c.reply(req, resp, st)
+	c.answer(req, c.safeServe(req), st)
 }
 
 // recovered logs a panic of the code run for a request with code (what: "request
@@ -149,14 +140,9 @@ func (c *Conn) safeBefore(req *RemotingCommand) (resp *RemotingCommand) {
 func (c *Conn) serveAsync(req *RemotingCommand, st SerializeType, h AsyncHandler, size int64) {
 	var replied atomic.Bool
 	reply := func(resp *RemotingCommand) {
-		if !replied.CompareAndSwap(false, true) {
-			return
+		if replied.CompareAndSwap(false, true) {
+			c.answerNoWait(req, resp, st, size)
 		}
-		if resp == nil || req.IsOneway() {
-			c.releaseSlot(size)
-			return
-		}
-		c.replyNoWait(req, resp, st, size)
 	}
 	defer func() {
 		if r := recover(); r != nil {

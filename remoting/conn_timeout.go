@@ -16,7 +16,7 @@ import (
 // busy reports whether an idle read timeout should be ignored: requests are being
 // handled, calls await responses, or we wrote recently (Java counts reads and writes).
 func (c *Conn) busy() bool {
-	return c.inFlight.Load() > 0 || c.heldReplies.Load() > 0 || c.pendingLen() > 0 ||
+	return c.inFlight.Load() > 0 || c.heldAnswers.Load() > 0 || c.pendingLen() > 0 ||
 		time.Since(time.Unix(0, c.lastWrite.Load())) < c.opts.idleTimeout
 }
 

@@ -1,8 +1,14 @@
 package remoting
 
-// Writing a Conn: putting encoded frames on the bounded outgoing queue, the writer
-// goroutine (writeLoop) that drains it, and direct writes from the goroutine that has
-// the frame.
+// Writing a Conn. There are two ways onto the socket, and one name for each:
+//   - queue: put an encoded frame on the bounded outgoing queue, which the writer
+//     goroutine (writeLoop) drains, coalescing queued frames into one writev; tryQueue
+//     is its non-blocking form.
+//   - writeDirect: write frames from the goroutine that has them, when the write side
+//     is idle, with one non-blocking attempt whose rest the writer writes first.
+//
+// writeOrQueue combines them for a frame that is likely alone (a sync call's request, a
+// handler's answer): a direct write when possible, else the queue.
 
 import (
 	"context"
@@ -13,9 +19,22 @@ import (
 	"time"
 )
 
-// send puts an encoded frame on the outgoing queue. If the queue stays full for longer
-// than writeTimeout the peer is not reading: the connection is closed.
-func (c *Conn) send(ctx context.Context, frame []byte) error {
+// frameTooBig reports an outgoing frame over the maximum frame size (nil if it fits).
+func (c *Conn) frameTooBig(frame []byte) error {
+	if len(frame) > c.opts.maxFrameSize {
+		return &FrameError{Field: "length", Reason: fmt.Sprintf("outgoing frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
+	}
+	return nil
+}
+
+// queue puts an encoded frame on the outgoing queue. It waits for byte room under
+// maxQueuedBytes (waitRoom) and then for a free slot of the queue, each at most
+// writeTimeout: a queue that stays full that long means the peer is not reading, and
+// the connection is closed. ctx ending first gives an error wrapping ErrTimeout.
+func (c *Conn) queue(ctx context.Context, frame []byte) error {
+	if err := c.frameTooBig(frame); err != nil {
+		return err
+	}
 	n := int64(len(frame))
 	if c.opts.maxQueuedBytes > 0 {
 		if err := c.waitRoom(ctx, n); err != nil {
@@ -23,26 +42,75 @@ func (c *Conn) send(ctx context.Context, frame []byte) error {
 		}
 	}
 	c.outBytes.Add(n)
-	if err := c.enqueue(ctx, frame); err != nil {
+	err := c.waitSlot(ctx, frame)
+	if err != nil {
 		c.outBytes.Add(-n)
 		c.signalRoom()
-		return err
 	}
-	return nil
+	return err
 }
 
-// sendDirect is send that first tries writing frame from the calling goroutine
-// (writeDirect), for a frame that is likely alone: a sync call's request, a handler's
-// answer. Bursts of frames from one goroutine (async calls, one-way requests) use send,
-// so that the writer coalesces them.
-func (c *Conn) sendDirect(ctx context.Context, frame []byte) error {
-	if len(frame) > c.opts.maxFrameSize {
-		return &FrameError{Field: "length", Reason: fmt.Sprintf("outgoing frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
+// waitSlot is queue's wait for a free slot of the outgoing queue (the frame's bytes are
+// counted in outBytes already).
+func (c *Conn) waitSlot(ctx context.Context, frame []byte) error {
+	select {
+	case <-c.ctx.Done():
+		return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
+	default:
 	}
-	if done, err := c.writeDirect1(frame); done {
+	select {
+	case c.out <- frame:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.opts.writeTimeout)
+	defer t.Stop()
+	select {
+	case c.out <- frame:
+		return nil
+	case <-c.ctx.Done():
+		return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
+	case <-ctx.Done():
+		return fmt.Errorf("%w: outgoing queue to %s full: %w", ErrTimeout, c.remote, ctx.Err())
+	case <-t.C:
+		err := fmt.Errorf("outgoing queue of %d frames full for %v, peer is not reading", cap(c.out), c.opts.writeTimeout)
+		c.opts.log.Warn("remoting: closing connection", "remote", c.remote, "conn", c.id, "err", err)
+		c.closeWith(err)
+		return &ConnError{Addr: c.remote, Op: "write", Err: err}
+	}
+}
+
+// tryQueue is queue without waiting: it puts frame (already checked against the frame
+// size limit) on the outgoing queue when it fits under maxQueuedBytes and a slot is
+// free, and reports whether it did.
+func (c *Conn) tryQueue(frame []byte) bool {
+	n := int64(len(frame))
+	if cur := c.outBytes.Load(); c.opts.maxQueuedBytes > 0 && cur != 0 && cur+n > c.opts.maxQueuedBytes {
+		return false
+	}
+	c.outBytes.Add(n)
+	select {
+	case c.out <- frame:
+		return true
+	default:
+		c.outBytes.Add(-n)
+		c.signalRoom()
+		return false
+	}
+}
+
+// writeOrQueue sends a frame that is likely alone (a sync call's request, a handler's
+// answer): written from the calling goroutine when the write side is idle
+// (writeDirect), else queued (queue). Bursts of frames from one goroutine (async calls,
+// one-way requests) use queue, so that the writer coalesces them.
+func (c *Conn) writeOrQueue(ctx context.Context, frame []byte) error {
+	if err := c.frameTooBig(frame); err != nil {
 		return err
 	}
-	return c.send(ctx, frame)
+	if done, err := c.writeDirect(frame, nil); done {
+		return err
+	}
+	return c.queue(ctx, frame)
 }
 
 // signalRoom wakes one sender waiting for queue room.
@@ -79,39 +147,6 @@ func (c *Conn) waitRoom(ctx context.Context, n int64) error {
 	}
 	c.signalRoom() // let another waiter look too
 	return nil
-}
-
-// enqueue puts an encoded frame on the outgoing queue, waiting up to writeTimeout for a
-// free slot.
-func (c *Conn) enqueue(ctx context.Context, frame []byte) error {
-	if len(frame) > c.opts.maxFrameSize {
-		return &FrameError{Field: "length", Reason: fmt.Sprintf("outgoing frame of %d bytes exceeds the maximum frame size %d", len(frame), c.opts.maxFrameSize)}
-	}
-	select {
-	case <-c.ctx.Done():
-		return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
-	default:
-	}
-	select {
-	case c.out <- frame:
-		return nil
-	default:
-	}
-	t := time.NewTimer(c.opts.writeTimeout)
-	defer t.Stop()
-	select {
-	case c.out <- frame:
-		return nil
-	case <-c.ctx.Done():
-		return &ConnError{Addr: c.remote, Op: "write", Err: c.Err()}
-	case <-ctx.Done():
-		return fmt.Errorf("%w: outgoing queue to %s full: %w", ErrTimeout, c.remote, ctx.Err())
-	case <-t.C:
-		err := fmt.Errorf("outgoing queue of %d frames full for %v, peer is not reading", cap(c.out), c.opts.writeTimeout)
-		c.opts.log.Warn("remoting: closing connection", "remote", c.remote, "conn", c.id, "err", err)
-		c.closeWith(err)
-		return &ConnError{Addr: c.remote, Op: "write", Err: err}
-	}
 }
 
 // Writer batching limits: one writev call carries at most this many frames / bytes
@@ -196,35 +231,44 @@ func (c *Conn) writeLoop() {
 	}
 }
 
-// writeDirect1 is writeDirect of one frame.
-func (c *Conn) writeDirect1(frame []byte) (bool, error) {
+// writeDirect writes one frame (many nil) or the frames many (encoded frames the caller
+// owns and hands over) on the calling goroutine when the connection's write side is
+// idle: no frame is queued or being written (outBytes is zero) and no other goroutine
+// writes (wmu is free). This saves waking the writer goroutine, which costs a thread
+// wake-up per frame when the connection carries one request at a time. It makes one
+// non-blocking write attempt: what the socket does not take at once is handed to the
+// writer (c.leftover, written before anything queued later), so the caller never waits
+// for a slow peer and the write timeout and the outgoing-queue limits keep applying to
+// it. false: the write side is busy (or direct writes are unsupported), nothing was
+// written, the caller queues the frames. A socket error closes the connection and is
+// returned (with true). One frame is passed alone so that it goes through the
+// connection's one-entry array (c.one) instead of a slice allocated per write.
+func (c *Conn) writeDirect(one []byte, many [][]byte) (bool, error) {
 	if c.raw == nil || c.outBytes.Load() != 0 || !c.wmu.TryLock() {
 		return false, nil
 	}
-	c.one[0] = frame
-	done, rest, err := c.writeDirectLocked(c.one[:])
-	c.one[0] = nil
-	c.wmu.Unlock()
-	return c.afterDirect(done, rest, err)
-}
-
-// writeDirect writes frames (encoded frames the caller owns and hands over) on the
-// calling goroutine when the connection's write side is idle: no frame is queued or
-// being written (outBytes is zero) and no other goroutine writes (wmu is free). This
-// saves waking the writer goroutine, which costs a thread wake-up per frame when the
-// connection carries one request at a time. It makes one non-blocking write attempt:
-// what the socket does not take at once is handed to the writer (c.leftover, written
-// before anything queued later), so the caller never waits for a slow peer and the
-// write timeout and the outgoing-queue limits keep applying to it. false: the write side
-// is busy (or direct writes are unsupported), nothing was written, the caller queues the
-// frames. A socket error closes the connection and is returned (with true).
-func (c *Conn) writeDirect(frames [][]byte) (bool, error) {
-	if c.raw == nil || c.outBytes.Load() != 0 || !c.wmu.TryLock() {
-		return false, nil
+	frames := many
+	if many == nil {
+		c.one[0] = one
+		frames = c.one[:]
 	}
 	done, rest, err := c.writeDirectLocked(frames)
+	c.one[0] = nil
 	c.wmu.Unlock()
-	return c.afterDirect(done, rest, err)
+	switch {
+	case err != nil:
+		c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
+		c.closeWith(fmt.Errorf("write: %w", err))
+		return true, &ConnError{Addr: c.remote, Op: "write", Err: err}
+	case rest:
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	case done:
+		c.lastWrite.Store(time.Now().UnixNano())
+	}
+	return done, nil
 }
 
 // writeDirectLocked is the write of writeDirect, under wmu. It reports whether it took
@@ -268,23 +312,4 @@ func (c *Conn) writeDirectLocked(frames [][]byte) (done, rest bool, err error) {
 		n = 0
 	}
 	return true, true, nil
-}
-
-// afterDirect finishes a direct write once wmu is released: it closes the connection on
-// a socket error and wakes the writer for a rest.
-func (c *Conn) afterDirect(done, rest bool, err error) (bool, error) {
-	switch {
-	case err != nil:
-		c.opts.log.Debug("remoting: write failed, closing connection", "remote", c.remote, "conn", c.id, "err", err)
-		c.closeWith(fmt.Errorf("write: %w", err))
-		return true, &ConnError{Addr: c.remote, Op: "write", Err: err}
-	case rest:
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
-	case done:
-		c.lastWrite.Store(time.Now().UnixNano())
-	}
-	return done, nil
 }
