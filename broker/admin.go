@@ -2,17 +2,19 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"sort"
 	"strings"
 
 	"github.com/sluicemq/sluice/broker/acl"
 	"github.com/sluicemq/sluice/internal/wire"
+	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// Whole-table reads for admin tools and the web console: one round trip per broker, so a
-// page over 10,000 topics or 1,000 groups does not cost one request per row.
+// Admin requests: creating and deleting topics and groups, reading any queue for an
+// admin tool (READ_QUEUE), and whole-table reads for admin tools and the web console:
+// one round trip per broker, so a page over 10,000 topics or 1,000 groups does not cost
+// one request per row.
 
 // handleAllTopicConfig serves GET_ALL_TOPIC_CONFIG (RocketMQ request code 21): the
 // broker's topic table as TopicConfigSerializeWrapper JSON
@@ -37,45 +39,7 @@ func (b *Broker) handleAllTopicConfig(_ context.Context, conn *remoting.Conn, re
 			}
 		}
 	}
-	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(wire.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version})
-	return r
-}
-
-// handleGroupOffsets serves Sluice's GroupOffsets (request code 7003,
-// wire.GroupOffsets): every committed offset of ext consumerGroup with each
-// queue's min and max offsets.
-func (b *Broker) handleGroupOffsets(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
-	group, err := req.ExtString("consumerGroup", true)
-	if err != nil {
-		return errResponse(remoting.SystemError, "%v", err)
-	}
-	body := wire.GroupOffsetsBody{Group: group, Queues: []wire.GroupQueueOffset{}}
-	b.offsets.mu.Lock()
-	for k, qs := range b.offsets.table {
-		i := strings.LastIndexByte(k, '@')
-		if i < 0 || k[i+1:] != group {
-			continue
-		}
-		for q, off := range qs {
-			body.Queues = append(body.Queues, wire.GroupQueueOffset{Topic: k[:i], QueueID: q, Committed: off})
-		}
-	}
-	b.offsets.mu.Unlock()
-	for i := range body.Queues {
-		q := &body.Queues[i]
-		q.Min, q.Max = b.store.MinOffset(q.Topic, q.QueueID), b.store.MaxOffset(q.Topic, q.QueueID)
-	}
-	sort.Slice(body.Queues, func(i, j int) bool {
-		x, y := body.Queues[i], body.Queues[j]
-		if x.Topic != y.Topic {
-			return x.Topic < y.Topic
-		}
-		return x.QueueID < y.QueueID
-	})
-	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(body)
-	return r
+	return jsonResponse(wire.TopicConfigSerializeWrapper{TopicConfigTable: topics, DataVersion: version})
 }
 
 // handleGroupSummaries serves Sluice's GroupSummaries (request code 7004,
@@ -144,9 +108,7 @@ func (b *Broker) handleGroupSummaries(_ context.Context, _ *remoting.Conn, _ *re
 		body.Groups = append(body.Groups, *g)
 	}
 	sort.Slice(body.Groups, func(i, j int) bool { return body.Groups[i].Group < body.Groups[j].Group })
-	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(body)
-	return r
+	return jsonResponse(body)
 }
 
 // handleDeleteGroup serves DELETE_SUBSCRIPTIONGROUP (RocketMQ request code 207, ext
@@ -172,5 +134,117 @@ func (b *Broker) handleDeleteGroup(_ context.Context, _ *remoting.Conn, req *rem
 		b.log.Error("persist consumer offsets", "err", err)
 	}
 	b.log.Info("consumer group deleted", "group", group, "config", hadConfig, "offsets", hadOffsets)
-	return remoting.NewResponse(remoting.Success, "")
+	return okResponse()
+}
+
+// handleCreateTopic serves UPDATE_AND_CREATE_TOPIC (17) and registers the change with
+// the name servers.
+func (b *Broker) handleCreateTopic(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	topic, err := req.ExtString("topic", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if err := message.ValidateTopic(topic); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if b.isSystemTopic(topic) {
+		return errResponse(remoting.SystemError, "the topic[%s] is conflict with system topic", topic)
+	}
+	tc := wire.TopicConfig{TopicName: topic, Perm: permRead | permWrite, TopicFilterType: "SINGLE_TAG"}
+	var r, w, perm, sys int32
+	if r, err = req.ExtInt32("readQueueNums", true); err == nil {
+		if w, err = req.ExtInt32("writeQueueNums", true); err == nil {
+			if perm, err = req.ExtInt32("perm", false); err == nil {
+				sys, err = req.ExtInt32("topicSysFlag", false)
+			}
+		}
+	}
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if r < 1 || w < 1 || r > 1024 || w > 1024 {
+		return errResponse(remoting.SystemError, "readQueueNums %d / writeQueueNums %d: each must be 1..1024", r, w)
+	}
+	tc.ReadQueueNums, tc.WriteQueueNums, tc.TopicSysFlag = int(r), int(w), int(sys)
+	if perm != 0 {
+		tc.Perm = int(perm)
+	}
+	if ft, _ := req.ExtString("topicFilterType", false); ft != "" {
+		tc.TopicFilterType = ft
+	}
+	tc.Order, _ = req.ExtBool("order")
+	if err := b.topics.put(tc); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	b.log.Info("topic created or updated", "topic", topic, "read", r, "write", w, "perm", tc.Perm, "order", tc.Order)
+	return okResponse()
+}
+
+// handleDeleteTopic serves DELETE_TOPIC_IN_BROKER (215): removes the topic's config,
+// consume queues and offsets.
+func (b *Broker) handleDeleteTopic(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	topic, err := req.ExtString("topic", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	if b.isSystemTopic(topic) {
+		return errResponse(remoting.SystemError, "the topic[%s] is a system topic and cannot be deleted", topic)
+	}
+	if err := b.topics.remove(topic); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	b.offsets.removeTopic(topic)
+	b.traffic.forgetTopic(topic) // its metric series end
+	if err := b.store.DeleteTopic(topic); err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	return okResponse()
+}
+
+// handleAllGroups serves GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201). With aclEnable it
+// lists only the groups the caller has a permission on (all for an admin account
+// without entries), as GET_ALL_TOPIC_CONFIG does.
+func (b *Broker) handleAllGroups(_ context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	snap := b.groups.snapshot()
+	if b.acl != nil {
+		may, err := b.acl.Permits(conn.RemoteAddr(), req)
+		if err != nil {
+			return errResponse(remoting.SystemError, "%v", err)
+		}
+		for name := range snap.SubscriptionGroupTable {
+			if !may(acl.Group(name, acl.Any)) {
+				delete(snap.SubscriptionGroupTable, name)
+			}
+		}
+	}
+	return jsonResponse(snap)
+}
+
+// isSystemTopic reports whether topic belongs to the broker: the system topics, and the
+// topics named after the cluster and the broker (as Java's TopicConfigManager creates).
+func (b *Broker) isSystemTopic(topic string) bool {
+	return message.IsSystemTopic(topic) || topic == b.cfg.BrokerClusterName || topic == b.cfg.BrokerName
+}
+
+// handleAdminReadQueue serves Sluice's READ_QUEUE (request code 7001,
+// wire.ReadQueue): it reads stored messages of any queue for an admin tool — in
+// particular %DLQ%<group>, which is write-only so that normal consumers' pulls are
+// refused (NO_PERMISSION). There is no group, subscription or permission check, no long
+// polling and no offset commit. Request ext: topic, queueId, offset, maxMsgNums (at most
+// 32, like a pull). The answer is a PULL_MESSAGE response (codes 0/19/20/21 and the four
+// offset ext fields; docs/protocol.md §3.4).
+func (b *Broker) handleAdminReadQueue(_ context.Context, _ *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	h, err := wire.ParseReadQueueHeader(req)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	n := h.MaxMsgNums
+	if n <= 0 || n > maxPullMessages {
+		n = maxPullMessages
+	}
+	res, err := b.store.GetMessage(h.Topic, h.QueueID, h.Offset, int(n), maxPullBytes, nil)
+	if err != nil {
+		return errResponse(remoting.SystemError, "get message: %v", err)
+	}
+	return pullResponse(h.Offset, res)
 }
