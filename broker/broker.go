@@ -39,7 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/filter"

@@ -237,7 +237,7 @@ type Config struct {
 
 	// AclEnable turns on RocketMQ plain ACL 1.0: every request must come from a
 	// white-listed address or carry a valid signature of an account of AclFile, with the
-	// permissions it needs (see package broker/acl). Refusals are SYSTEM_ERROR (1), as in
+	// permissions it needs (see package acl). Refusals are SYSTEM_ERROR (1), as in
 	// RocketMQ. The embedded name server (no namesrvAddr) then also requires an admin
 	// signature for its write operations. Default false.
 	AclEnable bool `conf:"aclEnable"`

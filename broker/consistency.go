@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"sort"
 
 	"github.com/sluicemq/sluice/internal/wire"
@@ -22,9 +21,7 @@ func (b *Broker) handleGroupSubscriptions(_ context.Context, _ *remoting.Conn, r
 	if err != nil {
 		return errResponse(remoting.SystemError, "%v", err)
 	}
-	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(wire.GroupSubscriptionsBody{Group: group, Clients: b.clients.groupSubscriptions(group)})
-	return r
+	return jsonResponse(wire.GroupSubscriptionsBody{Group: group, Clients: b.clients.groupSubscriptions(group)})
 }
 
 // groupSubscriptions returns each client's own subscriptions from its last heartbeat,

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"

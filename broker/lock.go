@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -112,9 +111,7 @@ func (b *Broker) handleLockBatch(_ context.Context, _ *remoting.Conn, req *remot
 		}
 	}
 	held := b.locks.tryLock(body.ConsumerGroup, body.ClientID, mqs, time.Now())
-	r := remoting.NewResponse(remoting.Success, "")
-	r.Body, _ = json.Marshal(wire.LockBatchResult{LockOKMQSet: held})
-	return r
+	return jsonResponse(wire.LockBatchResult{LockOKMQSet: held})
 }
 
 // handleUnlockBatch serves UNLOCK_BATCH_MQ (RocketMQ request code 42).
@@ -124,5 +121,5 @@ func (b *Broker) handleUnlockBatch(_ context.Context, _ *remoting.Conn, req *rem
 		return resp
 	}
 	b.locks.unlock(body.ConsumerGroup, body.ClientID, body.MQSet)
-	return remoting.NewResponse(remoting.Success, "")
+	return okResponse()
 }

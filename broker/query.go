@@ -60,7 +60,7 @@ func (b *Broker) handleQueryMessage(_ context.Context, _ *remoting.Conn, req *re
 	if len(res.Records) == 0 {
 		r = remoting.NewResponse(remoting.QueryNotFound, "can not find message, maybe time range not correct")
 	} else {
-		r = remoting.NewResponse(remoting.Success, "")
+		r = okResponse()
 		size := 0
 		for _, rec := range res.Records {
 			size += len(rec)
@@ -72,5 +72,24 @@ func (b *Broker) handleQueryMessage(_ context.Context, _ *remoting.Conn, req *re
 	}
 	r.SetExt("indexLastUpdateTimestamp", strconv.FormatInt(res.IndexLastUpdateTimestamp, 10))
 	r.SetExt("indexLastUpdatePhyoffset", strconv.FormatInt(res.IndexLastUpdatePhyOffset, 10))
+	return r
+}
+
+// handleViewMessage serves VIEW_MESSAGE_BY_ID (33): ext "offset" is a commitlog offset;
+// the body is the raw record.
+func (b *Broker) handleViewMessage(_ context.Context, conn *remoting.Conn, req *remoting.RemotingCommand) *remoting.RemotingCommand {
+	off, err := req.ExtInt64("offset", true)
+	if err != nil {
+		return errResponse(remoting.SystemError, "%v", err)
+	}
+	m, raw, err := b.store.LookMessageByOffset(off)
+	if err != nil {
+		return errResponse(remoting.SystemError, "can not find message by the offset, %d", off)
+	}
+	if resp := b.checkStoredRead(conn, req, m.Topic); resp != nil {
+		return resp
+	}
+	r := okResponse()
+	r.Body = raw
 	return r
 }

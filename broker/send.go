@@ -15,11 +15,6 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// errResponse builds an error response with a formatted remark.
-func errResponse(code remoting.ResponseCode, format string, args ...any) *remoting.RemotingCommand {
-	return remoting.NewResponse(code, fmt.Sprintf(format, args...))
-}
-
 // sendResponse adds the ext fields every send response carries (MSG_REGION, TRACE_ON).
 // The response is in list form (ExtList, room for putResponse's three fields): encoding
 // it needs no map and no key sort.

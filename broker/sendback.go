@@ -96,5 +96,5 @@ func (b *Broker) handleSendBack(ctx context.Context, conn *remoting.Conn, req *r
 	if _, err := b.store.PutMessage(ctx, m, tagsCode); err != nil {
 		return b.putError(err)
 	}
-	return remoting.NewResponse(remoting.Success, "")
+	return okResponse()
 }

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -181,7 +181,7 @@ func (b *Broker) handleEndTransaction(ctx context.Context, conn *remoting.Conn, 
 		if prev == state {
 			// The same decision again (e.g. the producer's own END_TRANSACTION after a
 			// check already ended it the same way): nothing to do, and nothing went wrong.
-			return remoting.NewResponse(remoting.Success, "")
+			return okResponse()
 		}
 		b.log.Warn("transaction decision ignored: the half message already ended", "msgId", half.MsgID,
 			"recorded", prev, "ignored", state, "fromCheck", fromCheck)
@@ -208,7 +208,7 @@ func (b *Broker) handleEndTransaction(ctx context.Context, conn *remoting.Conn, 
 	if err := b.writeOp(ctx, queueOffset, state); err != nil {
 		b.log.Error("record transaction decision", "msgId", half.MsgID, "state", state, "err", err)
 	}
-	return remoting.NewResponse(remoting.Success, "")
+	return okResponse()
 }
 
 // commitHalf writes the committed message to its real topic and queue.

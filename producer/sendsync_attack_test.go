@@ -32,6 +32,12 @@ func mixedSends(t *testing.T, flush string) {
 	createTopic(t, testbroker.Namesrv(b), topic, queues)
 	p := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(b), SendTimeout: 20 * time.Second})
 	const goroutines, per = 128, 12
+	// One bound for the whole send phase, not one of 30 s per send: preparing a send is
+	// CPU work (a 1 MiB body of random bytes is zlib-compressed before it is found
+	// incompressible), and with 128 goroutines under -race on two loaded cores it took
+	// 15 to 31 s per 1 MiB body, so the async and one-way sends of those bodies failed
+	// before reaching the network. Each network attempt stays bounded by SendTimeout.
+	sendCtx := testkit.Context(t, 3*time.Minute)
 	var wg sync.WaitGroup
 	var syncOK, asyncOK, oneway atomic.Int64
 	for g := 0; g < goroutines; g++ {
@@ -48,7 +54,7 @@ func mixedSends(t *testing.T, flush string) {
 				}
 				m := message.NewMessage(topic, testkit.SeqBody(seq, size, 7))
 				m.SetKeys("k" + strconv.Itoa(seq))
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx := sendCtx
 				switch i % 3 {
 				case 0:
 					if _, err := p.SendSync(ctx, m); err != nil {
@@ -58,10 +64,8 @@ func mixedSends(t *testing.T, flush string) {
 					}
 				case 1:
 					awg.Add(1)
-					actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
-					if err := p.SendAsync(actx, m, func(r *message.SendResult, err error) {
+					if err := p.SendAsync(ctx, m, func(r *message.SendResult, err error) {
 						defer awg.Done()
-						defer acancel()
 						if err != nil {
 							t.Errorf("async %d: %v", seq, err)
 						} else {
@@ -69,7 +73,6 @@ func mixedSends(t *testing.T, flush string) {
 						}
 					}); err != nil {
 						awg.Done()
-						acancel()
 						t.Errorf("async %d: %v", seq, err)
 					}
 				case 2:
@@ -79,7 +82,6 @@ func mixedSends(t *testing.T, flush string) {
 						oneway.Add(1)
 					}
 				}
-				cancel()
 			}
 		}()
 	}

@@ -465,6 +465,30 @@ func partialWrites(t *testing.T, shape string) {
 	s := startServer(t, ServerConfig{})
 	s.HandleInline(SendMessage, sumHandler)
 	s.Handle(PullMessage, sumHandler)
+	// The requests are built before the connection is made: under -race on a loaded
+	// machine building 300 frames (some of 2 MiB) can take longer than the server's
+	// FirstRequestTimeout (10 s), which would close the idle connection before the first
+	// request (the test then read EOF at answer 0).
+	const n = 300
+	sums := make(map[int32]string, n)
+	var out []byte
+	for i := 0; i < n; i++ {
+		code, size := SendMessage, 20+i%300
+		if shape == "inline-60k" || shape == "pingpong" {
+			size = 60<<10 + i
+		} else if i%25 == 3 {
+			code, size = PullMessage, 2<<20+i
+		}
+		body := testkit.SeqBody(i, size, 9)
+		req := NewRequest(code, map[string]string{"i": strconv.Itoa(i)}, body)
+		req.Opaque = int32(i + 1)
+		sums[req.Opaque] = testkit.Sum(body)
+		f, err := req.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f...)
+	}
 	d := net.Dialer{Control: func(network, address string, rc syscall.RawConn) error {
 		var serr error
 		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) }); err != nil {
@@ -488,26 +512,6 @@ func partialWrites(t *testing.T, shape string) {
 		return false
 	}, "the server's connection")
 	_ = nc.SetDeadline(time.Now().Add(60 * time.Second))
-	const n = 300
-	sums := make(map[int32]string, n)
-	var out []byte
-	for i := 0; i < n; i++ {
-		code, size := SendMessage, 20+i%300
-		if shape == "inline-60k" || shape == "pingpong" {
-			size = 60<<10 + i
-		} else if i%25 == 3 {
-			code, size = PullMessage, 2<<20+i
-		}
-		body := testkit.SeqBody(i, size, 9)
-		req := NewRequest(code, map[string]string{"i": strconv.Itoa(i)}, body)
-		req.Opaque = int32(i + 1)
-		sums[req.Opaque] = testkit.Sum(body)
-		f, err := req.Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, f...)
-	}
 	r := &slowReader{nc: nc}
 	if shape == "pingpong" { // one request at a time: each answer is written directly, mostly in part
 		for k := 0; k < n; k++ {

@@ -690,7 +690,7 @@ func waitHandlers(ctx context.Context, conns []*Conn, grace time.Duration) {
 	for {
 		busy := false
 		for _, c := range conns {
-			if c.inFlight.Load() > 0 || c.heldReplies.Load() > 0 {
+			if c.inFlight.Load() > 0 || c.heldAnswers.Load() > 0 {
 				busy = true
 				break
 			}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 )
 
 // ACL on the gRPC port: with aclEnable the broker's plain ACL (the same file, accounts

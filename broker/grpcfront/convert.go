@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )

@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/broker/pop"
 )
 

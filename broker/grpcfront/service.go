@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicemq/sluice/broker/acl"
+	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/broker/brokermetrics"
 	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/lifecycle"

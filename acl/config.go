@@ -5,7 +5,9 @@
 // (docs/protocol.md §8).
 //
 // The broker decides which request codes need an admin account and which topics and
-// groups a request touches; this package answers whether the caller may.
+// groups a request touches; this package answers whether the caller may. It sits at the
+// top of the module, not under broker/, because the name server checks its write
+// requests with the same validator: both import it, neither reaches into the other.
 package acl
 
 import (
