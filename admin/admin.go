@@ -4,8 +4,10 @@
 // (`sluice admin ...`) and tests use it.
 //
 // Unlike the official Go client's admin, every call reports the broker's or name
-// server's response code as a typed error ([*BrokerError] wrapping a
-// *remoting.ResponseError, or [ErrTopicNotExist]).
+// server's refusal as the one typed answer error, *remoting.ResponseError (code, remark,
+// Retryable, the request and the broker: find it with errors.As), or [ErrTopicNotExist].
+// A broker that did not answer, or whose answer could not be read, gives an error naming
+// the broker and wrapping the cause (e.g. a *remoting.ConnError).
 package admin
 
 import (
@@ -99,25 +101,19 @@ type ConfigError struct {
 // Error implements error.
 func (e *ConfigError) Error() string { return "admin: " + e.Field + ": " + e.Reason }
 
-// BrokerError is one broker's failure in a multi-broker call: a transport error or a
-// non-success response (Err is then a *remoting.ResponseError carrying the code and
-// remark).
-type BrokerError struct {
-	BrokerName string
-	BrokerAddr string
-	Err        error
-}
-
-// Error implements error.
-func (e *BrokerError) Error() string {
-	if e.BrokerName == "" { // known only by address (e.g. from an offset message id)
-		return fmt.Sprintf("admin: broker at %s: %v", e.BrokerAddr, e.Err)
+// brokerFailed is one broker's failure other than a refusal: a transport error or an
+// answer that could not be read, wrapped with the broker's name (when known) and
+// address. A refusal (*remoting.ResponseError) names its broker itself and is returned
+// as it is.
+func brokerFailed(name, addr string, err error) error {
+	if _, ok := err.(*remoting.ResponseError); ok {
+		return err
 	}
-	return fmt.Sprintf("admin: broker %s (%s): %v", e.BrokerName, e.BrokerAddr, e.Err)
+	if name == "" { // known only by address (e.g. from an offset message id)
+		return fmt.Errorf("admin: broker at %s: %w", addr, err)
+	}
+	return fmt.Errorf("admin: broker %s (%s): %w", name, addr, err)
 }
-
-// Unwrap returns the cause.
-func (e *BrokerError) Unwrap() error { return e.Err }
 
 // Admin is an administration client. It is safe for concurrent use; Close releases its
 // connections.
@@ -337,9 +333,9 @@ type CreateTopicResult struct {
 // [Admin.WaitTopicRoute] to wait until the route shows it.
 //
 // Errors: a [*ConfigError] for a bad spec; [ErrNoBroker] (wrapped) if there is no
-// master; name-server errors; and one [*BrokerError] per failing broker, joined with
-// errors.Join (the topic then exists on the other brokers, and no order config is
-// written). A broker's refusal is a *remoting.ResponseError inside its BrokerError.
+// master; name-server errors; and one error per failing broker (a refusal is a
+// *remoting.ResponseError), joined with errors.Join (the topic then exists on the other
+// brokers, and no order config is written).
 func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicResult, error) {
 	spec.setDefaults()
 	if err := spec.Validate(); err != nil {
@@ -405,10 +401,10 @@ func (a *Admin) createOn(ctx context.Context, b Broker, ext map[string]string) e
 	}
 	resp, err := a.client.InvokeSync(c, b.Addr, remoting.NewRequest(remoting.UpdateAndCreateTopic, e, nil))
 	if err == nil {
-		err = resp.ResponseErr()
+		err = resp.ResponseErrFor(remoting.UpdateAndCreateTopic, b.Name, b.Addr)
 	}
 	if err != nil {
-		return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err}
+		return brokerFailed(b.Name, b.Addr, err)
 	}
 	return nil
 }
@@ -490,8 +486,8 @@ func routeHas(r *wire.TopicRouteData, names []string) bool {
 // every master in the topic's route, then DELETE_TOPIC_IN_NAMESRV (216) and
 // DELETE_KV_CONFIG of its order config (102) on every name server. A topic without a
 // route is deleted from the name servers only when some broker still holds it; a topic
-// no broker holds gives an error wrapping [ErrTopicNotExist] and changes nothing. Errors are joined: [*BrokerError] per
-// failing broker, and name-server errors.
+// no broker holds gives an error wrapping [ErrTopicNotExist] and changes nothing. Errors are joined: one per failing
+// broker (a refusal is a *remoting.ResponseError), and name-server errors.
 func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 	if err := message.ValidateTopic(topic); err != nil {
 		return &ConfigError{Field: "Topic", Reason: err.Error()}
@@ -528,10 +524,10 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 			resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(remoting.DeleteTopicInBroker, map[string]string{"topic": topic}, nil))
 			cancel()
 			if err == nil {
-				err = resp.ResponseErr()
+				err = resp.ResponseErrFor(remoting.DeleteTopicInBroker, bd.BrokerName, addr)
 			}
 			if err != nil {
-				errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+				errs = append(errs, brokerFailed(bd.BrokerName, addr, err))
 			}
 		}
 	}

@@ -260,13 +260,12 @@ func TestCreateTopicReportsBrokerResponseCode(t *testing.T) {
 	bb.mu.Unlock()
 	a := newAdmin(t, ns.Addr())
 	_, err := a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "O", Order: true})
-	var be *admin.BrokerError
 	var re *remoting.ResponseError
-	if !errors.As(err, &be) || be.BrokerName != "broker-b" || be.BrokerAddr != bb.addr() {
-		t.Fatalf("err = %v, want a BrokerError for broker-b", err)
+	if !errors.As(err, &re) || re.Broker != "broker-b" || re.Addr != bb.addr() || re.Request != remoting.UpdateAndCreateTopic {
+		t.Fatalf("err = %v, want a *remoting.ResponseError from broker-b", err)
 	}
-	if !errors.As(err, &re) || re.Code != remoting.NoPermission || re.Remark == "" {
-		t.Fatalf("err = %v, want response code 16 with remark", err)
+	if re.Code != remoting.NoPermission || re.Remark != "topic O is conflict with system reserved words" || !re.Retryable() {
+		t.Fatalf("err = %v, want response code 16 with remark, retryable", err)
 	}
 	// No order config was written.
 	cli, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})

@@ -40,8 +40,8 @@ type QueueRead struct {
 // no permission check (so %DLQ% topics, which refuse pulls, are readable), no offset
 // commit. addr is the master address of mq's broker; "" looks it up in mq.Topic's
 // route. An offset past the end gives no messages and NextOffset = Max. Errors: route
-// errors, a [*BrokerError] (a broker that is not Sluice answers code 3
-// REQUEST_CODE_NOT_SUPPORTED), decode errors.
+// errors, a *remoting.ResponseError (a broker that is not Sluice answers code 3
+// REQUEST_CODE_NOT_SUPPORTED), transport and decode errors naming the broker.
 func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr string, offset int64, maxNums int) (*QueueRead, error) {
 	if offset < 0 {
 		return nil, &ConfigError{Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)}
@@ -67,11 +67,11 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	switch resp.ResponseCode() {
 	case remoting.Success, remoting.PullNotFound, remoting.PullRetryImmediately, remoting.PullOffsetMoved:
 	default:
-		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+		return nil, resp.ResponseErrFor(wire.ReadQueue, mq.BrokerName, addr)
 	}
 	rh, err := wire.ParsePullResponseHeader(resp)
 	if err != nil {
-		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+		return nil, brokerFailed(mq.BrokerName, addr, err)
 	}
 	r.NextOffset, r.Min, r.Max = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if resp.ResponseCode() == remoting.PullOffsetMoved && offset > r.Max {
@@ -79,7 +79,7 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	}
 	if resp.ResponseCode() == remoting.Success {
 		if r.Messages, err = message.DecodeRecords(resp.Body, message.DecodeOptions{}); err != nil {
-			return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: fmt.Errorf("decode records: %w", err)}
+			return nil, brokerFailed(mq.BrokerName, addr, fmt.Errorf("decode records: %w", err))
 		}
 		for _, m := range r.Messages {
 			m.BrokerName = mq.BrokerName
@@ -152,7 +152,7 @@ func (a *Admin) redriveMark(ctx context.Context, group string, mq message.Messag
 	case remoting.QueryNotFound:
 		return 0, nil
 	}
-	return 0, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+	return 0, resp.ResponseErrFor(remoting.QueryConsumerOffset, mq.BrokerName, addr)
 }
 
 // dlqQueue is one queue of a group's DLQ with its offsets.
@@ -450,8 +450,8 @@ func (a *Admin) commitMark(ctx context.Context, group string, mq message.Message
 	if err != nil {
 		return err
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(remoting.UpdateConsumerOffset, mq.BrokerName, addr); err != nil {
+		return err
 	}
 	return nil
 }
@@ -542,7 +542,7 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 		return nil, err
 	}
 	if !client.SendStored(resp.ResponseCode()) {
-		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+		return nil, resp.ResponseErrFor(remoting.SendMessageV2, mq.BrokerName, addr)
 	}
 	sr, err := client.ParseSendResponse(resp, mq, m.UniqKey())
 	if err != nil {

@@ -28,8 +28,8 @@ const MaxFindMessages = 64
 //
 // Errors: a [*ConfigError] with Field "msgId" when the id does not decode (note that a
 // client message id, UNIQ_KEY, is not an offset id: use [Admin.FindMessageByUniqKey]);
-// a [*BrokerError] for a broker that cannot be reached or has no message there (then
-// wrapping a *remoting.ResponseError with the broker's code and remark).
+// an error naming the broker when it cannot be reached, or its *remoting.ResponseError
+// with the broker's code and remark when it has no message there.
 func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.MessageExt, error) {
 	host, offset, err := message.ParseOffsetMsgID(offsetMsgID)
 	if err != nil {
@@ -43,12 +43,12 @@ func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.M
 	if err != nil {
 		return nil, err
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return nil, &BrokerError{BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(remoting.ViewMessageByID, "", addr); err != nil {
+		return nil, err
 	}
 	m, _, err := message.DecodeRecord(resp.Body, message.DecodeOptions{Decompress: true})
 	if err != nil {
-		return nil, &BrokerError{BrokerAddr: addr, Err: fmt.Errorf("VIEW_MESSAGE_BY_ID body: %w", err)}
+		return nil, brokerFailed("", addr, fmt.Errorf("VIEW_MESSAGE_BY_ID body: %w", err))
 	}
 	return m, nil
 }
@@ -64,7 +64,8 @@ func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.M
 //
 // Errors: a [*ConfigError] for an invalid topic, an empty key or a key with a space (the
 // KEYS separator), or end before begin; name-server errors (a topic without route wraps
-// [ErrTopicNotExist]); and one [*BrokerError] per failing broker, joined with
+// [ErrTopicNotExist]); and one error per failing broker (a refusal is a
+// *remoting.ResponseError), joined with
 // errors.Join — the messages found on the other brokers are returned with that error.
 func (a *Admin) FindMessages(ctx context.Context, topic, key string, begin, end time.Time) ([]*message.MessageExt, error) {
 	if err := checkTopicKey(topic, key); err != nil {
@@ -157,12 +158,12 @@ func (a *Admin) queryOn(ctx context.Context, brokerName, addr, topic string, ext
 	if resp.ResponseCode() == remoting.QueryNotFound {
 		return nil, nil
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(remoting.QueryMessage, brokerName, addr); err != nil {
+		return nil, err
 	}
 	ms, err := message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true})
 	if err != nil {
-		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: fmt.Errorf("QUERY_MESSAGE body: %w", err)}
+		return nil, brokerFailed(brokerName, addr, fmt.Errorf("QUERY_MESSAGE body: %w", err))
 	}
 	var out []*message.MessageExt
 	for _, m := range ms {

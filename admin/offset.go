@@ -32,7 +32,7 @@ func (q QueueOffset) Lag() int64 {
 }
 
 // invoke sends one request to a broker, bounded by ctx and Config.Timeout; a
-// transport error becomes a *BrokerError.
+// transport error is wrapped by brokerFailed.
 func (a *Admin) invoke(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
 	c, cancel, err := a.reqCtx(ctx)
 	if err != nil {
@@ -41,7 +41,7 @@ func (a *Admin) invoke(ctx context.Context, brokerName, addr string, code remoti
 	defer cancel()
 	resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(code, ext, body))
 	if err != nil {
-		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+		return nil, brokerFailed(brokerName, addr, err)
 	}
 	return resp, nil
 }
@@ -52,8 +52,8 @@ func (a *Admin) int64Call(ctx context.Context, brokerName, addr string, code rem
 	if err != nil {
 		return 0, err
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return 0, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(code, brokerName, addr); err != nil {
+		return 0, err
 	}
 	return resp.ExtInt64(key, true)
 }
@@ -89,7 +89,7 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
 // min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
 // route errors (wrapping [ErrTopicNotExist] for an unknown topic) and
-// [*BrokerError]s.
+// broker errors (a refusal is a *remoting.ResponseError).
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
 		return nil, err
@@ -117,12 +117,12 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 		switch resp.ResponseCode() {
 		case remoting.Success:
 			if qo.Committed, err = resp.ExtInt64("offset", true); err != nil {
-				return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+				return nil, brokerFailed(mq.BrokerName, addr, err)
 			}
 		case remoting.QueryNotFound:
 			qo.Committed = -1
 		default:
-			return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+			return nil, resp.ResponseErrFor(remoting.QueryConsumerOffset, mq.BrokerName, addr)
 		}
 		out = append(out, qo)
 	}
@@ -161,8 +161,8 @@ type ResetResult struct {
 // jump there (RESET_CONSUMER_CLIENT_OFFSET, 220). With force=false a queue only moves
 // backwards (its committed offset is kept when the target lies ahead of it).
 //
-// Errors: a [*ConfigError] for a bad group or topic; route errors; one [*BrokerError]
-// per failing broker, joined (the other brokers are reset).
+// Errors: a [*ConfigError] for a bad group or topic; route errors; one error per
+// failing broker (a refusal is a *remoting.ResponseError), joined (the other brokers are reset).
 func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t time.Time, force bool) (*ResetResult, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
 		return nil, err
@@ -185,7 +185,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 		}
 		resp, err := a.invoke(ctx, bd.BrokerName, addr, remoting.InvokeBrokerToResetOffset, ext, nil)
 		if err != nil {
-			errs = append(errs, err) // a *BrokerError
+			errs = append(errs, err) // names the broker
 			continue
 		}
 		if resp.ResponseCode() == remoting.ConsumerNotOnline {
@@ -196,13 +196,13 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 			res.Offline = append(res.Offline, bd.BrokerName)
 			continue
 		}
-		if err := resp.ResponseErr(); err != nil {
-			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+		if err := resp.ResponseErrFor(remoting.InvokeBrokerToResetOffset, bd.BrokerName, addr); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		table, err := wire.DecodeResetOffsetBody(resp.Body)
 		if err != nil {
-			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+			errs = append(errs, brokerFailed(bd.BrokerName, addr, err))
 			continue
 		}
 		for mq, off := range table {
@@ -259,8 +259,8 @@ func (a *Admin) resetOffline(ctx context.Context, brokerName, addr string, r *wi
 			if err != nil {
 				return err
 			}
-			if err := resp.ResponseErr(); err != nil {
-				return &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+			if err := resp.ResponseErrFor(remoting.UpdateConsumerOffset, brokerName, addr); err != nil {
+				return err
 			}
 			out[mq] = target
 		}

@@ -67,10 +67,10 @@ func (a *Admin) call(ctx context.Context, b Broker, code remoting.RequestCode, e
 		return nil, err
 	}
 	if resp.ResponseCode() == remoting.RequestCodeNotSupported {
-		return nil, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("%w: %v", ErrNotSupported, resp.ResponseErr())}
+		return nil, fmt.Errorf("%w: %w", ErrNotSupported, resp.ResponseErrFor(code, b.Name, b.Addr))
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return nil, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err}
+	if err := resp.ResponseErrFor(code, b.Name, b.Addr); err != nil {
+		return nil, err
 	}
 	return resp.Body, nil
 }
@@ -90,7 +90,7 @@ func (a *Admin) TopicConfigs(ctx context.Context) ([]TopicInfo, error) {
 		}
 		var w wire.TopicConfigSerializeWrapper
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad topic table: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad topic table: %w", err))
 		}
 		for name, tc := range w.TopicConfigTable {
 			if tc == nil {
@@ -138,7 +138,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context) ([]GroupInfo, error) {
 			} `json:"subscriptionGroupTable"`
 		}
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad group table: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad group table: %w", err))
 		}
 		for name, g := range w.SubscriptionGroupTable {
 			gi := byName[name]
@@ -183,7 +183,7 @@ func (a *Admin) GroupOffsets(ctx context.Context, group string) ([]QueueOffset, 
 		}
 		var w wire.GroupOffsetsBody
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad offsets: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad offsets: %w", err))
 		}
 		for _, q := range w.Queues {
 			out = append(out, QueueOffset{Queue: message.MessageQueue{Topic: q.Topic, BrokerName: b.Name, QueueID: int(q.QueueID)},
@@ -208,7 +208,8 @@ const MaxMessagesByTime = 1000
 // end, its end, or max messages of its own; at most 2*max messages are held at once.
 // Ask for one more than you show to learn whether the range holds more.
 // Errors: a [*ConfigError] for a bad topic, an end before begin or a max outside
-// 1..MaxMessagesByTime; route errors; [*BrokerError]s.
+// 1..MaxMessagesByTime; route errors; broker errors (a refusal is a
+// *remoting.ResponseError).
 func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end time.Time, max int) ([]*message.MessageExt, error) {
 	if err := message.ValidateTopic(topic); err != nil {
 		return nil, &ConfigError{Field: "topic", Reason: err.Error()}
@@ -275,7 +276,8 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 // QueueOffsets returns every queue of topic (from its route) with its min and max offsets
 // (GET_MIN_OFFSET 31 and GET_MAX_OFFSET 30, two requests per queue); Committed is -1.
 // Errors: a [*ConfigError] for a bad topic, route errors (wrapping
-// [wire.ErrTopicNotExist] for an unknown topic), [*BrokerError]s.
+// [wire.ErrTopicNotExist] for an unknown topic), broker errors (a refusal is a
+// *remoting.ResponseError).
 func (a *Admin) QueueOffsets(ctx context.Context, topic string) ([]QueueOffset, error) {
 	if err := message.ValidateTopic(topic); err != nil {
 		return nil, &ConfigError{Field: "topic", Reason: err.Error()}

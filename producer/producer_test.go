@@ -194,8 +194,10 @@ func TestSendGivesUpAfterRetries(t *testing.T) {
 	if !errors.As(err, &se) {
 		t.Fatalf("want *SendError, got %v", err)
 	}
-	if se.Attempts != 3 || se.Code != remoting.ServiceNotAvailable || se.Remark != "service not available now" || !se.Retryable() {
-		t.Fatalf("send error %+v", se)
+	var re *remoting.ResponseError
+	if se.Attempts != 3 || !errors.As(err, &re) || re.Code != remoting.ServiceNotAvailable || re.Remark != "service not available now" ||
+		!re.Retryable() || !se.Retryable() || re.Request != remoting.SendMessageV2 || re.Broker != "broker-a" || re.Addr != bad.Addr() {
+		t.Fatalf("send error %+v (answer %+v)", se, re)
 	}
 	if n := len(bad.Requests(remoting.SendMessageV2)); n != 3 {
 		t.Fatalf("%d attempts, want 3 (1 + RetryTimesWhenSendFailed 2)", n)
@@ -216,7 +218,8 @@ func TestSendNeverRetriesMessageIllegal(t *testing.T) {
 	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	_, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
-	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() {
+	var re *remoting.ResponseError
+	if !errors.As(err, &se) || !errors.As(err, &re) || re.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() || re.Retryable() {
 		t.Fatalf("got %v", err)
 	}
 	if n := len(a.Requests(remoting.SendMessageV2)) + len(b.Requests(remoting.SendMessageV2)); n != 1 {
@@ -248,7 +251,8 @@ func TestSendTransportErrorsRetried(t *testing.T) {
 	_, err := p2.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	var ce *remoting.ConnError
-	if !errors.As(err, &se) || se.Attempts != 3 || se.Code != 0 || !errors.As(err, &ce) {
+	var re *remoting.ResponseError
+	if !errors.As(err, &se) || se.Attempts != 3 || errors.As(err, &re) || !errors.As(err, &ce) || !se.Retryable() {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -143,7 +143,8 @@ func TestSendAsyncRetriesOnSameQueue(t *testing.T) {
 	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}, RetryTimesWhenSendAsyncFailed: 4})
 	res = <-p2.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
-	if !errors.As(res.Err, &se) || se.Attempts != 5 || se.Code != remoting.ServiceNotAvailable {
+	var re *remoting.ResponseError
+	if !errors.As(res.Err, &se) || se.Attempts != 5 || !errors.As(res.Err, &re) || re.Code != remoting.ServiceNotAvailable {
 		t.Fatalf("%+v", res.Err)
 	}
 	// Never retried: MESSAGE_ILLEGAL.
