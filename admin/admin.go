@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"net"
 	"slices"
@@ -79,27 +80,18 @@ func (c *Config) setDefaults() {
 // that is not host:port, or a negative Timeout.
 func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
-		return &ConfigError{Field: "NamesrvAddrs", Reason: "at least one name server address is required"}
+		return &config.Error{Package: "admin", Field: "NamesrvAddrs", Reason: "at least one name server address is required"}
 	}
 	for i, a := range c.NamesrvAddrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return &ConfigError{Field: "NamesrvAddrs[" + strconv.Itoa(i) + "]", Reason: strconv.Quote(a) + " is not host:port"}
+			return &config.Error{Package: "admin", Field: "NamesrvAddrs[" + strconv.Itoa(i) + "]", Reason: strconv.Quote(a) + " is not host:port"}
 		}
 	}
 	if c.Timeout < 0 {
-		return &ConfigError{Field: "Timeout", Reason: "must not be negative"}
+		return &config.Error{Package: "admin", Field: "Timeout", Reason: "must not be negative"}
 	}
 	return nil
 }
-
-// ConfigError reports an invalid [Config] or [TopicSpec] field.
-type ConfigError struct {
-	Field  string // e.g. "NamesrvAddrs", "Queues"
-	Reason string // what is wrong, including the limit
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "admin: " + e.Field + ": " + e.Reason }
 
 // brokerFailed is one broker's failure other than a refusal: a transport error or an
 // answer that could not be read, wrapped with the broker's name (when known) and
@@ -293,17 +285,17 @@ func (s *TopicSpec) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid field of a defaulted spec as a [*ConfigError].
+// Validate reports the first invalid field of a defaulted spec as a [*config.Error].
 func (s *TopicSpec) Validate() error {
 	if err := message.ValidateTopic(s.Topic); err != nil {
-		return &ConfigError{Field: "Topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
 	}
 	if s.Queues < 1 || s.Queues > MaxQueues {
-		return &ConfigError{Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
+		return &config.Error{Package: "admin", Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
 	}
 	const allowed = PermRead | PermWrite | PermInherit
 	if s.Perm < 0 || s.Perm&^allowed != 0 {
-		return &ConfigError{Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
+		return &config.Error{Package: "admin", Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
 	}
 	return nil
 }
@@ -332,7 +324,7 @@ type CreateTopicResult struct {
 // The brokers register the new topic with the name servers themselves; use
 // [Admin.WaitTopicRoute] to wait until the route shows it.
 //
-// Errors: a [*ConfigError] for a bad spec; [ErrNoBroker] (wrapped) if there is no
+// Errors: a [*config.Error] for a bad spec; [ErrNoBroker] (wrapped) if there is no
 // master; name-server errors; and one error per failing broker (a refusal is a
 // *remoting.ResponseError), joined with errors.Join (the topic then exists on the other
 // brokers, and no order config is written).
@@ -490,10 +482,10 @@ func routeHas(r *wire.TopicRouteData, names []string) bool {
 // broker (a refusal is a *remoting.ResponseError), and name-server errors.
 func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 	if err := message.ValidateTopic(topic); err != nil {
-		return &ConfigError{Field: "Topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
 	}
 	if message.IsSystemTopic(topic) {
-		return &ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+		return &config.Error{Package: "admin", Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 	}
 	r, err := a.TopicRoute(ctx, topic)
 	if err != nil && !errors.Is(err, ErrTopicNotExist) {

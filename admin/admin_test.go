@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"net"
 	"reflect"
 	"sync"
@@ -327,12 +328,12 @@ func TestTopicSpecValidation(t *testing.T) {
 		{admin.TopicSpec{Topic: "T", Perm: -2}, "Perm"},
 	} {
 		_, err := a.CreateTopic(ctx(t), tc.spec)
-		var ce *admin.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("CreateTopic(%+v) err = %v, want ConfigError on %s", tc.spec, err, tc.field)
 		}
 	}
-	var ce *admin.ConfigError
+	var ce *config.Error
 	if err := a.DeleteTopic(ctx(t), ""); !errors.As(err, &ce) {
 		t.Errorf("DeleteTopic(\"\") err = %v", err)
 	}
@@ -369,7 +370,7 @@ func TestConfigValidation(t *testing.T) {
 		{NamesrvAddrs: []string{"localhost"}},
 		{NamesrvAddrs: []string{"127.0.0.1:9876"}, Timeout: -1},
 	} {
-		var ce *admin.ConfigError
+		var ce *config.Error
 		if _, err := admin.New(cfg); !errors.As(err, &ce) {
 			t.Errorf("New(%+v) err = %v", cfg, err)
 		}

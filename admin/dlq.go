@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"strconv"
 	"time"
@@ -44,10 +45,10 @@ type QueueRead struct {
 // REQUEST_CODE_NOT_SUPPORTED), transport and decode errors naming the broker.
 func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr string, offset int64, maxNums int) (*QueueRead, error) {
 	if offset < 0 {
-		return nil, &ConfigError{Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)}
+		return nil, &config.Error{Package: "admin", Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)}
 	}
 	if maxNums < 1 || maxNums > readBatch {
-		return nil, &ConfigError{Field: "maxNums", Reason: fmt.Sprintf("%d is outside 1..%d", maxNums, readBatch)}
+		return nil, &config.Error{Package: "admin", Field: "maxNums", Reason: fmt.Sprintf("%d is outside 1..%d", maxNums, readBatch)}
 	}
 	if addr == "" {
 		_, addrs, err := a.topicQueues(ctx, mq.Topic)
@@ -125,11 +126,11 @@ type DLQListOptions struct {
 // [Admin.TopicRoute]), never "no DLQ".
 func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQueue, map[string]string, error) {
 	if group == "" {
-		return nil, nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return nil, nil, &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	topic := message.DLQTopic(group)
 	if err := message.ValidateTopic(topic); err != nil {
-		return nil, nil, &ConfigError{Field: "group", Reason: err.Error()}
+		return nil, nil, &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
 	if errors.Is(err, ErrTopicNotExist) {
@@ -220,13 +221,13 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 		opt.Max = DefaultDLQListMax
 	}
 	if opt.Max < 1 || opt.Max > MaxDLQListMax {
-		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is outside 1..%d", opt.Max, MaxDLQListMax)}
+		return nil, &config.Error{Package: "admin", Field: "Max", Reason: fmt.Sprintf("%d is outside 1..%d", opt.Max, MaxDLQListMax)}
 	}
 	if opt.Skip < 0 || opt.Skip+opt.Max > MaxDLQListMax {
-		return nil, &ConfigError{Field: "Skip", Reason: fmt.Sprintf("%d: Skip must not be negative and Skip+Max (%d) at most %d", opt.Skip, opt.Skip+opt.Max, MaxDLQListMax)}
+		return nil, &config.Error{Package: "admin", Field: "Skip", Reason: fmt.Sprintf("%d: Skip must not be negative and Skip+Max (%d) at most %d", opt.Skip, opt.Skip+opt.Max, MaxDLQListMax)}
 	}
 	if opt.FromOffset < 0 {
-		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
+		return nil, &config.Error{Package: "admin", Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
 	}
 	qs, err := a.dlqState(ctx, group)
 	if err != nil {
@@ -356,10 +357,10 @@ func (e *DLQResendError) Unwrap() error { return e.Err }
 // failures. Other errors (route, read) are returned at once.
 func (a *Admin) ResendDLQ(ctx context.Context, group string, opt DLQResendOptions) (*DLQResendResult, error) {
 	if opt.FromOffset < 0 {
-		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
+		return nil, &config.Error{Package: "admin", Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
 	}
 	if opt.Max < 0 {
-		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is negative", opt.Max)}
+		return nil, &config.Error{Package: "admin", Field: "Max", Reason: fmt.Sprintf("%d is negative", opt.Max)}
 	}
 	mqs, addrs, err := a.dlqQueues(ctx, group)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"time"
 
@@ -34,12 +35,12 @@ var ErrNotSupported = errors.New("admin: no broker supports the request")
 // of the group sent in its last heartbeat (GROUP_SUBSCRIPTIONS, Sluice request code
 // 7002), keeps each client's newest view, and compares them
 // ignoring %RETRY% topics. A group with no client online is consistent with no sets.
-// Errors: a [*ConfigError] for an empty group, [ErrNoBroker], [ErrNotSupported]
+// Errors: a [*config.Error] for an empty group, [ErrNoBroker], [ErrNotSupported]
 // (wrapped) when no broker knows the request, an error per broker that failed
 // otherwise (a refusal is a *remoting.ResponseError) (joined) when none answered.
 func (a *Admin) GroupConsistency(ctx context.Context, group string) (*SubscriptionReport, error) {
 	if group == "" {
-		return nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return nil, &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {
@@ -251,7 +252,7 @@ var ErrGroupNotExist = errors.New("admin: consumer group does not exist")
 // [Admin.GroupSummaries].
 func (a *Admin) CheckGroup(ctx context.Context, group string) error {
 	if group == "" {
-		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	all, err := a.GroupSummaries(ctx)
 	if err != nil {
@@ -268,15 +269,15 @@ func (a *Admin) CheckGroup(ctx context.Context, group string) error {
 // DeleteGroup deletes a consumer group from every master broker that knows it
 // (DELETE_SUBSCRIPTIONGROUP, RocketMQ request code 207): its subscription group config and
 // every offset it committed. Its %RETRY% and %DLQ% topics and their messages stay. A
-// broker refuses while clients of the group are online. Errors: a [*ConfigError] for a
+// broker refuses while clients of the group are online. Errors: a [*config.Error] for a
 // bad name, [ErrGroupNotExist] (wrapped) when no broker knows it, one *remoting.ResponseError
 // per broker that refused, joined.
 func (a *Admin) DeleteGroup(ctx context.Context, group string) error {
 	if group == "" {
-		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(group); err != nil {
-		return &ConfigError{Field: "group", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestFindAndViewMessagesOnTwoBrokers(t *testing.T) {
 	}
 
 	// Errors.
-	var ce *admin.ConfigError
+	var ce *config.Error
 	for _, bad := range []func() error{
 		func() error { _, err := a.ViewMessage(ctx(t), "not-an-id"); return err },
 		func() error { _, err := a.ViewMessage(ctx(t), "00000000000000000000000000000000"); return err },

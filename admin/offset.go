@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"time"
 
@@ -87,7 +88,7 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 
 // ConsumerOffsets returns, for every queue of topic (from its route), the group's
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
-// min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
+// min and max offsets (31, 30). Errors: a [*config.Error] for a bad group or topic name,
 // route errors (wrapping [ErrTopicNotExist] for an unknown topic) and
 // broker errors (a refusal is a *remoting.ResponseError).
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
@@ -131,13 +132,13 @@ func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]Que
 
 func checkGroupTopic(group, topic string) error {
 	if group == "" {
-		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(group); err != nil {
-		return &ConfigError{Field: "group", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	if err := message.ValidateTopic(topic); err != nil {
-		return &ConfigError{Field: "topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "topic", Reason: err.Error()}
 	}
 	return nil
 }
@@ -161,7 +162,7 @@ type ResetResult struct {
 // jump there (RESET_CONSUMER_CLIENT_OFFSET, 220). With force=false a queue only moves
 // backwards (its committed offset is kept when the target lies ahead of it).
 //
-// Errors: a [*ConfigError] for a bad group or topic; route errors; one error per
+// Errors: a [*config.Error] for a bad group or topic; route errors; one error per
 // failing broker (a refusal is a *remoting.ResponseError), joined (the other brokers are reset).
 func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t time.Time, force bool) (*ResetResult, error) {
 	if err := checkGroupTopic(group, topic); err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,7 @@ maxIndexNum=20000000
 	if c.FileReservedTime != 48 || c.FlushDiskType != "SYNC_FLUSH" || boolOr(c.AutoCreateTopicEnable, true) || c.ListenAddr != "127.0.0.1:0" {
 		t.Fatalf("parsed %+v", c)
 	}
-	var ce *ConfigError
+	var ce *config.Error
 	for in, key := range map[string]string{
 		"noSuchKey=1":                 "noSuchKey",
 		"listenPort=abc":              "listenPort",
@@ -43,7 +44,7 @@ maxIndexNum=20000000
 		"autoCreateTopicEnable=maybe": "autoCreateTopicEnable",
 		"=orphan":                     "=orphan",
 	} {
-		if _, err := ParseConfig(strings.NewReader(in)); !errors.As(err, &ce) || ce.Key != key {
+		if _, err := ParseConfig(strings.NewReader(in)); !errors.As(err, &ce) || ce.Field != key {
 			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
 		}
 	}
@@ -68,7 +69,7 @@ maxIndexNum=20000000
 		if err == nil {
 			err = c3.Validate()
 		}
-		if !errors.As(err, &ce) || ce.Key != key {
+		if !errors.As(err, &ce) || ce.Field != key {
 			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -46,15 +47,6 @@ var (
 	_ transport.Producer = (*Producer)(nil)
 	_ transport.Consumer = (*Consumer)(nil)
 )
-
-// ConfigError names a configuration field that is wrong and why.
-type ConfigError struct {
-	Field  string // the field (or call) that is wrong
-	Reason string // what is wrong with it
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "kafka: config " + e.Field + ": " + e.Reason }
 
 // ProducerConfig configures a [Producer]. The zero value of every field but Brokers is
 // usable.
@@ -138,22 +130,22 @@ func (c *ProducerConfig) setDefaults() {
 	}
 }
 
-// Validate checks the configuration (after defaults) and returns a *ConfigError naming
+// Validate checks the configuration (after defaults) and returns a *config.Error naming
 // the first wrong field.
 func (c *ProducerConfig) Validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return &ConfigError{"Brokers", "at least one bootstrap address is required"}
+		return &config.Error{Package: "kafka", Field: "Brokers", Reason: "at least one bootstrap address is required"}
 	case c.RequiredAcks != kafkago.RequireAll && c.RequiredAcks != kafkago.RequireOne && c.RequiredAcks != kafkago.RequireNone:
-		return &ConfigError{"RequiredAcks", fmt.Sprintf("%d is not RequireAll (-1) or RequireOne (1)", c.RequiredAcks)}
+		return &config.Error{Package: "kafka", Field: "RequiredAcks", Reason: fmt.Sprintf("%d is not RequireAll (-1) or RequireOne (1)", c.RequiredAcks)}
 	case c.BatchTimeout < 0, c.WriteTimeout < 0, c.DialTimeout < 0:
-		return &ConfigError{"BatchTimeout/WriteTimeout/DialTimeout", "must not be negative"}
+		return &config.Error{Package: "kafka", Field: "BatchTimeout/WriteTimeout/DialTimeout", Reason: "must not be negative"}
 	case c.BatchSize < 0 || c.MaxAttempts < 0 || c.MaxBodyBytes < 0:
-		return &ConfigError{"BatchSize/MaxAttempts/MaxBodyBytes", "must not be negative"}
+		return &config.Error{Package: "kafka", Field: "BatchSize/MaxAttempts/MaxBodyBytes", Reason: "must not be negative"}
 	}
 	for i, d := range c.DelayLevels {
 		if d <= 0 {
-			return &ConfigError{"DelayLevels", fmt.Sprintf("level %d is %v; every level must be positive", i+1, d)}
+			return &config.Error{Package: "kafka", Field: "DelayLevels", Reason: fmt.Sprintf("level %d is %v; every level must be positive", i+1, d)}
 		}
 	}
 	return nil
@@ -358,7 +350,7 @@ func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.Sen
 // connections, they run with an error shortly after — a completion is never dropped.
 func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error)) error {
 	if cb == nil {
-		return &ConfigError{"SendAsync callback", "must not be nil"}
+		return &config.Error{Package: "kafka", Field: "SendAsync callback", Reason: "must not be nil"}
 	}
 	km, err := p.prepare(msg)
 	if err != nil {
