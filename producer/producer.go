@@ -272,7 +272,7 @@ type prepared struct {
 	// A single message's prepared comes from preparedPool and goes back (release) once
 	// its send is over, so that a send allocates none of them (about 1 KiB) afresh.
 	req remoting.RemotingCommand
-	ext [len(wire.SendHeaderKeys)]remoting.ExtField
+	ext [wire.SendHeaderFields]remoting.ExtField
 	op  asyncOp
 	// answered is op.answered, the callback of SendAsync's attempts: made once, kept
 	// across release (it refers to this prepared's op, whatever send it carries).
