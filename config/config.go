@@ -26,7 +26,13 @@ type Error struct {
 	// Reason says what is wrong, including the accepted range or limit where there is
 	// one, e.g. "want 1..64 queues".
 	Reason string
+	// Err is the cause when another check found the problem (e.g. a
+	// *message.ValidationError for a group name), nil otherwise; errors.As reaches it.
+	Err error
 }
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Error implements error: "<package>: config <field>: <reason>", or with a value
 // "<package>: config <field>=<value>: <reason>" (strings quoted).

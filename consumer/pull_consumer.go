@@ -3,13 +3,13 @@ package consumer
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -55,15 +55,15 @@ type PullConfig struct {
 // Validate reports the first invalid field as an error naming it.
 func (c *PullConfig) Validate() error {
 	if c.Group == "" {
-		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
+		return &config.Error{Package: "consumer", Field: "Group", Reason: "empty: a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(c.Group); err != nil {
-		return fmt.Errorf("consumer: PullConfig.Group %q: %w", c.Group, err)
+		return &config.Error{Package: "consumer", Field: "Group", Value: fmt.Sprintf("%.64s", c.Group), Reason: err.Error(), Err: err}
 	}
 	if len(c.NamesrvAddrs) == 0 {
-		return errors.New("consumer: PullConfig.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+		return &config.Error{Package: "consumer", Field: "NamesrvAddrs", Reason: `empty: need at least one name server "host:port"`}
 	}
-	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
+	return withPackage("consumer", (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate())
 }
 
 // PullStatus is the outcome of one Pull (RocketMQ PullStatus).

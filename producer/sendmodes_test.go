@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
@@ -426,8 +427,15 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		"LatencyFaultRules[0]":          {NamesrvAddrs: ns, LatencyFaultRules: []LatencyFaultRule{{-time.Second, time.Second}}},
 	} {
 		err := cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), "Config."+field) {
-			t.Errorf("%s: %v", field, err)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Package != "producer" || ce.Field != field || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want a *config.Error naming the field", field, err)
 		}
+	}
+	// The name server addresses are checked by the shared client, reported as the producer's.
+	var ce *config.Error
+	if err := (&Config{NamesrvAddrs: []string{"127.0.0.1:9876", "nohostport"}}).Validate(); !errors.As(err, &ce) ||
+		ce.Package != "producer" || ce.Field != "NamesrvAddrs[1]" || ce.Value != "nohostport" {
+		t.Errorf("bad second name server: %v", err)
 	}
 }
