@@ -1,7 +1,7 @@
 // Package config holds [Error], the one error every Sluice package returns for an
-// invalid configuration field or call argument: the broker and its store, admin, kafka,
-// outbox, inbox and console. It imports only the standard library, so the SDK core may
-// use it too. Find it with errors.As:
+// invalid configuration field or call argument: the producer and consumers, the broker
+// and its store, admin, kafka, outbox, inbox and console. It imports only the standard
+// library, so the SDK core uses it too. Find it with errors.As:
 //
 //	var ce *config.Error
 //	if errors.As(err, &ce) {
