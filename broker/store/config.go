@@ -173,7 +173,7 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	switch {
 	case c.Dir == "":
-		return &config.Error{Package: "store", Field: "Dir", Value: `""`, Reason: "required"}
+		return &config.Error{Package: "store", Field: "Dir", Reason: "required"}
 	case c.CommitLogSegmentSize != 0 && (c.CommitLogSegmentSize < MinCommitLogSegmentSize || c.CommitLogSegmentSize > MaxCommitLogSegmentSize):
 		return &config.Error{Package: "store", Field: "CommitLogSegmentSize", Value: c.CommitLogSegmentSize,
 			Reason: fmt.Sprintf("want %d..%d bytes", MinCommitLogSegmentSize, MaxCommitLogSegmentSize)}
