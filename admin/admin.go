@@ -4,8 +4,10 @@
 // (`sluice admin ...`) and tests use it.
 //
 // Unlike the official Go client's admin, every call reports the broker's or name
-// server's response code as a typed error ([*BrokerError] wrapping a
-// *remoting.ResponseError, or [ErrTopicNotExist]).
+// server's refusal as the one typed answer error, *remoting.ResponseError (code, remark,
+// Retryable, the request and the broker: find it with errors.As), or [ErrTopicNotExist].
+// A broker that did not answer, or whose answer could not be read, gives an error naming
+// the broker and wrapping the cause (e.g. a *remoting.ConnError).
 package admin
 
 import (
@@ -13,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"net"
 	"slices"
@@ -77,47 +80,46 @@ func (c *Config) setDefaults() {
 // that is not host:port, or a negative Timeout.
 func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
-		return &ConfigError{Field: "NamesrvAddrs", Reason: "at least one name server address is required"}
+		return &config.Error{Package: "admin", Field: "NamesrvAddrs", Reason: "at least one name server address is required"}
 	}
 	for i, a := range c.NamesrvAddrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return &ConfigError{Field: "NamesrvAddrs[" + strconv.Itoa(i) + "]", Reason: strconv.Quote(a) + " is not host:port"}
+			return &config.Error{Package: "admin", Field: "NamesrvAddrs[" + strconv.Itoa(i) + "]", Reason: strconv.Quote(a) + " is not host:port"}
 		}
 	}
 	if c.Timeout < 0 {
-		return &ConfigError{Field: "Timeout", Reason: "must not be negative"}
+		return &config.Error{Package: "admin", Field: "Timeout", Reason: "must not be negative"}
 	}
 	return nil
 }
 
-// ConfigError reports an invalid [Config] or [TopicSpec] field.
-type ConfigError struct {
-	Field  string // e.g. "NamesrvAddrs", "Queues"
-	Reason string // what is wrong, including the limit
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "admin: " + e.Field + ": " + e.Reason }
-
-// BrokerError is one broker's failure in a multi-broker call: a transport error or a
-// non-success response (Err is then a *remoting.ResponseError carrying the code and
-// remark).
-type BrokerError struct {
-	BrokerName string
-	BrokerAddr string
-	Err        error
-}
-
-// Error implements error.
-func (e *BrokerError) Error() string {
-	if e.BrokerName == "" { // known only by address (e.g. from an offset message id)
-		return fmt.Sprintf("admin: broker at %s: %v", e.BrokerAddr, e.Err)
+// brokerFailed is one broker's failure other than a refusal: a transport error or an
+// answer that could not be read, wrapped with the broker's name (when known) and
+// address. A refusal (*remoting.ResponseError) names its broker itself and is returned
+// as it is.
+func brokerFailed(name, addr string, err error) error {
+	if _, ok := err.(*remoting.ResponseError); ok {
+		return err
 	}
-	return fmt.Sprintf("admin: broker %s (%s): %v", e.BrokerName, e.BrokerAddr, e.Err)
+	return &brokerFailure{name: name, addr: addr, err: err}
 }
 
-// Unwrap returns the cause.
-func (e *BrokerError) Unwrap() error { return e.Err }
+// brokerFailure is what brokerFailed wraps: unexported, since callers look for the
+// cause (a *remoting.ConnError, remoting.ErrTimeout, a decoding error) with errors.As
+// or errors.Is; [PartialError.FailedBrokers] reads the broker from it.
+type brokerFailure struct {
+	name, addr string
+	err        error
+}
+
+func (e *brokerFailure) Error() string {
+	if e.name == "" { // known only by address (e.g. from an offset message id)
+		return fmt.Sprintf("admin: broker at %s: %v", e.addr, e.err)
+	}
+	return fmt.Sprintf("admin: broker %s (%s): %v", e.name, e.addr, e.err)
+}
+
+func (e *brokerFailure) Unwrap() error { return e.err }
 
 // Admin is an administration client. It is safe for concurrent use; Close releases its
 // connections.
@@ -297,17 +299,17 @@ func (s *TopicSpec) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid field of a defaulted spec as a [*ConfigError].
+// Validate reports the first invalid field of a defaulted spec as a [*config.Error].
 func (s *TopicSpec) Validate() error {
 	if err := message.ValidateTopic(s.Topic); err != nil {
-		return &ConfigError{Field: "Topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
 	}
 	if s.Queues < 1 || s.Queues > MaxQueues {
-		return &ConfigError{Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
+		return &config.Error{Package: "admin", Field: "Queues", Reason: fmt.Sprintf("%d is outside 1..%d", s.Queues, MaxQueues)}
 	}
 	const allowed = PermRead | PermWrite | PermInherit
 	if s.Perm < 0 || s.Perm&^allowed != 0 {
-		return &ConfigError{Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
+		return &config.Error{Package: "admin", Field: "Perm", Reason: fmt.Sprintf("%d has bits outside read(4)|write(2)|inherit(1)", s.Perm)}
 	}
 	return nil
 }
@@ -336,11 +338,10 @@ type CreateTopicResult struct {
 // The brokers register the new topic with the name servers themselves; use
 // [Admin.WaitTopicRoute] to wait until the route shows it.
 //
-// Errors: a [*ConfigError] for a bad spec; [ErrNoBroker] (wrapped) if there is no
-// master; name-server errors; and one [*BrokerError] per failing broker: joined when
-// every broker failed, else in a [*PartialError] returned with the brokers that accepted
-// the topic (no order config is written then). A broker's refusal is a
-// *remoting.ResponseError inside its BrokerError.
+// Errors: a [*config.Error] for a bad spec; [ErrNoBroker] (wrapped) if there is no
+// master; name-server errors; and one error per failing broker (a refusal is a
+// *remoting.ResponseError): joined when every broker failed, else in a [*PartialError]
+// returned with the brokers that accepted the topic (no order config is written then).
 func (a *Admin) CreateTopic(ctx context.Context, spec TopicSpec) (*CreateTopicResult, error) {
 	spec.setDefaults()
 	if err := spec.Validate(); err != nil {
@@ -415,10 +416,10 @@ func (a *Admin) createOn(ctx context.Context, b Broker, ext map[string]string) e
 	}
 	resp, err := a.client.InvokeSync(c, b.Addr, remoting.NewRequest(remoting.UpdateAndCreateTopic, e, nil))
 	if err == nil {
-		err = resp.ResponseErr()
+		err = resp.ResponseErrFor(remoting.UpdateAndCreateTopic, b.Name, b.Addr)
 	}
 	if err != nil {
-		return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err}
+		return brokerFailed(b.Name, b.Addr, err)
 	}
 	return nil
 }
@@ -500,14 +501,14 @@ func routeHas(r *wire.TopicRouteData, names []string) bool {
 // every master in the topic's route, then DELETE_TOPIC_IN_NAMESRV (216) and
 // DELETE_KV_CONFIG of its order config (102) on every name server. A topic without a
 // route is deleted from the name servers only when some broker still holds it; a topic
-// no broker holds gives an error wrapping [ErrTopicNotExist] and changes nothing. Errors are joined: [*BrokerError] per
-// failing broker, and name-server errors.
+// no broker holds gives an error wrapping [ErrTopicNotExist] and changes nothing. Errors are joined: one per failing
+// broker (a refusal is a *remoting.ResponseError), and name-server errors.
 func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 	if err := message.ValidateTopic(topic); err != nil {
-		return &ConfigError{Field: "Topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
 	}
 	if message.IsSystemTopic(topic) {
-		return &ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+		return &config.Error{Package: "admin", Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 	}
 	r, err := a.TopicRoute(ctx, topic)
 	if err != nil && !errors.Is(err, ErrTopicNotExist) {
@@ -538,10 +539,10 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 			resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(remoting.DeleteTopicInBroker, map[string]string{"topic": topic}, nil))
 			cancel()
 			if err == nil {
-				err = resp.ResponseErr()
+				err = resp.ResponseErrFor(remoting.DeleteTopicInBroker, bd.BrokerName, addr)
 			}
 			if err != nil {
-				errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+				errs = append(errs, brokerFailed(bd.BrokerName, addr, err))
 			}
 		}
 	}

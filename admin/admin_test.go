@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"net"
 	"reflect"
 	"sync"
@@ -260,13 +261,12 @@ func TestCreateTopicReportsBrokerResponseCode(t *testing.T) {
 	bb.mu.Unlock()
 	a := newAdmin(t, ns.Addr())
 	_, err := a.CreateTopic(ctx(t), admin.TopicSpec{Topic: "O", Order: true})
-	var be *admin.BrokerError
 	var re *remoting.ResponseError
-	if !errors.As(err, &be) || be.BrokerName != "broker-b" || be.BrokerAddr != bb.addr() {
-		t.Fatalf("err = %v, want a BrokerError for broker-b", err)
+	if !errors.As(err, &re) || re.Broker != "broker-b" || re.Addr != bb.addr() || re.Request != remoting.UpdateAndCreateTopic {
+		t.Fatalf("err = %v, want a *remoting.ResponseError from broker-b", err)
 	}
-	if !errors.As(err, &re) || re.Code != remoting.NoPermission || re.Remark == "" {
-		t.Fatalf("err = %v, want response code 16 with remark", err)
+	if re.Code != remoting.NoPermission || re.Remark != "topic O is conflict with system reserved words" || !re.Retryable() {
+		t.Fatalf("err = %v, want response code 16 with remark, retryable", err)
 	}
 	// No order config was written.
 	cli, err := remoting.NewClient(remoting.ClientConfig{Logger: quiet})
@@ -328,12 +328,12 @@ func TestTopicSpecValidation(t *testing.T) {
 		{admin.TopicSpec{Topic: "T", Perm: -2}, "Perm"},
 	} {
 		_, err := a.CreateTopic(ctx(t), tc.spec)
-		var ce *admin.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("CreateTopic(%+v) err = %v, want ConfigError on %s", tc.spec, err, tc.field)
 		}
 	}
-	var ce *admin.ConfigError
+	var ce *config.Error
 	if err := a.DeleteTopic(ctx(t), ""); !errors.As(err, &ce) {
 		t.Errorf("DeleteTopic(\"\") err = %v", err)
 	}
@@ -370,7 +370,7 @@ func TestConfigValidation(t *testing.T) {
 		{NamesrvAddrs: []string{"localhost"}},
 		{NamesrvAddrs: []string{"127.0.0.1:9876"}, Timeout: -1},
 	} {
-		var ce *admin.ConfigError
+		var ce *config.Error
 		if _, err := admin.New(cfg); !errors.As(err, &ce) {
 			t.Errorf("New(%+v) err = %v", cfg, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"strconv"
 	"time"
@@ -40,14 +41,14 @@ type QueueRead struct {
 // no permission check (so %DLQ% topics, which refuse pulls, are readable), no offset
 // commit. addr is the master address of mq's broker; "" looks it up in mq.Topic's
 // route. An offset past the end gives no messages and NextOffset = Max. Errors: route
-// errors, a [*BrokerError] (a broker that is not Sluice answers code 3
-// REQUEST_CODE_NOT_SUPPORTED), decode errors.
+// errors, a *remoting.ResponseError (a broker that is not Sluice answers code 3
+// REQUEST_CODE_NOT_SUPPORTED), transport and decode errors naming the broker.
 func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr string, offset int64, maxNums int) (*QueueRead, error) {
 	if offset < 0 {
-		return nil, &ConfigError{Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)}
+		return nil, &config.Error{Package: "admin", Field: "offset", Reason: fmt.Sprintf("%d is negative", offset)}
 	}
 	if maxNums < 1 || maxNums > readBatch {
-		return nil, &ConfigError{Field: "maxNums", Reason: fmt.Sprintf("%d is outside 1..%d", maxNums, readBatch)}
+		return nil, &config.Error{Package: "admin", Field: "maxNums", Reason: fmt.Sprintf("%d is outside 1..%d", maxNums, readBatch)}
 	}
 	if addr == "" {
 		_, addrs, err := a.topicQueues(ctx, mq.Topic)
@@ -67,11 +68,11 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	switch resp.ResponseCode() {
 	case remoting.Success, remoting.PullNotFound, remoting.PullRetryImmediately, remoting.PullOffsetMoved:
 	default:
-		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+		return nil, resp.ResponseErrFor(wire.ReadQueue, mq.BrokerName, addr)
 	}
 	rh, err := wire.ParsePullResponseHeader(resp)
 	if err != nil {
-		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+		return nil, brokerFailed(mq.BrokerName, addr, err)
 	}
 	r.NextOffset, r.Min, r.Max = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if resp.ResponseCode() == remoting.PullOffsetMoved && offset > r.Max {
@@ -79,7 +80,7 @@ func (a *Admin) ReadQueue(ctx context.Context, mq message.MessageQueue, addr str
 	}
 	if resp.ResponseCode() == remoting.Success {
 		if r.Messages, err = message.DecodeRecords(resp.Body, message.DecodeOptions{}); err != nil {
-			return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: fmt.Errorf("decode records: %w", err)}
+			return nil, brokerFailed(mq.BrokerName, addr, fmt.Errorf("decode records: %w", err))
 		}
 		for _, m := range r.Messages {
 			m.BrokerName = mq.BrokerName
@@ -125,11 +126,11 @@ type DLQListOptions struct {
 // [Admin.TopicRoute]), never "no DLQ".
 func (a *Admin) dlqQueues(ctx context.Context, group string) ([]message.MessageQueue, map[string]string, error) {
 	if group == "" {
-		return nil, nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return nil, nil, &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	topic := message.DLQTopic(group)
 	if err := message.ValidateTopic(topic); err != nil {
-		return nil, nil, &ConfigError{Field: "group", Reason: err.Error()}
+		return nil, nil, &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
 	if errors.Is(err, ErrTopicNotExist) {
@@ -152,7 +153,7 @@ func (a *Admin) redriveMark(ctx context.Context, group string, mq message.Messag
 	case remoting.QueryNotFound:
 		return 0, nil
 	}
-	return 0, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+	return 0, resp.ResponseErrFor(remoting.QueryConsumerOffset, mq.BrokerName, addr)
 }
 
 // dlqQueue is one queue of a group's DLQ with its offsets.
@@ -220,13 +221,13 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 		opt.Max = DefaultDLQListMax
 	}
 	if opt.Max < 1 || opt.Max > MaxDLQListMax {
-		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is outside 1..%d", opt.Max, MaxDLQListMax)}
+		return nil, &config.Error{Package: "admin", Field: "Max", Reason: fmt.Sprintf("%d is outside 1..%d", opt.Max, MaxDLQListMax)}
 	}
 	if opt.Skip < 0 || opt.Skip+opt.Max > MaxDLQListMax {
-		return nil, &ConfigError{Field: "Skip", Reason: fmt.Sprintf("%d: Skip must not be negative and Skip+Max (%d) at most %d", opt.Skip, opt.Skip+opt.Max, MaxDLQListMax)}
+		return nil, &config.Error{Package: "admin", Field: "Skip", Reason: fmt.Sprintf("%d: Skip must not be negative and Skip+Max (%d) at most %d", opt.Skip, opt.Skip+opt.Max, MaxDLQListMax)}
 	}
 	if opt.FromOffset < 0 {
-		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
+		return nil, &config.Error{Package: "admin", Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
 	}
 	qs, err := a.dlqState(ctx, group)
 	if err != nil {
@@ -356,10 +357,10 @@ func (e *DLQResendError) Unwrap() error { return e.Err }
 // failures. Other errors (route, read) are returned at once.
 func (a *Admin) ResendDLQ(ctx context.Context, group string, opt DLQResendOptions) (*DLQResendResult, error) {
 	if opt.FromOffset < 0 {
-		return nil, &ConfigError{Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
+		return nil, &config.Error{Package: "admin", Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
 	}
 	if opt.Max < 0 {
-		return nil, &ConfigError{Field: "Max", Reason: fmt.Sprintf("%d is negative", opt.Max)}
+		return nil, &config.Error{Package: "admin", Field: "Max", Reason: fmt.Sprintf("%d is negative", opt.Max)}
 	}
 	mqs, addrs, err := a.dlqQueues(ctx, group)
 	if err != nil {
@@ -450,8 +451,8 @@ func (a *Admin) commitMark(ctx context.Context, group string, mq message.Message
 	if err != nil {
 		return err
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(remoting.UpdateConsumerOffset, mq.BrokerName, addr); err != nil {
+		return err
 	}
 	return nil
 }
@@ -542,7 +543,7 @@ func (s *resender) resend(ctx context.Context, m *message.MessageExt) (*ResentMe
 		return nil, err
 	}
 	if !client.SendStored(resp.ResponseCode()) {
-		return nil, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+		return nil, resp.ResponseErrFor(remoting.SendMessageV2, mq.BrokerName, addr)
 	}
 	sr, err := client.ParseSendResponse(resp, mq, m.UniqKey())
 	if err != nil {

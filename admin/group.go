@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"time"
 
@@ -34,13 +35,13 @@ var ErrNotSupported = errors.New("admin: no broker supports the request")
 // of the group sent in its last heartbeat (GROUP_SUBSCRIPTIONS, Sluice request code
 // 7002), keeps each client's newest view, and compares them
 // ignoring %RETRY% topics. A group with no client online is consistent with no sets.
-// Errors: a [*ConfigError] for an empty group, [ErrNoBroker], [ErrNotSupported]
-// (wrapped) when no broker knows the request, a [*BrokerError] per broker that failed
-// otherwise (joined) when none answered; when some did, the report of those with a
-// [*PartialError] naming the others.
+// Errors: a [*config.Error] for an empty group, [ErrNoBroker], [ErrNotSupported]
+// (wrapped) when no broker knows the request, an error per broker that failed
+// otherwise (a refusal is a *remoting.ResponseError), joined when none answered; when
+// some did, the report of those with a [*PartialError] naming the others.
 func (a *Admin) GroupConsistency(ctx context.Context, group string) (*SubscriptionReport, error) {
 	if group == "" {
-		return nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return nil, &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {
@@ -60,16 +61,16 @@ func (a *Admin) GroupConsistency(ctx context.Context, group string) (*Subscripti
 			continue
 		}
 		if resp.ResponseCode() == remoting.RequestCodeNotSupported {
-			errs = append(errs, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("%w: %v", ErrNotSupported, resp.ResponseErr())})
+			errs = append(errs, fmt.Errorf("%w: %w", ErrNotSupported, resp.ResponseErrFor(wire.GroupSubscriptions, b.Name, b.Addr)))
 			continue
 		}
-		if err := resp.ResponseErr(); err != nil {
-			errs = append(errs, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err})
+		if err := resp.ResponseErrFor(wire.GroupSubscriptions, b.Name, b.Addr); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		var body wire.GroupSubscriptionsBody
 		if err := json.Unmarshal(resp.Body, &body); err != nil {
-			errs = append(errs, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad body: %w", err)})
+			errs = append(errs, brokerFailed(b.Name, b.Addr, fmt.Errorf("bad body: %w", err)))
 			continue
 		}
 		answered++
@@ -153,7 +154,7 @@ func (a *Admin) GroupSummaries(ctx context.Context) ([]GroupSummary, error) {
 		}
 		var w wire.GroupSummariesBody
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad group summaries: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad group summaries: %w", err))
 		}
 		for _, s := range w.Groups {
 			g := byName[s.Group]
@@ -224,7 +225,7 @@ func (a *Admin) configuredGroupsOf(ctx context.Context, b Broker, byName map[str
 		} `json:"subscriptionGroupTable"`
 	}
 	if err := json.Unmarshal(body, &w); err != nil {
-		return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad group table: %w", err)}
+		return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad group table: %w", err))
 	}
 	for name, c := range w.SubscriptionGroupTable {
 		g := byName[name]
@@ -252,7 +253,7 @@ var ErrGroupNotExist = errors.New("admin: consumer group does not exist")
 // [Admin.GroupSummaries].
 func (a *Admin) CheckGroup(ctx context.Context, group string) error {
 	if group == "" {
-		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	all, err := a.GroupSummaries(ctx)
 	for _, g := range all {
@@ -269,15 +270,15 @@ func (a *Admin) CheckGroup(ctx context.Context, group string) error {
 // DeleteGroup deletes a consumer group from every master broker that knows it
 // (DELETE_SUBSCRIPTIONGROUP, RocketMQ request code 207): its subscription group config and
 // every offset it committed. Its %RETRY% and %DLQ% topics and their messages stay. A
-// broker refuses while clients of the group are online. Errors: a [*ConfigError] for a
-// bad name, [ErrGroupNotExist] (wrapped) when no broker knows it, one [*BrokerError] per
-// broker that refused, joined.
+// broker refuses while clients of the group are online. Errors: a [*config.Error] for a
+// bad name, [ErrGroupNotExist] (wrapped) when no broker knows it, one *remoting.ResponseError
+// per broker that refused, joined.
 func (a *Admin) DeleteGroup(ctx context.Context, group string) error {
 	if group == "" {
-		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(group); err != nil {
-		return &ConfigError{Field: "group", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {
@@ -300,7 +301,7 @@ func (a *Admin) DeleteGroup(ctx context.Context, group string) error {
 			deleted++
 		case remoting.SubscriptionGroupNotExist:
 		default:
-			errs = append(errs, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: resp.ResponseErr()})
+			errs = append(errs, resp.ResponseErrFor(remoting.DeleteSubscriptionGroup, b.Name, b.Addr))
 		}
 	}
 	if len(errs) > 0 {

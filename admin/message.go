@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"maps"
 	"math"
 	"slices"
@@ -25,29 +26,29 @@ const MaxFindMessages = 64
 // VIEW_MESSAGE_BY_ID (RocketMQ request code 33). The body is decompressed;
 // BrokerName is left empty (the id names an address, not a broker).
 //
-// Errors: a [*ConfigError] with Field "msgId" when the id does not decode (note that a
+// Errors: a [*config.Error] with Field "msgId" when the id does not decode (note that a
 // client message id, UNIQ_KEY, is not an offset id: use [Admin.FindMessageByUniqKey]);
-// a [*BrokerError] for a broker that cannot be reached or has no message there (then
-// wrapping a *remoting.ResponseError with the broker's code and remark).
+// an error naming the broker when it cannot be reached, or its *remoting.ResponseError
+// with the broker's code and remark when it has no message there.
 func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.MessageExt, error) {
 	host, offset, err := message.ParseOffsetMsgID(offsetMsgID)
 	if err != nil {
-		return nil, &ConfigError{Field: "msgId", Reason: fmt.Sprintf("%q is not an offset message id: %v", offsetMsgID, err)}
+		return nil, &config.Error{Package: "admin", Field: "msgId", Reason: fmt.Sprintf("%q is not an offset message id: %v", offsetMsgID, err)}
 	}
 	if !host.Addr().IsValid() || host.Addr().IsUnspecified() || host.Port() == 0 {
-		return nil, &ConfigError{Field: "msgId", Reason: fmt.Sprintf("%q decodes to store host %s, not a broker address", offsetMsgID, host)}
+		return nil, &config.Error{Package: "admin", Field: "msgId", Reason: fmt.Sprintf("%q decodes to store host %s, not a broker address", offsetMsgID, host)}
 	}
 	addr := host.String()
 	resp, err := a.invoke(ctx, "", addr, remoting.ViewMessageByID, map[string]string{"offset": strconv.FormatInt(offset, 10)}, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return nil, &BrokerError{BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(remoting.ViewMessageByID, "", addr); err != nil {
+		return nil, err
 	}
 	m, _, err := message.DecodeRecord(resp.Body, message.DecodeOptions{Decompress: true})
 	if err != nil {
-		return nil, &BrokerError{BrokerAddr: addr, Err: fmt.Errorf("VIEW_MESSAGE_BY_ID body: %w", err)}
+		return nil, brokerFailed("", addr, fmt.Errorf("VIEW_MESSAGE_BY_ID body: %w", err))
 	}
 	return m, nil
 }
@@ -61,10 +62,11 @@ func (a *Admin) ViewMessage(ctx context.Context, offsetMsgID string) (*message.M
 // because a broker may return hash collisions. BrokerName is set on each message and the
 // bodies are decompressed.
 //
-// Errors: a [*ConfigError] for an invalid topic, an empty key or a key with a space (the
+// Errors: a [*config.Error] for an invalid topic, an empty key or a key with a space (the
 // KEYS separator), or end before begin; name-server errors (a topic without route wraps
-// [ErrTopicNotExist]); and one [*BrokerError] per failing broker: joined when none
-// answered, else in a [*PartialError] returned with the messages the others found.
+// [ErrTopicNotExist]); and one error per failing broker (a refusal is a
+// *remoting.ResponseError): joined when none answered, else in a [*PartialError]
+// returned with the messages the others found.
 func (a *Admin) FindMessages(ctx context.Context, topic, key string, begin, end time.Time) ([]*message.MessageExt, error) {
 	if err := checkTopicKey(topic, key); err != nil {
 		return nil, err
@@ -77,7 +79,7 @@ func (a *Admin) FindMessages(ctx context.Context, topic, key string, begin, end 
 		e = end.UnixMilli()
 	}
 	if e < b {
-		return nil, &ConfigError{Field: "end", Reason: fmt.Sprintf("%s is before begin %s", end.Format(time.RFC3339), begin.Format(time.RFC3339))}
+		return nil, &config.Error{Package: "admin", Field: "end", Reason: fmt.Sprintf("%s is before begin %s", end.Format(time.RFC3339), begin.Format(time.RFC3339))}
 	}
 	ext := map[string]string{"topic": topic, "key": key, "maxNum": strconv.Itoa(MaxFindMessages),
 		"beginTimestamp": strconv.FormatInt(b, 10), "endTimestamp": strconv.FormatInt(e, 10)}
@@ -101,13 +103,13 @@ func (a *Admin) FindMessageByUniqKey(ctx context.Context, topic, uniqKey string)
 
 func checkTopicKey(topic, key string) error {
 	if err := message.ValidateTopic(topic); err != nil {
-		return &ConfigError{Field: "topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "topic", Reason: err.Error()}
 	}
 	if key == "" {
-		return &ConfigError{Field: "key", Reason: "empty"}
+		return &config.Error{Package: "admin", Field: "key", Reason: "empty"}
 	}
 	if strings.ContainsRune(key, ' ') {
-		return &ConfigError{Field: "key", Reason: fmt.Sprintf("%q contains a space, the KEYS separator, so no message can have it", key)}
+		return &config.Error{Package: "admin", Field: "key", Reason: fmt.Sprintf("%q contains a space, the KEYS separator, so no message can have it", key)}
 	}
 	return nil
 }
@@ -160,12 +162,12 @@ func (a *Admin) queryOn(ctx context.Context, brokerName, addr, topic string, ext
 	if resp.ResponseCode() == remoting.QueryNotFound {
 		return nil, nil
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(remoting.QueryMessage, brokerName, addr); err != nil {
+		return nil, err
 	}
 	ms, err := message.DecodeRecords(resp.Body, message.DecodeOptions{Decompress: true})
 	if err != nil {
-		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: fmt.Errorf("QUERY_MESSAGE body: %w", err)}
+		return nil, brokerFailed(brokerName, addr, fmt.Errorf("QUERY_MESSAGE body: %w", err))
 	}
 	var out []*message.MessageExt
 	for _, m := range ms {

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestFindAndViewMessagesOnTwoBrokers(t *testing.T) {
 	}
 
 	// Errors.
-	var ce *admin.ConfigError
+	var ce *config.Error
 	for _, bad := range []func() error{
 		func() error { _, err := a.ViewMessage(ctx(t), "not-an-id"); return err },
 		func() error { _, err := a.ViewMessage(ctx(t), "00000000000000000000000000000000"); return err },
@@ -112,13 +113,13 @@ func TestFindAndViewMessagesOnTwoBrokers(t *testing.T) {
 			t.Errorf("want a ConfigError, got %v", err)
 		}
 	}
-	// A valid id whose offset holds no record: the broker's refusal, as a BrokerError.
+	// A valid id whose offset holds no record: the broker's refusal, as the one
+	// *remoting.ResponseError.
 	host, off, _ := message.ParseOffsetMsgID(idA)
 	_, err = a.ViewMessage(ctx(t), message.OffsetMsgID(host, off+3))
-	var be *admin.BrokerError
 	var re *remoting.ResponseError
-	if !errors.As(err, &be) || be.BrokerAddr != b1.Addr() || !errors.As(err, &re) {
-		t.Errorf("view at a wrong offset: %v", err)
+	if !errors.As(err, &re) || re.Addr != b1.Addr() || re.Request != remoting.ViewMessageByID || re.Code == remoting.Success || re.Remark == "" {
+		t.Errorf("view at a wrong offset: %v (%#v)", err, re)
 	}
 	if _, err := a.FindMessages(ctx(t), "NoRoute", "k", time.Time{}, time.Time{}); !errors.Is(err, admin.ErrTopicNotExist) {
 		t.Errorf("topic without route: %v", err)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -87,17 +88,18 @@ type DeadLetterCopy struct {
 // return it. A broadcasting group keeps its offsets in its clients: its state is
 // [StateBroadcasting].
 //
-// Errors: a [*ConfigError] for a nil message or a bad group; [ErrGroupNotExist] (wrapped)
-// for an opt.Group no broker knows; route, group-listing and [*BrokerError]s. When a
+// Errors: a [*config.Error] for a nil message or a bad group; [ErrGroupNotExist] (wrapped)
+// for an opt.Group no broker knows; route, group-listing and brokers' errors (a refusal
+// is a *remoting.ResponseError). When a
 // broker does not answer the group listing, the status of the groups the others know is
 // returned with a [*PartialError].
 func (a *Admin) MessageStatus(ctx context.Context, m *message.MessageExt, opt MessageStatusOptions) (*MessageStatus, error) {
 	if m == nil {
-		return nil, &ConfigError{Field: "message", Reason: "nil"}
+		return nil, &config.Error{Package: "admin", Field: "message", Reason: "nil"}
 	}
 	if opt.Group != "" {
 		if err := message.ValidateGroupTopics(opt.Group); err != nil {
-			return nil, &ConfigError{Field: "group", Reason: err.Error()}
+			return nil, &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 		}
 	}
 	_, addrs, err := a.topicQueues(ctx, m.Topic)
@@ -278,11 +280,11 @@ func (a *Admin) committedOffset(ctx context.Context, group string, mq message.Me
 	case remoting.Success:
 		off, err := resp.ExtInt64("offset", true)
 		if err != nil {
-			return 0, false, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: err}
+			return 0, false, brokerFailed(mq.BrokerName, addr, err)
 		}
 		return off, true, nil
 	case remoting.QueryNotFound:
 		return 0, false, nil
 	}
-	return 0, false, &BrokerError{BrokerName: mq.BrokerName, BrokerAddr: addr, Err: resp.ResponseErr()}
+	return 0, false, resp.ResponseErrFor(remoting.QueryConsumerOffset, mq.BrokerName, addr)
 }

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestMessageStatus(t *testing.T) {
 	if _, err := e.a.MessageStatus(c, get(0), admin.MessageStatusOptions{Group: "nosuchgroup"}); !errors.Is(err, admin.ErrGroupNotExist) {
 		t.Errorf("unknown group: err = %v", err)
 	}
-	var ce *admin.ConfigError
+	var ce *config.Error
 	if _, err := e.a.MessageStatus(c, nil, admin.MessageStatusOptions{}); !errors.As(err, &ce) {
 		t.Errorf("nil message: err = %v", err)
 	}

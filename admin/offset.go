@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"time"
 
@@ -31,7 +32,7 @@ func (q QueueOffset) Lag() int64 {
 }
 
 // invoke sends one request to a broker, bounded by ctx and Config.Timeout; a
-// transport error becomes a *BrokerError.
+// transport error is wrapped by brokerFailed.
 func (a *Admin) invoke(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
 	c, cancel, err := a.reqCtx(ctx)
 	if err != nil {
@@ -40,7 +41,7 @@ func (a *Admin) invoke(ctx context.Context, brokerName, addr string, code remoti
 	defer cancel()
 	resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(code, ext, body))
 	if err != nil {
-		return nil, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+		return nil, brokerFailed(brokerName, addr, err)
 	}
 	return resp, nil
 }
@@ -51,8 +52,8 @@ func (a *Admin) int64Call(ctx context.Context, brokerName, addr string, code rem
 	if err != nil {
 		return 0, err
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return 0, &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+	if err := resp.ResponseErrFor(code, brokerName, addr); err != nil {
+		return 0, err
 	}
 	return resp.ExtInt64(key, true)
 }
@@ -86,10 +87,10 @@ func (a *Admin) topicQueues(ctx context.Context, topic string) ([]message.Messag
 
 // ConsumerOffsets returns, for every queue of topic (from its route), the group's
 // committed offset (QUERY_CONSUMER_OFFSET, RocketMQ request code 14) and the queue's
-// min and max offsets (31, 30). Errors: a [*ConfigError] for a bad group or topic name,
+// min and max offsets (31, 30). Errors: a [*config.Error] for a bad group or topic name,
 // route errors (wrapping [ErrTopicNotExist] for an unknown topic) and
-// [*BrokerError]s: joined when no broker answered, else in a [*PartialError] returned
-// with the queues of the brokers that did.
+// broker errors (a refusal is a *remoting.ResponseError): joined when no broker
+// answered, else in a [*PartialError] returned with the queues of the brokers that did.
 func (a *Admin) ConsumerOffsets(ctx context.Context, group, topic string) ([]QueueOffset, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
 		return nil, err
@@ -155,13 +156,13 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func checkGroupTopic(group, topic string) error {
 	if group == "" {
-		return &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(group); err != nil {
-		return &ConfigError{Field: "group", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	if err := message.ValidateTopic(topic); err != nil {
-		return &ConfigError{Field: "topic", Reason: err.Error()}
+		return &config.Error{Package: "admin", Field: "topic", Reason: err.Error()}
 	}
 	return nil
 }
@@ -185,9 +186,10 @@ type ResetResult struct {
 // jump there (RESET_CONSUMER_CLIENT_OFFSET, 220). With force=false a queue only moves
 // backwards (its committed offset is kept when the target lies ahead of it).
 //
-// Errors: a [*ConfigError] for a bad group or topic; route errors; one [*BrokerError]
-// per failing broker: joined when every broker failed, else in a [*PartialError] (the
-// other brokers are reset, their offsets in the result).
+// Errors: a [*config.Error] for a bad group or topic; route errors; one error per
+// failing broker (a refusal is a *remoting.ResponseError): joined when every broker
+// failed, else in a [*PartialError] (the other brokers are reset, their offsets in the
+// result).
 func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t time.Time, force bool) (*ResetResult, error) {
 	if err := checkGroupTopic(group, topic); err != nil {
 		return nil, err
@@ -212,7 +214,7 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 		brokers++
 		resp, err := a.invoke(ctx, bd.BrokerName, addr, remoting.InvokeBrokerToResetOffset, ext, nil)
 		if err != nil {
-			errs = append(errs, err) // a *BrokerError
+			errs = append(errs, err) // names the broker
 			continue
 		}
 		if resp.ResponseCode() == remoting.ConsumerNotOnline {
@@ -223,13 +225,13 @@ func (a *Admin) ResetOffsetByTime(ctx context.Context, group, topic string, t ti
 			res.Offline = append(res.Offline, bd.BrokerName)
 			continue
 		}
-		if err := resp.ResponseErr(); err != nil {
-			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+		if err := resp.ResponseErrFor(remoting.InvokeBrokerToResetOffset, bd.BrokerName, addr); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		table, err := wire.DecodeResetOffsetBody(resp.Body)
 		if err != nil {
-			errs = append(errs, &BrokerError{BrokerName: bd.BrokerName, BrokerAddr: addr, Err: err})
+			errs = append(errs, brokerFailed(bd.BrokerName, addr, err))
 			continue
 		}
 		for mq, off := range table {
@@ -283,8 +285,8 @@ func (a *Admin) resetOffline(ctx context.Context, brokerName, addr string, r *wi
 			if err != nil {
 				return err
 			}
-			if err := resp.ResponseErr(); err != nil {
-				return &BrokerError{BrokerName: brokerName, BrokerAddr: addr, Err: err}
+			if err := resp.ResponseErrFor(remoting.UpdateConsumerOffset, brokerName, addr); err != nil {
+				return err
 			}
 			out[mq] = target
 		}

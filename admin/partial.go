@@ -12,7 +12,7 @@ import (
 
 // PartialError is returned together with a result that lacks the answers of some
 // brokers: the others answered and their part is in the result. Failed holds one error
-// per failing broker (a [*BrokerError] naming it, as a rule). When no broker answers,
+// per failing broker, naming it as a rule (a refusal is a *remoting.ResponseError). When no broker answers,
 // calls return the joined errors instead, never an empty result with a PartialError.
 type PartialError struct {
 	Answered int     // brokers that answered
@@ -36,13 +36,21 @@ func (e *PartialError) Unwrap() []error { return e.Failed }
 func (e *PartialError) FailedBrokers() []string {
 	var out []string
 	for _, err := range e.Failed {
-		var be *BrokerError
-		if errors.As(err, &be) {
-			if be.BrokerName == "" {
-				out = append(out, be.BrokerAddr)
-			} else {
-				out = append(out, be.BrokerName+" ("+be.BrokerAddr+")")
-			}
+		var name, addr string
+		var bf *brokerFailure
+		var re *remoting.ResponseError
+		switch {
+		case errors.As(err, &bf):
+			name, addr = bf.name, bf.addr
+		case errors.As(err, &re):
+			name, addr = re.Broker, re.Addr
+		default:
+			continue
+		}
+		if name == "" {
+			out = append(out, addr)
+		} else {
+			out = append(out, name+" ("+addr+")")
 		}
 	}
 	return out
@@ -85,7 +93,7 @@ type BrokerProbe struct {
 // no side effect); any answer, even a refusal, counts as reachable. A name server keeps a stopped broker's registration until it expires, so
 // its listing alone does not say a broker is up. The probes run in parallel, each bounded
 // by Config.Timeout. Errors: cluster-info errors, [ErrNoBroker] when none is registered;
-// a failing probe is in its BrokerProbe.Err (a [*BrokerError]) and, when some answered,
+// a failing probe is in its BrokerProbe.Err (naming the broker) and, when some answered,
 // in a [*PartialError] returned with the list (the joined errors when none did).
 func (a *Admin) ProbeBrokers(ctx context.Context) ([]BrokerProbe, error) {
 	ci, err := a.ClusterInfo(ctx)
@@ -116,7 +124,7 @@ func (a *Admin) ProbeBrokers(ctx context.Context) ([]BrokerProbe, error) {
 			ext := map[string]string{"topic": message.AutoCreateTopicKey, "queueId": "0"}
 			resp, err := a.invoke(ctx, p.Name, p.Addr, remoting.GetMaxOffset, ext, nil)
 			if err == nil && resp == nil {
-				err = &BrokerError{BrokerName: p.Name, BrokerAddr: p.Addr, Err: errors.New("no answer")}
+				err = brokerFailed(p.Name, p.Addr, errors.New("no answer"))
 			}
 			p.Err = err
 		}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"sort"
 	"strconv"
 	"time"
@@ -65,10 +66,10 @@ func (a *Admin) call(ctx context.Context, b Broker, code remoting.RequestCode, e
 		return nil, err
 	}
 	if resp.ResponseCode() == remoting.RequestCodeNotSupported {
-		return nil, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("%w: %v", ErrNotSupported, resp.ResponseErr())}
+		return nil, fmt.Errorf("%w: %w", ErrNotSupported, resp.ResponseErrFor(code, b.Name, b.Addr))
 	}
-	if err := resp.ResponseErr(); err != nil {
-		return nil, &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: err}
+	if err := resp.ResponseErrFor(code, b.Name, b.Addr); err != nil {
+		return nil, err
 	}
 	return resp.Body, nil
 }
@@ -89,7 +90,7 @@ func (a *Admin) TopicConfigs(ctx context.Context) ([]TopicInfo, error) {
 		}
 		var w wire.TopicConfigSerializeWrapper
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad topic table: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad topic table: %w", err))
 		}
 		for name, tc := range w.TopicConfigTable {
 			if tc == nil {
@@ -137,7 +138,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context) ([]GroupInfo, error) {
 			} `json:"subscriptionGroupTable"`
 		}
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad group table: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad group table: %w", err))
 		}
 		for name, g := range w.SubscriptionGroupTable {
 			gi := byName[name]
@@ -168,12 +169,12 @@ func (a *Admin) ConsumerGroups(ctx context.Context) ([]GroupInfo, error) {
 // master broker, with each queue's min and max offsets (Sluice request code 7003,
 // wire.GroupOffsets, one request per broker) — the group's lag on all its topics,
 // %RETRY%<group> included — sorted by topic, broker and queue. Errors: a
-// [*ConfigError] for an empty group, [ErrNoBroker], and the brokers' errors joined when
+// [*config.Error] for an empty group, [ErrNoBroker], and the brokers' errors joined when
 // none answered ([ErrNotSupported] wrapped for brokers that are not Sluice); when some
 // did, their offsets with a [*PartialError] naming the others.
 func (a *Admin) GroupOffsets(ctx context.Context, group string) ([]QueueOffset, error) {
 	if group == "" {
-		return nil, &ConfigError{Field: "group", Reason: "a consumer group is required"}
+		return nil, &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	var out []QueueOffset
 	err := a.eachMaster(ctx, func(b Broker) error {
@@ -183,7 +184,7 @@ func (a *Admin) GroupOffsets(ctx context.Context, group string) ([]QueueOffset, 
 		}
 		var w wire.GroupOffsetsBody
 		if err := json.Unmarshal(body, &w); err != nil {
-			return &BrokerError{BrokerName: b.Name, BrokerAddr: b.Addr, Err: fmt.Errorf("bad offsets: %w", err)}
+			return brokerFailed(b.Name, b.Addr, fmt.Errorf("bad offsets: %w", err))
 		}
 		for _, q := range w.Queues {
 			out = append(out, QueueOffset{Queue: message.MessageQueue{Topic: q.Topic, BrokerName: b.Name, QueueID: int(q.QueueID)},
@@ -207,17 +208,18 @@ const MaxMessagesByTime = 1000
 // decompressed, sorted by store time. Each queue is read until a message stored after
 // end, its end, or max messages of its own; at most 2*max messages are held at once.
 // Ask for one more than you show to learn whether the range holds more.
-// Errors: a [*ConfigError] for a bad topic, an end before begin or a max outside
-// 1..MaxMessagesByTime; route errors; [*BrokerError]s.
+// Errors: a [*config.Error] for a bad topic, an end before begin or a max outside
+// 1..MaxMessagesByTime; route errors; broker errors (a refusal is a
+// *remoting.ResponseError).
 func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end time.Time, max int) ([]*message.MessageExt, error) {
 	if err := message.ValidateTopic(topic); err != nil {
-		return nil, &ConfigError{Field: "topic", Reason: err.Error()}
+		return nil, &config.Error{Package: "admin", Field: "topic", Reason: err.Error()}
 	}
 	if end.Before(begin) {
-		return nil, &ConfigError{Field: "end", Reason: "before begin"}
+		return nil, &config.Error{Package: "admin", Field: "end", Reason: "before begin"}
 	}
 	if max < 1 || max > MaxMessagesByTime {
-		return nil, &ConfigError{Field: "max", Reason: fmt.Sprintf("%d is outside 1..%d", max, MaxMessagesByTime)}
+		return nil, &config.Error{Package: "admin", Field: "max", Reason: fmt.Sprintf("%d is outside 1..%d", max, MaxMessagesByTime)}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
 	if err != nil {
@@ -274,11 +276,12 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 
 // QueueOffsets returns every queue of topic (from its route) with its min and max offsets
 // (GET_MIN_OFFSET 31 and GET_MAX_OFFSET 30, two requests per queue); Committed is -1.
-// Errors: a [*ConfigError] for a bad topic, route errors (wrapping
-// [wire.ErrTopicNotExist] for an unknown topic), [*BrokerError]s.
+// Errors: a [*config.Error] for a bad topic, route errors (wrapping
+// [wire.ErrTopicNotExist] for an unknown topic), broker errors (a refusal is a
+// *remoting.ResponseError).
 func (a *Admin) QueueOffsets(ctx context.Context, topic string) ([]QueueOffset, error) {
 	if err := message.ValidateTopic(topic); err != nil {
-		return nil, &ConfigError{Field: "topic", Reason: err.Error()}
+		return nil, &config.Error{Package: "admin", Field: "topic", Reason: err.Error()}
 	}
 	mqs, addrs, err := a.topicQueues(ctx, topic)
 	if err != nil {

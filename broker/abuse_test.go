@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"maps"
 	"net"
@@ -658,7 +659,7 @@ func TestHeartbeatFloodRSS(t *testing.T) {
 // without the broker's own accessKey/secretKey left the embedded name server's writes
 // open (one WARN at start): an unsigned REGISTER_BROKER hijacked a topic's route, and KV
 // writes, unregistration and topic deletion answered success. Such a broker now fails
-// to start with a *ConfigError naming accessKey (as RocketMQ 5 needs its broker's inner
+// to start with a *config.Error naming accessKey (as RocketMQ 5 needs its broker's inner
 // credentials once authentication is on), and so does one whose accessKey is not an
 // admin account of the ACL file; with them, unsigned writes are refused.
 func TestACLEmbeddedNameServerNeedsBrokerCredentials(t *testing.T) {
@@ -673,8 +674,8 @@ func TestACLEmbeddedNameServerNeedsBrokerCredentials(t *testing.T) {
 			err = b.Start()
 			_ = b.Shutdown(context.Background())
 		}
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Key != "accessKey" || !strings.Contains(ce.Reason, "embedded name server") {
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != "accessKey" || !strings.Contains(ce.Reason, "embedded name server") {
 			t.Errorf("%s: want a ConfigError naming accessKey, got %v", name, err)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -95,7 +96,7 @@ type Broker struct {
 }
 
 // New validates cfg (see [Config]) and prepares a broker; it opens nothing yet. Errors: a
-// *ConfigError naming the key, or an error reading the config/*.json files.
+// *config.Error naming the key, or an error reading the config/*.json files.
 func New(cfg Config) (*Broker, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -110,7 +111,7 @@ func New(cfg Config) (*Broker, error) {
 	var err error
 	if cfg.AclEnable {
 		if b.acl, err = acl.Load(cfg.AclFile, b.log); err != nil {
-			return nil, &ConfigError{Key: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
+			return nil, &config.Error{Package: "broker", Field: "aclFile", Value: cfg.AclFile, Reason: err.Error()}
 		}
 		floorFile := filepath.Join(cfg.StorePathRootDir, "config", "aclSignatureFloor")
 		if err := b.acl.SetSignaturePolicy(acl.SignaturePolicy{Skew: time.Duration(cfg.AclSignatureSkewMillis) * time.Millisecond,
@@ -122,7 +123,7 @@ func New(cfg Config) (*Broker, error) {
 		// (Without them the name server's writes would be open to anyone.)
 		if cfg.NamesrvAddr == "" {
 			if err := b.acl.CheckAdmin(cfg.AccessKey, cfg.SecretKey); err != nil {
-				return nil, &ConfigError{Key: "accessKey", Reason: "aclEnable=true with the embedded name server (no namesrvAddr) needs accessKey/secretKey " +
+				return nil, &config.Error{Package: "broker", Field: "accessKey", Reason: "aclEnable=true with the embedded name server (no namesrvAddr) needs accessKey/secretKey " +
 					"of an admin account of the acl file, which the broker signs its registrations with and the embedded name server requires for every write: " + err.Error()}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"maps"
@@ -287,7 +288,7 @@ type Config struct {
 func IgnoredConfKeys() map[string]bool { return maps.Clone(ignoredConfKeys) }
 
 // UnsupportedConfKeys are Apache RocketMQ broker.conf switches for features Sluice does
-// not have. Set to false they are accepted; set to true they are a *ConfigError, so a
+// not have. Set to false they are accepted; set to true they are a *config.Error, so a
 // file that relies on them fails loudly instead of running without them. Each call
 // returns a fresh map.
 func UnsupportedConfKeys() map[string]string { return maps.Clone(unsupportedConfKeys) }
@@ -451,21 +452,7 @@ func addressShare(total, div, floor int) int {
 	return max(total/div, min(total, floor))
 }
 
-// ConfigError names a configuration key and what is wrong with its value.
-type ConfigError struct {
-	Key    string // the broker.conf key (also the Config field's conf tag)
-	Value  string // the offending value, "" when the key is missing
-	Reason string // what is wrong, with the accepted range where there is one
-}
-
-func (e *ConfigError) Error() string {
-	if e.Value == "" {
-		return fmt.Sprintf("broker config %s: %s", e.Key, e.Reason)
-	}
-	return fmt.Sprintf("broker config %s=%q: %s", e.Key, e.Value, e.Reason)
-}
-
-// Validate checks the config after defaults are applied. It returns a *ConfigError naming
+// Validate checks the config after defaults are applied. It returns a *config.Error naming
 // the key.
 func (c *Config) Validate() error {
 	cp := *c
@@ -475,11 +462,11 @@ func (c *Config) Validate() error {
 
 func (c *Config) validate() error {
 	if c.StorePathRootDir == "" {
-		return &ConfigError{Key: "storePathRootDir", Reason: "required"}
+		return &config.Error{Package: "broker", Field: "storePathRootDir", Reason: "required"}
 	}
 	for key, val := range c.storePaths {
 		if want := filepath.Join(c.StorePathRootDir, storePathKeys[key]); filepath.Clean(val) != want {
-			return &ConfigError{Key: key, Value: val, Reason: fmt.Sprintf("Sluice keeps this under storePathRootDir: remove the key or set it to %s", want)}
+			return &config.Error{Package: "broker", Field: key, Value: val, Reason: fmt.Sprintf("Sluice keeps this under storePathRootDir: remove the key or set it to %s", want)}
 		}
 	}
 	for _, a := range strings.Split(c.NamesrvAddr, ";") {
@@ -487,25 +474,25 @@ func (c *Config) validate() error {
 			continue
 		}
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return &ConfigError{Key: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q is not ip:port", a)}
+			return &config.Error{Package: "broker", Field: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q is not ip:port", a)}
 		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return &ConfigError{Key: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q has no valid port", a)}
+			return &config.Error{Package: "broker", Field: "namesrvAddr", Value: c.NamesrvAddr, Reason: fmt.Sprintf("%q has no valid port", a)}
 		}
 	}
 	if c.AclEnable && c.AclFile == "" {
-		return &ConfigError{Key: "aclFile", Reason: "required with aclEnable=true (or set ROCKETMQ_HOME to use $ROCKETMQ_HOME/conf/plain_acl.yml)"}
+		return &config.Error{Package: "broker", Field: "aclFile", Reason: "required with aclEnable=true (or set ROCKETMQ_HOME to use $ROCKETMQ_HOME/conf/plain_acl.yml)"}
 	}
 	if c.TLSEnable && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
-		return &ConfigError{Key: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}
+		return &config.Error{Package: "broker", Field: "tlsCertFile", Reason: "tlsCertFile and tlsKeyFile are required with tlsEnable=true"}
 	}
 	for key, v := range map[string]int{"maxSubscriptionsPerGroup": c.MaxSubscriptionsPerGroup, "maxClientEntriesPerConnection": c.MaxClientEntriesPerConnection,
 		"maxClientEntries": c.MaxClientEntries, "maxSubscriptions": c.MaxSubscriptions} {
 		if v < -1 {
-			return &ConfigError{Key: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
+			return &config.Error{Package: "broker", Field: key, Value: strconv.Itoa(v), Reason: "must be at least 1 (-1: unlimited)"}
 		}
 	}
 	if v := c.AclSignatureNoncesPerAccount; v < 1 || v > 1_000_000 {
-		return &ConfigError{Key: "aclSignatureNoncesPerAccount", Value: strconv.Itoa(v), Reason: "must be between 1 and 1000000 (the nonce store's size)"}
+		return &config.Error{Package: "broker", Field: "aclSignatureNoncesPerAccount", Value: strconv.Itoa(v), Reason: "must be between 1 and 1000000 (the nonce store's size)"}
 	}
 	for _, s := range []struct {
 		key, totalKey string
@@ -514,55 +501,55 @@ func (c *Config) validate() error {
 		{"maxSubscriptionsPerAddress", "maxSubscriptions", c.MaxSubscriptionsPerAddress, c.MaxSubscriptions}} {
 		switch {
 		case s.v < -1:
-			return &ConfigError{Key: s.key, Value: strconv.Itoa(s.v), Reason: "must be at least 1 (-1: unlimited)"}
+			return &config.Error{Package: "broker", Field: s.key, Value: strconv.Itoa(s.v), Reason: "must be at least 1 (-1: unlimited)"}
 		case s.total > 0 && s.v > s.total:
-			return &ConfigError{Key: s.key, Value: strconv.Itoa(s.v), Reason: fmt.Sprintf("an address's share must be at most %s (%d)", s.totalKey, s.total)}
+			return &config.Error{Package: "broker", Field: s.key, Value: strconv.Itoa(s.v), Reason: fmt.Sprintf("an address's share must be at most %s (%d)", s.totalKey, s.total)}
 		}
 	}
 	if c.DelayLevelOutOfRange != DelayLevelRefuse && c.DelayLevelOutOfRange != DelayLevelClamp {
-		return &ConfigError{Key: "delayLevelOutOfRange", Value: c.DelayLevelOutOfRange, Reason: "must be refuse or clamp"}
+		return &config.Error{Package: "broker", Field: "delayLevelOutOfRange", Value: c.DelayLevelOutOfRange, Reason: "must be refuse or clamp"}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
-		return &ConfigError{Key: "secretKey", Reason: "accessKey and secretKey are set together or not at all"}
+		return &config.Error{Package: "broker", Field: "secretKey", Reason: "accessKey and secretKey are set together or not at all"}
 	}
 	if c.BrokerID != 0 {
-		return &ConfigError{Key: "brokerId", Value: strconv.FormatInt(c.BrokerID, 10), Reason: "only masters (0) are supported"}
+		return &config.Error{Package: "broker", Field: "brokerId", Value: strconv.FormatInt(c.BrokerID, 10), Reason: "only masters (0) are supported"}
 	}
 	if c.BrokerRole != "ASYNC_MASTER" && c.BrokerRole != "SYNC_MASTER" {
-		return &ConfigError{Key: "brokerRole", Value: c.BrokerRole, Reason: "must be ASYNC_MASTER or SYNC_MASTER; Sluice has no slaves"}
+		return &config.Error{Package: "broker", Field: "brokerRole", Value: c.BrokerRole, Reason: "must be ASYNC_MASTER or SYNC_MASTER; Sluice has no slaves"}
 	}
 	if _, err := store.ParseFlushDiskType(c.FlushDiskType); err != nil {
-		return &ConfigError{Key: "flushDiskType", Value: c.FlushDiskType, Reason: "must be ASYNC_FLUSH or SYNC_FLUSH"}
+		return &config.Error{Package: "broker", Field: "flushDiskType", Value: c.FlushDiskType, Reason: "must be ASYNC_FLUSH or SYNC_FLUSH"}
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
-		return &ConfigError{Key: "listenAddr", Value: c.ListenAddr, Reason: err.Error()}
+		return &config.Error{Package: "broker", Field: "listenAddr", Value: c.ListenAddr, Reason: err.Error()}
 	}
 	if c.MaxMessageSize < 0 || c.MaxMessageSize > 64<<20 {
-		return &ConfigError{Key: "maxMessageSize", Value: strconv.Itoa(c.MaxMessageSize), Reason: "must be between 1 and 67108864 bytes"}
+		return &config.Error{Package: "broker", Field: "maxMessageSize", Value: strconv.Itoa(c.MaxMessageSize), Reason: "must be between 1 and 67108864 bytes"}
 	}
 	if c.MappedFileSizeCommitLog < 64<<10 {
-		return &ConfigError{Key: "mappedFileSizeCommitLog", Value: strconv.FormatInt(c.MappedFileSizeCommitLog, 10), Reason: "must be at least 65536 bytes"}
+		return &config.Error{Package: "broker", Field: "mappedFileSizeCommitLog", Value: strconv.FormatInt(c.MappedFileSizeCommitLog, 10), Reason: "must be at least 65536 bytes"}
 	}
 	if c.MappedFileSizeCommitLog < int64(c.MaxMessageSize)+64<<10 {
-		return &ConfigError{Key: "mappedFileSizeCommitLog", Value: strconv.FormatInt(c.MappedFileSizeCommitLog, 10), Reason: "must exceed maxMessageSize by at least 65536 bytes so a largest message fits a segment"}
+		return &config.Error{Package: "broker", Field: "mappedFileSizeCommitLog", Value: strconv.FormatInt(c.MappedFileSizeCommitLog, 10), Reason: "must exceed maxMessageSize by at least 65536 bytes so a largest message fits a segment"}
 	}
 	if c.DefaultTopicQueueNums < 1 || c.DefaultTopicQueueNums > 1024 {
-		return &ConfigError{Key: "defaultTopicQueueNums", Value: strconv.Itoa(c.DefaultTopicQueueNums), Reason: "must be 1..1024"}
+		return &config.Error{Package: "broker", Field: "defaultTopicQueueNums", Value: strconv.Itoa(c.DefaultTopicQueueNums), Reason: "must be 1..1024"}
 	}
 	if _, err := deleteHours(c.DeleteWhen); err != nil {
 		return err
 	}
 	if c.MaxOpenFiles < 0 {
-		return &ConfigError{Key: "maxOpenFiles", Value: strconv.Itoa(c.MaxOpenFiles), Reason: "must be at least 1 (0: the default, 1000)"}
+		return &config.Error{Package: "broker", Field: "maxOpenFiles", Value: strconv.Itoa(c.MaxOpenFiles), Reason: "must be at least 1 (0: the default, 1000)"}
 	}
 	if c.DiskPressurePolicy != DiskPressureRefuseWrites && c.DiskPressurePolicy != DiskPressureDeleteOldest {
-		return &ConfigError{Key: "diskPressurePolicy", Value: c.DiskPressurePolicy, Reason: "must be refuseWrites or deleteOldest"}
+		return &config.Error{Package: "broker", Field: "diskPressurePolicy", Value: c.DiskPressurePolicy, Reason: "must be refuseWrites or deleteOldest"}
 	}
 	if c.DiskMaxUsedSpaceRatio < 10 || c.DiskMaxUsedSpaceRatio > 95 {
-		return &ConfigError{Key: "diskMaxUsedSpaceRatio", Value: strconv.Itoa(c.DiskMaxUsedSpaceRatio), Reason: "must be 10..95 (percent)"}
+		return &config.Error{Package: "broker", Field: "diskMaxUsedSpaceRatio", Value: strconv.Itoa(c.DiskMaxUsedSpaceRatio), Reason: "must be 10..95 (percent)"}
 	}
 	if _, err := message.ParseDelayLevels(c.MessageDelayLevel); err != nil {
-		return &ConfigError{Key: "messageDelayLevel", Value: c.MessageDelayLevel, Reason: err.Error()}
+		return &config.Error{Package: "broker", Field: "messageDelayLevel", Value: c.MessageDelayLevel, Reason: err.Error()}
 	}
 	return nil
 }
@@ -585,7 +572,7 @@ func LoadConfigFile(path string) (Config, error) {
 // as Java properties allow) per line, "#" and
 // "!" start comments, blank lines ignored. Keys are matched exactly as Apache RocketMQ
 // spells them. An unknown key, a duplicate key or a value of the wrong type is a
-// *ConfigError naming the key and line. Keys RocketMQ knows that have no effect in Sluice
+// *config.Error naming the key and line. Keys RocketMQ knows that have no effect in Sluice
 // are accepted (see the package docs).
 func ParseConfig(r io.Reader) (Config, error) {
 	var c Config
@@ -600,7 +587,7 @@ func ParseConfig(r io.Reader) (Config, error) {
 		// Java properties: the key ends at the first '=', ':' or white space.
 		i := strings.IndexAny(text, "=: \t")
 		if i <= 0 {
-			return Config{}, &ConfigError{Key: text, Reason: fmt.Sprintf("line %d is not key=value", line)}
+			return Config{}, &config.Error{Package: "broker", Field: text, Reason: fmt.Sprintf("line %d is not key=value", line)}
 		}
 		key, val := text[:i], strings.TrimSpace(text[i:])
 		if val != "" && (val[0] == '=' || val[0] == ':') {
@@ -610,7 +597,7 @@ func ParseConfig(r io.Reader) (Config, error) {
 			key = alias
 		}
 		if prev, dup := seen[key]; dup {
-			return Config{}, &ConfigError{Key: key, Reason: fmt.Sprintf("set twice (lines %d and %d)", prev, line)}
+			return Config{}, &config.Error{Package: "broker", Field: key, Reason: fmt.Sprintf("set twice (lines %d and %d)", prev, line)}
 		}
 		seen[key] = line
 		if ignoredConfKeys[key] {
@@ -619,7 +606,7 @@ func ParseConfig(r io.Reader) (Config, error) {
 		}
 		if why, ok := unsupportedConfKeys[key]; ok {
 			if on, err := strconv.ParseBool(val); err != nil || on {
-				return Config{}, &ConfigError{Key: key, Value: val, Reason: why + " (only false is accepted)"}
+				return Config{}, &config.Error{Package: "broker", Field: key, Value: val, Reason: why + " (only false is accepted)"}
 			}
 			continue
 		}
@@ -632,10 +619,10 @@ func ParseConfig(r io.Reader) (Config, error) {
 		}
 		idx, ok := fields[key]
 		if !ok {
-			return Config{}, &ConfigError{Key: key, Reason: fmt.Sprintf("unknown key (line %d)", line)}
+			return Config{}, &config.Error{Package: "broker", Field: key, Reason: fmt.Sprintf("unknown key (line %d)", line)}
 		}
 		if err := setField(reflect.ValueOf(&c).Elem().Field(idx), val); err != nil {
-			return Config{}, &ConfigError{Key: key, Value: val, Reason: err.Error()}
+			return Config{}, &config.Error{Package: "broker", Field: key, Value: val, Reason: err.Error()}
 		}
 		if key == "listenPort" {
 			c.listenPortSet = true
@@ -688,25 +675,25 @@ func setField(v reflect.Value, s string) error {
 }
 
 // tlsConfigs returns the server and client TLS configurations of TLSEnable (nil, nil
-// without it). Errors: *ConfigError for unreadable or invalid files.
+// without it). Errors: *config.Error for unreadable or invalid files.
 func (c *Config) tlsConfigs() (server, client *tls.Config, err error) {
 	if !c.TLSEnable {
 		return nil, nil, nil
 	}
 	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
 	if err != nil {
-		return nil, nil, &ConfigError{Key: "tlsCertFile", Value: c.TLSCertFile, Reason: err.Error()}
+		return nil, nil, &config.Error{Package: "broker", Field: "tlsCertFile", Value: c.TLSCertFile, Reason: err.Error()}
 	}
 	server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	client = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}
 	if c.TLSCAFile != "" {
 		pem, err := os.ReadFile(c.TLSCAFile)
 		if err != nil {
-			return nil, nil, &ConfigError{Key: "tlsCAFile", Value: c.TLSCAFile, Reason: err.Error()}
+			return nil, nil, &config.Error{Package: "broker", Field: "tlsCAFile", Value: c.TLSCAFile, Reason: err.Error()}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, &ConfigError{Key: "tlsCAFile", Value: c.TLSCAFile, Reason: "no PEM certificate in the file"}
+			return nil, nil, &config.Error{Package: "broker", Field: "tlsCAFile", Value: c.TLSCAFile, Reason: "no PEM certificate in the file"}
 		}
 		client = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
 	}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,7 @@ maxIndexNum=20000000
 	if c.FileReservedTime != 48 || c.FlushDiskType != "SYNC_FLUSH" || boolOr(c.AutoCreateTopicEnable, true) || c.ListenAddr != "127.0.0.1:0" {
 		t.Fatalf("parsed %+v", c)
 	}
-	var ce *ConfigError
+	var ce *config.Error
 	for in, key := range map[string]string{
 		"noSuchKey=1":                 "noSuchKey",
 		"listenPort=abc":              "listenPort",
@@ -43,7 +44,7 @@ maxIndexNum=20000000
 		"autoCreateTopicEnable=maybe": "autoCreateTopicEnable",
 		"=orphan":                     "=orphan",
 	} {
-		if _, err := ParseConfig(strings.NewReader(in)); !errors.As(err, &ce) || ce.Key != key {
+		if _, err := ParseConfig(strings.NewReader(in)); !errors.As(err, &ce) || ce.Field != key {
 			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
 		}
 	}
@@ -68,7 +69,7 @@ maxIndexNum=20000000
 		if err == nil {
 			err = c3.Validate()
 		}
-		if !errors.As(err, &ce) || ce.Key != key {
+		if !errors.As(err, &ce) || ce.Field != key {
 			t.Errorf("%q: want ConfigError for %q, got %v", in, key, err)
 		}
 	}
@@ -109,12 +110,12 @@ func TestAddressShareConfig(t *testing.T) {
 			t.Errorf("shares %d and %d, want %d and %d", c.MaxClientEntriesPerAddress, c.MaxSubscriptionsPerAddress, tc.wantEntries, tc.wantSub)
 		}
 	}
-	var ce *ConfigError
+	var ce *config.Error
 	for key, bad := range map[string]Config{
 		"maxClientEntriesPerAddress": {StorePathRootDir: "/x", MaxClientEntries: 10, MaxClientEntriesPerAddress: 11},
 		"maxSubscriptionsPerAddress": {StorePathRootDir: "/x", MaxSubscriptionsPerAddress: -2},
 	} {
-		if err := bad.Validate(); !errors.As(err, &ce) || ce.Key != key {
+		if err := bad.Validate(); !errors.As(err, &ce) || ce.Field != key {
 			t.Errorf("want ConfigError for %s, got %v", key, err)
 		}
 	}
@@ -132,10 +133,10 @@ func TestAclSignatureNoncesPerAccountConfig(t *testing.T) {
 	if c.AclSignatureNoncesPerAccount != 100000 {
 		t.Fatalf("default %d", c.AclSignatureNoncesPerAccount)
 	}
-	var ce *ConfigError
+	var ce *config.Error
 	for _, v := range []int{-1, 1_000_001} {
 		err := (&Config{StorePathRootDir: "/x", AclSignatureNoncesPerAccount: v}).Validate()
-		if !errors.As(err, &ce) || ce.Key != "aclSignatureNoncesPerAccount" || !strings.Contains(err.Error(), "between 1 and 1000000") {
+		if !errors.As(err, &ce) || ce.Field != "aclSignatureNoncesPerAccount" || !strings.Contains(err.Error(), "between 1 and 1000000") {
 			t.Errorf("%d: %v", v, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +28,7 @@ func deleteHours(s string) (map[int]bool, error) {
 		}
 		h, err := strconv.Atoi(f)
 		if err != nil || h < 0 || h > 23 {
-			return nil, &ConfigError{Key: "deleteWhen", Value: s, Reason: "hours 00..23 separated by ';'"}
+			return nil, &config.Error{Package: "broker", Field: "deleteWhen", Value: s, Reason: "hours 00..23 separated by ';'"}
 		}
 		hours[h] = true
 	}

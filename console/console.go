@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -100,15 +101,6 @@ type Config struct {
 	LoginFailuresPerMinute int
 }
 
-// ConfigError names an invalid [Config] field.
-type ConfigError struct {
-	Field  string // the Config field, e.g. "Listen"
-	Reason string // what is wrong, with the limit
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "console: " + e.Field + ": " + e.Reason }
-
 func (c *Config) setDefaults() {
 	if c.LoginLockout <= 0 {
 		c.LoginLockout = time.Second
@@ -136,25 +128,25 @@ func (c *Config) setDefaults() {
 // Validate reports the first invalid field: no Admin, a PageSize outside 1..1000, a
 // LoginFailuresPerMinute outside 0..1000000, a negative SampleInterval or Samples, an unparsable Listen, or a Listen address that is
 // not loopback without Token or BasicAuthUser.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
 	if c.Admin == nil {
-		return &ConfigError{"Admin", "an admin client is required"}
+		return &config.Error{Package: "console", Field: "Admin", Reason: "an admin client is required"}
 	}
 	if c.PageSize < 1 || c.PageSize > 1000 {
-		return &ConfigError{"PageSize", fmt.Sprintf("%d is outside 1..1000", c.PageSize)}
+		return &config.Error{Package: "console", Field: "PageSize", Reason: fmt.Sprintf("%d is outside 1..1000", c.PageSize)}
 	}
 	if c.LoginFailuresPerMinute < 0 || c.LoginFailuresPerMinute > 1_000_000 {
-		return &ConfigError{"LoginFailuresPerMinute", fmt.Sprintf("%d is outside 1..1000000 (0: the default 60)", c.LoginFailuresPerMinute)}
+		return &config.Error{Package: "console", Field: "LoginFailuresPerMinute", Reason: fmt.Sprintf("%d is outside 1..1000000 (0: the default 60)", c.LoginFailuresPerMinute)}
 	}
 	if c.SampleInterval < 0 || c.Samples < 0 {
-		return &ConfigError{"SampleInterval", "SampleInterval and Samples must not be negative"}
+		return &config.Error{Package: "console", Field: "SampleInterval", Reason: "SampleInterval and Samples must not be negative"}
 	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return &ConfigError{"Listen", fmt.Sprintf("%q is not ip:port: %v", c.Listen, err)}
+		return &config.Error{Package: "console", Field: "Listen", Reason: fmt.Sprintf("%q is not ip:port: %v", c.Listen, err)}
 	}
 	if c.Token == "" && c.BasicAuthUser == "" && !isLoopback(host) {
-		return &ConfigError{"Listen", fmt.Sprintf("%q is not a loopback address: set a token or basic auth to serve it beyond this machine", c.Listen)}
+		return &config.Error{Package: "console", Field: "Listen", Reason: fmt.Sprintf("%q is not a loopback address: set a token or basic auth to serve it beyond this machine", c.Listen)}
 	}
 	return nil
 }

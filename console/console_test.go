@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,7 +45,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	var ce *console.ConfigError
+	var ce *config.Error
 	for _, c := range []struct {
 		cfg   console.Config
 		field string

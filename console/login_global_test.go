@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"net"
 	"net/http"
 	"net/url"
@@ -68,12 +69,12 @@ func TestLoginGuessesFromManyAddressesLimited(t *testing.T) {
 }
 
 // TestLoginFailuresPerMinuteValidated: a negative or huge LoginFailuresPerMinute is a
-// *console.ConfigError naming the field.
+// *config.Error naming the field.
 func TestLoginFailuresPerMinuteValidated(t *testing.T) {
 	e := newEnv(t, nil, broker.Config{})
 	for _, v := range []int{-1, 1_000_001} {
 		_, err := console.New(console.Config{Admin: e.a, Listen: "127.0.0.1:0", LoginFailuresPerMinute: v})
-		var ce *console.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != "LoginFailuresPerMinute" || !strings.Contains(err.Error(), "1..1000000") {
 			t.Errorf("%d: %v", v, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -312,7 +313,7 @@ func joinErr(prev string, err error) string {
 // for an unknown topic or group, 503 when no broker is registered (stopped or
 // unreachable), 502 for any other failure on the way to or at the cluster — never 200.
 func statusFor(err error) int {
-	var ce *admin.ConfigError
+	var ce *config.Error
 	switch {
 	case errors.As(err, &ce):
 		return http.StatusBadRequest
@@ -337,7 +338,7 @@ func (c *Console) createTopic(w http.ResponseWriter, r *http.Request) {
 		// A bad form is the user's to fix (400); anything else failed on the way to or
 		// at the name server or brokers (502).
 		status := http.StatusBadGateway
-		if _, bad := errors.AsType[*admin.ConfigError](err); bad {
+		if _, bad := errors.AsType[*config.Error](err); bad {
 			status = http.StatusBadRequest
 		}
 		c.topicsPage(w, r, status, "", "create topic: "+err.Error())

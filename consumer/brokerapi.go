@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -13,26 +14,12 @@ import (
 	"github.com/sluicemq/sluice/remoting"
 )
 
-// BrokerError reports a broker request that failed: the request code, the broker, and
-// either the response code and remark or the transport error.
-type BrokerError struct {
-	Request remoting.RequestCode  // the request that failed, e.g. QUERY_CONSUMER_OFFSET (14)
-	Broker  string                // broker name and/or "ip:port"
-	Code    remoting.ResponseCode // the broker's response code; 0 when it did not answer (see Err)
-	Remark  string                // the broker's error text for Code
-	Err     error                 // transport or decoding failure; nil when the broker answered
+// requestError is a failed request to a broker that did not answer, or whose answer
+// could not be read: the request and the broker ("name" or "name@ip:port") with the
+// cause. A broker's refusal is a *remoting.ResponseError instead.
+func requestError(req remoting.RequestCode, broker string, err error) error {
+	return fmt.Errorf("consumer: %s to %s: %w", req, broker, err)
 }
-
-// Error implements error.
-func (e *BrokerError) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("consumer: %s to %s: %v", e.Request, e.Broker, e.Err)
-	}
-	return fmt.Sprintf("consumer: %s to %s: broker answered %d %s: %s", e.Request, e.Broker, int16(e.Code), e.Code, e.Remark)
-}
-
-// Unwrap returns Err.
-func (e *BrokerError) Unwrap() error { return e.Err }
 
 // pullRPCExtra is added to the long-polling suspend time to get the pull RPC timeout
 // (20 s suspend → 30 s timeout, docs/protocol.md §3.4).
@@ -48,33 +35,37 @@ type brokerAPI struct {
 }
 
 // invoke sends a request to the master of brokerName, bounded by ctx and
-// DefaultBrokerTimeout, and returns the response, or a *BrokerError for transport
-// failures and an unknown broker.
-func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
+// DefaultBrokerTimeout, and returns the response when its code is SUCCESS or one of
+// accept; another code is a *remoting.ResponseError (the broker's refusal), and
+// transport failures and an unknown broker are wrapped by requestError.
+func (b *brokerAPI) invoke(ctx context.Context, brokerName string, code remoting.RequestCode, ext map[string]string, body []byte, accept ...remoting.ResponseCode) (*remoting.RemotingCommand, error) {
 	addr, ok := b.cl.BrokerAddr(brokerName)
 	if !ok {
-		return nil, &BrokerError{Request: code, Broker: brokerName, Err: fmt.Errorf("no master address known for broker %q", brokerName)}
+		return nil, requestError(code, brokerName, fmt.Errorf("no master address known for broker %q", brokerName))
 	}
-	return b.invokeAt(ctx, brokerName, addr, code, ext, body)
+	return b.invokeAt(ctx, brokerName, addr, code, ext, body, accept)
 }
 
 // invokeRead is invoke for requests that only read (stored offsets, queue offsets): sent
 // to the master while one is listed, else to a slave (client.ReadAddr), which answers
 // them from its copy while the master is down.
-func (b *brokerAPI) invokeRead(ctx context.Context, brokerName string, code remoting.RequestCode, ext map[string]string) (*remoting.RemotingCommand, error) {
+func (b *brokerAPI) invokeRead(ctx context.Context, brokerName string, code remoting.RequestCode, ext map[string]string, accept ...remoting.ResponseCode) (*remoting.RemotingCommand, error) {
 	addr, _, ok := b.cl.ReadAddr(brokerName)
 	if !ok {
-		return nil, &BrokerError{Request: code, Broker: brokerName, Err: fmt.Errorf("no address known for broker %q", brokerName)}
+		return nil, requestError(code, brokerName, fmt.Errorf("no address known for broker %q", brokerName))
 	}
-	return b.invokeAt(ctx, brokerName, addr, code, ext, nil)
+	return b.invokeAt(ctx, brokerName, addr, code, ext, nil, accept)
 }
 
-func (b *brokerAPI) invokeAt(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, body []byte) (*remoting.RemotingCommand, error) {
+func (b *brokerAPI) invokeAt(ctx context.Context, brokerName, addr string, code remoting.RequestCode, ext map[string]string, body []byte, accept []remoting.ResponseCode) (*remoting.RemotingCommand, error) {
 	cctx, cancel := context.WithTimeout(ctx, client.DefaultBrokerTimeout)
 	defer cancel()
 	resp, err := b.cl.InvokeSync(cctx, addr, remoting.NewRequest(code, ext, body))
 	if err != nil {
-		return nil, &BrokerError{Request: code, Broker: brokerName + "@" + addr, Err: err}
+		return nil, requestError(code, brokerName+"@"+addr, err)
+	}
+	if rc := resp.ResponseCode(); rc != remoting.Success && !slices.Contains(accept, rc) {
+		return nil, resp.ResponseErrFor(code, brokerName, addr)
 	}
 	return resp, nil
 }
@@ -83,17 +74,14 @@ func (b *brokerAPI) invokeAt(ctx context.Context, brokerName, addr string, code 
 // (QUERY_CONSUMER_OFFSET, request code 14; docs/protocol.md §3.5): -1 when none (code 22).
 func (b *brokerAPI) queryOffset(ctx context.Context, mq message.MessageQueue) (int64, error) {
 	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
-	resp, err := b.invokeRead(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext)
+	resp, err := b.invokeRead(ctx, mq.BrokerName, remoting.QueryConsumerOffset, ext, remoting.QueryNotFound)
 	if err != nil {
 		return 0, err
 	}
-	switch resp.ResponseCode() {
-	case remoting.Success:
-		return resp.ExtInt64("offset", true)
-	case remoting.QueryNotFound:
+	if resp.ResponseCode() == remoting.QueryNotFound {
 		return -1, nil
 	}
-	return 0, &BrokerError{Request: remoting.QueryConsumerOffset, Broker: mq.BrokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
+	return resp.ExtInt64("offset", true)
 }
 
 // offsetCall runs GET_MAX_OFFSET (30), GET_MIN_OFFSET (31) or SEARCH_OFFSET_BY_TIMESTAMP
@@ -102,9 +90,6 @@ func (b *brokerAPI) offsetCall(ctx context.Context, code remoting.RequestCode, m
 	resp, err := b.invokeRead(ctx, mq.BrokerName, code, ext)
 	if err != nil {
 		return 0, err
-	}
-	if resp.ResponseCode() != remoting.Success {
-		return 0, &BrokerError{Request: code, Broker: mq.BrokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
 	}
 	return resp.ExtInt64("offset", true)
 }
@@ -133,14 +118,8 @@ func (b *brokerAPI) updateOffset(ctx context.Context, mq message.MessageQueue, o
 		_, _ = b.cl.FetchRoute(ctx, mq.Topic) // on failure invoke reports the missing master
 	}
 	ext := wire.ConsumerOffsetHeader{ConsumerGroup: b.group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: offset}.Ext(true)
-	resp, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
-	if err != nil {
-		return err
-	}
-	if resp.ResponseCode() != remoting.Success {
-		return &BrokerError{Request: remoting.UpdateConsumerOffset, Broker: mq.BrokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
-	}
-	return nil
+	_, err := b.invoke(ctx, mq.BrokerName, remoting.UpdateConsumerOffset, ext, nil)
+	return err
 }
 
 // pullArgs is one PULL_MESSAGE request (docs/protocol.md §3.4).
@@ -167,12 +146,12 @@ type pullReply struct {
 // broker's master, or to a slave while the route lists no master (client.ReadAddr; the
 // commit-offset flag is then cleared, as slaves do not store offsets: the Java client
 // does the same). The RPC timeout is the suspend time plus 10 s (and at least
-// DefaultBrokerTimeout). Codes other than 0, 19, 20, 21 and undecodable answers are a
-// *BrokerError.
+// DefaultBrokerTimeout). Codes other than 0, 19, 20, 21 are a *remoting.ResponseError;
+// transport failures and undecodable answers are wrapped by requestError.
 func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	addr, slave, ok := b.cl.ReadAddr(a.mq.BrokerName)
 	if !ok {
-		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("no address known for broker %q", a.mq.BrokerName)}
+		return nil, requestError(remoting.PullMessage, a.mq.BrokerName, fmt.Errorf("no address known for broker %q", a.mq.BrokerName))
 	}
 	if slave {
 		a.sysFlag &^= wire.PullFlagCommitOffset
@@ -198,24 +177,24 @@ func (b *brokerAPI) pull(ctx context.Context, a pullArgs) (*pullReply, error) {
 	resp, err := b.cl.InvokeSync(pctx, addr, remoting.NewRequest(remoting.PullMessage, ext, nil))
 	cancel()
 	if err != nil {
-		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName + "@" + addr, Err: err}
+		return nil, requestError(remoting.PullMessage, a.mq.BrokerName+"@"+addr, err)
 	}
 	r := &pullReply{code: resp.ResponseCode()}
 	switch r.code {
 	case remoting.Success, remoting.PullNotFound, remoting.PullRetryImmediately, remoting.PullOffsetMoved:
 	default:
-		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Code: r.code, Remark: resp.Remark}
+		return nil, resp.ResponseErrFor(remoting.PullMessage, a.mq.BrokerName, addr)
 	}
 	rh, err := wire.ParsePullResponseHeader(resp)
 	if err != nil {
-		return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: err}
+		return nil, requestError(remoting.PullMessage, a.mq.BrokerName+"@"+addr, err)
 	}
 	r.nextBegin, r.minOffset, r.maxOffset = rh.NextBeginOffset, rh.MinOffset, rh.MaxOffset
 	if r.code == remoting.Success {
 		// The response frame is this call's own (never reused): bodies stay in it.
 		opts := message.DecodeOptions{Decompress: true, MaxDecompressedSize: b.maxBody, ShareBody: true}
 		if r.msgs, err = message.DecodeRecords(resp.Body, opts); err != nil {
-			return nil, &BrokerError{Request: remoting.PullMessage, Broker: a.mq.BrokerName, Err: fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err)}
+			return nil, requestError(remoting.PullMessage, a.mq.BrokerName+"@"+addr, fmt.Errorf("decode pulled messages at offset %d: %w", a.offset, err))
 		}
 		for _, m := range r.msgs {
 			m.BrokerName = a.mq.BrokerName
@@ -232,12 +211,9 @@ func (b *brokerAPI) lock(ctx context.Context, brokerName string, mqs []message.M
 	if err != nil {
 		return nil, err
 	}
-	if resp.ResponseCode() != remoting.Success {
-		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
-	}
 	ok, err := wire.ParseLockBatchResult(resp.Body)
 	if err != nil {
-		return nil, &BrokerError{Request: remoting.LockBatchMQ, Broker: brokerName, Err: err}
+		return nil, requestError(remoting.LockBatchMQ, brokerName, err)
 	}
 	held := make(map[message.MessageQueue]bool, len(ok.LockOKMQSet))
 	for _, mq := range ok.LockOKMQSet {
@@ -249,14 +225,8 @@ func (b *brokerAPI) lock(ctx context.Context, brokerName string, mqs []message.M
 // unlock releases mqs on brokerName (UNLOCK_BATCH_MQ, request code 42).
 func (b *brokerAPI) unlock(ctx context.Context, brokerName string, mqs []message.MessageQueue) error {
 	body, _ := json.Marshal(wire.LockBatchBody{ConsumerGroup: b.group, ClientID: b.cl.ClientID(), MQSet: mqs})
-	resp, err := b.invoke(ctx, brokerName, remoting.UnlockBatchMQ, nil, body)
-	if err != nil {
-		return err
-	}
-	if resp.ResponseCode() != remoting.Success {
-		return &BrokerError{Request: remoting.UnlockBatchMQ, Broker: brokerName, Code: resp.ResponseCode(), Remark: resp.Remark}
-	}
-	return nil
+	_, err := b.invoke(ctx, brokerName, remoting.UnlockBatchMQ, nil, body)
+	return err
 }
 
 // byBroker groups queues by broker name, each group sorted.

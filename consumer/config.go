@@ -2,8 +2,8 @@ package consumer
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/remoting"
 	"log/slog"
 	"time"
@@ -279,40 +279,58 @@ func (c *Config) maxReconsume() int {
 
 // Validate reports the first invalid field as an error naming it and the limit.
 func (c *Config) Validate() error {
+	bad := func(field string, value any, reason string) error {
+		return &config.Error{Package: "consumer", Field: field, Value: value, Reason: reason}
+	}
 	if len(c.NamesrvAddrs) == 0 {
-		return errors.New("consumer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+		return bad("NamesrvAddrs", nil, `empty: need at least one name server "host:port"`)
 	}
 	if c.Group == "" {
-		return errors.New("consumer: Config.Group is empty: a consumer group is required")
+		return bad("Group", nil, "empty: a consumer group is required")
 	}
 	if err := message.ValidateGroupTopics(c.Group); err != nil {
-		return fmt.Errorf("consumer: Config.Group %.64q: %w", c.Group, err)
+		return &config.Error{Package: "consumer", Field: "Group", Value: fmt.Sprintf("%.64s", c.Group), Reason: err.Error(), Err: err}
 	}
 	switch {
 	case c.MessageModel != Clustering && c.MessageModel != Broadcasting:
-		return fmt.Errorf("consumer: Config.MessageModel %d is unknown", int(c.MessageModel))
+		return bad("MessageModel", int(c.MessageModel), "unknown: want Clustering or Broadcasting")
 	case c.ConsumeFromWhere < ConsumeFromLastOffset || c.ConsumeFromWhere > ConsumeFromTimestamp:
-		return fmt.Errorf("consumer: Config.ConsumeFromWhere %d is unknown", int(c.ConsumeFromWhere))
+		return bad("ConsumeFromWhere", int(c.ConsumeFromWhere), "unknown")
 	case c.ConsumeGoroutines < 0 || c.ConsumeGoroutines > MaxConsumeGoroutines:
-		return fmt.Errorf("consumer: Config.ConsumeGoroutines %d must be 1..%d (0 = default %d)", c.ConsumeGoroutines, MaxConsumeGoroutines, DefaultConsumeGoroutines)
+		return bad("ConsumeGoroutines", c.ConsumeGoroutines, fmt.Sprintf("must be 1..%d (0 = default %d)", MaxConsumeGoroutines, DefaultConsumeGoroutines))
 	case c.PullBatchSize < 0 || c.PullBatchSize > MaxPullBatchSize:
-		return fmt.Errorf("consumer: Config.PullBatchSize %d must be 1..%d (0 = default %d)", c.PullBatchSize, MaxPullBatchSize, DefaultPullBatchSize)
+		return bad("PullBatchSize", c.PullBatchSize, fmt.Sprintf("must be 1..%d (0 = default %d)", MaxPullBatchSize, DefaultPullBatchSize))
 	case c.ConsumeMessageBatchMaxSize < 0 || c.ConsumeMessageBatchMaxSize > MaxConsumeMessageBatchMaxSize:
-		return fmt.Errorf("consumer: Config.ConsumeMessageBatchMaxSize %d must be 1..%d (0 = default %d)", c.ConsumeMessageBatchMaxSize, MaxConsumeMessageBatchMaxSize, DefaultConsumeMessageBatchMaxSize)
+		return bad("ConsumeMessageBatchMaxSize", c.ConsumeMessageBatchMaxSize,
+			fmt.Sprintf("must be 1..%d (0 = default %d)", MaxConsumeMessageBatchMaxSize, DefaultConsumeMessageBatchMaxSize))
 	case c.MaxReconsumeTimes != nil && *c.MaxReconsumeTimes < -1:
-		return fmt.Errorf("consumer: Config.MaxReconsumeTimes %d must be -1 (default), 0 (straight to the DLQ) or more", *c.MaxReconsumeTimes)
+		return bad("MaxReconsumeTimes", *c.MaxReconsumeTimes, "must be -1 (default), 0 (straight to the DLQ) or more")
 	case c.PullThresholdForQueue < 0:
-		return fmt.Errorf("consumer: Config.PullThresholdForQueue %d must not be negative", c.PullThresholdForQueue)
+		return bad("PullThresholdForQueue", c.PullThresholdForQueue, "must not be negative")
 	case c.PullThresholdSizeForQueue < 0:
-		return fmt.Errorf("consumer: Config.PullThresholdSizeForQueue %d must not be negative", c.PullThresholdSizeForQueue)
+		return bad("PullThresholdSizeForQueue", c.PullThresholdSizeForQueue, "must not be negative")
 	}
-	for name, d := range map[string]time.Duration{
-		"PersistOffsetInterval": c.PersistOffsetInterval, "RebalanceInterval": c.RebalanceInterval, "HeartbeatInterval": c.HeartbeatInterval,
-		"SuspendCurrentQueueTime": c.SuspendCurrentQueueTime,
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"PersistOffsetInterval", c.PersistOffsetInterval}, {"RebalanceInterval", c.RebalanceInterval},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"SuspendCurrentQueueTime", c.SuspendCurrentQueueTime},
 	} {
-		if d < 0 {
-			return fmt.Errorf("consumer: Config.%s %v must not be negative", name, d)
+		if f.d < 0 {
+			return bad(f.name, f.d, "must not be negative")
 		}
 	}
-	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
+	return withPackage("consumer", (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate())
+}
+
+// withPackage makes a *config.Error of the shared client's check say which package's
+// configuration it is.
+func withPackage(pkg string, err error) error {
+	if ce, ok := err.(*config.Error); ok {
+		cp := *ce
+		cp.Package = pkg
+		return &cp
+	}
+	return err
 }

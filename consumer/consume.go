@@ -239,9 +239,9 @@ func (c *PushConsumer) sendBack(m *message.MessageExt, delayLevel int) error {
 		resp, err := c.cl.InvokeSync(ctx, addr, remoting.NewRequest(remoting.ConsumerSendMsgBack, ext, nil))
 		switch {
 		case err != nil:
-			first = &BrokerError{Request: remoting.ConsumerSendMsgBack, Broker: addr, Err: err}
+			first = requestError(remoting.ConsumerSendMsgBack, addr, err)
 		case resp.ResponseCode() != remoting.Success:
-			first = &BrokerError{Request: remoting.ConsumerSendMsgBack, Broker: addr, Code: resp.ResponseCode(), Remark: resp.Remark}
+			first = resp.ResponseErrFor(remoting.ConsumerSendMsgBack, m.BrokerName, addr)
 		default:
 			return nil
 		}
@@ -314,10 +314,10 @@ func (c *PushConsumer) sendToRetryTopic(ctx context.Context, m *message.MessageE
 	}
 	resp, err := c.cl.InvokeSync(ctx, addr, remoting.NewRequest(remoting.SendMessageV2, h.Ext(), m.Body))
 	if err != nil {
-		return &BrokerError{Request: remoting.SendMessageV2, Broker: addr, Err: err}
+		return requestError(remoting.SendMessageV2, addr, err)
 	}
 	if !client.SendStored(resp.ResponseCode()) {
-		return &BrokerError{Request: remoting.SendMessageV2, Broker: addr, Code: resp.ResponseCode(), Remark: resp.Remark}
+		return &remoting.ResponseError{Code: resp.ResponseCode(), Remark: resp.Remark, Request: remoting.SendMessageV2, Broker: mq.BrokerName, Addr: addr}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -38,23 +39,29 @@ func deadAddr(t *testing.T) string {
 
 func TestConfigValidate(t *testing.T) {
 	ns := []string{"127.0.0.1:9876"}
-	for name, cfg := range map[string]Config{
-		"no namesrv":     {Group: "g"},
-		"no group":       {NamesrvAddrs: ns},
-		"bad group":      {NamesrvAddrs: ns, Group: "a b"},
-		"long group":     {NamesrvAddrs: ns, Group: strings.Repeat("g", 125)},
-		"model":          {NamesrvAddrs: ns, Group: "g", MessageModel: 5},
-		"from where":     {NamesrvAddrs: ns, Group: "g", ConsumeFromWhere: 7},
-		"goroutines":     {NamesrvAddrs: ns, Group: "g", ConsumeGoroutines: -1},
-		"pull batch":     {NamesrvAddrs: ns, Group: "g", PullBatchSize: 5000},
-		"consume batch":  {NamesrvAddrs: ns, Group: "g", ConsumeMessageBatchMaxSize: 33},
-		"reconsume":      {NamesrvAddrs: ns, Group: "g", MaxReconsumeTimes: Retries(-2)},
-		"suspend":        {NamesrvAddrs: ns, Group: "g", SuspendCurrentQueueTime: -time.Second},
-		"negative timer": {NamesrvAddrs: ns, Group: "g", RebalanceInterval: -time.Second},
+	for name, c := range map[string]struct {
+		cfg   Config
+		field string
+	}{
+		"no namesrv":     {Config{Group: "g"}, "NamesrvAddrs"},
+		"bad namesrv":    {Config{NamesrvAddrs: []string{"nohostport"}, Group: "g"}, "NamesrvAddrs[0]"},
+		"no group":       {Config{NamesrvAddrs: ns}, "Group"},
+		"bad group":      {Config{NamesrvAddrs: ns, Group: "a b"}, "Group"},
+		"long group":     {Config{NamesrvAddrs: ns, Group: strings.Repeat("g", 125)}, "Group"},
+		"model":          {Config{NamesrvAddrs: ns, Group: "g", MessageModel: 5}, "MessageModel"},
+		"from where":     {Config{NamesrvAddrs: ns, Group: "g", ConsumeFromWhere: 7}, "ConsumeFromWhere"},
+		"goroutines":     {Config{NamesrvAddrs: ns, Group: "g", ConsumeGoroutines: -1}, "ConsumeGoroutines"},
+		"pull batch":     {Config{NamesrvAddrs: ns, Group: "g", PullBatchSize: 5000}, "PullBatchSize"},
+		"consume batch":  {Config{NamesrvAddrs: ns, Group: "g", ConsumeMessageBatchMaxSize: 33}, "ConsumeMessageBatchMaxSize"},
+		"reconsume":      {Config{NamesrvAddrs: ns, Group: "g", MaxReconsumeTimes: Retries(-2)}, "MaxReconsumeTimes"},
+		"suspend":        {Config{NamesrvAddrs: ns, Group: "g", SuspendCurrentQueueTime: -time.Second}, "SuspendCurrentQueueTime"},
+		"negative timer": {Config{NamesrvAddrs: ns, Group: "g", RebalanceInterval: -time.Second}, "RebalanceInterval"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := NewPushConsumer(cfg); err == nil || !strings.Contains(err.Error(), "Config.") {
-				t.Fatalf("want an error naming the field, got %v", err)
+			var ce *config.Error
+			if _, err := NewPushConsumer(c.cfg); !errors.As(err, &ce) || ce.Package != "consumer" || ce.Field != c.field ||
+				!strings.Contains(err.Error(), c.field) {
+				t.Fatalf("want a *config.Error naming %s, got %v", c.field, err)
 			}
 		})
 	}

@@ -45,9 +45,9 @@ func (c *PushConsumer) pullLoop(ctx context.Context, pq *processQueue) {
 			if ctx.Err() != nil {
 				return
 			}
-			var be *BrokerError
-			if errors.As(err, &be) && be.Err == nil {
-				c.log.Warn("consumer: pull refused", "queue", mq.String(), "code", be.Code.String(), "remark", be.Remark)
+			var re *remoting.ResponseError
+			if errors.As(err, &re) {
+				c.log.Warn("consumer: pull refused", "queue", mq.String(), "code", re.Code.String(), "remark", re.Remark)
 			} else {
 				// Never skip what we cannot read: pull the same offset again later.
 				c.log.Warn("consumer: pull failed", "queue", mq.String(), "offset", next, "err", err)

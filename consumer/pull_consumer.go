@@ -3,13 +3,13 @@ package consumer
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
@@ -55,15 +55,15 @@ type PullConfig struct {
 // Validate reports the first invalid field as an error naming it.
 func (c *PullConfig) Validate() error {
 	if c.Group == "" {
-		return errors.New("consumer: PullConfig.Group is empty: a consumer group is required")
+		return &config.Error{Package: "consumer", Field: "Group", Reason: "empty: a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(c.Group); err != nil {
-		return fmt.Errorf("consumer: PullConfig.Group %q: %w", c.Group, err)
+		return &config.Error{Package: "consumer", Field: "Group", Value: fmt.Sprintf("%.64s", c.Group), Reason: err.Error(), Err: err}
 	}
 	if len(c.NamesrvAddrs) == 0 {
-		return errors.New("consumer: PullConfig.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+		return &config.Error{Package: "consumer", Field: "NamesrvAddrs", Reason: `empty: need at least one name server "host:port"`}
 	}
-	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
+	return withPackage("consumer", (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate())
 }
 
 // PullStatus is the outcome of one Pull (RocketMQ PullStatus).
@@ -109,7 +109,7 @@ type PullRequest struct {
 	// compiled on the client first and not re-checked.
 	Expression string
 	// ExpressionType is ExpressionTag (default, also "") or ExpressionSQL92; the broker
-	// refuses SQL92 (a *BrokerError, code 1) unless its enablePropertyFilter is true.
+	// refuses SQL92 (a *remoting.ResponseError, code 1) unless its enablePropertyFilter is true.
 	ExpressionType string
 	// Offset is the queue offset to read from.
 	Offset int64
@@ -240,7 +240,7 @@ func (c *PullConsumer) ensureBroker(ctx context.Context, mq message.MessageQueue
 // Pull reads up to req.MaxNums messages of req.Queue from req.Offset with PULL_MESSAGE
 // (RocketMQ request code 11): sysFlag SUBSCRIPTION (4), plus SUSPEND (2) with
 // LongPoll; no commit. Errors: a *message.ValidationError or an error naming the field
-// for a bad request, a *BrokerError for a refusal (e.g. 16 NO_PERMISSION for a DLQ
+// for a bad request, a *remoting.ResponseError for a refusal (e.g. 16 NO_PERMISSION for a DLQ
 // topic) or a transport failure, ErrClosed after Shutdown.
 func (c *PullConsumer) Pull(ctx context.Context, req PullRequest) (*PullResult, error) {
 	if err := message.ValidateTopic(req.Queue.Topic); err != nil {

@@ -172,9 +172,12 @@ func TestPullConsumerCannotReadDLQ(t *testing.T) {
 	defer pc.Shutdown(context.Background())
 	dlq := message.MessageQueue{Topic: message.DLQTopic("deadg"), BrokerName: e.broker.Name(), QueueID: 0}
 	_, err = pc.Pull(context.Background(), PullRequest{Queue: dlq})
-	var be *BrokerError
-	if !errors.As(err, &be) || be.Code != remoting.NoPermission {
-		t.Fatalf("pull of the DLQ: %v", err)
+	// The broker's refusal is the one answer type, with the request, the broker and
+	// its address; 16 NO_PERMISSION is retryable (another broker may allow it).
+	var re *remoting.ResponseError
+	if !errors.As(err, &re) || re.Code != remoting.NoPermission || !strings.Contains(re.Remark, "pulling message is forbidden") || !re.Retryable() ||
+		re.Request != remoting.PullMessage || re.Broker != e.broker.Name() || re.Addr == "" {
+		t.Fatalf("pull of the DLQ: %v (%#v), want a *remoting.ResponseError 16 NO_PERMISSION from PULL_MESSAGE", err, re)
 	}
 	if mqs, err := pc.MessageQueues(context.Background(), dlq.Topic); err != nil || len(mqs) != 0 {
 		t.Fatalf("readable DLQ queues %v %v", mqs, err)

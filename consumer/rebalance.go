@@ -102,13 +102,9 @@ func (c *PushConsumer) consumerIDs(ctx context.Context, rd *wire.TopicRouteData)
 			lastErr = err
 			continue
 		}
-		if resp.ResponseCode() != remoting.Success {
-			lastErr = &BrokerError{Request: remoting.GetConsumerListByGroup, Broker: name, Code: resp.ResponseCode(), Remark: resp.Remark}
-			continue
-		}
 		var body wire.ConsumerIDList
 		if err := json.Unmarshal(resp.Body, &body); err != nil {
-			lastErr = &BrokerError{Request: remoting.GetConsumerListByGroup, Broker: name, Err: fmt.Errorf("bad body: %w", err)}
+			lastErr = requestError(remoting.GetConsumerListByGroup, name, fmt.Errorf("bad body: %w", err))
 			continue
 		}
 		return body.ConsumerIDList, nil

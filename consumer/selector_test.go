@@ -256,8 +256,9 @@ func TestSQL92PullConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = pc2.Pull(ctx, PullRequest{Queue: mqs2[0], Expression: "a > 1", ExpressionType: ExpressionSQL92})
-	var be *BrokerError
-	if !errors.As(err, &be) || be.Code != remoting.SystemError || !strings.Contains(be.Remark, "enablePropertyFilter") {
+	var re *remoting.ResponseError
+	if !errors.As(err, &re) || re.Code != remoting.SystemError || !strings.Contains(re.Remark, "enablePropertyFilter") ||
+		!re.Retryable() || re.Request != remoting.PullMessage || re.Addr == "" {
 		t.Fatalf("SQL pull with the filter off: %v", err)
 	}
 }

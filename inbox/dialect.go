@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 
 	"github.com/sluicemq/sluice/internal/sqldialect"
@@ -34,7 +35,7 @@ func ParseDialect(s string) (Dialect, error) {
 	if d, ok := sqldialect.Parse(s); ok {
 		return d, nil
 	}
-	return 0, &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%q is not postgres, mysql or sqlite", s)}
+	return 0, &config.Error{Package: "inbox", Field: "Dialect", Reason: fmt.Sprintf("%q is not postgres, mysql or sqlite", s)}
 }
 
 // DefaultTable is the inbox table's default name.
@@ -53,7 +54,7 @@ const (
 
 func validateTable(t string) error {
 	if ok, reason := sqldialect.ValidTable(t); !ok {
-		return &ConfigError{Field: "Table", Reason: reason}
+		return &config.Error{Package: "inbox", Field: "Table", Reason: reason}
 	}
 	return nil
 }
@@ -110,24 +111,18 @@ func DDL(d Dialect, table string) ([]string, error) {
 			`CREATE INDEX IF NOT EXISTS ` + table + `_processed_at ON ` + table + ` (processed_at)`,
 		}, nil
 	}
-	return nil, &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", d)}
+	return nil, &config.Error{Package: "inbox", Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", d)}
 }
 
-// PostgresDDL, MySQLDDL and SQLiteDDL are the statements of [DDL] for [DefaultTable], one
-// per dialect, for migration tools that want the SQL text. Statements are separated by
-// ";\n".
-var (
-	PostgresDDL = mustDDL(Postgres)
-	MySQLDDL    = mustDDL(MySQL)
-	SQLiteDDL   = mustDDL(SQLite)
-)
-
-func mustDDL(d Dialect) string {
-	s, err := DDL(d, DefaultTable)
+// DDLText is [DDL] as one SQL text, statements separated by ";\n", for migration tools
+// that want the SQL of the inbox table (table "" for [DefaultTable]). It replaces the
+// former package variables PostgresDDL, MySQLDDL and SQLiteDDL: DDLText(Postgres, "").
+func DDLText(d Dialect, table string) (string, error) {
+	s, err := DDL(d, table)
 	if err != nil {
-		panic(err) // constant input: cannot happen
+		return "", err
 	}
-	return strings.Join(s, ";\n") + ";\n"
+	return strings.Join(s, ";\n") + ";\n", nil
 }
 
 // CreateTable creates the inbox table [DefaultTable] and its index in db if they do not
@@ -138,7 +133,7 @@ func CreateTable(ctx context.Context, db *sql.DB, d Dialect) error {
 
 func createTable(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	if db == nil {
-		return &ConfigError{Field: "DB", Reason: "nil"}
+		return &config.Error{Package: "inbox", Field: "DB", Reason: "nil"}
 	}
 	stmts, err := DDL(d, table)
 	if err != nil {

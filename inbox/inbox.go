@@ -45,6 +45,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"slices"
 	"strings"
@@ -60,15 +61,6 @@ import (
 // DLQ) instead of running unprotected. Give such messages keys on the send side
 // (middleware.Keys) or set Config.KeyFunc.
 var ErrNoKey = errors.New("inbox: message has no key")
-
-// ConfigError reports a bad configuration field.
-type ConfigError struct {
-	Field  string // the field, e.g. "Group"
-	Reason string // what is wrong, including the limit
-}
-
-// Error returns "inbox: <field>: <reason>".
-func (e *ConfigError) Error() string { return "inbox: " + e.Field + ": " + e.Reason }
 
 // Handler applies a batch's business effect inside tx, the inbox transaction. It must do
 // all its database work through tx (not through the *sql.DB: that would commit apart from
@@ -127,13 +119,13 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	switch {
 	case c.DB == nil:
-		return &ConfigError{Field: "DB", Reason: "nil"}
+		return &config.Error{Package: "inbox", Field: "DB", Reason: "nil"}
 	case !c.Dialect.Valid():
-		return &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
+		return &config.Error{Package: "inbox", Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
 	case c.Group == "":
-		return &ConfigError{Field: "Group", Reason: "empty"}
+		return &config.Error{Package: "inbox", Field: "Group", Reason: "empty"}
 	case len(c.Group) > MaxGroupLen:
-		return &ConfigError{Field: "Group", Reason: fmt.Sprintf("%d bytes, at most %d", len(c.Group), MaxGroupLen)}
+		return &config.Error{Package: "inbox", Field: "Group", Reason: fmt.Sprintf("%d bytes, at most %d", len(c.Group), MaxGroupLen)}
 	}
 	return validateTable(c.Table)
 }
@@ -146,7 +138,7 @@ type Inbox struct {
 	exists string
 }
 
-// New returns an Inbox for cfg (defaults applied) or a *ConfigError naming the bad field.
+// New returns an Inbox for cfg (defaults applied) or a *config.Error naming the bad field.
 // It does not touch the database; create the table with [Inbox.CreateTable] or a migration.
 func New(cfg Config) (*Inbox, error) {
 	cfg.setDefaults()

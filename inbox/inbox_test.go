@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 	"sync"
 	"testing"
@@ -336,7 +337,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := inbox.New(c.cfg)
-		var ce *inbox.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("%+v: %v, want a ConfigError for %s", c.cfg, err, c.field)
 		}
@@ -347,10 +348,14 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := inbox.DDL(inbox.Dialect(9), ""); err == nil {
 		t.Fatal("DDL of an unknown dialect")
 	}
-	for _, s := range []string{inbox.PostgresDDL, inbox.MySQLDDL, inbox.SQLiteDDL} {
-		if !strings.Contains(s, "CREATE TABLE IF NOT EXISTS sluice_inbox") {
-			t.Fatalf("DDL %q", s)
+	for _, d := range []inbox.Dialect{inbox.Postgres, inbox.MySQL, inbox.SQLite} {
+		if s, err := inbox.DDLText(d, ""); err != nil || !strings.Contains(s, "CREATE TABLE IF NOT EXISTS sluice_inbox") || !strings.HasSuffix(s, ";\n") {
+			t.Fatalf("DDLText(%v) = %q %v", d, s, err)
 		}
+	}
+	var ce *config.Error
+	if _, err := inbox.DDLText(inbox.Dialect(9), ""); !errors.As(err, &ce) || ce.Field != "Dialect" {
+		t.Fatalf("DDLText of an unknown dialect: %v", err)
 	}
 	for in, want := range map[string]inbox.Dialect{"postgresql": inbox.Postgres, "MariaDB": inbox.MySQL, "sqlite3": inbox.SQLite} {
 		if d, err := inbox.ParseDialect(in); d != want || err != nil {

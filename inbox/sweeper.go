@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"sync"
 	"time"
@@ -87,17 +88,17 @@ func (c *SweeperConfig) setDefaults() {
 func (c *SweeperConfig) Validate() error {
 	switch {
 	case c.DB == nil:
-		return &ConfigError{Field: "DB", Reason: "nil"}
+		return &config.Error{Package: "inbox", Field: "DB", Reason: "nil"}
 	case !c.Dialect.Valid():
-		return &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
+		return &config.Error{Package: "inbox", Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
 	case c.Retention < time.Millisecond:
-		return &ConfigError{Field: "Retention", Reason: fmt.Sprintf("%v: at least 1ms", c.Retention)}
+		return &config.Error{Package: "inbox", Field: "Retention", Reason: fmt.Sprintf("%v: at least 1ms", c.Retention)}
 	case c.Interval < time.Millisecond:
-		return &ConfigError{Field: "Interval", Reason: fmt.Sprintf("%v: at least 1ms", c.Interval)}
+		return &config.Error{Package: "inbox", Field: "Interval", Reason: fmt.Sprintf("%v: at least 1ms", c.Interval)}
 	case c.BatchSize < 1 || c.BatchSize > MaxSweepBatch:
-		return &ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d: want 1..%d", c.BatchSize, MaxSweepBatch)}
+		return &config.Error{Package: "inbox", Field: "BatchSize", Reason: fmt.Sprintf("%d: want 1..%d", c.BatchSize, MaxSweepBatch)}
 	case c.MaxBatches < 1:
-		return &ConfigError{Field: "MaxBatches", Reason: fmt.Sprintf("%d: at least 1", c.MaxBatches)}
+		return &config.Error{Package: "inbox", Field: "MaxBatches", Reason: fmt.Sprintf("%d: at least 1", c.MaxBatches)}
 	}
 	return validateTable(c.Table)
 }
@@ -117,7 +118,7 @@ type Sweeper struct {
 	done    chan struct{}
 }
 
-// NewSweeper returns a Sweeper for cfg (defaults applied) or a *ConfigError.
+// NewSweeper returns a Sweeper for cfg (defaults applied) or a *config.Error.
 func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

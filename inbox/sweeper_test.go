@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func TestSweeperConfigValidate(t *testing.T) {
 		cfg := inbox.SweeperConfig{DB: tg.DB, Dialect: inbox.SQLite}
 		c.mod(&cfg)
 		_, err := inbox.NewSweeper(cfg)
-		var ce *inbox.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("want a ConfigError for %s, got %v", c.field, err)
 		}

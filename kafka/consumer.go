@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -173,46 +174,46 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate checks the configuration (after defaults) and returns a *ConfigError naming
+// Validate checks the configuration (after defaults) and returns a *config.Error naming
 // the first wrong field.
 func (c *Config) Validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return &ConfigError{"Brokers", "at least one bootstrap address is required"}
+		return &config.Error{Package: "kafka", Field: "Brokers", Reason: "at least one bootstrap address is required"}
 	case c.Group == "":
-		return &ConfigError{"Group", "required"}
+		return &config.Error{Package: "kafka", Field: "Group", Reason: "required"}
 	case c.ConsumeWorkers < 0 || c.ConsumeWorkers > 1024:
-		return &ConfigError{"ConsumeWorkers", fmt.Sprintf("%d is outside 1..1024", c.ConsumeWorkers)}
+		return &config.Error{Package: "kafka", Field: "ConsumeWorkers", Reason: fmt.Sprintf("%d is outside 1..1024", c.ConsumeWorkers)}
 	case c.MaxInFlight < 0 || c.MaxInFlight > 1<<20:
-		return &ConfigError{"MaxInFlight", fmt.Sprintf("%d is outside 1..1048576", c.MaxInFlight)}
+		return &config.Error{Package: "kafka", Field: "MaxInFlight", Reason: fmt.Sprintf("%d is outside 1..1048576", c.MaxInFlight)}
 	case c.ConsumeMessageBatchMaxSize < 0 || c.ConsumeMessageBatchMaxSize > 1024:
-		return &ConfigError{"ConsumeMessageBatchMaxSize", fmt.Sprintf("%d is outside 1..1024", c.ConsumeMessageBatchMaxSize)}
+		return &config.Error{Package: "kafka", Field: "ConsumeMessageBatchMaxSize", Reason: fmt.Sprintf("%d is outside 1..1024", c.ConsumeMessageBatchMaxSize)}
 	case c.MaxInFlight < c.ConsumeMessageBatchMaxSize:
-		return &ConfigError{"MaxInFlight", fmt.Sprintf("%d is smaller than ConsumeMessageBatchMaxSize %d", c.MaxInFlight, c.ConsumeMessageBatchMaxSize)}
+		return &config.Error{Package: "kafka", Field: "MaxInFlight", Reason: fmt.Sprintf("%d is smaller than ConsumeMessageBatchMaxSize %d", c.MaxInFlight, c.ConsumeMessageBatchMaxSize)}
 	case c.MaxReconsumeTimes != nil && *c.MaxReconsumeTimes < -1:
-		return &ConfigError{"MaxReconsumeTimes", fmt.Sprintf("%d must be -1 (default), 0 (straight to the DLQ) or more", *c.MaxReconsumeTimes)}
+		return &config.Error{Package: "kafka", Field: "MaxReconsumeTimes", Reason: fmt.Sprintf("%d must be -1 (default), 0 (straight to the DLQ) or more", *c.MaxReconsumeTimes)}
 	case c.RetryPartitions < 0 || c.ReplicationFactor < -1:
-		return &ConfigError{"RetryPartitions/ReplicationFactor", "must be positive (ReplicationFactor may be -1)"}
+		return &config.Error{Package: "kafka", Field: "RetryPartitions/ReplicationFactor", Reason: "must be positive (ReplicationFactor may be -1)"}
 	case c.StartOffset != kafkago.FirstOffset && c.StartOffset != kafkago.LastOffset:
-		return &ConfigError{"StartOffset", fmt.Sprintf("%d is not kafkago.FirstOffset (-2) or kafkago.LastOffset (-1)", c.StartOffset)}
+		return &config.Error{Package: "kafka", Field: "StartOffset", Reason: fmt.Sprintf("%d is not kafkago.FirstOffset (-2) or kafkago.LastOffset (-1)", c.StartOffset)}
 	case c.FetchMaxBytes < 0:
-		return &ConfigError{"FetchMaxBytes", "must not be negative"}
+		return &config.Error{Package: "kafka", Field: "FetchMaxBytes", Reason: "must not be negative"}
 	case c.HeartbeatInterval >= c.SessionTimeout && c.SessionTimeout > 0:
-		return &ConfigError{"HeartbeatInterval", fmt.Sprintf("%v must be shorter than SessionTimeout %v (a third of it is usual)", c.HeartbeatInterval, c.SessionTimeout)}
+		return &config.Error{Package: "kafka", Field: "HeartbeatInterval", Reason: fmt.Sprintf("%v must be shorter than SessionTimeout %v (a third of it is usual)", c.HeartbeatInterval, c.SessionTimeout)}
 	}
 	if err := validateTopic("Group", DLQTopic(c.Group)); err != nil {
-		return &ConfigError{"Group", err.Error()}
+		return &config.Error{Package: "kafka", Field: "Group", Reason: err.Error()}
 	}
 	for name, d := range map[string]time.Duration{"SuspendCurrentQueueTime": c.SuspendCurrentQueueTime, "CommitInterval": c.CommitInterval,
 		"FetchMaxWait": c.FetchMaxWait, "Timeout": c.Timeout, "HeartbeatInterval": c.HeartbeatInterval, "SessionTimeout": c.SessionTimeout,
 		"RebalanceTimeout": c.RebalanceTimeout, "JoinGroupBackoff": c.JoinGroupBackoff} {
 		if d < 0 {
-			return &ConfigError{name, fmt.Sprintf("%v must not be negative", d)}
+			return &config.Error{Package: "kafka", Field: name, Reason: fmt.Sprintf("%v must not be negative", d)}
 		}
 	}
 	for i, d := range c.RetrySchedule {
 		if d < 0 {
-			return &ConfigError{"RetrySchedule", fmt.Sprintf("attempt %d waits %v; must not be negative", i+1, d)}
+			return &config.Error{Package: "kafka", Field: "RetrySchedule", Reason: fmt.Sprintf("attempt %d waits %v; must not be negative", i+1, d)}
 		}
 	}
 	return nil
@@ -304,7 +305,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // tagExpr: "*" or "" for all, or "TagA || TagB" (filter.NewTagFilter). Records that do
 // not match are skipped (and committed). One handler per topic; Config.Middlewares wrap
 // it. Errors: a *message.ValidationError for a bad topic name, ErrStarted after Start,
-// ErrClosed after Shutdown, a *ConfigError for a nil handler or for a topic subscribed
+// ErrClosed after Shutdown, a *config.Error for a nil handler or for a topic subscribed
 // already.
 func (c *Consumer) Subscribe(topic, tagExpr string, handler middleware.ConsumeFunc) error {
 	return c.subscribe(&subscription{topic: topic, tags: filter.NewTagFilter(tagExpr), handler: handler})
@@ -326,7 +327,7 @@ func (c *Consumer) subscribe(s *subscription) error {
 		return err
 	}
 	if s.handler == nil && s.raw == nil {
-		return &ConfigError{"Subscribe handler", "must not be nil"}
+		return &config.Error{Package: "kafka", Field: "Subscribe handler", Reason: "must not be nil"}
 	}
 	if s.handler != nil {
 		s.handler = middleware.ChainConsume(s.handler, c.cfg.Middlewares...)
@@ -342,7 +343,7 @@ func (c *Consumer) subscribe(s *subscription) error {
 	if _, dup := c.subs[s.topic]; dup {
 		// Replacing it would silently stop the first handler (one handler per topic, as
 		// the RocketMQ push consumer, which refuses it the same way).
-		return &ConfigError{"Subscribe", fmt.Sprintf("topic %q is already subscribed", s.topic)}
+		return &config.Error{Package: "kafka", Field: "Subscribe", Reason: fmt.Sprintf("topic %q is already subscribed", s.topic)}
 	}
 	c.subs[s.topic] = s
 	return nil
@@ -364,7 +365,7 @@ func (c *Consumer) retryTopics() []string {
 // dead-letter topics when missing (unless NoTopicCreation; ctx bounds that), joins the
 // group and starts consuming in the background. A second call on a started consumer
 // does nothing. Errors: ErrClosed after Shutdown (or after a failed Start, which releases
-// everything), a *ConfigError without subscriptions or naming a subscribed topic the
+// everything), a *config.Error without subscriptions or naming a subscribed topic the
 // cluster does not have (Start creates no subscribed topic: their partition count is the
 // application's choice), the metadata request's error, or the topic creation's error.
 // Implements [transport.Consumer].
@@ -380,7 +381,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	if len(c.subs) == 0 {
 		c.mu.Unlock()
-		return &ConfigError{"Start", "subscribe to at least one topic first"}
+		return &config.Error{Package: "kafka", Field: "Start", Reason: "subscribe to at least one topic first"}
 	}
 	c.state = stateRunning
 	c.mu.Unlock()
@@ -421,7 +422,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		c.abandon()
-		return &ConfigError{"consumer group", err.Error()}
+		return &config.Error{Package: "kafka", Field: "consumer group", Reason: err.Error()}
 	}
 	c.cg = cg
 	c.runDone = make(chan struct{})
@@ -429,7 +430,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	return nil
 }
 
-// checkSubscribed returns a *ConfigError naming the subscribed topics the cluster does
+// checkSubscribed returns a *config.Error naming the subscribed topics the cluster does
 // not have. kafka-go's group leader reads the partitions of all the group's topics in
 // one request and, when one of them is missing, assigns nothing at all — not even the
 // topics that exist — and nothing rebalances when the topic appears later: the consumer
@@ -452,7 +453,7 @@ func (c *Consumer) checkSubscribed(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		return &ConfigError{"Subscribe", "topic " + strings.Join(missing, ", ") + " does not exist on the cluster; create it first (EnsureTopicsAt)"}
+		return &config.Error{Package: "kafka", Field: "Subscribe", Reason: "topic " + strings.Join(missing, ", ") + " does not exist on the cluster; create it first (EnsureTopicsAt)"}
 	}
 	return nil
 }

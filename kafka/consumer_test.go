@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,7 +274,7 @@ func TestDelayLevels(t *testing.T) {
 	}
 }
 
-// Bad consumer settings are *ConfigError naming the field; Subscribe after Start, Start
+// Bad consumer settings are *config.Error naming the field; Subscribe after Start, Start
 // twice and Start without subscriptions are refused; a bad SQL92 expression is a
 // *filter.SQLSyntaxError.
 func TestConsumerConfigErrors(t *testing.T) {
@@ -292,9 +293,9 @@ func TestConsumerConfigErrors(t *testing.T) {
 	} {
 		cfg := ok
 		mod(&cfg)
-		var ce *ConfigError
+		var ce *config.Error
 		if _, err := NewConsumer(cfg); !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%s: %v, want a *ConfigError for that field", field, err)
+			t.Errorf("%s: %v, want a *config.Error for that field", field, err)
 		}
 	}
 	if _, err := NewConsumer(Config{Brokers: []string{"x:1"}, Group: "bad group"}); err == nil {
@@ -304,7 +305,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ce *ConfigError
+	var ce *config.Error
 	if err := c.Start(ctxT(t, 5*time.Second)); !errors.As(err, &ce) {
 		t.Errorf("start without subscriptions: %v", err)
 	}
@@ -324,7 +325,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := c.Subscribe("t", "B", okHandler); !errors.As(err, &ce) || !strings.Contains(err.Error(), "already subscribed") {
-		t.Errorf("a topic subscribed twice: %v, want a *ConfigError (the first handler would be dropped)", err)
+		t.Errorf("a topic subscribed twice: %v, want a *config.Error (the first handler would be dropped)", err)
 	}
 	if err := c.SubscribeSQL("t", "a > 1", okHandler); !errors.As(err, &ce) {
 		t.Errorf("a topic subscribed twice (SQL92): %v", err)
@@ -386,7 +387,7 @@ func TestRetryWaitsOnlyItsPartition(t *testing.T) {
 	}
 }
 
-// A subscribed topic the cluster does not have fails Start with a *ConfigError naming
+// A subscribed topic the cluster does not have fails Start with a *config.Error naming
 // it. Before, Start succeeded and kafka-go's group leader, whose one partitions request
 // for all the group's topics failed, assigned nothing at all: the topic that did exist
 // (and the retry topics) sat unconsumed, and nothing rebalanced when the topic appeared.
@@ -408,9 +409,9 @@ func TestStartRefusesMissingTopic(t *testing.T) {
 	}
 	err = cons.Start(ctxT(t, 10*time.Second))
 	defer shutdown(t, cons, 10*time.Second)
-	var ce *ConfigError
+	var ce *config.Error
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `"absent"`) || strings.Contains(err.Error(), `"present"`) {
-		t.Fatalf("start with a missing subscribed topic: %v, want a *ConfigError naming only \"absent\"", err)
+		t.Fatalf("start with a missing subscribed topic: %v, want a *config.Error naming only \"absent\"", err)
 	}
 }
 
@@ -474,7 +475,7 @@ func TestDelayForwarderRefusesFewerLevelsThanTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = f.Start(ctx)
-	ce, ok := errors.AsType[*ConfigError](err)
+	ce, ok := errors.AsType[*config.Error](err)
 	if !ok || ce.Field != "Levels" || !strings.Contains(ce.Reason, DelayTopic(3)) {
 		t.Fatalf("Start with Levels 2 and topic %s present: %v", DelayTopic(3), err)
 	}

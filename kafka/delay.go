@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -69,7 +70,7 @@ func NewDelayForwarder(cfg DelayForwarderConfig) (*DelayForwarder, error) {
 		cfg.Levels = len(message.DefaultDelayLevels())
 	}
 	if cfg.Levels < 0 || cfg.Levels > 1000 {
-		return nil, &ConfigError{"Levels", fmt.Sprintf("%d is outside 1..1000", cfg.Levels)}
+		return nil, &config.Error{Package: "kafka", Field: "Levels", Reason: fmt.Sprintf("%d is outside 1..1000", cfg.Levels)}
 	}
 	c, err := NewConsumer(Config{
 		Brokers: cfg.Brokers, Group: cfg.Group, Orderly: true, retryForever: true,
@@ -117,7 +118,7 @@ func (f *DelayForwarder) forward(ctx context.Context, r *Record) error {
 }
 
 // Start creates the delay topics when missing and starts forwarding (see
-// [Consumer.Start]). It refuses to start, with a *ConfigError naming Levels, when the
+// [Consumer.Start]). It refuses to start, with a *config.Error naming Levels, when the
 // cluster already has a delay topic above Levels ("sluice.delay.<n>", n > Levels: a
 // producer with a longer DelayLevels table wrote it), because this forwarder would
 // never move those records. A delay topic created after Start is not noticed: keep
@@ -154,7 +155,7 @@ func (f *DelayForwarder) checkLevels(ctx context.Context) error {
 		return nil
 	}
 	sort.Strings(beyond)
-	return &ConfigError{"Levels", fmt.Sprintf("%d, but the cluster has delay topic(s) %s above it, whose records this forwarder would never move; set Levels to at least the longest producer DelayLevels",
+	return &config.Error{Package: "kafka", Field: "Levels", Reason: fmt.Sprintf("%d, but the cluster has delay topic(s) %s above it, whose records this forwarder would never move; set Levels to at least the longest producer DelayLevels",
 		f.levels, strings.Join(beyond, ", "))}
 }
 

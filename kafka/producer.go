@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"math"
 	"slices"
@@ -53,15 +54,6 @@ var (
 	_ transport.Producer = (*Producer)(nil)
 	_ transport.Consumer = (*Consumer)(nil)
 )
-
-// ConfigError names a configuration field that is wrong and why.
-type ConfigError struct {
-	Field  string // the field (or call) that is wrong
-	Reason string // what is wrong with it
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "kafka: config " + e.Field + ": " + e.Reason }
 
 // ProducerConfig configures a [Producer]. The zero value of every field but Brokers is
 // usable. The producer runs on franz-go (github.com/twmb/franz-go/pkg/kgo); the field
@@ -179,28 +171,28 @@ const (
 	maxMaxBufferedRecords = 1 << 24 // a bound on memory: 16 M callbacks waiting
 )
 
-// Validate checks the configuration (after defaults) and returns a *ConfigError naming
+// Validate checks the configuration (after defaults) and returns a *config.Error naming
 // the first wrong field.
 func (c *ProducerConfig) Validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return &ConfigError{"Brokers", "at least one bootstrap address is required"}
+		return &config.Error{Package: "kafka", Field: "Brokers", Reason: "at least one bootstrap address is required"}
 	case c.RequiredAcks != kafkago.RequireAll && c.RequiredAcks != kafkago.RequireOne && c.RequiredAcks != kafkago.RequireNone:
-		return &ConfigError{"RequiredAcks", fmt.Sprintf("%d is not RequireAll (-1) or RequireOne (1)", c.RequiredAcks)}
+		return &config.Error{Package: "kafka", Field: "RequiredAcks", Reason: fmt.Sprintf("%d is not RequireAll (-1) or RequireOne (1)", c.RequiredAcks)}
 	case c.BatchTimeout < 0, c.WriteTimeout < 0, c.DialTimeout < 0:
-		return &ConfigError{"BatchTimeout/WriteTimeout/DialTimeout", "must not be negative"}
+		return &config.Error{Package: "kafka", Field: "BatchTimeout/WriteTimeout/DialTimeout", Reason: "must not be negative"}
 	case c.BatchSize < 0 || c.MaxAttempts < 0 || c.MaxBodyBytes < 0:
-		return &ConfigError{"BatchSize/MaxAttempts/MaxBodyBytes", "must not be negative"}
+		return &config.Error{Package: "kafka", Field: "BatchSize/MaxAttempts/MaxBodyBytes", Reason: "must not be negative"}
 	case codec(c.Compression) == nil:
-		return &ConfigError{"Compression", fmt.Sprintf("%q is not one of snappy, lz4, zstd, gzip, none", c.Compression)}
+		return &config.Error{Package: "kafka", Field: "Compression", Reason: fmt.Sprintf("%q is not one of snappy, lz4, zstd, gzip, none", c.Compression)}
 	case c.BatchBytes < minBatchBytes || c.BatchBytes > maxBatchBytes:
-		return &ConfigError{"BatchBytes", fmt.Sprintf("%d is outside %d..%d", c.BatchBytes, minBatchBytes, maxBatchBytes)}
+		return &config.Error{Package: "kafka", Field: "BatchBytes", Reason: fmt.Sprintf("%d is outside %d..%d", c.BatchBytes, minBatchBytes, maxBatchBytes)}
 	case c.MaxBufferedRecords < 0 || c.MaxBufferedRecords > maxMaxBufferedRecords:
-		return &ConfigError{"MaxBufferedRecords", fmt.Sprintf("%d is outside 1..%d", c.MaxBufferedRecords, maxMaxBufferedRecords)}
+		return &config.Error{Package: "kafka", Field: "MaxBufferedRecords", Reason: fmt.Sprintf("%d is outside 1..%d", c.MaxBufferedRecords, maxMaxBufferedRecords)}
 	}
 	for i, d := range c.DelayLevels {
 		if d <= 0 {
-			return &ConfigError{"DelayLevels", fmt.Sprintf("level %d is %v; every level must be positive", i+1, d)}
+			return &config.Error{Package: "kafka", Field: "DelayLevels", Reason: fmt.Sprintf("level %d is %v; every level must be positive", i+1, d)}
 		}
 	}
 	return nil
@@ -613,7 +605,7 @@ func (p *Producer) Send(ctx context.Context, msg *message.Message) (*message.Sen
 // they run with an error shortly after — a completion is never dropped.
 func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error)) error {
 	if cb == nil {
-		return &ConfigError{"SendAsync callback", "must not be nil"}
+		return &config.Error{Package: "kafka", Field: "SendAsync callback", Reason: "must not be nil"}
 	}
 	rec, err := p.prepare(msg)
 	if err != nil {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,9 +132,9 @@ func TestProducerRefusals(t *testing.T) {
 		t.Fatalf("Start after shutdown: %v, want ErrClosed", err)
 	}
 	for _, bad := range []ProducerConfig{{}, {Brokers: []string{"x:1"}, DelayLevels: []time.Duration{0}}} {
-		var ce *ConfigError
+		var ce *config.Error
 		if _, err := NewProducer(bad); !errors.As(err, &ce) {
-			t.Errorf("config %+v: %v, want *ConfigError", bad, err)
+			t.Errorf("config %+v: %v, want *config.Error", bad, err)
 		}
 	}
 }
@@ -447,9 +448,9 @@ func TestProducerSettings(t *testing.T) {
 		"Compression":        {Brokers: []string{"x:1"}, Compression: "brotli"},
 		"MaxBufferedRecords": {Brokers: []string{"x:1"}, MaxBufferedRecords: -1},
 	} {
-		var ce *ConfigError
+		var ce *config.Error
 		if _, err := NewProducer(bad); !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%s: %v, want a *ConfigError naming it", field, err)
+			t.Errorf("%s: %v, want a *config.Error naming it", field, err)
 		}
 	}
 	const topic = "codecs"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"time"
 )
 
@@ -80,10 +81,10 @@ const MaxList = 10_000
 // greater than after, in id order (page with the last ID returned). limit is 1..MaxList.
 func (o *Outbox) List(ctx context.Context, state int, after int64, limit int) ([]Row, error) {
 	if state < StatePending || state > StateDead {
-		return nil, &ConfigError{Field: "state", Reason: fmt.Sprintf("%d: want 0 (pending), 1 (sent) or 2 (dead)", state)}
+		return nil, &config.Error{Package: "outbox", Field: "state", Reason: fmt.Sprintf("%d: want 0 (pending), 1 (sent) or 2 (dead)", state)}
 	}
 	if limit < 1 || limit > MaxList {
-		return nil, &ConfigError{Field: "limit", Reason: fmt.Sprintf("%d: want 1..%d", limit, MaxList)}
+		return nil, &config.Error{Package: "outbox", Field: "limit", Reason: fmt.Sprintf("%d: want 1..%d", limit, MaxList)}
 	}
 	rows, err := o.cfg.DB.QueryContext(ctx, o.q.listState, state, after, limit)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"slices"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ func ParseDialect(s string) (Dialect, error) {
 	if d, ok := sqldialect.Parse(s); ok {
 		return d, nil
 	}
-	return 0, &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%q is not postgres, mysql or sqlite", s)}
+	return 0, &config.Error{Package: "outbox", Field: "Dialect", Reason: fmt.Sprintf("%q is not postgres, mysql or sqlite", s)}
 }
 
 // SQLiteDSN returns a modernc.org/sqlite data source name for the file path with the
@@ -86,15 +87,6 @@ const (
 	// MaxErrorLen is the most bytes of a send error kept in last_error.
 	MaxErrorLen = 1000
 )
-
-// ConfigError reports a bad configuration field.
-type ConfigError struct {
-	Field  string // the field, e.g. "Table"
-	Reason string // what is wrong, including the limit
-}
-
-// Error returns "outbox: <field>: <reason>".
-func (e *ConfigError) Error() string { return "outbox: " + e.Field + ": " + e.Reason }
 
 // AddError reports a message [Outbox.Add] refused before writing anything: Index is its
 // position in the call (0-based) and Err the *message.ValidationError naming the field
@@ -176,25 +168,25 @@ func rocketMQTopic(topic string) error {
 func (c *Config) Validate() error {
 	switch {
 	case c.DB == nil:
-		return &ConfigError{Field: "DB", Reason: "nil"}
+		return &config.Error{Package: "outbox", Field: "DB", Reason: "nil"}
 	case !c.Dialect.Valid():
-		return &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
+		return &config.Error{Package: "outbox", Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", c.Dialect)}
 	case c.MaxMessageSize < 0:
-		return &ConfigError{Field: "MaxMessageSize", Reason: fmt.Sprintf("%d: must be positive", c.MaxMessageSize)}
+		return &config.Error{Package: "outbox", Field: "MaxMessageSize", Reason: fmt.Sprintf("%d: must be positive", c.MaxMessageSize)}
 	case c.NotifyChannel != "" && c.Dialect != Postgres:
-		return &ConfigError{Field: "NotifyChannel", Reason: "PostgreSQL only (LISTEN/NOTIFY)"}
+		return &config.Error{Package: "outbox", Field: "NotifyChannel", Reason: "PostgreSQL only (LISTEN/NOTIFY)"}
 	case len(c.NotifyChannel) > 63:
-		return &ConfigError{Field: "NotifyChannel", Reason: fmt.Sprintf("%d bytes, at most 63", len(c.NotifyChannel))}
+		return &config.Error{Package: "outbox", Field: "NotifyChannel", Reason: fmt.Sprintf("%d bytes, at most 63", len(c.NotifyChannel))}
 	}
 	return validateTable(c.Table)
 }
 
 func validateTable(t string) error {
 	if ok, reason := sqldialect.ValidTable(t); !ok {
-		return &ConfigError{Field: "Table", Reason: reason}
+		return &config.Error{Package: "outbox", Field: "Table", Reason: reason}
 	}
 	if len(t) > sqldialect.MaxTableLen-len("_keys") {
-		return &ConfigError{Field: "Table", Reason: fmt.Sprintf("%d bytes, at most %d (the key-lock table %s_keys must fit 63)", len(t), sqldialect.MaxTableLen-len("_keys"), t)}
+		return &config.Error{Package: "outbox", Field: "Table", Reason: fmt.Sprintf("%d bytes, at most %d (the key-lock table %s_keys must fit 63)", len(t), sqldialect.MaxTableLen-len("_keys"), t)}
 	}
 	return nil
 }
@@ -206,7 +198,7 @@ type Outbox struct {
 	q   queries
 }
 
-// New returns an Outbox for cfg (defaults applied) or a *ConfigError naming the bad field.
+// New returns an Outbox for cfg (defaults applied) or a *config.Error naming the bad field.
 // It does not touch the database.
 func New(cfg Config) (*Outbox, error) {
 	cfg.setDefaults()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 	"sync"
 	"testing"
@@ -197,7 +198,7 @@ func TestConfigErrors(t *testing.T) {
 		{outbox.Config{DB: db.DB, Dialect: outbox.SQLite, NotifyChannel: "c"}, "NotifyChannel"},
 	} {
 		_, err := outbox.New(c.cfg)
-		var ce *outbox.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("%+v: %v; want a ConfigError on %s", c.cfg, err, c.field)
 		}
@@ -214,7 +215,7 @@ func TestConfigErrors(t *testing.T) {
 		{outbox.RelayConfig{Send: (&recorder{}).send, BackoffBase: time.Minute, BackoffMax: time.Second}, "BackoffBase"},
 	} {
 		_, err := outbox.NewRelay(ob, c.cfg)
-		var ce *outbox.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("%+v: %v; want a ConfigError on %s", c.field, err, c.field)
 		}

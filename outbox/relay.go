@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -138,27 +139,27 @@ func (c *RelayConfig) setDefaults() {
 func (c *RelayConfig) Validate() error {
 	switch {
 	case c.Send == nil:
-		return &ConfigError{Field: "Send", Reason: "nil"}
+		return &config.Error{Package: "outbox", Field: "Send", Reason: "nil"}
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return &ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d: want 1..%d", c.BatchSize, MaxBatchSize)}
+		return &config.Error{Package: "outbox", Field: "BatchSize", Reason: fmt.Sprintf("%d: want 1..%d", c.BatchSize, MaxBatchSize)}
 	case c.MaxBatchBytes < 1:
-		return &ConfigError{Field: "MaxBatchBytes", Reason: fmt.Sprintf("%d: must be positive", c.MaxBatchBytes)}
+		return &config.Error{Package: "outbox", Field: "MaxBatchBytes", Reason: fmt.Sprintf("%d: must be positive", c.MaxBatchBytes)}
 	case c.Concurrency < 1 || c.Concurrency > 1024:
-		return &ConfigError{Field: "Concurrency", Reason: fmt.Sprintf("%d: want 1..1024", c.Concurrency)}
+		return &config.Error{Package: "outbox", Field: "Concurrency", Reason: fmt.Sprintf("%d: want 1..1024", c.Concurrency)}
 	case c.Lease < 100*time.Millisecond:
-		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%v: at least 100ms", c.Lease)}
+		return &config.Error{Package: "outbox", Field: "Lease", Reason: fmt.Sprintf("%v: at least 100ms", c.Lease)}
 	case c.PollInterval < time.Millisecond:
-		return &ConfigError{Field: "PollInterval", Reason: fmt.Sprintf("%v: at least 1ms", c.PollInterval)}
+		return &config.Error{Package: "outbox", Field: "PollInterval", Reason: fmt.Sprintf("%v: at least 1ms", c.PollInterval)}
 	case c.MaxAttempts < 1:
-		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("%d: at least 1", c.MaxAttempts)}
+		return &config.Error{Package: "outbox", Field: "MaxAttempts", Reason: fmt.Sprintf("%d: at least 1", c.MaxAttempts)}
 	case c.BackoffBase < time.Millisecond || c.BackoffMax < c.BackoffBase:
-		return &ConfigError{Field: "BackoffBase", Reason: fmt.Sprintf("%v..%v: want 1ms ≤ BackoffBase ≤ BackoffMax", c.BackoffBase, c.BackoffMax)}
+		return &config.Error{Package: "outbox", Field: "BackoffBase", Reason: fmt.Sprintf("%v..%v: want 1ms ≤ BackoffBase ≤ BackoffMax", c.BackoffBase, c.BackoffMax)}
 	case c.SendTimeout < time.Millisecond:
-		return &ConfigError{Field: "SendTimeout", Reason: fmt.Sprintf("%v: at least 1ms", c.SendTimeout)}
+		return &config.Error{Package: "outbox", Field: "SendTimeout", Reason: fmt.Sprintf("%v: at least 1ms", c.SendTimeout)}
 	case c.Retention < 0:
-		return &ConfigError{Field: "Retention", Reason: fmt.Sprintf("%v: must not be negative", c.Retention)}
+		return &config.Error{Package: "outbox", Field: "Retention", Reason: fmt.Sprintf("%v: must not be negative", c.Retention)}
 	case c.CleanInterval < time.Millisecond || c.KeyRetention < time.Millisecond:
-		return &ConfigError{Field: "CleanInterval", Reason: "CleanInterval and KeyRetention must be at least 1ms"}
+		return &config.Error{Package: "outbox", Field: "CleanInterval", Reason: "CleanInterval and KeyRetention must be at least 1ms"}
 	}
 	return nil
 }
@@ -191,10 +192,10 @@ type Relay struct {
 	lastClean time.Time
 }
 
-// NewRelay returns a relay for ob's table, or a *ConfigError naming the bad field.
+// NewRelay returns a relay for ob's table, or a *config.Error naming the bad field.
 func NewRelay(ob *Outbox, cfg RelayConfig) (*Relay, error) {
 	if ob == nil {
-		return nil, &ConfigError{Field: "Outbox", Reason: "nil"}
+		return nil, &config.Error{Package: "outbox", Field: "Outbox", Reason: "nil"}
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

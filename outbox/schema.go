@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 )
 
@@ -120,7 +121,7 @@ func DDL(d Dialect, table string) ([]string, error) {
 )`,
 		}, nil
 	}
-	return nil, &ConfigError{Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", d)}
+	return nil, &config.Error{Package: "outbox", Field: "Dialect", Reason: fmt.Sprintf("%v is not Postgres, MySQL or SQLite", d)}
 }
 
 // queries holds the statements of one dialect and table.

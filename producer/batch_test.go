@@ -202,7 +202,8 @@ func TestSendBatchRealBroker(t *testing.T) {
 	ps := newProducer(t, Config{NamesrvAddrs: testbroker.Namesrv(small)})
 	_, err = ps.SendBatch(ctx, exactBatch("Small", 2, 1025))
 	var se *SendError
-	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 {
+	var re *remoting.ResponseError
+	if !errors.As(err, &se) || se.Attempts != 1 || !errors.As(err, &re) || re.Code != remoting.MessageIllegal || re.Request != remoting.SendBatchMessage {
 		t.Fatalf("over the broker's limit: %v", err)
 	}
 	if _, err := ps.SendBatch(ctx, exactBatch("Small", 2, 1024)); err != nil {

@@ -2,11 +2,11 @@ package producer
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/remoting"
 
 	"github.com/sluicemq/sluice/internal/client"
@@ -234,40 +234,54 @@ const MaxRetryTimes = 32
 // CompressLevel outside 0..9, or LatencyFaultRules that are not sorted by Latency or
 // have a negative duration. Zero values are fine: they mean the documented defaults.
 func (c *Config) Validate() error {
+	bad := func(field string, value any, reason string) error {
+		return &config.Error{Package: "producer", Field: field, Value: value, Reason: reason}
+	}
 	if len(c.NamesrvAddrs) == 0 {
-		return errors.New("producer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+		return bad("NamesrvAddrs", nil, `empty: need at least one name server "host:port"`)
 	}
 	if c.Group != "" {
 		if err := message.ValidateGroupTopics(c.Group); err != nil {
-			return fmt.Errorf("producer: Config.Group %q: %w", c.Group, err)
+			return &config.Error{Package: "producer", Field: "Group", Value: fmt.Sprintf("%.64s", c.Group), Reason: err.Error(), Err: err}
 		}
 	}
 	switch {
 	case c.SendTimeout < 0:
-		return fmt.Errorf("producer: Config.SendTimeout %v must not be negative", c.SendTimeout)
+		return bad("SendTimeout", c.SendTimeout, "must not be negative")
 	case c.MaxMessageSize < 0:
-		return fmt.Errorf("producer: Config.MaxMessageSize %d must not be negative", c.MaxMessageSize)
+		return bad("MaxMessageSize", c.MaxMessageSize, "must not be negative")
 	case c.CompressLevel < 0 || c.CompressLevel > 9:
-		return fmt.Errorf("producer: Config.CompressLevel %d must be 1..9 (0 = default 5)", c.CompressLevel)
+		return bad("CompressLevel", c.CompressLevel, "must be 1..9 (0 = default 5)")
 	case c.RetryTimesWhenSendFailed > MaxRetryTimes:
-		return fmt.Errorf("producer: Config.RetryTimesWhenSendFailed %d exceeds %d", c.RetryTimesWhenSendFailed, MaxRetryTimes)
+		return bad("RetryTimesWhenSendFailed", c.RetryTimesWhenSendFailed, fmt.Sprintf("exceeds %d", MaxRetryTimes))
 	case c.RetryTimesWhenSendAsyncFailed > MaxRetryTimes:
-		return fmt.Errorf("producer: Config.RetryTimesWhenSendAsyncFailed %d exceeds %d", c.RetryTimesWhenSendAsyncFailed, MaxRetryTimes)
+		return bad("RetryTimesWhenSendAsyncFailed", c.RetryTimesWhenSendAsyncFailed, fmt.Sprintf("exceeds %d", MaxRetryTimes))
 	case c.FaultIsolationDuration < 0:
-		return fmt.Errorf("producer: Config.FaultIsolationDuration %v must not be negative", c.FaultIsolationDuration)
+		return bad("FaultIsolationDuration", c.FaultIsolationDuration, "must not be negative")
 	case c.MaxAsyncInflight < 0:
-		return fmt.Errorf("producer: Config.MaxAsyncInflight %d must not be negative", c.MaxAsyncInflight)
+		return bad("MaxAsyncInflight", c.MaxAsyncInflight, "must not be negative")
 	case c.MaxAsyncInflightBytes < 0:
-		return fmt.Errorf("producer: Config.MaxAsyncInflightBytes %d must not be negative", c.MaxAsyncInflightBytes)
+		return bad("MaxAsyncInflightBytes", c.MaxAsyncInflightBytes, "must not be negative")
 	}
 	for i, r := range c.LatencyFaultRules {
+		field := fmt.Sprintf("LatencyFaultRules[%d]", i)
 		if r.Latency < 0 || r.NotAvailable < 0 {
-			return fmt.Errorf("producer: Config.LatencyFaultRules[%d] %+v: durations must not be negative", i, r)
+			return bad(field, fmt.Sprintf("%+v", r), "durations must not be negative")
 		}
 		if i > 0 && r.Latency <= c.LatencyFaultRules[i-1].Latency {
-			return fmt.Errorf("producer: Config.LatencyFaultRules[%d]: Latency %v must be above the previous rule's %v (sorted ascending)",
-				i, r.Latency, c.LatencyFaultRules[i-1].Latency)
+			return bad(field, fmt.Sprintf("%+v", r), fmt.Sprintf("Latency must be above the previous rule's %v (sorted ascending)", c.LatencyFaultRules[i-1].Latency))
 		}
 	}
-	return (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate()
+	return withPackage("producer", (&client.Config{NamesrvAddrs: c.NamesrvAddrs}).Validate())
+}
+
+// withPackage makes a *config.Error of the shared client's check say which package's
+// configuration it is.
+func withPackage(pkg string, err error) error {
+	if ce, ok := err.(*config.Error); ok {
+		cp := *ce
+		cp.Package = pkg
+		return &cp
+	}
+	return err
 }

@@ -46,11 +46,12 @@ func (e *MiddlewareError) Error() string {
 // Is reports whether target is ErrMiddlewaresUnsupported.
 func (e *MiddlewareError) Is(target error) bool { return target == ErrMiddlewaresUnsupported }
 
-// SendError reports a send that did not reach a stored state after all attempts.
-// Either the broker answered with a code that is not a stored code (Code != 0, Remark
-// set; Err nil), or there was no usable answer (Err set: transport failure, timeout,
-// route lookup failure). Validation failures are *message.ValidationError instead and
-// never reach the network.
+// SendError reports a send that did not reach a stored state after all attempts, with
+// what only a send knows (topic, queue, attempts). Err is the cause of the last
+// attempt: a *remoting.ResponseError when the broker answered with a code that is not a
+// stored code (find it with errors.As for its Code, Remark and Retryable), otherwise a
+// transport failure, a timeout, a route lookup failure or an unreadable answer.
+// Validation failures are *message.ValidationError instead and never reach the network.
 type SendError struct {
 	// Topic is the message's topic.
 	Topic string
@@ -60,12 +61,12 @@ type SendError struct {
 	BrokerAddr string
 	// Attempts is how many sends were made (0 when the route lookup failed).
 	Attempts int
-	// Code is the last response code from the broker (0 = no response; see Err).
-	Code remoting.ResponseCode
-	// Remark is the broker's error text for Code.
-	Remark string
-	// Err is the cause when the broker did not answer.
+	// Err is the last attempt's cause: the broker's *remoting.ResponseError, or why
+	// there was no usable answer. Never nil.
 	Err error
+	// stored: the broker answered a stored code but its answer could not be read (Err
+	// says why); sending again would store the message twice.
+	stored bool
 }
 
 // Error implements error.
@@ -74,11 +75,7 @@ func (e *SendError) Error() string {
 	if e.BrokerAddr != "" {
 		where = fmt.Sprintf("; last attempt %s at %s", e.Queue, e.BrokerAddr)
 	}
-	if e.Err != nil {
-		return fmt.Sprintf("producer: send to topic %q failed after %d attempt(s)%s: %v", e.Topic, e.Attempts, where, e.Err)
-	}
-	return fmt.Sprintf("producer: send to topic %q failed after %d attempt(s)%s: broker answered %d %s: %s",
-		e.Topic, e.Attempts, where, int16(e.Code), e.Code, e.Remark)
+	return fmt.Sprintf("producer: send to topic %q failed after %d attempt(s)%s: %v", e.Topic, e.Attempts, where, e.Err)
 }
 
 // Unwrap returns Err.
@@ -87,15 +84,25 @@ func (e *SendError) Unwrap() error { return e.Err }
 // Is makes errors.Is(err, ErrTopicNotExist) true when the broker answered
 // TOPIC_NOT_EXIST (17); a route lookup failure matches through Err.
 func (e *SendError) Is(target error) bool {
-	return target == ErrTopicNotExist && e.Code == remoting.TopicNotExist
+	return target == ErrTopicNotExist && e.answer() != nil && e.answer().Code == remoting.TopicNotExist
+}
+
+// answer returns the broker's refusal in Err, nil when there is none.
+func (e *SendError) answer() *remoting.ResponseError {
+	var re *remoting.ResponseError
+	if errors.As(e.Err, &re) {
+		return re
+	}
+	return nil
 }
 
 // Retryable reports whether the failure is one the producer itself retries: a
-// transport failure or response code 1, 2, 14, 16 or 17 (remoting.ResponseCode.Retryable).
-// A retry middleware may use it to decide whether to try again later.
+// transport failure, or an answer whose [remoting.ResponseError.Retryable] is true
+// (codes 1, 2, 14, 16, 17). A stored message whose answer could not be read is not
+// retryable. A retry middleware may use it to decide whether to try again later.
 func (e *SendError) Retryable() bool {
-	if e.Code != 0 {
-		return e.Code.Retryable()
+	if re := e.answer(); re != nil {
+		return re.Retryable()
 	}
-	return e.Err != nil
+	return e.Err != nil && !e.stored
 }

@@ -114,8 +114,9 @@ func TestHeaderEncodingsSameOutcome(t *testing.T) {
 				t.Fatalf("properties that fit with CLUSTER: %v", err)
 			}
 			var se *SendError
-			if _, err := p.SendSync(ctx, withLen(topic, message.MaxPropertiesLength, true)); !errors.As(err, &se) ||
-				se.Code != remoting.MessageIllegal || se.Attempts != 1 || !strings.Contains(se.Remark, "32767") {
+			var re *remoting.ResponseError
+			if _, err := p.SendSync(ctx, withLen(topic, message.MaxPropertiesLength, true)); !errors.As(err, &se) || !errors.As(err, &re) ||
+				re.Code != remoting.MessageIllegal || se.Attempts != 1 || !strings.Contains(re.Remark, "32767") {
 				t.Fatalf("properties of exactly 32767 bytes, over with CLUSTER: %v, want MESSAGE_ILLEGAL naming the limit after one attempt", err)
 			}
 			var ve *message.ValidationError

@@ -72,7 +72,13 @@ func TestBrokerRefusesOversizeWithoutRetry(t *testing.T) {
 	}
 	_, err := p.SendSync(context.Background(), message.NewMessage("Big", make([]byte, 2000)))
 	var se *SendError
-	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() {
+	var re *remoting.ResponseError
+	if !errors.As(err, &se) || se.Attempts != 1 || se.Retryable() {
 		t.Fatalf("oversize send: %v", err)
+	}
+	// The broker's answer is the one *remoting.ResponseError, found through the SendError.
+	if !errors.As(err, &re) || re.Code != remoting.MessageIllegal || !strings.Contains(re.Remark, "1024") || re.Retryable() ||
+		re.Request != remoting.SendMessageV2 || re.Broker == "" || re.Addr != se.BrokerAddr {
+		t.Fatalf("oversize send: answer %#v, want 13 MESSAGE_ILLEGAL naming the 1024-byte limit", re)
 	}
 }

@@ -272,7 +272,7 @@ type prepared struct {
 	// A single message's prepared comes from preparedPool and goes back (release) once
 	// its send is over, so that a send allocates none of them (about 1 KiB) afresh.
 	req remoting.RemotingCommand
-	ext [len(wire.SendHeaderKeys)]remoting.ExtField
+	ext [wire.SendHeaderFields]remoting.ExtField
 	op  asyncOp
 	// answered is op.answered, the callback of SendAsync's attempts: made once, kept
 	// across release (it refers to this prepared's op, whatever send it carries).
@@ -461,10 +461,10 @@ func (p *Producer) sendPrepared(ctx context.Context, pr *prepared, sel MessageQu
 // SERVICE_NOT_AVAILABLE (14, e.g. a node that is a slave now) or NO_PERMISSION (16, a
 // broker that no longer takes writes).
 func routeSuspect(se *SendError) bool {
-	if se.Code == 0 {
-		return se.Err != nil
+	if re := se.answer(); re != nil {
+		return re.Code == remoting.ServiceNotAvailable || re.Code == remoting.NoPermission
 	}
-	return se.Code == remoting.ServiceNotAvailable || se.Code == remoting.NoPermission
+	return se.Err != nil && !se.stored
 }
 
 // refreshRoute asks the name servers for topic's route again after a send failed on
@@ -580,14 +580,14 @@ func (p *Producer) outcome(ctx context.Context, pr *prepared, mq message.Message
 		r, err := client.ParseSendResponse(resp, mq, pr.msgID)
 		if err != nil { // stored, but the answer is malformed: report, do not resend
 			se := fail()
-			se.Code, se.Err = code, err
+			se.Err, se.stored = fmt.Errorf("stored (%d %s), but the answer is unreadable: %w", int16(code), code, err), true
 			return nil, se, false
 		}
 		return r, nil, false
 	}
 	se := fail()
-	se.Code, se.Remark = code, resp.Remark
-	p.observe(mq, latency, resp.ResponseErr(), isolates(code))
+	se.Err = resp.ResponseErrFor(pr.code, mq.BrokerName, addr)
+	p.observe(mq, latency, se.Err, isolates(code))
 	if code.Retryable() {
 		p.cfg.Logger.Debug("producer: send attempt refused", "topic", pr.header.Topic, "queue", mq.String(), "broker", addr, "code", code.String(), "remark", resp.Remark)
 	}

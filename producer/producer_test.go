@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
@@ -194,8 +195,10 @@ func TestSendGivesUpAfterRetries(t *testing.T) {
 	if !errors.As(err, &se) {
 		t.Fatalf("want *SendError, got %v", err)
 	}
-	if se.Attempts != 3 || se.Code != remoting.ServiceNotAvailable || se.Remark != "service not available now" || !se.Retryable() {
-		t.Fatalf("send error %+v", se)
+	var re *remoting.ResponseError
+	if se.Attempts != 3 || !errors.As(err, &re) || re.Code != remoting.ServiceNotAvailable || re.Remark != "service not available now" ||
+		!re.Retryable() || !se.Retryable() || re.Request != remoting.SendMessageV2 || re.Broker != "broker-a" || re.Addr != bad.Addr() {
+		t.Fatalf("send error %+v (answer %+v)", se, re)
 	}
 	if n := len(bad.Requests(remoting.SendMessageV2)); n != 3 {
 		t.Fatalf("%d attempts, want 3 (1 + RetryTimesWhenSendFailed 2)", n)
@@ -216,7 +219,8 @@ func TestSendNeverRetriesMessageIllegal(t *testing.T) {
 	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}})
 	_, err := p.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
-	if !errors.As(err, &se) || se.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() {
+	var re *remoting.ResponseError
+	if !errors.As(err, &se) || !errors.As(err, &re) || re.Code != remoting.MessageIllegal || se.Attempts != 1 || se.Retryable() || re.Retryable() {
 		t.Fatalf("got %v", err)
 	}
 	if n := len(a.Requests(remoting.SendMessageV2)) + len(b.Requests(remoting.SendMessageV2)); n != 1 {
@@ -248,7 +252,8 @@ func TestSendTransportErrorsRetried(t *testing.T) {
 	_, err := p2.SendSync(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
 	var ce *remoting.ConnError
-	if !errors.As(err, &se) || se.Attempts != 3 || se.Code != 0 || !errors.As(err, &ce) {
+	var re *remoting.ResponseError
+	if !errors.As(err, &se) || se.Attempts != 3 || errors.As(err, &re) || !errors.As(err, &ce) || !se.Retryable() {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -395,19 +400,29 @@ func TestMiddlewaresAndLifecycle(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for name, cfg := range map[string]Config{
-		"no namesrv":   {},
-		"bad namesrv":  {NamesrvAddrs: []string{"nohost"}},
-		"bad group":    {NamesrvAddrs: []string{"127.0.0.1:9876"}, Group: "a b"},
-		"neg timeout":  {NamesrvAddrs: []string{"127.0.0.1:9876"}, SendTimeout: -1},
-		"neg max size": {NamesrvAddrs: []string{"127.0.0.1:9876"}, MaxMessageSize: -1},
-		"bad level":    {NamesrvAddrs: []string{"127.0.0.1:9876"}, CompressLevel: 10},
+	ns := []string{"127.0.0.1:9876"}
+	for name, c := range map[string]struct {
+		cfg   Config
+		field string
+	}{
+		"no namesrv":   {Config{}, "NamesrvAddrs"},
+		"bad namesrv":  {Config{NamesrvAddrs: []string{"nohost"}}, "NamesrvAddrs[0]"},
+		"bad group":    {Config{NamesrvAddrs: ns, Group: "a b"}, "Group"},
+		"neg timeout":  {Config{NamesrvAddrs: ns, SendTimeout: -1}, "SendTimeout"},
+		"neg max size": {Config{NamesrvAddrs: ns, MaxMessageSize: -1}, "MaxMessageSize"},
+		"bad level":    {Config{NamesrvAddrs: ns, CompressLevel: 10}, "CompressLevel"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "Config.") {
-				t.Fatalf("want an error naming the field, got %v", err)
+			var ce *config.Error
+			if _, err := New(c.cfg); !errors.As(err, &ce) || ce.Package != "producer" || ce.Field != c.field || !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("want a *config.Error naming %s, got %v", c.field, err)
 			}
 		})
+	}
+	// A bad group keeps its *message.ValidationError reachable.
+	var ve *message.ValidationError
+	if _, err := New(Config{NamesrvAddrs: ns, Group: "a b"}); !errors.As(err, &ve) || ve.Field != "group" {
+		t.Fatalf("bad group: %v, want a *message.ValidationError inside", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/message"
@@ -143,7 +144,8 @@ func TestSendAsyncRetriesOnSameQueue(t *testing.T) {
 	p2 := newProducer(t, Config{NamesrvAddrs: []string{ns2.Addr()}, RetryTimesWhenSendAsyncFailed: 4})
 	res = <-p2.SendAsyncChan(context.Background(), message.NewMessage("T", []byte("x")))
 	var se *SendError
-	if !errors.As(res.Err, &se) || se.Attempts != 5 || se.Code != remoting.ServiceNotAvailable {
+	var re *remoting.ResponseError
+	if !errors.As(res.Err, &se) || se.Attempts != 5 || !errors.As(res.Err, &re) || re.Code != remoting.ServiceNotAvailable {
 		t.Fatalf("%+v", res.Err)
 	}
 	// Never retried: MESSAGE_ILLEGAL.
@@ -425,8 +427,15 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		"LatencyFaultRules[0]":          {NamesrvAddrs: ns, LatencyFaultRules: []LatencyFaultRule{{-time.Second, time.Second}}},
 	} {
 		err := cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), "Config."+field) {
-			t.Errorf("%s: %v", field, err)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Package != "producer" || ce.Field != field || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want a *config.Error naming the field", field, err)
 		}
+	}
+	// The name server addresses are checked by the shared client, reported as the producer's.
+	var ce *config.Error
+	if err := (&Config{NamesrvAddrs: []string{"127.0.0.1:9876", "nohostport"}}).Validate(); !errors.As(err, &ce) ||
+		ce.Package != "producer" || ce.Field != "NamesrvAddrs[1]" || ce.Value != "nohostport" {
+		t.Errorf("bad second name server: %v", err)
 	}
 }

@@ -306,7 +306,7 @@ func TestTransactionWire(t *testing.T) {
 		t.Fatal("a refused half message must fail")
 	}
 	var se *SendError
-	if _, err := tp.SendMessageInTransaction(context.Background(), message.NewMessage("T", []byte("x"))); !errors.As(err, &se) || se.Code != remoting.MessageIllegal {
+	if _, err := tp.SendMessageInTransaction(context.Background(), message.NewMessage("T", []byte("x"))); !errors.As(err, &se) || !errors.As(err, &re) || re.Code != remoting.MessageIllegal {
 		t.Fatalf("refused half message: %v", err)
 	}
 	if len(ends()) != before || msg.Property(message.PropertyTransactionPrepared) != "" || l.count(l.executed, "rollback") != 1 {

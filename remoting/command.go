@@ -109,6 +109,16 @@ func (c *RemotingCommand) ResponseErr() error {
 	return &ResponseError{Code: ResponseCode(c.Code), Remark: c.Remark}
 }
 
+// ResponseErrFor is [RemotingCommand.ResponseErr] for the answer to request req from the
+// broker named broker ("" for a name server or when not known) at addr ("ip:port"):
+// nil for SUCCESS, otherwise a [*ResponseError] carrying all four.
+func (c *RemotingCommand) ResponseErrFor(req RequestCode, broker, addr string) error {
+	if c.Code == int16(Success) {
+		return nil
+	}
+	return &ResponseError{Code: ResponseCode(c.Code), Remark: c.Remark, Request: req, Broker: broker, Addr: addr}
+}
+
 // SetExt sets ext field key to value and returns c for chaining. A command in list form
 // (ExtList set, ExtFields nil) stays in it: the last entry with key is replaced, or one
 // is appended. Otherwise the value goes into ExtFields, which is created if needed.

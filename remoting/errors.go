@@ -3,6 +3,7 @@ package remoting
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrClosed is returned (possibly wrapped in a [*ConnError]) by calls on a [Client],
@@ -71,14 +72,53 @@ func (e *ConnError) Error() string {
 // Unwrap returns the cause.
 func (e *ConnError) Unwrap() error { return e.Err }
 
-// ResponseError is a non-success response turned into an error by
-// [RemotingCommand.ResponseErr]; callers decide which codes are errors.
+// ResponseError is a server's non-success answer: the one error type for "the broker
+// (or name server) answered, and the answer was no". The producer, the consumers and
+// admin return it, wrapped with their context, so a caller finds the answer with
+//
+//	var re *remoting.ResponseError
+//	if errors.As(err, &re) { ... re.Code, re.Remark, re.Retryable() ... }
+//
+// Transport failures (no answer) are not ResponseErrors: they are [*ConnError],
+// [ErrTimeout] or [ErrClosed]. [RemotingCommand.ResponseErr] makes one with Code and
+// Remark only; [RemotingCommand.ResponseErrFor] fills in the request and the server too.
 type ResponseError struct {
-	Code   ResponseCode
+	// Code is the answer's response code, never SUCCESS (0).
+	Code ResponseCode
+	// Remark is the server's error text for Code.
 	Remark string
+	// Request is the refused request, e.g. SEND_MESSAGE_V2 (310); 0 when not known.
+	Request RequestCode
+	// Broker is the answering broker's name; "" when not known or for a name server.
+	Broker string
+	// Addr is the answering server's "ip:port"; "" when not known.
+	Addr string
 }
 
-// Error implements error.
+// Error implements error: "remoting: <request> to <broker> (<addr>): response code
+// <n> (<NAME>): <remark>", leaving out the parts that are not known.
 func (e *ResponseError) Error() string {
-	return fmt.Sprintf("remoting: response code %d (%s): %s", int16(e.Code), e.Code, e.Remark)
+	var b strings.Builder
+	b.WriteString("remoting: ")
+	if e.Request != 0 {
+		b.WriteString(e.Request.String())
+		b.WriteByte(' ')
+	}
+	switch {
+	case e.Broker != "" && e.Addr != "":
+		fmt.Fprintf(&b, "to %s (%s): ", e.Broker, e.Addr)
+	case e.Broker != "":
+		fmt.Fprintf(&b, "to %s: ", e.Broker)
+	case e.Addr != "":
+		fmt.Fprintf(&b, "to %s: ", e.Addr)
+	case e.Request != 0:
+		b.WriteString("refused: ")
+	}
+	fmt.Fprintf(&b, "response code %d (%s): %s", int16(e.Code), e.Code, e.Remark)
+	return b.String()
 }
+
+// Retryable reports whether the same request may succeed later or on another broker:
+// Code.Retryable(), i.e. SYSTEM_ERROR (1), SYSTEM_BUSY (2), SERVICE_NOT_AVAILABLE (14),
+// NO_PERMISSION (16) or TOPIC_NOT_EXIST (17). The producer retries exactly these.
+func (e *ResponseError) Retryable() bool { return e.Code.Retryable() }

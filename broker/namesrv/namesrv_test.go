@@ -437,8 +437,8 @@ func TestKVConfigAndOrderTopicConf(t *testing.T) {
 	// An order config that is not brokerName:n is refused.
 	err = wire.PutKVConfig(ctx(t), c, ns.Addr(), wire.NamespaceOrderTopicConfig, "P", "broker-a")
 	var re *remoting.ResponseError
-	if !errors.As(err, &re) || re.Code != remoting.SystemError {
-		t.Errorf("bad order conf: err = %v", err)
+	if !errors.As(err, &re) || re.Code != remoting.SystemError || re.Request != remoting.PutKVConfig || re.Addr != ns.Addr() || re.Broker != "" {
+		t.Errorf("bad order conf: err = %v (%#v), want the name server's *remoting.ResponseError", err, re)
 	}
 	if err := wire.PutKVConfig(ctx(t), c, ns.Addr(), "other", "k", "v"); err != nil {
 		t.Fatal(err)

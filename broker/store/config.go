@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"math"
@@ -167,42 +168,30 @@ func (c *Config) setDefaults() {
 	c.Index.setDefaults() // key index (index.go)
 }
 
-// ConfigError reports an invalid Config field: its name, the value and the rule.
-type ConfigError struct {
-	Field  string
-	Value  any
-	Reason string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("store: invalid config %s=%v: %s", e.Field, e.Value, e.Reason)
-}
-
 // Validate checks c. Zero fields are valid (they mean the default); it returns a
-// *ConfigError naming the first field that is missing or out of range.
+// *config.Error naming the first field that is missing or out of range.
 func (c *Config) Validate() error {
 	switch {
 	case c.Dir == "":
-		return &ConfigError{Field: "Dir", Value: `""`, Reason: "required"}
+		return &config.Error{Package: "store", Field: "Dir", Reason: "required"}
 	case c.CommitLogSegmentSize != 0 && (c.CommitLogSegmentSize < MinCommitLogSegmentSize || c.CommitLogSegmentSize > MaxCommitLogSegmentSize):
-		return &ConfigError{Field: "CommitLogSegmentSize", Value: c.CommitLogSegmentSize,
+		return &config.Error{Package: "store", Field: "CommitLogSegmentSize", Value: c.CommitLogSegmentSize,
 			Reason: fmt.Sprintf("want %d..%d bytes", MinCommitLogSegmentSize, MaxCommitLogSegmentSize)}
 	case c.ConsumeQueueEntries < 0 || c.ConsumeQueueEntries > MaxConsumeQueueEntries:
-		return &ConfigError{Field: "ConsumeQueueEntries", Value: c.ConsumeQueueEntries,
+		return &config.Error{Package: "store", Field: "ConsumeQueueEntries", Value: c.ConsumeQueueEntries,
 			Reason: fmt.Sprintf("want 1..%d entries", MaxConsumeQueueEntries)}
 	case c.MaxOpenFiles < 0:
-		return &ConfigError{Field: "MaxOpenFiles", Value: c.MaxOpenFiles, Reason: "negative"}
+		return &config.Error{Package: "store", Field: "MaxOpenFiles", Value: c.MaxOpenFiles, Reason: "negative"}
 	case c.FlushDiskType != AsyncFlush && c.FlushDiskType != SyncFlush:
-		return &ConfigError{Field: "FlushDiskType", Value: int(c.FlushDiskType), Reason: "want AsyncFlush or SyncFlush"}
+		return &config.Error{Package: "store", Field: "FlushDiskType", Value: int(c.FlushDiskType), Reason: "want AsyncFlush or SyncFlush"}
 	case c.FlushInterval < 0:
-		return &ConfigError{Field: "FlushInterval", Value: c.FlushInterval, Reason: "negative"}
+		return &config.Error{Package: "store", Field: "FlushInterval", Value: c.FlushInterval, Reason: "negative"}
 	case c.FlushConsumeQueueInterval < 0:
-		return &ConfigError{Field: "FlushConsumeQueueInterval", Value: c.FlushConsumeQueueInterval, Reason: "negative"}
+		return &config.Error{Package: "store", Field: "FlushConsumeQueueInterval", Value: c.FlushConsumeQueueInterval, Reason: "negative"}
 	case c.SyncFlushTimeout < 0:
-		return &ConfigError{Field: "SyncFlushTimeout", Value: c.SyncFlushTimeout, Reason: "negative"}
+		return &config.Error{Package: "store", Field: "SyncFlushTimeout", Value: c.SyncFlushTimeout, Reason: "negative"}
 	case c.MaxMessageSize < 0:
-		return &ConfigError{Field: "MaxMessageSize", Value: c.MaxMessageSize, Reason: "negative"}
+		return &config.Error{Package: "store", Field: "MaxMessageSize", Value: c.MaxMessageSize, Reason: "negative"}
 	}
 	return c.Index.validate() // key index (index.go)
 }

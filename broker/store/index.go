@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"os"
@@ -64,9 +65,9 @@ func (c *IndexConfig) setDefaults() {
 func (c *IndexConfig) validate() error {
 	switch {
 	case c.HashSlots < 0 || c.HashSlots > MaxIndexHashSlots:
-		return &ConfigError{Field: "Index.HashSlots", Value: c.HashSlots, Reason: fmt.Sprintf("want 1..%d slots", MaxIndexHashSlots)}
+		return &config.Error{Package: "store", Field: "Index.HashSlots", Value: c.HashSlots, Reason: fmt.Sprintf("want 1..%d slots", MaxIndexHashSlots)}
 	case c.Entries < 0 || c.Entries > MaxIndexEntries:
-		return &ConfigError{Field: "Index.Entries", Value: c.Entries, Reason: fmt.Sprintf("want 1..%d entries", MaxIndexEntries)}
+		return &config.Error{Package: "store", Field: "Index.Entries", Value: c.Entries, Reason: fmt.Sprintf("want 1..%d entries", MaxIndexEntries)}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"math"
 	"os"
 	"path/filepath"
@@ -563,7 +564,7 @@ func TestIndexQueryValidation(t *testing.T) {
 		{Dir: "x", Index: IndexConfig{HashSlots: -1}},
 		{Dir: "x", Index: IndexConfig{Entries: MaxIndexEntries + 1}},
 	} {
-		var ce *ConfigError
+		var ce *config.Error
 		if err := c.Validate(); !errors.As(err, &ce) || !strings.HasPrefix(ce.Field, "Index.") {
 			t.Errorf("Validate(%+v) = %v", c.Index, err)
 		}

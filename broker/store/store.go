@@ -62,7 +62,7 @@ type Store struct {
 // Open opens (creating if needed) the store in cfg.Dir, recovers it (see the package doc:
 // the commitlog tail after the last checkpoint is validated and a torn tail cut, consume
 // queues are truncated and rebuilt) and starts the flush and checkpoint goroutines.
-// It returns a *ConfigError for a bad Config, a *CorruptError for store files it cannot
+// It returns a *config.Error for a bad Config, a *CorruptError for store files it cannot
 // repair, and an error when another process holds the directory.
 func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -602,9 +603,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, c := range bad {
 		err := c.Validate()
-		var ce *ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field == "" {
-			t.Errorf("Validate(%+v) = %v, want *ConfigError", c, err)
+			t.Errorf("Validate(%+v) = %v, want *config.Error", c, err)
 		}
 		if _, err := Open(c); err == nil {
 			t.Errorf("Open(%+v) succeeded", c)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/suggest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -340,10 +341,10 @@ names.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topic, _ := cmd.Flags().GetString("topic")
 			if err := message.ValidateTopic(topic); err != nil {
-				return &admin.ConfigError{Field: "Topic", Reason: err.Error()}
+				return &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
 			}
 			if message.IsSystemTopic(topic) {
-				return &admin.ConfigError{Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+				return &config.Error{Package: "admin", Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				effect, err := topicDeleteEffect(ctx, a, topic)
@@ -476,12 +477,11 @@ func printCluster(w io.Writer, ci *admin.ClusterInfo, probes []admin.BrokerProbe
 	for _, p := range probes {
 		status[p.Addr] = "ok"
 		if p.Err != nil {
-			var be *admin.BrokerError
-			if errors.As(p.Err, &be) {
-				status[p.Addr] = "UNREACHABLE: " + be.Err.Error()
-			} else {
-				status[p.Addr] = "UNREACHABLE: " + p.Err.Error()
+			cause := p.Err // the broker is in the row already: print what went wrong
+			if u := errors.Unwrap(p.Err); u != nil {
+				cause = u
 			}
+			status[p.Addr] = "UNREACHABLE: " + cause.Error()
 		}
 	}
 	tw := newTable(w)

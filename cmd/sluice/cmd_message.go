@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"slices"
 	"strings"
@@ -94,7 +95,7 @@ func getMessage(ctx context.Context, a *admin.Admin, id, topic string) ([]*messa
 	}
 	m, err := a.ViewMessage(ctx, id)
 	if err != nil {
-		var ce *admin.ConfigError
+		var ce *config.Error
 		if topic == "" && errors.As(err, &ce) {
 			return nil, fmt.Errorf("%w; if it is a client message id (UNIQ_KEY), add --topic", err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"os"
 	"strings"
@@ -41,7 +42,7 @@ func (e *notFoundError) Unwrap() error { return e.err }
 func exitCode(err error) int {
 	var ue *usageError
 	var nf *notFoundError
-	var ce *admin.ConfigError
+	var ce *config.Error
 	var conn *remoting.ConnError
 	var pe *admin.PartialError
 	msg := err.Error()

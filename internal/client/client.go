@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/remoting"
 )
@@ -113,23 +114,27 @@ func (c *Config) setDefaults() {
 // numeric port, and that no duration is negative. Errors name the field.
 func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
-		return errors.New("client: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")
+		return &config.Error{Package: "client", Field: "NamesrvAddrs", Reason: `empty: need at least one name server "host:port"`}
 	}
 	for i, a := range c.NamesrvAddrs {
+		field := fmt.Sprintf("NamesrvAddrs[%d]", i)
 		h, p, err := net.SplitHostPort(a)
 		if err != nil || h == "" {
-			return fmt.Errorf("client: Config.NamesrvAddrs[%d] %q is not \"host:port\"", i, a)
+			return &config.Error{Package: "client", Field: field, Value: a, Reason: `not "host:port"`}
 		}
 		if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
-			return fmt.Errorf("client: Config.NamesrvAddrs[%d] %q: port must be 1..65535", i, a)
+			return &config.Error{Package: "client", Field: field, Value: a, Reason: "port must be 1..65535"}
 		}
 	}
-	for name, d := range map[string]time.Duration{
-		"RouteRefreshInterval": c.RouteRefreshInterval, "HeartbeatInterval": c.HeartbeatInterval,
-		"NamesrvTimeout": c.NamesrvTimeout, "BrokerTimeout": c.BrokerTimeout,
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"RouteRefreshInterval", c.RouteRefreshInterval}, {"HeartbeatInterval", c.HeartbeatInterval},
+		{"NamesrvTimeout", c.NamesrvTimeout}, {"BrokerTimeout", c.BrokerTimeout},
 	} {
-		if d < 0 {
-			return fmt.Errorf("client: Config.%s %v must not be negative", name, d)
+		if f.d < 0 {
+			return &config.Error{Package: "client", Field: f.name, Value: f.d, Reason: "must not be negative"}
 		}
 	}
 	return nil

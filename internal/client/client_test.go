@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/internal/wire"
@@ -31,15 +32,16 @@ func deadAddr(t *testing.T) string {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for name, cfg := range map[string]Config{
-		"no namesrv":     {},
-		"no port":        {NamesrvAddrs: []string{"127.0.0.1"}},
-		"bad port":       {NamesrvAddrs: []string{"127.0.0.1:99999"}},
-		"negative timer": {NamesrvAddrs: []string{"127.0.0.1:9876"}, HeartbeatInterval: -1},
+	for field, cfg := range map[string]Config{
+		"NamesrvAddrs":      {},
+		"NamesrvAddrs[0]":   {NamesrvAddrs: []string{"127.0.0.1"}},
+		"NamesrvAddrs[1]":   {NamesrvAddrs: []string{"127.0.0.1:9876", "127.0.0.1:99999"}},
+		"HeartbeatInterval": {NamesrvAddrs: []string{"127.0.0.1:9876"}, HeartbeatInterval: -1},
 	} {
-		t.Run(name, func(t *testing.T) {
-			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "Config.") {
-				t.Fatalf("want an error naming the field, got %v", err)
+		t.Run(field, func(t *testing.T) {
+			var ce *config.Error
+			if _, err := New(cfg); !errors.As(err, &ce) || ce.Field != field || !strings.Contains(err.Error(), field) {
+				t.Fatalf("want a *config.Error naming %s, got %v", field, err)
 			}
 		})
 	}

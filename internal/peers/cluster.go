@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ type RocketMQClusterOptions struct {
 	// DLedgerNodes is the number of brokers per group in DLedger mode: 3 or 5.
 	// Default 3.
 	DLedgerNodes int
-	// JVMFlags are given to every JVM. Default: TestJVMFlags.
+	// JVMFlags are given to every JVM. Default: small heaps with the serial collector (-Xms128m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1).
 	JVMFlags []string
 	// BrokerConf is added to (and overrides) every broker's broker.conf.
 	BrokerConf map[string]string
@@ -148,7 +149,7 @@ func (o *RocketMQClusterOptions) setDefaults() error {
 		return fmt.Errorf("peers: rocketmq cluster Groups %d: must be 1..4", o.Groups)
 	}
 	if o.JVMFlags == nil {
-		o.JVMFlags = TestJVMFlags
+		o.JVMFlags = slices.Clone(testJVMFlags)
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 300 * time.Second
@@ -268,7 +269,7 @@ func launchRocketMQCluster(ctx context.Context, opt RocketMQClusterOptions) (*Ro
 	}
 
 	c.jvm = append([]string{java}, opt.JVMFlags...)
-	c.jvm = append(c.jvm, JavaOpens...)
+	c.jvm = append(c.jvm, javaOpens...)
 	c.jvm = append(c.jvm, "-javaagent:"+agent, "-Duser.home="+filepath.Join(dir, "home"),
 		"-Drocketmq.home.dir="+dir, "-Drocketmq.client.logRoot="+filepath.Join(dir, "logs"), "-cp", cp)
 	nsArgs := append(append([]string{}, c.jvm...), "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", filepath.Join(dir, "namesrv.conf"))

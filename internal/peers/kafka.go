@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ import (
 type KafkaOptions struct {
 	// Nodes is the number of combined controller+broker nodes: 1 (default) or 3.
 	Nodes int
-	// JVMFlags are given to each JVM. Default: TestJVMFlags.
+	// JVMFlags are given to each JVM. Default: small heaps with the serial collector (-Xms128m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1).
 	JVMFlags []string
 	// ServerConf is added to (and overrides) each node's server.properties.
 	ServerConf map[string]string
@@ -91,7 +92,7 @@ func launchKafka(ctx context.Context, opt KafkaOptions) (*Kafka, error) {
 		return nil, err
 	}
 	if opt.JVMFlags == nil {
-		opt.JVMFlags = TestJVMFlags
+		opt.JVMFlags = slices.Clone(testJVMFlags)
 	}
 	if opt.StartTimeout <= 0 {
 		opt.StartTimeout = 120 * time.Second

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,11 +18,11 @@ import (
 	"github.com/sluicemq/sluice/admin"
 )
 
-// JavaOpens are the JVM flags Apache RocketMQ 4.9 needs on Java 17: its store unmaps
+// javaOpens are the JVM flags Apache RocketMQ 4.9 needs on Java 17: its store unmaps
 // memory-mapped files through the JDK's internal DirectBuffer cleaner by reflection
 // (org.apache.rocketmq.store.MappedFile.clean), which Java 17 refuses without them
 // (InaccessibleObjectException at shutdown and when it deletes or swaps a file).
-var JavaOpens = []string{
+var javaOpens = []string{
 	"--add-opens=java.base/java.nio=ALL-UNNAMED",
 	"--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
 	"--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
@@ -33,14 +34,14 @@ var JavaOpens = []string{
 	"--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
 }
 
-// TestJVMFlags are the JVM flags the test helpers use: small heaps (-Xms128m -Xmx256m),
+// testJVMFlags are the JVM flags the test helpers use: small heaps (-Xms128m -Xmx256m),
 // the serial collector and the C1 compiler only, which start fastest and use the least
 // CPU on a small machine.
-var TestJVMFlags = []string{"-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
+var testJVMFlags = []string{"-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
 
 // RocketMQOptions configures [LaunchRocketMQ]. The zero value is usable.
 type RocketMQOptions struct {
-	// JVMFlags are given to both JVMs (heap, collector). Default: TestJVMFlags.
+	// JVMFlags are given to both JVMs (heap, collector). Default: small heaps with the serial collector (-Xms128m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1).
 	JVMFlags []string
 	// BrokerConf is added to (and overrides) the broker.conf the launcher writes; keys
 	// are Apache RocketMQ 4.9 broker settings. The launcher sets brokerClusterName
@@ -117,7 +118,7 @@ func launchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error)
 		return nil, fmt.Errorf("%w (missing %s)", ErrUnavailable, agent)
 	}
 	if opt.JVMFlags == nil {
-		opt.JVMFlags = TestJVMFlags
+		opt.JVMFlags = slices.Clone(testJVMFlags)
 	}
 	if opt.StartTimeout <= 0 {
 		opt.StartTimeout = 90 * time.Second
@@ -184,7 +185,7 @@ func launchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error)
 		return nil, err
 	}
 	jvm := append([]string{java}, opt.JVMFlags...)
-	jvm = append(jvm, JavaOpens...)
+	jvm = append(jvm, javaOpens...)
 	jvm = append(jvm, "-javaagent:"+agent, "-Duser.home="+filepath.Join(dir, "home"),
 		"-Drocketmq.home.dir="+dir, "-Drocketmq.client.logRoot="+filepath.Join(dir, "logs"), "-cp", cp)
 	nsArgs := append(append([]string{}, jvm...), "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", filepath.Join(dir, "namesrv.conf"))

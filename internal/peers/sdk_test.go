@@ -18,6 +18,7 @@ import (
 	"github.com/sluicemq/sluice/internal/testkit/sdktest"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 type delivery struct {
@@ -322,9 +323,9 @@ func TestSluiceDLQAgainstApacheRocketMQ(t *testing.T) {
 		t.Fatalf("deliveries %v, dead letter %+v", seq, found[0])
 	}
 	_, err := tg.adm.ListDLQ(ctx, group, admin.DLQListOptions{})
-	var be *admin.BrokerError
-	if !errors.As(err, &be) || !strings.Contains(err.Error(), "code 3") {
-		t.Fatalf("ListDLQ against Apache RocketMQ: %v, want a BrokerError with code 3 (REQUEST_CODE_NOT_SUPPORTED)", err)
+	var re *remoting.ResponseError
+	if !errors.As(err, &re) || re.Code != remoting.RequestCodeNotSupported {
+		t.Fatalf("ListDLQ against Apache RocketMQ: %v, want a *remoting.ResponseError with code 3 (REQUEST_CODE_NOT_SUPPORTED)", err)
 	}
 }
 

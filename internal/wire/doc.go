@@ -15,7 +15,7 @@
 //   - the heartbeat body [HeartbeatData] (HEART_BEAT, 34);
 //   - request and response headers, each with an Ext (or SetExt) encoder and a Parse
 //     function: [SendHeader] (SEND_MESSAGE 10 with long keys, SEND_MESSAGE_V2 310 and
-//     SEND_BATCH_MESSAGE 320 with the one-letter keys of [SendHeaderKeys]),
+//     SEND_BATCH_MESSAGE 320 with one-letter keys),
 //     [PullHeader] and [PullResponseHeader] (PULL_MESSAGE, 11), [SendBackHeader]
 //     (CONSUMER_SEND_MSG_BACK, 36), [EndTransactionHeader] (37) and
 //     [CheckTransactionStateHeader] (39), [ConsumerOffsetHeader] (14, 15),

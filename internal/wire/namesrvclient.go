@@ -158,7 +158,7 @@ func GetRouteInfo(ctx context.Context, c *remoting.Client, addr, topic string) (
 	case remoting.TopicNotExist:
 		return nil, fmt.Errorf("%w %q (name server %s: %s)", ErrTopicNotExist, topic, addr, resp.Remark)
 	default:
-		return nil, resp.ResponseErr()
+		return nil, resp.ResponseErrFor(remoting.GetRouteInfoByTopic, "", addr)
 	}
 }
 
@@ -225,7 +225,7 @@ func GetKVConfig(ctx context.Context, c *remoting.Client, addr, namespace, key s
 	case remoting.QueryNotFound:
 		return "", fmt.Errorf("%w: namespace %q key %q", ErrKVNotFound, namespace, key)
 	default:
-		return "", resp.ResponseErr()
+		return "", resp.ResponseErrFor(remoting.GetKVConfig, "", addr)
 	}
 }
 
@@ -269,13 +269,15 @@ func QueryDataVersion(ctx context.Context, c *remoting.Client, addr string, req 
 	return changed, stored, nil
 }
 
-// invoke sends cmd and turns a non-success response into *remoting.ResponseError.
+// invoke sends cmd and turns a non-success response into *remoting.ResponseError
+// (with the request and the name server's address).
 func invoke(ctx context.Context, c *remoting.Client, addr string, cmd *remoting.RemotingCommand) (*remoting.RemotingCommand, error) {
+	req := cmd.RequestCode()
 	resp, err := c.InvokeSync(ctx, addr, cmd)
 	if err != nil {
 		return nil, err
 	}
-	if err := resp.ResponseErr(); err != nil {
+	if err := resp.ResponseErrFor(req, "", addr); err != nil {
 		return nil, err
 	}
 	return resp, nil

@@ -10,7 +10,7 @@ import (
 // SendHeader is the custom header of SEND_MESSAGE (RocketMQ request code 10, Java
 // SendMessageRequestHeader, long keys) and of SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
 // (310 and 320, Java SendMessageRequestHeaderV2, the one-letter keys a..n); docs/protocol.md
-// §3.3. Each field's comment gives its V2 key; [SendHeaderKeys] lists both spellings.
+// §3.3. Each field's comment gives its V2 key; sendHeaderKeys lists both spellings.
 type SendHeader struct {
 	ProducerGroup         string // a: producer group
 	Topic                 string // b: topic
@@ -31,7 +31,7 @@ type SendHeader struct {
 	BrokerName        string // n: target broker name (4.9.8 field; older brokers ignore it); optional
 }
 
-// Indexes into [SendHeaderKeys], one per [SendHeader] field.
+// Indexes into sendHeaderKeys, one per [SendHeader] field.
 const (
 	sendKeyProducerGroup = iota
 	sendKeyTopic
@@ -49,22 +49,26 @@ const (
 	sendKeyBrokerName
 )
 
-// SendHeaderKeys lists, in [SendHeader] field order, the SEND_MESSAGE (10) key and the
+// SendHeaderFields is how many ext fields a send header has at most (one per
+// [SendHeader] field): a caller's fixed array for [SendHeader.AppendExtList].
+const SendHeaderFields = len(sendHeaderKeys)
+
+// sendHeaderKeys lists, in [SendHeader] field order, the SEND_MESSAGE (10) key and the
 // compact SEND_MESSAGE_V2 (310) key of each header field (Java
 // SendMessageRequestHeaderV2.createSendMessageRequestHeaderV1/V2).
-var SendHeaderKeys = [...][2]string{
+var sendHeaderKeys = [...][2]string{
 	{"producerGroup", "a"}, {"topic", "b"}, {"defaultTopic", "c"}, {"defaultTopicQueueNums", "d"},
 	{"queueId", "e"}, {"sysFlag", "f"}, {"bornTimestamp", "g"}, {"flag", "h"}, {"properties", "i"},
 	{"reconsumeTimes", "j"}, {"unitMode", "k"}, {"maxReconsumeTimes", "l"}, {"batch", "m"},
 	{"brokerName", "n"},
 }
 
-func v2Key(i int) string { return SendHeaderKeys[i][1] }
+func v2Key(i int) string { return sendHeaderKeys[i][1] }
 
 // Ext returns the header as SEND_MESSAGE_V2 ext fields (keys a..n), every value a
 // string; i (properties) and n (broker name) are left out when empty.
 func (h SendHeader) Ext() map[string]string {
-	ext := make(map[string]string, len(SendHeaderKeys))
+	ext := make(map[string]string, len(sendHeaderKeys))
 	ext[v2Key(sendKeyProducerGroup)] = h.ProducerGroup
 	ext[v2Key(sendKeyTopic)] = h.Topic
 	ext[v2Key(sendKeyDefaultTopic)] = h.DefaultTopic
@@ -90,11 +94,11 @@ func (h SendHeader) Ext() map[string]string {
 // fields and values as [SendHeader.Ext], for a request in list form
 // (remoting.RemotingCommand.ExtList): building it costs one slice and no map.
 func (h SendHeader) ExtList() []remoting.ExtField {
-	return h.AppendExtList(make([]remoting.ExtField, 0, len(SendHeaderKeys)))
+	return h.AppendExtList(make([]remoting.ExtField, 0, len(sendHeaderKeys)))
 }
 
 // AppendExtList appends the fields of [SendHeader.ExtList] to dst and returns the
-// extended slice: a caller that keeps a slice of len(SendHeaderKeys) free entries
+// extended slice: a caller that keeps a slice of len(sendHeaderKeys) free entries
 // builds the list without allocating one (the numbers still become strings).
 func (h SendHeader) AppendExtList(dst []remoting.ExtField) []remoting.ExtField {
 	add := func(i int, v string) { dst = append(dst, remoting.ExtField{Key: v2Key(i), Value: v}) }
@@ -149,8 +153,8 @@ func ParseSendHeader(req *remoting.RemotingCommand, v2 bool) (SendHeader, error)
 			}
 		}
 	} else {
-		for i := range SendHeaderKeys {
-			if v, ok := req.Ext(SendHeaderKeys[i][col]); ok {
+		for i := range sendHeaderKeys {
+			if v, ok := req.Ext(sendHeaderKeys[i][col]); ok {
 				r.val[i], r.present = v, r.present|1<<i
 			}
 		}
@@ -178,34 +182,34 @@ func ParseSendHeader(req *remoting.RemotingCommand, v2 bool) (SendHeader, error)
 	return h, r.err
 }
 
-// sendKeyIndex returns the [SendHeaderKeys] index of ext key k (one-letter V2 keys when
+// sendKeyIndex returns the [sendHeaderKeys] index of ext key k (one-letter V2 keys when
 // v2, else the long keys), or -1 for another key.
 func sendKeyIndex(k string, v2 bool) int {
 	if v2 {
-		if len(k) == 1 && k[0] >= 'a' && int(k[0]-'a') < len(SendHeaderKeys) {
+		if len(k) == 1 && k[0] >= 'a' && int(k[0]-'a') < len(sendHeaderKeys) {
 			return int(k[0] - 'a')
 		}
 		return -1
 	}
-	for i := range SendHeaderKeys {
-		if SendHeaderKeys[i][0] == k {
+	for i := range sendHeaderKeys {
+		if sendHeaderKeys[i][0] == k {
 			return i
 		}
 	}
 	return -1
 }
 
-// sendFields holds the raw send-header values by [SendHeaderKeys] index and parses
+// sendFields holds the raw send-header values by [sendHeaderKeys] index and parses
 // them, keeping the first error (later reads return zero values). Its errors are those
 // of the remoting.RemotingCommand accessors for the same values.
 type sendFields struct {
-	val     [len(SendHeaderKeys)]string
+	val     [len(sendHeaderKeys)]string
 	present uint32 // bit i: field i is present
 	col     int    // 0: SEND_MESSAGE keys, 1: V2 keys (for error field names)
 	err     error
 }
 
-func (r *sendFields) key(i int) string { return SendHeaderKeys[i][r.col] }
+func (r *sendFields) key(i int) string { return sendHeaderKeys[i][r.col] }
 
 func (r *sendFields) missing(i int) {
 	r.err = &remoting.HeaderError{Field: r.key(i), Reason: "required ext field is missing"}

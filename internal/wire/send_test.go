@@ -39,7 +39,7 @@ func TestParseSendHeaderRoundTrip(t *testing.T) {
 	// SEND_MESSAGE (10) carries the long keys of the same table.
 	v1 := map[string]string{}
 	for k, v := range h.Ext() {
-		for _, pair := range SendHeaderKeys {
+		for _, pair := range sendHeaderKeys {
 			if pair[1] == k {
 				v1[pair[0]] = v
 			}
@@ -157,7 +157,7 @@ func TestSendHeaderExtList(t *testing.T) {
 func TestAppendExtListAllocatesOnlyTheTimestamp(t *testing.T) {
 	h := benchSendHeader
 	h.MaxReconsumeTimes = -1
-	var dst [len(SendHeaderKeys)]remoting.ExtField
+	var dst [len(sendHeaderKeys)]remoting.ExtField
 	if got, want := h.AppendExtList(dst[:0]), h.ExtList(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("AppendExtList %v\nExtList %v", got, want)
 	}
@@ -185,7 +185,7 @@ func TestParseSendHeaderListMatchesMap(t *testing.T) {
 	}
 	v1 := map[string]string{}
 	for k, v := range valid {
-		v1[SendHeaderKeys[k[0]-'a'][0]] = v
+		v1[sendHeaderKeys[k[0]-'a'][0]] = v
 	}
 	for _, ext := range cases {
 		for _, v2 := range []bool{true, false} {

@@ -34,7 +34,8 @@ const (
 //   - an error with a method Permanent() bool that returns true — producers and adapters
 //     implement it to mark errors a resend cannot fix;
 //   - an error with a method Retryable() bool that returns false (the producer's
-//     *producer.SendError: a broker answer such as 13 MESSAGE_ILLEGAL);
+//     *producer.SendError and the broker's *remoting.ResponseError inside it: an answer
+//     such as 13 MESSAGE_ILLEGAL);
 //   - context.Canceled (the caller gave up on the send and gets its error back).
 //
 // Everything else is retriable: network errors, timeouts (context.DeadlineExceeded,

@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"sync"
@@ -177,27 +178,33 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports the first field outside its limits, naming it.
-func (c Config) Validate() error {
+func (c *Config) Validate() error {
+	bad := func(field string, value any, reason string) error {
+		return &config.Error{Package: "bench", Field: field, Value: value, Reason: reason}
+	}
 	switch {
 	case c.Size != 0 && (c.Size < 8 || c.Size > MaxSize):
-		return fmt.Errorf("bench: Size %d bytes is outside 8..%d", c.Size, MaxSize)
+		return bad("Size", c.Size, fmt.Sprintf("bytes outside 8..%d", MaxSize))
 	case c.Producers < 0 || c.Producers > MaxProducers:
-		return fmt.Errorf("bench: Producers %d is outside 1..%d", c.Producers, MaxProducers)
+		return bad("Producers", c.Producers, fmt.Sprintf("outside 1..%d", MaxProducers))
 	case c.Inflight < 0 || c.Inflight > MaxInflight:
-		return fmt.Errorf("bench: Inflight %d is outside 1..%d", c.Inflight, MaxInflight)
+		return bad("Inflight", c.Inflight, fmt.Sprintf("outside 1..%d", MaxInflight))
 	case c.Queues < 0 || c.Queues > MaxQueues:
-		return fmt.Errorf("bench: Queues %d is outside 1..%d", c.Queues, MaxQueues)
+		return bad("Queues", c.Queues, fmt.Sprintf("outside 1..%d", MaxQueues))
 	case c.Messages < 0:
-		return fmt.Errorf("bench: Messages %d must not be negative", c.Messages)
+		return bad("Messages", c.Messages, "must not be negative")
 	case c.Mode != "" && c.Mode != ModeSync && c.Mode != ModeAsync && c.Mode != ModeOneway && c.Mode != ModeBatch:
-		return fmt.Errorf("bench: Mode %q: want %s, %s, %s or %s", c.Mode, ModeSync, ModeAsync, ModeOneway, ModeBatch)
+		return bad("Mode", c.Mode, fmt.Sprintf("want %s, %s, %s or %s", ModeSync, ModeAsync, ModeOneway, ModeBatch))
 	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
-		return fmt.Errorf("bench: BatchSize %d is outside 1..%d", c.BatchSize, MaxBatchSize)
+		return bad("BatchSize", c.BatchSize, fmt.Sprintf("outside 1..%d", MaxBatchSize))
 	case c.Duration < 0:
-		return fmt.Errorf("bench: Duration %v must not be negative", c.Duration)
-	case c.ConsumeGoroutines < 0 || c.ConsumeBatch < 0 || c.PullBatch < 0:
-		return fmt.Errorf("bench: ConsumeGoroutines %d, ConsumeBatch %d and PullBatch %d must not be negative",
-			c.ConsumeGoroutines, c.ConsumeBatch, c.PullBatch)
+		return bad("Duration", c.Duration, "must not be negative")
+	case c.ConsumeGoroutines < 0:
+		return bad("ConsumeGoroutines", c.ConsumeGoroutines, "must not be negative")
+	case c.ConsumeBatch < 0:
+		return bad("ConsumeBatch", c.ConsumeBatch, "must not be negative")
+	case c.PullBatch < 0:
+		return bad("PullBatch", c.PullBatch, "must not be negative")
 	}
 	return nil
 }

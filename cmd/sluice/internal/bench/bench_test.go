@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"github.com/sluicemq/sluice/config"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -96,14 +97,15 @@ func TestConfigValidate(t *testing.T) {
 		{Config{ConsumeBatch: -1}, "ConsumeBatch"},
 	} {
 		err := tc.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.field) {
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
 		}
 		if _, perr := Produce(context.Background(), tc.cfg); perr == nil || perr.Error() != err.Error() {
 			t.Errorf("Produce(%+v) = %v, want the Validate error", tc.cfg, perr)
 		}
 	}
-	if err := (Config{}).Validate(); err != nil {
+	if err := (&Config{}).Validate(); err != nil {
 		t.Errorf("zero Config: %v", err)
 	}
 	if _, err := Produce(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "NamesrvAddrs") {
