@@ -79,6 +79,9 @@ func (p *Producer) SendAsyncWith(ctx context.Context, msg *message.Message, cb f
 	if pr != nil {
 		op := &pr.op
 		*op = asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
+		if p.batcher != nil {
+			op.queued, op.solo = true, !p.batcher.batchable(pr)
+		}
 		if p.cl.CachedRoute(msg.Topic) != nil {
 			op.begin(true)
 		} else {
@@ -131,6 +134,9 @@ type asyncOp struct {
 	size int64
 	cb   func(*message.SendResult, error)
 	max  int // attempts allowed
+	// queued: the send goes through the producer's batcher (Config.AutoBatch) once its
+	// queue is picked, which makes the attempts; solo: it may not share a request.
+	queued, solo bool
 
 	mq message.MessageQueue
 	n  int // attempts made
@@ -150,6 +156,10 @@ func (op *asyncOp) begin(inline bool) {
 	}
 	if err != nil {
 		op.finish(nil, &SendError{Topic: topic, Err: err}, inline)
+		return
+	}
+	if op.queued {
+		op.p.batcher.add(op, inline)
 		return
 	}
 	op.try(inline)

@@ -168,6 +168,32 @@ type Config struct {
 	// for a server or proxy that reads only JSON headers.
 	JSONHeaders bool
 
+	// AutoBatch turns on automatic batching of SendAsync (without middlewares): records
+	// bound for the same message queue while a request of that queue is in flight (or
+	// within AutoBatchLinger of the first) leave together as one SEND_BATCH_MESSAGE
+	// request (RocketMQ code 320), at most AutoBatchMaxCount records and
+	// AutoBatchMaxBytes encoded bytes; a record alone still goes as SEND_MESSAGE_V2.
+	// Each record keeps its own callback, error and SendResult (its UNIQ_KEY as MsgID, its
+	// offset message id, the queue, and its own queue offset). Records that cannot be in a
+	// batch go alone: compressed bodies (CompressMsgBodyOverHowmuch), transactional or
+	// delayed messages (delay level or timer properties), retry and DLQ topics, and
+	// records larger than AutoBatchMaxBytes. One request per queue is in flight at a
+	// time, so a queue's records are stored in the order SendAsync was called, retries
+	// included. SendSync, SendBatch and SendOneway are unchanged. Default: false (see
+	// docs/performance.md "Automatic batching" for why it is opt-in).
+	AutoBatch bool
+	// AutoBatchLinger is how long a queue's first pending record may wait for others
+	// when no request of its queue is in flight. 0 (the default): it leaves at once, and
+	// records coalesce only while a request of their queue is in flight. At most 1s.
+	AutoBatchLinger time.Duration
+	// AutoBatchMaxCount bounds the records of one automatic batch. Default: 256; at most
+	// 4096 (MaxAutoBatchCount).
+	AutoBatchMaxCount int
+	// AutoBatchMaxBytes bounds the encoded size of one automatic batch (per record 22
+	// bytes + body + encoded properties, message.BatchRecordSize). Default: 256 KiB; at
+	// most MaxMessageSize.
+	AutoBatchMaxBytes int
+
 	// Test hooks (zero = production default).
 	routeRefreshInterval time.Duration                            // 30s
 	heartbeatInterval    time.Duration                            // 30s
@@ -207,6 +233,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxAsyncInflightBytes == 0 {
 		c.MaxAsyncInflightBytes = DefaultMaxAsyncInflightBytes
+	}
+	if c.AutoBatchMaxCount == 0 {
+		c.AutoBatchMaxCount = DefaultAutoBatchMaxCount
+	}
+	if c.AutoBatchMaxBytes == 0 {
+		c.AutoBatchMaxBytes = min(DefaultAutoBatchMaxBytes, c.MaxMessageSize)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -259,6 +291,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("producer: Config.MaxAsyncInflight %d must not be negative", c.MaxAsyncInflight)
 	case c.MaxAsyncInflightBytes < 0:
 		return fmt.Errorf("producer: Config.MaxAsyncInflightBytes %d must not be negative", c.MaxAsyncInflightBytes)
+	}
+	if err := c.validateAutoBatch(); err != nil {
+		return err
 	}
 	for i, r := range c.LatencyFaultRules {
 		if r.Latency < 0 || r.NotAvailable < 0 {

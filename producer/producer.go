@@ -64,6 +64,7 @@ type Producer struct {
 	cl      *client.Client
 	fault   *latencyFault // nil when SendLatencyFaultEnable is false
 	limiter *asyncLimiter
+	batcher *batcher // nil unless Config.AutoBatch
 
 	mu       sync.Mutex
 	state    state
@@ -97,6 +98,9 @@ func New(cfg Config) (*Producer, error) {
 		cfg.Selector = RoundRobinSelector()
 	}
 	p := &Producer{cfg: cfg, closing: make(chan struct{}), limiter: newAsyncLimiter(cfg.MaxAsyncInflight, cfg.MaxAsyncInflightBytes)}
+	if cfg.AutoBatch {
+		p.batcher = newBatcher(p)
+	}
 	if *cfg.SendLatencyFaultEnable {
 		p.fault = newLatencyFault(cfg.LatencyFaultRules, cfg.FaultIsolationDuration)
 	}
@@ -257,6 +261,16 @@ func (p *Producer) enter() error {
 	}
 	p.inflight.Add(1)
 	return nil
+}
+
+// isClosing reports whether Shutdown has begun.
+func (p *Producer) isClosing() bool {
+	select {
+	case <-p.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // prepared is a request ready for attempts: header without queue, body, client ids.
@@ -666,6 +680,9 @@ func (p *Producer) Shutdown(ctx context.Context) error {
 	p.state = stateClosed
 	close(p.closing)
 	p.mu.Unlock()
+	if p.batcher != nil {
+		p.batcher.flush() // lingering records leave now
+	}
 
 	done := make(chan struct{})
 	go func() { p.inflight.Wait(); close(done) }()
