@@ -109,10 +109,15 @@ type batchQueue struct {
 	bytes    int       // encoded batch bytes of pending
 	solos    int       // records in pending that may not share a request
 	firstAt  time.Time // when the first pending record came (linger)
-	inflight bool      // a request of this queue is in flight
+	inflight int       // requests of this queue in flight
 	timer    *time.Timer
 	armed    bool // timer set and not fired
 }
+
+// queueInflight is how many requests of one queue may be in flight at once: one, so
+// that a failed request is retried before anything behind it is sent (order per queue
+// across retries). Two measured no clearer gain than the load's noise (docs/performance.md).
+const queueInflight = 1
 
 // batchable reports whether a prepared single send may travel in an automatic batch: not
 // compressed (a batch's records are stored with the batch's sysFlag, and batches are
@@ -176,7 +181,7 @@ func (b *batcher) add(op *asyncOp, inline bool) {
 	}
 	var ab *autoBatch
 	var dead []*asyncOp
-	if !q.inflight {
+	if q.inflight < queueInflight {
 		if b.linger == 0 || q.fullLocked() || b.p.isClosing() {
 			ab, dead = q.takeLocked()
 		} else if !q.armed {
@@ -229,7 +234,7 @@ func (q *batchQueue) takeLocked() (*autoBatch, []*asyncOp) {
 	if len(ops) == 0 {
 		return nil, dead
 	}
-	q.inflight = true
+	q.inflight++
 	return &autoBatch{q: q, ops: ops}, dead
 }
 
@@ -249,7 +254,7 @@ func (q *batchQueue) lingered() {
 	q.armed = false
 	var ab *autoBatch
 	var dead []*asyncOp
-	if !q.inflight && len(q.pending) > 0 {
+	if q.inflight < queueInflight && len(q.pending) > 0 {
 		ab, dead = q.takeLocked()
 	}
 	q.mu.Unlock()
@@ -262,12 +267,12 @@ func (q *batchQueue) lingered() {
 // next is called when the queue's request is over: it sends what is pending (when its
 // linger is over) or arms the timer for it.
 func (q *batchQueue) next() {
+	q.mu.Lock()
+	q.inflight--
 	for {
-		q.mu.Lock()
-		q.inflight = false
 		var ab *autoBatch
 		var dead []*asyncOp
-		if len(q.pending) > 0 {
+		if len(q.pending) > 0 && q.inflight < queueInflight {
 			wait := time.Duration(0)
 			if q.b.linger > 0 && !q.fullLocked() && !q.b.p.isClosing() {
 				wait = q.b.linger - time.Since(q.firstAt)
@@ -290,6 +295,7 @@ func (q *batchQueue) next() {
 			return
 		}
 		// Every record taken had ended: look again.
+		q.mu.Lock()
 	}
 }
 
@@ -314,7 +320,7 @@ func (b *batcher) flush() {
 		var dead []*asyncOp
 		if q.armed && q.timer.Stop() {
 			q.armed = false
-			if !q.inflight {
+			if q.inflight < queueInflight {
 				ab, dead = q.takeLocked()
 			}
 		}

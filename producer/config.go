@@ -263,8 +263,9 @@ const MaxRetryTimes = 32
 // malformed "host:port", a Group that breaks the topic character rules (RocketMQ group
 // names follow them), a negative SendTimeout, MaxMessageSize, FaultIsolationDuration,
 // MaxAsyncInflight or MaxAsyncInflightBytes, a retry count above MaxRetryTimes, a
-// CompressLevel outside 0..9, or LatencyFaultRules that are not sorted by Latency or
-// have a negative duration. Zero values are fine: they mean the documented defaults.
+// CompressLevel outside 0..9, LatencyFaultRules that are not sorted by Latency or
+// have a negative duration, or an auto-batching setting out of range (a *ConfigError:
+// AutoBatchLinger 0..1s, AutoBatchMaxCount 0..4096, AutoBatchMaxBytes 0..MaxMessageSize). Zero values are fine: they mean the documented defaults.
 func (c *Config) Validate() error {
 	if len(c.NamesrvAddrs) == 0 {
 		return errors.New("producer: Config.NamesrvAddrs is empty: need at least one name server \"host:port\"")

@@ -12,7 +12,10 @@
 //     is one.
 //   - SendAsync (SendAsyncWith with options) returns at once and delivers the result to a
 //     callback (SendAsyncChan: a channel); it retries RetryTimesWhenSendAsyncFailed times
-//     on the same queue.
+//     on the same queue. With Config.AutoBatch, async sends bound for one queue while
+//     its previous request is in flight (or within Config.AutoBatchLinger) leave
+//     together as one SEND_BATCH_MESSAGE, each still with its own callback and
+//     SendResult (docs/performance.md "Automatic batching of async sends").
 //   - SendOneway sends with the RocketMQ ONEWAY flag and waits for nothing; no retry.
 //   - SendBatch sends several messages of one topic in one request (see SplitBatch).
 //
