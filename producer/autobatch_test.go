@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -394,5 +396,78 @@ func TestAutoBatchConfig(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != c.field || ce.Limit != c.limit {
 			t.Errorf("%+v: %v, want a *ConfigError for %s with limit %v", c.cfg, err, c.field, c.limit)
 		}
+	}
+}
+
+// TestAutoBatchRetriedBatch: a fake broker holds the answer to the first (lone) send
+// until 99 more records were handed to SendAsync, refuses the batch they then form once
+// with SYSTEM_BUSY (2, retryable) and stores it on the retry. Every record's callback
+// runs once, with its own queue offset (the batch's first + its index) and its own
+// offset message id from the answer's comma-joined list, in send order.
+func TestAutoBatchRetriedBatch(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	next := int64(0)     // the fake queue's next offset
+	var batchSizes []int // records of each batch request, refused or not
+	store := func(req *remoting.RemotingCommand, n int) *remoting.RemotingCommand {
+		mu.Lock()
+		defer mu.Unlock()
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("ID%d", next+int64(i))
+		}
+		r := remoting.NewResponse(remoting.Success, "")
+		r.SetExt("msgId", strings.Join(ids, ",")).SetExt("queueId", req.ExtFields["e"]).SetExt("queueOffset", strconv.FormatInt(next, 10))
+		next += int64(n)
+		return r
+	}
+	hs := brokerHandlers(func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
+		if string(req.Body) == "0" {
+			<-release
+		}
+		return store(req, 1)
+	})
+	hs[remoting.SendBatchMessage] = func(req *remoting.RemotingCommand) *remoting.RemotingCommand {
+		items, err := message.DecodeBatch(req.Body)
+		if err != nil {
+			return remoting.NewResponse(remoting.MessageIllegal, err.Error())
+		}
+		mu.Lock()
+		batchSizes = append(batchSizes, len(items))
+		first := len(batchSizes) == 1
+		mu.Unlock()
+		if first {
+			return remoting.NewResponse(remoting.SystemBusy, "busy, try again")
+		}
+		return store(req, len(items))
+	}
+	b := fakeremote.Start(t, hs)
+	ns := newNamesrv(t, map[string]string{"T": routeJSON(1, [2]string{"a", b.Addr()})})
+	p := newProducer(t, Config{NamesrvAddrs: []string{ns.Addr()}, AutoBatch: true})
+	ctx := testkit.Context(t, 30*time.Second)
+	if _, err := p.publishQueues(ctx, "T"); err != nil { // the route cached: SendAsync queues in call order
+		t.Fatal(err)
+	}
+	const n = 100
+	o := newOutcomes()
+	for i := 0; i < n; i++ {
+		o.send(t, p, strconv.Itoa(i), message.NewMessage("T", []byte(strconv.Itoa(i))))
+	}
+	close(release)
+	o.wait(t)
+	for i := 0; i < n; i++ {
+		key := strconv.Itoa(i)
+		r := o.res[key]
+		if o.calls[key] != 1 || o.errs[key] != nil || r == nil {
+			t.Fatalf("send %d: %d callbacks, error %v", i, o.calls[key], o.errs[key])
+		}
+		if r.QueueOffset != int64(i) || r.OffsetMsgID != "ID"+key || r.MsgID == "" || r.Queue.QueueID != 0 {
+			t.Fatalf("send %d: result %+v, want queue offset %d and offset id ID%d", i, r, i, i)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batchSizes) != 2 || batchSizes[0] != n-1 || batchSizes[1] != n-1 {
+		t.Fatalf("batch requests of %v records, want [%d %d] (refused, then retried)", batchSizes, n-1, n-1)
 	}
 }
