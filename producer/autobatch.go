@@ -116,7 +116,8 @@ type batchQueue struct {
 
 // queueInflight is how many requests of one queue may be in flight at once: one, so
 // that a failed request is retried before anything behind it is sent (order per queue
-// across retries). Two measured no clearer gain than the load's noise (docs/performance.md).
+// across retries). Two were faster at 64 sends in flight but still slower than no
+// batching there (docs/performance.md "Automatic batching of async sends").
 const queueInflight = 1
 
 // batchable reports whether a prepared single send may travel in an automatic batch: not
