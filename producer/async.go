@@ -44,6 +44,15 @@ func (p *Producer) SendAsync(ctx context.Context, msg *message.Message, cb func(
 // msg (which gets a UNIQ_KEY) must not be changed until cb runs. Async sends of one
 // sharding key may complete in any order: for ordered messages use SendSync. cb should
 // return quickly and must not call Shutdown (Shutdown waits for callbacks).
+//
+// With Config.AutoBatch (and no middlewares), sends to one message queue wait while a
+// request of that queue is in flight (or for Config.AutoBatchLinger) and then leave
+// together as one SEND_BATCH_MESSAGE request; the callbacks, errors and results stay
+// per send (MsgID its UNIQ_KEY, OffsetMsgID and QueueOffset its own). A batch the broker
+// refuses fails each of its sends with the refusal (each gets its own *SendError); ctx
+// is checked before each attempt, and a send whose ctx ended while it waited fails with
+// ctx's error. Once the topic's route is cached, a queue's sends are stored in the order
+// of the SendAsync calls, retries included.
 func (p *Producer) SendAsyncWith(ctx context.Context, msg *message.Message, cb func(*message.SendResult, error), opts ...SendOption) error {
 	if cb == nil {
 		return errors.New("producer: SendAsync needs a callback")
@@ -79,6 +88,9 @@ func (p *Producer) SendAsyncWith(ctx context.Context, msg *message.Message, cb f
 	if pr != nil {
 		op := &pr.op
 		*op = asyncOp{p: p, ctx: ctx, pr: pr, sel: sel, size: size, cb: cb, max: 1 + p.cfg.RetryTimesWhenSendAsyncFailed}
+		if p.batcher != nil {
+			op.queued, op.solo = true, !p.batcher.batchable(pr)
+		}
 		if p.cl.CachedRoute(msg.Topic) != nil {
 			op.begin(true)
 		} else {
@@ -131,6 +143,9 @@ type asyncOp struct {
 	size int64
 	cb   func(*message.SendResult, error)
 	max  int // attempts allowed
+	// queued: the send goes through the producer's batcher (Config.AutoBatch) once its
+	// queue is picked, which makes the attempts; solo: it may not share a request.
+	queued, solo bool
 
 	mq message.MessageQueue
 	n  int // attempts made
@@ -150,6 +165,10 @@ func (op *asyncOp) begin(inline bool) {
 	}
 	if err != nil {
 		op.finish(nil, &SendError{Topic: topic, Err: err}, inline)
+		return
+	}
+	if op.queued {
+		op.p.batcher.add(op, inline)
 		return
 	}
 	op.try(inline)

@@ -64,17 +64,19 @@ func BenchmarkSendSync(b *testing.B) {
 // BenchmarkSendAsync: one goroutine issues b.N SendAsync calls (1 KiB bodies) with up to
 // MaxAsyncInflight (default 1000) in flight, and waits for every callback. "callback" is
 // the plain producer (sends driven by remoting callbacks); "middleware" adds a
-// pass-through middleware, which runs each send in its own goroutine.
+// pass-through middleware, which runs each send in its own goroutine; "autobatch" is the
+// plain producer with Config.AutoBatch.
 func BenchmarkSendAsync(b *testing.B) {
 	passThrough := func(next middleware.SendFunc) middleware.SendFunc { return next }
 	for _, tc := range []struct {
-		name string
-		mws  []middleware.SendMiddleware
-	}{{"callback", nil}, {"middleware", []middleware.SendMiddleware{passThrough}}} {
+		name      string
+		mws       []middleware.SendMiddleware
+		autoBatch bool
+	}{{"callback", nil, false}, {"middleware", []middleware.SendMiddleware{passThrough}, false}, {"autobatch", nil, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			br, _ := testbroker.Start(b, broker.Config{})
 			createTopic(b, testbroker.Namesrv(br), "BenchAsync", 8)
-			p := newProducer(b, Config{NamesrvAddrs: testbroker.Namesrv(br), SendTimeout: 30 * time.Second, Middlewares: tc.mws})
+			p := newProducer(b, Config{NamesrvAddrs: testbroker.Namesrv(br), SendTimeout: 30 * time.Second, Middlewares: tc.mws, AutoBatch: tc.autoBatch})
 			if _, err := p.SendSync(context.Background(), message.NewMessage("BenchAsync", make([]byte, benchBody))); err != nil {
 				b.Fatal(err)
 			}

@@ -168,6 +168,32 @@ type Config struct {
 	// for a server or proxy that reads only JSON headers.
 	JSONHeaders bool
 
+	// AutoBatch turns on automatic batching of SendAsync (without middlewares): records
+	// bound for the same message queue while a request of that queue is in flight (or
+	// within AutoBatchLinger of the first) leave together as one SEND_BATCH_MESSAGE
+	// request (RocketMQ code 320), at most AutoBatchMaxCount records and
+	// AutoBatchMaxBytes encoded bytes; a record alone still goes as SEND_MESSAGE_V2.
+	// Each record keeps its own callback, error and SendResult (its UNIQ_KEY as MsgID, its
+	// offset message id, the queue, and its own queue offset). Records that cannot be in a
+	// batch go alone: compressed bodies (CompressMsgBodyOverHowmuch), transactional or
+	// delayed messages (delay level or timer properties), retry and DLQ topics, and
+	// records larger than AutoBatchMaxBytes. One request per queue is in flight at a
+	// time, so a queue's records are stored in the order SendAsync was called, retries
+	// included. SendSync, SendBatch and SendOneway are unchanged. Default: false (see
+	// docs/performance.md "Automatic batching" for why it is opt-in).
+	AutoBatch bool
+	// AutoBatchLinger is how long a queue's first pending record may wait for others
+	// when no request of its queue is in flight. 0 (the default): it leaves at once, and
+	// records coalesce only while a request of their queue is in flight. At most 1s.
+	AutoBatchLinger time.Duration
+	// AutoBatchMaxCount bounds the records of one automatic batch. Default: 256; at most
+	// 4096 (MaxAutoBatchCount).
+	AutoBatchMaxCount int
+	// AutoBatchMaxBytes bounds the encoded size of one automatic batch (per record 22
+	// bytes + body + encoded properties, message.BatchRecordSize). Default: 256 KiB; at
+	// most MaxMessageSize.
+	AutoBatchMaxBytes int
+
 	// Test hooks (zero = production default).
 	routeRefreshInterval time.Duration                            // 30s
 	heartbeatInterval    time.Duration                            // 30s
@@ -208,6 +234,12 @@ func (c *Config) setDefaults() {
 	if c.MaxAsyncInflightBytes == 0 {
 		c.MaxAsyncInflightBytes = DefaultMaxAsyncInflightBytes
 	}
+	if c.AutoBatchMaxCount == 0 {
+		c.AutoBatchMaxCount = DefaultAutoBatchMaxCount
+	}
+	if c.AutoBatchMaxBytes == 0 {
+		c.AutoBatchMaxBytes = min(DefaultAutoBatchMaxBytes, c.MaxMessageSize)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -231,8 +263,9 @@ const MaxRetryTimes = 32
 // malformed "host:port", a Group that breaks the topic character rules (RocketMQ group
 // names follow them), a negative SendTimeout, MaxMessageSize, FaultIsolationDuration,
 // MaxAsyncInflight or MaxAsyncInflightBytes, a retry count above MaxRetryTimes, a
-// CompressLevel outside 0..9, or LatencyFaultRules that are not sorted by Latency or
-// have a negative duration. Zero values are fine: they mean the documented defaults.
+// CompressLevel outside 0..9, LatencyFaultRules that are not sorted by Latency or
+// have a negative duration, or an auto-batching setting out of range (a *ConfigError:
+// AutoBatchLinger 0..1s, AutoBatchMaxCount 0..4096, AutoBatchMaxBytes 0..MaxMessageSize). Zero values are fine: they mean the documented defaults.
 func (c *Config) Validate() error {
 	bad := func(field string, value any, reason string) error {
 		return &config.Error{Package: "producer", Field: field, Value: value, Reason: reason}
@@ -262,6 +295,9 @@ func (c *Config) Validate() error {
 		return bad("MaxAsyncInflight", c.MaxAsyncInflight, "must not be negative")
 	case c.MaxAsyncInflightBytes < 0:
 		return bad("MaxAsyncInflightBytes", c.MaxAsyncInflightBytes, "must not be negative")
+	}
+	if err := c.validateAutoBatch(); err != nil {
+		return err
 	}
 	for i, r := range c.LatencyFaultRules {
 		field := fmt.Sprintf("LatencyFaultRules[%d]", i)

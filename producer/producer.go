@@ -12,7 +12,10 @@
 //     is one.
 //   - SendAsync (SendAsyncWith with options) returns at once and delivers the result to a
 //     callback (SendAsyncChan: a channel); it retries RetryTimesWhenSendAsyncFailed times
-//     on the same queue.
+//     on the same queue. With Config.AutoBatch, async sends bound for one queue while
+//     its previous request is in flight (or within Config.AutoBatchLinger) leave
+//     together as one SEND_BATCH_MESSAGE, each still with its own callback and
+//     SendResult (docs/performance.md "Automatic batching of async sends").
 //   - SendOneway sends with the RocketMQ ONEWAY flag and waits for nothing; no retry.
 //   - SendBatch sends several messages of one topic in one request (see SplitBatch).
 //
@@ -64,6 +67,7 @@ type Producer struct {
 	cl      *client.Client
 	fault   *latencyFault // nil when SendLatencyFaultEnable is false
 	limiter *asyncLimiter
+	batcher *batcher // nil unless Config.AutoBatch
 
 	mu       sync.Mutex
 	state    state
@@ -97,6 +101,9 @@ func New(cfg Config) (*Producer, error) {
 		cfg.Selector = RoundRobinSelector()
 	}
 	p := &Producer{cfg: cfg, closing: make(chan struct{}), limiter: newAsyncLimiter(cfg.MaxAsyncInflight, cfg.MaxAsyncInflightBytes)}
+	if cfg.AutoBatch {
+		p.batcher = newBatcher(p)
+	}
 	if *cfg.SendLatencyFaultEnable {
 		p.fault = newLatencyFault(cfg.LatencyFaultRules, cfg.FaultIsolationDuration)
 	}
@@ -257,6 +264,16 @@ func (p *Producer) enter() error {
 	}
 	p.inflight.Add(1)
 	return nil
+}
+
+// isClosing reports whether Shutdown has begun.
+func (p *Producer) isClosing() bool {
+	select {
+	case <-p.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // prepared is a request ready for attempts: header without queue, body, client ids.
@@ -666,6 +683,9 @@ func (p *Producer) Shutdown(ctx context.Context) error {
 	p.state = stateClosed
 	close(p.closing)
 	p.mu.Unlock()
+	if p.batcher != nil {
+		p.batcher.flush() // lingering records leave now
+	}
 
 	done := make(chan struct{})
 	go func() { p.inflight.Wait(); close(done) }()

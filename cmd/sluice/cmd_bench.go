@@ -71,6 +71,8 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
 	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
 	produce.Flags().Int("batch-size", bench.DefaultBatchSize, "messages per SendBatch with --mode batch")
+	produce.Flags().Bool("auto-batch", false, "Sluice target: turn on the producer's automatic batching of async sends (producer.Config.AutoBatch)")
+	produce.Flags().Duration("linger", 0, "with --auto-batch: producer.Config.AutoBatchLinger (0: coalesce only while a request of the queue is in flight; at most 1s)")
 
 	consume := &cobra.Command{
 		Use:   "consume",
@@ -123,6 +125,8 @@ func runBench(cmd *cobra.Command, run func(context.Context, bench.Options) error
 	o.Async, _ = f.GetBool("async")
 	o.Mode, _ = f.GetString("mode")
 	o.BatchSize, _ = f.GetInt("batch-size")
+	o.AutoBatch, _ = f.GetBool("auto-batch")
+	o.Linger, _ = f.GetDuration("linger")
 	o.Repeat, _ = f.GetInt("repeat")
 	o.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
 	o.Orderly, _ = f.GetBool("orderly")

@@ -123,6 +123,10 @@ type Config struct {
 	Mode string
 	// BatchSize is the number of messages per SendBatch call in ModeBatch. Default 32.
 	BatchSize int
+	// AutoBatch turns on the Sluice producer's automatic batching of async sends
+	// (producer.Config.AutoBatch) with AutoBatchLinger; other targets ignore it.
+	AutoBatch       bool
+	AutoBatchLinger time.Duration
 	// Orderly makes Consume's push consumer orderly (queue locks, one worker per queue)
 	// instead of concurrent.
 	Orderly bool

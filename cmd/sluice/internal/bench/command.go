@@ -44,6 +44,10 @@ type Options struct {
 	Async     bool
 	Mode      string
 	BatchSize int
+	// AutoBatch and Linger: --auto-batch and --linger (the Sluice producer's automatic
+	// batching of async sends).
+	AutoBatch bool
+	Linger    time.Duration
 	// Repeat runs the targets this many rounds, alternating them (0 or 1: once), and
 	// prints each target's median and spread.
 	Repeat int
@@ -337,6 +341,10 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 	s.cfg.Async = o.Async
 	s.cfg.Mode = o.Mode
 	s.cfg.BatchSize = o.BatchSize
+	s.cfg.AutoBatch, s.cfg.AutoBatchLinger = o.AutoBatch, o.Linger
+	if o.changed("linger") && !o.AutoBatch {
+		return errors.New("--linger applies with --auto-batch only")
+	}
 	if s.cfg.Mode == ModeAsync {
 		s.cfg.Async = true
 	}

@@ -38,7 +38,8 @@ func startProducersAsync(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 	senders := make([]sendFunc, 0, n)
 	asyncs := make([]asyncSendFunc, 0, n)
 	for range n {
-		p, err := producer.New(producer.Config{NamesrvAddrs: cfg.NamesrvAddrs, Group: producerGroup, Logger: cfg.Logger})
+		p, err := producer.New(producer.Config{NamesrvAddrs: cfg.NamesrvAddrs, Group: producerGroup, Logger: cfg.Logger,
+			AutoBatch: cfg.AutoBatch, AutoBatchLinger: cfg.AutoBatchLinger})
 		if err == nil {
 			err = p.Start(context.Background())
 		}
