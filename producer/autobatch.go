@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,24 +40,6 @@ const (
 	MaxAutoBatchLinger = time.Second
 )
 
-// ConfigError reports an invalid Config setting: the field, its value and the limit it
-// breaks.
-type ConfigError struct {
-	// Field is the Config field, e.g. "AutoBatchMaxBytes".
-	Field string
-	// Value is the value given.
-	Value any
-	// Limit is the bound it breaks (e.g. 0 for a negative value, or the maximum).
-	Limit any
-	// Reason says what is wrong.
-	Reason string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("producer: Config.%s %v: %s (limit %v)", e.Field, e.Value, e.Reason, e.Limit)
-}
-
 // validateAutoBatch checks the auto-batching settings (zero values mean the defaults).
 func (c *Config) validateAutoBatch() error {
 	maxMsg := c.MaxMessageSize
@@ -65,17 +48,17 @@ func (c *Config) validateAutoBatch() error {
 	}
 	switch {
 	case c.AutoBatchLinger < 0:
-		return &ConfigError{Field: "AutoBatchLinger", Value: c.AutoBatchLinger, Limit: time.Duration(0), Reason: "must not be negative"}
+		return &config.Error{Package: "producer", Field: "AutoBatchLinger", Value: c.AutoBatchLinger, Reason: fmt.Sprintf("must not be negative (limit %v)", time.Duration(0))}
 	case c.AutoBatchLinger > MaxAutoBatchLinger:
-		return &ConfigError{Field: "AutoBatchLinger", Value: c.AutoBatchLinger, Limit: MaxAutoBatchLinger, Reason: "exceeds the maximum"}
+		return &config.Error{Package: "producer", Field: "AutoBatchLinger", Value: c.AutoBatchLinger, Reason: fmt.Sprintf("exceeds the maximum (limit %v)", MaxAutoBatchLinger)}
 	case c.AutoBatchMaxCount < 0:
-		return &ConfigError{Field: "AutoBatchMaxCount", Value: c.AutoBatchMaxCount, Limit: 0, Reason: "must not be negative"}
+		return &config.Error{Package: "producer", Field: "AutoBatchMaxCount", Value: c.AutoBatchMaxCount, Reason: fmt.Sprintf("must not be negative (limit %v)", 0)}
 	case c.AutoBatchMaxCount > MaxAutoBatchCount:
-		return &ConfigError{Field: "AutoBatchMaxCount", Value: c.AutoBatchMaxCount, Limit: MaxAutoBatchCount, Reason: "exceeds the maximum"}
+		return &config.Error{Package: "producer", Field: "AutoBatchMaxCount", Value: c.AutoBatchMaxCount, Reason: fmt.Sprintf("exceeds the maximum (limit %v)", MaxAutoBatchCount)}
 	case c.AutoBatchMaxBytes < 0:
-		return &ConfigError{Field: "AutoBatchMaxBytes", Value: c.AutoBatchMaxBytes, Limit: 0, Reason: "must not be negative"}
+		return &config.Error{Package: "producer", Field: "AutoBatchMaxBytes", Value: c.AutoBatchMaxBytes, Reason: fmt.Sprintf("must not be negative (limit %v)", 0)}
 	case c.AutoBatchMaxBytes > maxMsg:
-		return &ConfigError{Field: "AutoBatchMaxBytes", Value: c.AutoBatchMaxBytes, Limit: maxMsg, Reason: "exceeds MaxMessageSize (a batch is one request the broker checks against its maxMessageSize)"}
+		return &config.Error{Package: "producer", Field: "AutoBatchMaxBytes", Value: c.AutoBatchMaxBytes, Reason: fmt.Sprintf("exceeds MaxMessageSize (a batch is one request the broker checks against its maxMessageSize) (limit %v)", maxMsg)}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/config"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -228,7 +229,8 @@ func TestAutoBatchRefusedBatch(t *testing.T) {
 		if o.calls[key] != 1 || o.res[key] != nil || !errors.As(o.errs[key], &se) {
 			t.Fatalf("send %s: %d callbacks, result %v, error %v", key, o.calls[key], o.res[key], o.errs[key])
 		}
-		if se.Code != remoting.SystemError || se.Attempts != 3 || se.Topic != "Orders" || se.BrokerAddr != b.Addr() {
+		var re *remoting.ResponseError
+		if !errors.As(se, &re) || re.Code != remoting.SystemError || se.Attempts != 3 || se.Topic != "Orders" || se.BrokerAddr != b.Addr() {
 			t.Fatalf("send %s: %#v, want SYSTEM_ERROR after 3 attempts at %s", key, se, b.Addr())
 		}
 	}
@@ -361,7 +363,7 @@ func TestAutoBatchBatchable(t *testing.T) {
 	}
 }
 
-// TestAutoBatchConfig: the settings' defaults, and a *ConfigError naming the field and
+// TestAutoBatchConfig: the settings' defaults, and a *config.Error naming the field and
 // the limit for each bad value.
 func TestAutoBatchConfig(t *testing.T) {
 	ns := []string{"127.0.0.1:9876"}
@@ -392,9 +394,9 @@ func TestAutoBatchConfig(t *testing.T) {
 	for _, c := range bad {
 		c.cfg.NamesrvAddrs = ns
 		_, err := New(c.cfg)
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != c.field || ce.Limit != c.limit {
-			t.Errorf("%+v: %v, want a *ConfigError for %s with limit %v", c.cfg, err, c.field, c.limit)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(ce.Reason, fmt.Sprintf("(limit %v)", c.limit)) {
+			t.Errorf("%+v: %v, want a *config.Error for %s with limit %v", c.cfg, err, c.field, c.limit)
 		}
 	}
 }

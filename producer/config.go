@@ -264,7 +264,7 @@ const MaxRetryTimes = 32
 // names follow them), a negative SendTimeout, MaxMessageSize, FaultIsolationDuration,
 // MaxAsyncInflight or MaxAsyncInflightBytes, a retry count above MaxRetryTimes, a
 // CompressLevel outside 0..9, LatencyFaultRules that are not sorted by Latency or
-// have a negative duration, or an auto-batching setting out of range (a *ConfigError:
+// have a negative duration, or an auto-batching setting out of range (a *config.Error:
 // AutoBatchLinger 0..1s, AutoBatchMaxCount 0..4096, AutoBatchMaxBytes 0..MaxMessageSize). Zero values are fine: they mean the documented defaults.
 func (c *Config) Validate() error {
 	bad := func(field string, value any, reason string) error {
