@@ -107,8 +107,9 @@ func TestCampaignRelayKill(t *testing.T) {
 				n++
 			}
 			k, before := 1+rand.IntN(size.perCycle), sends()
+			mode := []string{"each", "batch"}[cycle%2] // the relay's two send paths, by turns
 			ch := startChild(t, "relay", envDialect+"="+c.dialect.String(), envDSN+"="+c.dsn, envTable+"="+c.ob.Table(),
-				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+log, envLease+"=2s", envBatch+"=8")
+				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+log, envLease+"=2s", envBatch+"=8", envSend+"="+mode)
 			if !testkit.Eventually(60*time.Second, func() bool { return sends() >= before+k }) {
 				ch.kill(t)
 				t.Fatalf("cycle %d: the relay started %d of %d sends within 60 s; stderr: %s", cycle, sends()-before, k, ch.stderr)
@@ -145,9 +146,10 @@ func TestCampaignRelayStop(t *testing.T) {
 		dir := t.TempDir()
 		logs := []string{filepath.Join(dir, "relay0.log"), filepath.Join(dir, "relay1.log")}
 		var relays []*child
-		for _, l := range logs {
+		for i, l := range logs { // relay0 sends row by row, relay1 through the batch path
 			relays = append(relays, startChild(t, "relay", envDialect+"="+c.dialect.String(), envDSN+"="+c.dsn, envTable+"="+c.ob.Table(),
-				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+l, envLease+"="+lease.String(), envBatch+"=8"))
+				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+l, envLease+"="+lease.String(), envBatch+"=8",
+				envSend+"="+[]string{"each", "batch"}[i]))
 		}
 		ctx := context.Background()
 		var stops [][3]int64 // relay, stopped at, resumed at (unix ns)
