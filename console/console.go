@@ -70,7 +70,8 @@ type Config struct {
 	// auth (alone, or besides Token).
 	BasicAuthUser, BasicAuthPassword string
 	// ReadOnly refuses every mutating route (create/delete topic, reset offset, re-drive
-	// dead letters, resend a parked record) with 403 and hides their forms.
+	// dead letters, resend a parked record, re-drive outbox rows) with 403 and hides their
+	// forms.
 	ReadOnly bool
 	// PageSize is the number of rows of a listing page. Default: 50. At most 1000.
 	PageSize int
