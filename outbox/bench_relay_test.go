@@ -24,9 +24,10 @@ import (
 )
 
 // Relay throughput, old path (one SendFunc call per row, Concurrency at once) against the
-// batch path (RelayConfig.SendBatch), sub-benchmarks alternating:
+// batch path (RelayConfig.SendBatch); -count repeats each sub-benchmark back to back, so
+// alternate old and new with a loop of single runs:
 //
-//	go test -run '^$' -bench 'BenchmarkRelayProcess|BenchmarkRelayKafka' -benchtime 20000x -count 3 ./outbox/
+//	for i in 1 2 3; do go test -run '^$' -bench 'BenchmarkRelayProcess|BenchmarkRelayKafka' -benchtime 20000x ./outbox/; done
 //
 // BenchmarkRelayProcess runs the Sluice broker (with its name server) as a child process
 // of the test binary, so relay and broker do not share a process (they share the
@@ -196,8 +197,7 @@ func relayRun(b *testing.B, tg *sqltest.Target, brokerPID int, mod func(*outbox.
 
 // BenchmarkRelayProcess: one relay to a Sluice broker in its own process, through the
 // producer (hash selector by sharding key): "each" is the per-row path (Send, 64 at
-// once; the relay as it was), "batch" the batch path (SendBatch: producer.SendEach),
-// "batch-pipe4" the batch path with 4 claims in flight (Pipeline 4).
+// once; the relay as it was), "batch" the batch path (SendBatch: producer.SendEach).
 func BenchmarkRelayProcess(b *testing.B) {
 	benchTargets(b, func(b *testing.B, tg *sqltest.Target) {
 		bp := startBrokerProcess(b)
@@ -216,15 +216,13 @@ func BenchmarkRelayProcess(b *testing.B) {
 		b.Run("batch", func(b *testing.B) {
 			relayRun(b, tg, pid, func(c *outbox.RelayConfig) { c.SendBatch = p.SendEach })
 		})
-		b.Run("batch-pipe4", func(b *testing.B) {
-			relayRun(b, tg, pid, func(c *outbox.RelayConfig) { c.SendBatch = p.SendEach; c.Pipeline = 4 })
-		})
+
 	})
 }
 
 // BenchmarkRelayKafka: one relay to Kafka (kfake, in the test's process) through the Kafka
 // producer: "each" the per-row path (Send, 64 at once), "async" the batch path
-// (SendBatch: outbox.AsyncBatch(Producer.SendAsync)), "async-pipe4" with Pipeline 4.
+// (SendBatch: outbox.AsyncBatch(Producer.SendAsync)).
 func BenchmarkRelayKafka(b *testing.B) {
 	benchTargets(b, func(b *testing.B, tg *sqltest.Target) {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, benchTopic))
@@ -248,8 +246,6 @@ func BenchmarkRelayKafka(b *testing.B) {
 		b.Run("async", func(b *testing.B) {
 			relayRun(b, tg, 0, func(c *outbox.RelayConfig) { c.SendBatch = outbox.AsyncBatch(p.SendAsync) })
 		})
-		b.Run("async-pipe4", func(b *testing.B) {
-			relayRun(b, tg, 0, func(c *outbox.RelayConfig) { c.SendBatch = outbox.AsyncBatch(p.SendAsync); c.Pipeline = 4 })
-		})
+
 	})
 }

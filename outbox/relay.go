@@ -35,8 +35,6 @@ const (
 	DefaultKeyRetention  = time.Hour
 	// MaxBatchSize is the largest RelayConfig.BatchSize.
 	MaxBatchSize = 10_000
-	// MaxPipeline is the largest RelayConfig.Pipeline.
-	MaxPipeline = 16
 )
 
 // Errors of a relay's lifecycle.
@@ -66,12 +64,6 @@ type RelayConfig struct {
 	// always sent one after another, in id order). Default 16. Not used with SendBatch
 	// (the BatchSendFunc decides how many requests it makes at once).
 	Concurrency int
-	// Pipeline is how many claims the relay started by Start works on at once: with 2 or
-	// more, the next batch is claimed (and sent) while the previous one is in flight,
-	// which hides the database's round trips. Concurrent claims coordinate as separate
-	// relays do (a key whose earlier row is leased waits), so every rule holds. Default
-	// 1; 1..MaxPipeline. RunOnce is one claim whatever the setting.
-	Pipeline int
 	// Lease is how long a claim is this relay's: another relay claims the rows after it
 	// expires. The relay sends no row whose lease has less than Lease/4 left (by its own
 	// clock) and bounds each send by the lease, so keep it well above SendTimeout.
@@ -117,9 +109,6 @@ func (c *RelayConfig) setDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.Pipeline == 0 {
-		c.Pipeline = 1
-	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
@@ -163,8 +152,6 @@ func (c *RelayConfig) Validate() error {
 		return &ConfigError{Field: "MaxBatchBytes", Reason: fmt.Sprintf("%d: must be positive", c.MaxBatchBytes)}
 	case c.Concurrency < 1 || c.Concurrency > 1024:
 		return &ConfigError{Field: "Concurrency", Reason: fmt.Sprintf("%d: want 1..1024", c.Concurrency)}
-	case c.Pipeline < 1 || c.Pipeline > MaxPipeline:
-		return &ConfigError{Field: "Pipeline", Reason: fmt.Sprintf("%d: want 1..%d", c.Pipeline, MaxPipeline)}
 	case c.Lease < 100*time.Millisecond:
 		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%v: at least 100ms", c.Lease)}
 	case c.PollInterval < time.Millisecond:
@@ -292,30 +279,13 @@ func (r *Relay) stopping() bool {
 func (r *Relay) loop(ctx context.Context) {
 	defer close(r.done)
 	defer r.abort()
-	var wg sync.WaitGroup
-	for i := 1; i < r.cfg.Pipeline; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.work(ctx, false)
-		}()
-	}
-	r.work(ctx, true)
-	wg.Wait()
-}
-
-// work claims and sends until the relay stops; the one with clean set also runs the
-// periodic clean-up.
-func (r *Relay) work(ctx context.Context, clean bool) {
 	idle := time.NewTimer(0)
 	defer idle.Stop()
 	<-idle.C
 	failures := 0
 	wake := r.cfg.Wake
 	for !r.stopping() {
-		if clean {
-			r.maybeClean(ctx)
-		}
+		r.maybeClean(ctx)
 		n, err := r.RunOnce(ctx)
 		wait := time.Duration(0)
 		switch {
