@@ -159,12 +159,16 @@ func cpu(b *testing.B, pid int) time.Duration {
 }
 
 // relayRun drains b.N rows (256-byte bodies, 1,000 order keys, filled outside the timer)
-// with one relay (Start; claims of 500) and reports msg/s and CPU per message.
+// with one relay (Start; claims of 500, or $SLUICE_OUTBOX_BENCH_BATCH) and reports msg/s
+// and CPU per message.
 func relayRun(b *testing.B, tg *sqltest.Target, brokerPID int, mod func(*outbox.RelayConfig)) {
 	ob := newOutbox(b, tg)
 	fill(b, tg, ob, b.N, 1000, benchTopic)
 	r := newRelay(b, ob, nil, func(c *outbox.RelayConfig) {
 		c.BatchSize = 500
+		if v, err := strconv.Atoi(os.Getenv("SLUICE_OUTBOX_BENCH_BATCH")); err == nil && v > 0 {
+			c.BatchSize = v
+		}
 		c.PollInterval = 5 * time.Millisecond
 		c.Logger = testkit.Quiet()
 		mod(c)

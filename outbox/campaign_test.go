@@ -267,7 +267,7 @@ func overlaps(t *testing.T, logs []string, stops [][3]int64) (live, frozen, both
 // back and the backlog drains. Then the database is restarted (a PostgreSQL of the test's
 // own, stopped in immediate mode as a crash and started again; a MariaDB of the test's
 // own, SIGKILLed and started again) while orders keep coming; transactions that fail
-// during the restart did not commit. Without root and the server binaries the restart
+// during the restart did not commit. The relay uses the batch path (RelayConfig.SendBatch). Without root and the server binaries the restart
 // parts are skipped (logged); the outage part runs on every database.
 //
 //	SLUICE_OUTBOX_CAMPAIGN=full go test -race -run TestCampaignOutage -v -timeout 60m ./outbox/
@@ -278,7 +278,14 @@ func TestCampaignOutage(t *testing.T) {
 	size := sizes(t)
 	run := func(t *testing.T, c *campaignDB, e engine, restart func() error) {
 		c.startConsumer(t, e)
-		c.parentRelay(t, e.sendFunc(t))
+		// The relay sends through the batch path (SendBatch): its failures during the
+		// outage back off and retry as the per-row path's do.
+		send, shut, err := engineBatch(e.name(), e.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(shut)
+		c.parentRelay(t, nil, func(cfg *outbox.RelayConfig) { cfg.SendBatch = send })
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var placed, failed atomic.Int64
