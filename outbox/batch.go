@@ -16,7 +16,8 @@ import (
 // concurrently; it must not return before every message it reports as stored was
 // acknowledged, and it should return when ctx ends (messages not acknowledged by then
 // are reported with an error; they may still arrive, and are sent again under the same
-// key). Implementations: Sluice's (*producer.Producer).SendEach, and [AsyncBatch] over a
+// key). It must not keep msgs (the slice) after it returns: the relay reuses it.
+// Implementations: Sluice's (*producer.Producer).SendEach, and [AsyncBatch] over a
 // SendAsync (kafka's or Sluice's producer).
 type BatchSendFunc func(ctx context.Context, msgs []*message.Message) []error
 
