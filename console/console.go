@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/outbox"
 	"github.com/sluicemq/sluice/retrytask"
 )
 
@@ -70,7 +71,8 @@ type Config struct {
 	// auth (alone, or besides Token).
 	BasicAuthUser, BasicAuthPassword string
 	// ReadOnly refuses every mutating route (create/delete topic, reset offset, re-drive
-	// dead letters, resend a parked record) with 403 and hides their forms.
+	// dead letters, resend a parked record, re-drive outbox rows) with 403 and hides their
+	// forms.
 	ReadOnly bool
 	// PageSize is the number of rows of a listing page. Default: 50. At most 1000.
 	PageSize int
@@ -87,6 +89,11 @@ type Config struct {
 	// dead — with "resend now" (the task's RunOnce, so its Send must be a producer's raw
 	// send). The console never shuts the task down.
 	Parked *retrytask.Task
+	// Outboxes, when set, adds the "Outbox" page (console/outbox.go): each transactional
+	// outbox table's backlog (pending rows, age of the oldest) and its dead rows, page by
+	// page, with re-drive (confirmed first; refused when ReadOnly). Tables must differ.
+	// The console never closes their databases.
+	Outboxes []*outbox.Outbox
 	// Logger receives request errors. Default: slog.Default().
 	Logger *slog.Logger
 	// LoginLockout is how long an address is refused sign-ins (429) after 5 failed ones
@@ -148,7 +155,7 @@ func (c *Config) Validate() error {
 	if c.Token == "" && c.BasicAuthUser == "" && !isLoopback(host) {
 		return &config.Error{Package: "console", Field: "Listen", Reason: fmt.Sprintf("%q is not a loopback address: set a token or basic auth to serve it beyond this machine", c.Listen)}
 	}
-	return nil
+	return validateOutboxes(c.Outboxes)
 }
 
 func isLoopback(host string) bool {
@@ -320,6 +327,7 @@ func (c *Console) routes() http.Handler {
 		mux.HandleFunc("GET /parked", c.page(c.parked))
 		mux.HandleFunc("POST /parked/resend", c.mutate(c.resendParked))
 	}
+	c.outboxRoutes(mux)
 	mux.HandleFunc("GET /api/series", c.apiSeries)
 	mux.HandleFunc("GET /login", c.loginForm)
 	mux.HandleFunc("POST /login", c.login)

@@ -36,6 +36,7 @@ type view struct {
 	Flash    string // shown as a success banner
 	Charts   bool   // metrics are configured
 	Parked   bool   // the parked-sends page exists
+	Outbox   bool   // the outbox page exists
 	Data     any
 }
 
@@ -98,6 +99,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 		return
 	}
 	v.ReadOnly, v.CSRF, v.Charts, v.Parked = c.cfg.ReadOnly, c.csrf, len(c.cfg.Metrics) > 0, c.cfg.Parked != nil
+	v.Outbox = len(c.cfg.Outboxes) > 0
 	if block == "" {
 		block = "layout"
 	}

@@ -69,16 +69,16 @@ func BenchmarkAdd(b *testing.B) {
 	})
 }
 
-// fill adds n rows of 256-byte bodies in transactions of 500 (outside the timer), over
-// keys order keys ("" for none).
-func fill(b *testing.B, tg *sqltest.Target, ob *outbox.Outbox, n, keys int) {
+// fill adds n rows of 256-byte bodies to topic in transactions of 500 (outside the
+// timer), over keys order keys ("" for none).
+func fill(b *testing.B, tg *sqltest.Target, ob *outbox.Outbox, n, keys int, topic string) {
 	b.Helper()
 	ctx := context.Background()
 	body := make([]byte, 256)
 	for start := 0; start < n; start += 500 {
 		msgs := make([]*message.Message, 0, 500)
 		for i := start; i < min(start+500, n); i++ {
-			m := message.NewMessage("Orders", body).SetKeys("order-" + strconv.Itoa(i))
+			m := message.NewMessage(topic, body).SetKeys("order-" + strconv.Itoa(i))
 			if keys > 0 {
 				m.SetShardingKey("acct-" + strconv.Itoa(i%keys))
 			}
@@ -105,7 +105,7 @@ func BenchmarkRelaySluice(b *testing.B) {
 		e := startSluice(b)
 		send := e.sendFunc(b)
 		ob := newOutbox(b, tg)
-		fill(b, tg, ob, b.N, 1000)
+		fill(b, tg, ob, b.N, 1000, "Orders")
 		r := newRelay(b, ob, send, func(c *outbox.RelayConfig) { c.BatchSize = 500; c.Concurrency = 64 })
 		ctx := context.Background()
 		b.ResetTimer()
@@ -141,7 +141,7 @@ func BenchmarkDrainBacklog(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			ob := newOutbox(b, tg)
 			t0 := time.Now()
-			fill(b, tg, ob, n, 1000)
+			fill(b, tg, ob, n, 1000, "Orders")
 			b.Logf("%s: %d rows filled in %v", tg.Dialect, n, time.Since(t0).Round(time.Millisecond))
 			var sent atomic.Int64
 			r := newRelay(b, ob, func(context.Context, *message.Message) (*message.SendResult, error) {

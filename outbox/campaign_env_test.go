@@ -276,6 +276,45 @@ func engineSend(name, addr string) (middleware.SendFunc, func(), error) {
 	return nil, nil, fmt.Errorf("engine %q", name)
 }
 
+// engineBatch is engineSend for the relay's batch path (RelayConfig.SendBatch): Sluice's
+// producer.SendEach (SEND_BATCH requests per queue) or AsyncBatch over the Kafka
+// producer's SendAsync, configured as engineSend's.
+func engineBatch(name, addr string) (outbox.BatchSendFunc, func(), error) {
+	shut := func(f func(context.Context) error) func() {
+		return func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = f(ctx)
+		}
+	}
+	switch name {
+	case "sluice":
+		p, err := producer.New(producer.Config{NamesrvAddrs: []string{addr}, Selector: producer.HashSelector(),
+			SendTimeout: time.Second, Logger: testkit.Quiet()})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := p.Start(context.Background()); err != nil {
+			return nil, nil, err
+		}
+		return p.SendEach, shut(p.Shutdown), nil
+	case "kafka":
+		p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: strings.Split(addr, ","), MaxAttempts: 1,
+			WriteTimeout: 2 * time.Second, DialTimeout: time.Second, Logger: testkit.Quiet()})
+		if err != nil {
+			return nil, nil, err
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Start(sctx); err != nil {
+			shut(p.Shutdown)()
+			return nil, nil, err
+		}
+		return outbox.AsyncBatch(p.SendAsync), shut(p.Shutdown), nil
+	}
+	return nil, nil, fmt.Errorf("engine %q", name)
+}
+
 // enginesFor returns the engines a campaign runs with on dialect d: both in the full
 // campaign; in the default (CI-sized) run both on SQLite, and one per server database
 // (PostgreSQL with the Sluice broker, MySQL/MariaDB with Kafka), so each pairing of

@@ -107,8 +107,9 @@ func TestCampaignRelayKill(t *testing.T) {
 				n++
 			}
 			k, before := 1+rand.IntN(size.perCycle), sends()
+			mode := []string{"each", "batch"}[cycle%2] // the relay's two send paths, by turns
 			ch := startChild(t, "relay", envDialect+"="+c.dialect.String(), envDSN+"="+c.dsn, envTable+"="+c.ob.Table(),
-				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+log, envLease+"=2s", envBatch+"=8")
+				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+log, envLease+"=2s", envBatch+"=8", envSend+"="+mode)
 			if !testkit.Eventually(60*time.Second, func() bool { return sends() >= before+k }) {
 				ch.kill(t)
 				t.Fatalf("cycle %d: the relay started %d of %d sends within 60 s; stderr: %s", cycle, sends()-before, k, ch.stderr)
@@ -145,9 +146,10 @@ func TestCampaignRelayStop(t *testing.T) {
 		dir := t.TempDir()
 		logs := []string{filepath.Join(dir, "relay0.log"), filepath.Join(dir, "relay1.log")}
 		var relays []*child
-		for _, l := range logs {
+		for i, l := range logs { // relay0 sends row by row, relay1 through the batch path
 			relays = append(relays, startChild(t, "relay", envDialect+"="+c.dialect.String(), envDSN+"="+c.dsn, envTable+"="+c.ob.Table(),
-				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+l, envLease+"="+lease.String(), envBatch+"=8"))
+				envEngine+"="+e.name(), envAddr+"="+e.addr(), envLog+"="+l, envLease+"="+lease.String(), envBatch+"=8",
+				envSend+"="+[]string{"each", "batch"}[i]))
 		}
 		ctx := context.Background()
 		var stops [][3]int64 // relay, stopped at, resumed at (unix ns)
@@ -265,7 +267,7 @@ func overlaps(t *testing.T, logs []string, stops [][3]int64) (live, frozen, both
 // back and the backlog drains. Then the database is restarted (a PostgreSQL of the test's
 // own, stopped in immediate mode as a crash and started again; a MariaDB of the test's
 // own, SIGKILLed and started again) while orders keep coming; transactions that fail
-// during the restart did not commit. Without root and the server binaries the restart
+// during the restart did not commit. The relay uses the batch path (RelayConfig.SendBatch). Without root and the server binaries the restart
 // parts are skipped (logged); the outage part runs on every database.
 //
 //	SLUICE_OUTBOX_CAMPAIGN=full go test -race -run TestCampaignOutage -v -timeout 60m ./outbox/
@@ -276,7 +278,14 @@ func TestCampaignOutage(t *testing.T) {
 	size := sizes(t)
 	run := func(t *testing.T, c *campaignDB, e engine, restart func() error) {
 		c.startConsumer(t, e)
-		c.parentRelay(t, e.sendFunc(t))
+		// The relay sends through the batch path (SendBatch): its failures during the
+		// outage back off and retry as the per-row path's do.
+		send, shut, err := engineBatch(e.name(), e.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(shut)
+		c.parentRelay(t, nil, func(cfg *outbox.RelayConfig) { cfg.SendBatch = send })
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var placed, failed atomic.Int64

@@ -24,7 +24,7 @@ import (
 // Environment of the child processes the campaigns start (the test binary itself;
 // TestMain sends it to runChild).
 const (
-	envChild   = "SLUICE_OUTBOX_CHILD" // "service" or "relay"
+	envChild   = "SLUICE_OUTBOX_CHILD" // "service", "relay" or "broker" (bench_relay_test.go)
 	envDialect = "SLUICE_OUTBOX_CHILD_DIALECT"
 	envDSN     = "SLUICE_OUTBOX_CHILD_DSN"
 	envTable   = "SLUICE_OUTBOX_CHILD_TABLE"
@@ -36,6 +36,7 @@ const (
 	envAddr    = "SLUICE_OUTBOX_CHILD_ADDR"
 	envLease   = "SLUICE_OUTBOX_CHILD_LEASE" // relay lease, a duration
 	envBatch   = "SLUICE_OUTBOX_CHILD_BATCH"
+	envSend    = "SLUICE_OUTBOX_CHILD_SEND" // relay: "each" (RelayConfig.Send, default) or "batch" (SendBatch)
 )
 
 // runChild runs a child process role when the environment asks for one.
@@ -50,6 +51,10 @@ func runChild() (int, bool) {
 		err = runService()
 	case "relay":
 		err = runRelayChild()
+	case "broker":
+		if err = runBrokerChild(); err == nil {
+			return 0, true
+		}
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -71,6 +76,15 @@ func childOutbox() (*sql.DB, *outbox.Outbox, error) {
 		return nil, nil, err
 	}
 	return db, ob, nil
+}
+
+// errorsFor returns n copies of err.
+func errorsFor(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 func appendLine(f *os.File, line string) error {
@@ -134,11 +148,6 @@ func runRelayChild() error {
 		return err
 	}
 	defer db.Close()
-	inner, shutdown, err := engineSend(os.Getenv(envEngine), os.Getenv(envAddr))
-	if err != nil {
-		return err
-	}
-	defer shutdown()
 	log, err := os.OpenFile(os.Getenv(envLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
@@ -148,20 +157,51 @@ func runRelayChild() error {
 		return err
 	}
 	batch, _ := strconv.Atoi(os.Getenv(envBatch))
-	send := func(ctx context.Context, m *message.Message) (*message.SendResult, error) {
-		k := outbox.StableKey(m)
-		if err := appendLine(log, fmt.Sprintf("S %s %d", k, time.Now().UnixNano())); err != nil {
-			return nil, err
-		}
-		res, err := inner(ctx, m)
-		if err == nil {
-			err = appendLine(log, fmt.Sprintf("E %s %d", k, time.Now().UnixNano()))
-		}
-		return res, err
-	}
-	r, err := outbox.NewRelay(ob, outbox.RelayConfig{Send: send, BatchSize: batch, Concurrency: 4, Lease: lease,
+	cfg := outbox.RelayConfig{BatchSize: batch, Concurrency: 4, Lease: lease,
 		SendTimeout: lease / 2, PollInterval: 20 * time.Millisecond, BackoffBase: 50 * time.Millisecond,
-		BackoffMax: 500 * time.Millisecond, MaxAttempts: 1_000_000, Logger: testkit.Quiet()})
+		BackoffMax: 500 * time.Millisecond, MaxAttempts: 1_000_000, Logger: testkit.Quiet()}
+	if os.Getenv(envSend) == "batch" {
+		inner, shutdown, err := engineBatch(os.Getenv(envEngine), os.Getenv(envAddr))
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		cfg.SendBatch = func(ctx context.Context, msgs []*message.Message) []error {
+			for _, m := range msgs {
+				if err := appendLine(log, fmt.Sprintf("S %s %d", outbox.StableKey(m), time.Now().UnixNano())); err != nil {
+					return errorsFor(len(msgs), err)
+				}
+			}
+			errs := inner(ctx, msgs)
+			end := time.Now().UnixNano()
+			for i, m := range msgs {
+				if errs[i] == nil {
+					if err := appendLine(log, fmt.Sprintf("E %s %d", outbox.StableKey(m), end)); err != nil {
+						errs[i] = err
+					}
+				}
+			}
+			return errs
+		}
+	} else {
+		inner, shutdown, err := engineSend(os.Getenv(envEngine), os.Getenv(envAddr))
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		cfg.Send = func(ctx context.Context, m *message.Message) (*message.SendResult, error) {
+			k := outbox.StableKey(m)
+			if err := appendLine(log, fmt.Sprintf("S %s %d", k, time.Now().UnixNano())); err != nil {
+				return nil, err
+			}
+			res, err := inner(ctx, m)
+			if err == nil {
+				err = appendLine(log, fmt.Sprintf("E %s %d", k, time.Now().UnixNano()))
+			}
+			return res, err
+		}
+	}
+	r, err := outbox.NewRelay(ob, cfg)
 	if err != nil {
 		return err
 	}

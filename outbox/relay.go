@@ -44,19 +44,26 @@ var (
 	ErrRelayClosed  = errors.New("outbox: relay shut down")
 )
 
-// RelayConfig configures a [Relay]. Send is required.
+// RelayConfig configures a [Relay]. Send or SendBatch is required.
 type RelayConfig struct {
 	// Send sends one message: producer.SendFunc(), kafka's Producer.SendFunc(), or either
 	// wrapped in a middleware chain. A nil error means the broker stored the message.
-	// Required.
+	// Required unless SendBatch is set.
 	Send middleware.SendFunc
+	// SendBatch, when set, is used instead of Send: the relay hands it many rows of a
+	// claim in one call (see [BatchSendFunc]) instead of one call per row — Sluice's
+	// producer.SendEach (SEND_BATCH requests per queue), or [AsyncBatch] over a
+	// SendAsync (kafka's Producer.SendAsync, whose writer packs the records into produce
+	// batches). Each call is bounded by SendTimeout and the lease.
+	SendBatch BatchSendFunc
 	// BatchSize is the most rows one claim takes. Default 200; 1..MaxBatchSize.
 	BatchSize int
 	// MaxBatchBytes bounds the bodies and properties one claim holds in memory (a claim
 	// takes at least one row). Default 16 MiB.
 	MaxBatchBytes int
 	// Concurrency is how many sends of one batch run at once (rows of one order key are
-	// always sent one after another, in id order). Default 16.
+	// always sent one after another, in id order). Default 16. Not used with SendBatch
+	// (the BatchSendFunc decides how many requests it makes at once).
 	Concurrency int
 	// Lease is how long a claim is this relay's: another relay claims the rows after it
 	// expires. The relay sends no row whose lease has less than Lease/4 left (by its own
@@ -138,8 +145,8 @@ func (c *RelayConfig) setDefaults() {
 // Validate checks the configuration after defaults.
 func (c *RelayConfig) Validate() error {
 	switch {
-	case c.Send == nil:
-		return &config.Error{Package: "outbox", Field: "Send", Reason: "nil"}
+	case c.Send == nil && c.SendBatch == nil:
+		return &config.Error{Package: "outbox", Field: "Send", Reason: "nil (set Send or SendBatch)"}
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
 		return &config.Error{Package: "outbox", Field: "BatchSize", Reason: fmt.Sprintf("%d: want 1..%d", c.BatchSize, MaxBatchSize)}
 	case c.MaxBatchBytes < 1:
@@ -589,7 +596,12 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err != nil || len(batch) == 0 {
 		return 0, err
 	}
-	outs := r.sendBatch(ctx, batch, deadline)
+	var outs []outcome
+	if r.cfg.SendBatch != nil {
+		outs = r.sendRounds(ctx, batch, deadline)
+	} else {
+		outs = r.sendBatch(ctx, batch, deadline)
+	}
 	// Bookkeeping must not be cut short by a cancelled ctx (shutdown): the sends happened.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
 	defer cancel()
@@ -603,24 +615,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 // keys and unkeyed rows concurrently (Concurrency at once). A failure stops its key's
 // later rows (released, not attempted).
 func (r *Relay) sendBatch(ctx context.Context, batch []claimedRow, deadline time.Time) []outcome {
-	outs := make([]outcome, len(batch))
-	var groups [][]int // indexes into batch, in id order
-	byKey := map[string]int{}
-	for i := range batch {
-		outs[i].row = &batch[i]
-		k := batch[i].orderKey
-		if k == "" {
-			groups = append(groups, []int{i})
-			continue
-		}
-		g, ok := byKey[k]
-		if !ok {
-			g = len(groups)
-			byKey[k] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
+	outs, groups := keyGroups(batch)
 	work := make(chan []int)
 	var wg sync.WaitGroup
 	for w := 0; w < min(r.cfg.Concurrency, len(groups)); w++ {
@@ -651,13 +646,108 @@ func (r *Relay) sendBatch(ctx context.Context, batch []claimedRow, deadline time
 	return outs
 }
 
+// keyGroups returns an outcome per row (none decided yet) and the rows grouped by order
+// key: indexes into batch, in id order; an unkeyed row is a group of its own. Groups are
+// in the order of their first row.
+func keyGroups(batch []claimedRow) ([]outcome, [][]int) {
+	outs := make([]outcome, len(batch))
+	var groups [][]int
+	byKey := map[string]int{}
+	for i := range batch {
+		outs[i].row = &batch[i]
+		k := batch[i].orderKey
+		if k == "" {
+			groups = append(groups, []int{i})
+			continue
+		}
+		g, ok := byKey[k]
+		if !ok {
+			g = len(groups)
+			byKey[k] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return outs, groups
+}
+
+// sendRounds sends the rows through SendBatch in rounds: each round hands it the first
+// unsent row of every order key still going (and, in the first round, every unkeyed
+// row), so one call never holds two rows of one key and a key's next row is handed over
+// only after the broker stored the previous one. A failure stops its key's later rows
+// (released, not attempted); the lease running short or ctx ending releases every row
+// not handed over yet.
+func (r *Relay) sendRounds(ctx context.Context, batch []claimedRow, deadline time.Time) []outcome {
+	outs, groups := keyGroups(batch)
+	pos := make([]int, len(groups)) // the next row of each group
+	active := make([]int, len(groups))
+	for g := range active {
+		active[g] = g
+	}
+	heads := make([]int, 0, len(groups))
+	msgs := make([]*message.Message, 0, len(groups))
+	for len(active) > 0 && ctx.Err() == nil && time.Until(deadline) > 0 {
+		heads, msgs = heads[:0], msgs[:0]
+		for _, g := range active {
+			i := groups[g][pos[g]]
+			heads = append(heads, i)
+			msgs = append(msgs, rowMessage(&batch[i]))
+		}
+		errs := r.sendMany(ctx, msgs, deadline)
+		next := active[:0]
+		for j, g := range active {
+			i := heads[j]
+			outs[i].err = errs[j]
+			outs[i].sent = errs[j] == nil
+			if outs[i].sent {
+				pos[g]++
+				if pos[g] < len(groups[g]) {
+					next = append(next, g)
+				}
+			}
+		}
+		active = next
+	}
+	return outs
+}
+
+// sendMany runs SendBatch on msgs, bounded by the lease and SendTimeout; a panic, or a
+// result of the wrong length, fails every message.
+func (r *Relay) sendMany(ctx context.Context, msgs []*message.Message, deadline time.Time) (errs []error) {
+	sctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	sctx, cancel2 := context.WithTimeout(sctx, r.cfg.SendTimeout)
+	defer cancel2()
+	all := func(err error) []error {
+		errs := make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			errs = all(fmt.Errorf("outbox: send batch panicked: %v", p))
+		}
+	}()
+	errs = r.cfg.SendBatch(sctx, msgs)
+	if len(errs) != len(msgs) {
+		return all(fmt.Errorf("outbox: SendBatch returned %d results for %d messages", len(errs), len(msgs)))
+	}
+	return errs
+}
+
+// rowMessage returns the message a row holds.
+func rowMessage(c *claimedRow) *message.Message {
+	return &message.Message{Topic: c.topic, Flag: c.flag, Body: c.body, Properties: message.UnmarshalProperties(string(c.props))}
+}
+
 func (r *Relay) sendOne(ctx context.Context, c *claimedRow, deadline time.Time) error {
 	sctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sctx, cancel2 := context.WithTimeout(sctx, r.cfg.SendTimeout)
 	defer cancel2()
-	m := &message.Message{Topic: c.topic, Flag: c.flag, Body: c.body, Properties: message.UnmarshalProperties(string(c.props))}
-	_, err := callSend(sctx, r.cfg.Send, m)
+	_, err := callSend(sctx, r.cfg.Send, rowMessage(c))
 	return err
 }
 

@@ -29,7 +29,8 @@ messages, dead letters, and throughput/lag charts from the brokers' --metrics en
 
 It listens on loopback (127.0.0.1:8080) by default; another address needs --token or
 --basic-auth. The token can also come from $SLUICE_CONSOLE_TOKEN. --read-only refuses
-every change (create/delete topic, reset offset, re-drive dead letters) with 403.`,
+every change (create/delete topic, reset offset, re-drive dead letters or outbox rows)
+with 403. --outbox-dialect (with $SLUICE_OUTBOX_DSN) adds the transactional outbox page.`,
 		Args: cobra.NoArgs,
 		RunE: runConsole,
 	}
@@ -44,6 +45,7 @@ every change (create/delete topic, reset offset, re-drive dead letters) with 403
 	f.String("access-key", os.Getenv("SLUICE_ACCESS_KEY"), "ACL access key the console signs its requests with (with $SLUICE_SECRET_KEY); default $SLUICE_ACCESS_KEY")
 	f.String("redis", "", "Redis address ip:port of the Park middleware: adds the parked-sends page (pending, scheduled, dead, resend now)")
 	f.String("park-namespace", retrytask.DefaultNamespace, "the Park namespace (sluice:park:{NS}:...) shown with --redis")
+	addConsoleOutboxFlags(cmd)
 	addShutdownFlag(cmd)
 	return cmd
 }
@@ -98,6 +100,11 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	}
 	defer a.Close()
 	cfg.Admin = a
+	var closeOutbox func() error
+	if cfg.Outboxes, closeOutbox, err = consoleOutboxes(cmd.Context(), cmd); err != nil {
+		return err
+	}
+	defer closeOutbox()
 	stopParked := func(context.Context) error { return nil }
 	if addr, _ := f.GetString("redis"); addr != "" {
 		nsp, _ := f.GetString("park-namespace")
