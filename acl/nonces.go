@@ -3,8 +3,8 @@ package acl
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/internal/atomicfile"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,33 +177,5 @@ func (f *sigFloor) save() error {
 // writeFloor writes ms to path atomically and durably (temp file, fsync, rename, fsync
 // of the directory).
 func writeFloor(path string, ms int64) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(strconv.FormatInt(ms, 10) + "\n"); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, []byte(strconv.FormatInt(ms, 10)+"\n"))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"sort"
@@ -173,32 +174,8 @@ func writeFileAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("consumer: offset dir: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, ".offsets-*.tmp")
-	if err != nil {
-		return fmt.Errorf("consumer: offset file: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+	if err := atomicfile.Write(path, b); err != nil {
 		return fmt.Errorf("consumer: write offset file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("consumer: sync offset file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("consumer: close offset file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("consumer: replace offset file: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -28,8 +28,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/acl"
+	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/pop"
 )
 

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/acl"
+	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/internal/wire"

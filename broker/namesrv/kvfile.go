@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicemq/sluice/internal/atomicfile"
 	"io/fs"
 	"os"
-	"path/filepath"
 )
 
 // kvFile is the on-disk layout of the KV config (Java KVConfigSerializeWrapper).
@@ -47,27 +47,8 @@ func saveKVFile(path string, table map[string]map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("namesrv: encode kv config: %w", err)
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := atomicfile.Write(path, b); err != nil {
 		return fmt.Errorf("namesrv: write kv config: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("namesrv: write kv config: %w", err)
-	}
-	_, werr := tmp.Write(b)
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("namesrv: write kv config: %w", werr)
 	}
 	return nil
 }
