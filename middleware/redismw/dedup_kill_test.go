@@ -27,7 +27,7 @@ const (
 	childPrefixEnv = "SLUICE_DEDUP_CHILD_PREFIX" // DedupConfig.Prefix
 	childReadyEnv  = "SLUICE_DEDUP_CHILD_READY"  // file the child creates once its handler runs
 	childKey       = "payment-4711"
-	childLockTTL   = 900 * time.Millisecond
+	childLockTTL   = 3 * time.Second // renewed every second: a loaded CI machine delayed a 300 ms renewal past a 900 ms expiry
 )
 
 // childEffectKey is the Redis hash that records business effects idempotently by message

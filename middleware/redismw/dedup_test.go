@@ -332,12 +332,14 @@ func TestDedupRenewalKeepsLockAndFailureCancels(t *testing.T) {
 	redistest.EachTarget(t, func(t *testing.T, tg *redistest.Target) {
 		ctx := context.Background()
 		c, sw := tg.Outage(t)
-		d := newDeduper(t, c, tg.NS, func(c *DedupConfig) { c.LockExpiry = 600 * time.Millisecond })
+		// Renewed every 667 ms: with a 600 ms expiry (renewed every 200 ms) a loaded CI
+		// machine delayed a renewal past the expiry and the lock was lost.
+		d := newDeduper(t, c, tg.NS, func(c *DedupConfig) { c.LockExpiry = 2 * time.Second })
 
 		// A handler running for several lock expiries keeps the lock through renewals.
 		long := middleware.ChainConsume(func(hctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
-			until := time.Now().Add(1500 * time.Millisecond) // 2.5 lock expiries
-			testkit.WaitFor(t, 5*time.Second, func() bool { return time.Now().After(until) || hctx.Err() != nil })
+			until := time.Now().Add(5 * time.Second) // 2.5 lock expiries
+			testkit.WaitFor(t, 15*time.Second, func() bool { return time.Now().After(until) || hctx.Err() != nil })
 			if hctx.Err() != nil {
 				return message.ReconsumeLater, context.Cause(hctx)
 			}
@@ -369,7 +371,7 @@ func TestDedupRenewalKeepsLockAndFailureCancels(t *testing.T) {
 		// Our lock expires on its own; the message then runs.
 		eff := testkit.NewEffects()
 		ok := middleware.ChainConsume(eff.OK(), d.Middleware())
-		testkit.WaitFor(t, 5*time.Second, func() bool {
+		testkit.WaitFor(t, 15*time.Second, func() bool {
 			res, _, _ := testkit.Call(ok, testkit.NewExt("Pay", "", "renew", "b"))
 			return res == message.ConsumeSuccess
 		})
