@@ -1,7 +1,8 @@
 // Package peers runs the real systems Sluice is compared with — Apache RocketMQ 4.9 (name
-// server + broker), the RocketMQ Java client (through a small driver program) and Apache
-// Kafka 4 in KRaft mode — as child JVM processes on free loopback ports, for tests and for
-// `sluice bench --target rocketmq`.
+// server + broker), Apache RocketMQ 5.3 (name server + proxy in LOCAL mode with its
+// broker), the RocketMQ Java clients 4.9 and 5.x (through small driver programs) and
+// Apache Kafka 4 in KRaft mode — as child JVM processes on free loopback ports, for tests
+// and for `sluice bench --target rocketmq`.
 //
 // The jars come from Maven Central through the repository's own descriptors: run
 // `bash .ci/peers`, which fills [Dir] (SLUICE_PEERS_DIR, default

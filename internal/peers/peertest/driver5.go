@@ -4,8 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +33,49 @@ func JavaDriver5(t testing.TB) *Driver5 {
 	if err != nil {
 		skipOrFatal(t, "java driver for rocketmq 5 clients", err)
 	}
+	if err := driver5Fresh(); err != nil {
+		t.Fatal(err)
+	}
 	return &Driver5{argv: argv}
+}
+
+// driver5Fresh reports an error when the driver in [peers.Dir] was built from other
+// sources than internal/peers/javadriver5 (found beside this file's package): its .stamp,
+// written by .ci/peers, is the first 16 hex digits of the SHA-256 of pom.xml and then
+// every file under src, in sorted path order. A driver without a stamp, or sources that
+// cannot be read, is taken as it is.
+func driver5Fresh() error {
+	stamp, err := os.ReadFile(filepath.Join(peers.Dir(), "driver5", ".stamp"))
+	if err != nil {
+		return nil
+	}
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		return nil
+	}
+	src := filepath.Join(filepath.Dir(self), "..", "javadriver5")
+	var files []string
+	if err := filepath.WalkDir(filepath.Join(src, "src"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	}); err != nil {
+		return nil
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range append([]string{filepath.Join(src, "pom.xml")}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil
+		}
+		h.Write(b)
+	}
+	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != strings.TrimSpace(string(stamp)) {
+		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/javadriver5: run bash .ci/peers", filepath.Join(peers.Dir(), "driver5"))
+	}
+	return nil
 }
 
 // Event5 is one JSON line of the RocketMQ 5 driver: "sent", "check", "recv" or "done"
@@ -104,4 +152,24 @@ func (d *Driver5) Run(t testing.TB, timeout time.Duration, args ...string) []Eve
 		t.Fatalf("driver5 %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return evs
+}
+
+// StartRocketMQ5 starts an Apache RocketMQ 5.3 name server and proxy in LOCAL mode for t
+// ([peers.LaunchRocketMQ5] with opt) and stops them at t.Cleanup, logging their last
+// output when t failed. It skips t when Java or the jars are absent.
+func StartRocketMQ5(t testing.TB, opt peers.RocketMQ5Options) *peers.RocketMQ5 {
+	t.Helper()
+	r, err := peers.LaunchRocketMQ5(context.Background(), opt)
+	if err != nil {
+		skipOrFatal(t, "apache rocketmq 5", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("apache rocketmq 5 output:\n%s", r.Output())
+		}
+		if err := r.Stop(); err != nil {
+			t.Errorf("stop apache rocketmq 5: %v", err)
+		}
+	})
+	return r
 }
