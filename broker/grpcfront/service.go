@@ -266,6 +266,10 @@ func (sv *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) 
 			e.Offset = res.QueueOffset
 			if m.Topic == message.TransHalfTopic { // a half message: EndTransaction names it by this id
 				e.TransactionId = sv.s.pop.TransactionID(m.Property(message.PropertyRealTopic), res.CommitLogOffset, res.QueueOffset)
+			} else {
+				// As Apache RocketMQ 5.3 answers any other send: the message id
+				// (TestDifferentialRocketMQ5/SendReceiveAck). EndTransaction refuses it.
+				e.TransactionId = e.MessageId
 			}
 			if m.Topic == broker.TimerTopic { // parked until due: it can be recalled
 				at, _ := strconv.ParseInt(m.Property(broker.PropertyTimerOutMS), 10, 64)

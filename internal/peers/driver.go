@@ -24,6 +24,25 @@ func DriverArgv(home string) ([]string, error) {
 		"-Duser.home=" + home, "-Drocketmq.client.logRoot=" + filepath.Join(home, "logs"), "-cp", cp, "io.sluicemq.peers.Driver"}, nil
 }
 
+// Driver5Argv returns the command line that runs the Java driver for RocketMQ 5 clients
+// (internal/peers/javadriver5: the official Java client 5.x, gRPC, as a command-line
+// program) with home as the JVM's user.home (where the client writes its logs): java, its
+// JVM flags, -cp, the class path and the main class, to which the caller appends the
+// command and its arguments (see Driver5.java). The error wraps [ErrUnavailable] when Java
+// or the driver's jars are absent.
+func Driver5Argv(home string) ([]string, error) {
+	java, err := javaPath()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := classPath("driver5", driver5Jar())
+	if err != nil {
+		return nil, err
+	}
+	return []string{java, "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Duser.home=" + home, "-Drocketmq.log.root=" + filepath.Join(home, "logs"), "-cp", cp, "io.sluicemq.peers5.Driver5"}, nil
+}
+
 // Command returns the command argv[0] argv[1:] with this process's environment, set up
 // as every peer process runs: in its own process group (so [KillGroup] reaches its whole
 // tree) and, on Linux, killed when this process dies.

@@ -1,7 +1,8 @@
 // Package peers runs the real systems Sluice is compared with — Apache RocketMQ 4.9 (name
-// server + broker), the RocketMQ Java client (through a small driver program) and Apache
-// Kafka 4 in KRaft mode — as child JVM processes on free loopback ports, for tests and for
-// `sluice bench --target rocketmq`.
+// server + broker), Apache RocketMQ 5.3 (name server + proxy in LOCAL mode with its
+// broker), the RocketMQ Java clients 4.9 and 5.x (through small driver programs) and
+// Apache Kafka 4 in KRaft mode — as child JVM processes on free loopback ports, for tests
+// and for `sluice bench --target rocketmq`.
 //
 // The jars come from Maven Central through the repository's own descriptors: run
 // `bash .ci/peers`, which fills [Dir] (SLUICE_PEERS_DIR, default
@@ -37,8 +38,10 @@ const SkipMessage = "needs Java and the peer jars: run bash .ci/peers"
 
 // Versions of the peers, as pinned in internal/peers/maven and internal/peers/javadriver.
 const (
-	RocketMQVersion = "4.9.7" // Apache RocketMQ name server, broker and Java client
-	KafkaVersion    = "4.1.0" // Apache Kafka server (KRaft) and clients
+	RocketMQVersion  = "4.9.7" // Apache RocketMQ name server, broker and Java client
+	RocketMQ5Version = "5.3.3" // Apache RocketMQ name server, broker and proxy (LOCAL mode)
+	Client5Version   = "5.0.8" // the official RocketMQ 5 Java client (gRPC), in driver5
+	KafkaVersion     = "4.1.0" // Apache Kafka server (KRaft) and clients
 )
 
 // Dir is the peers' cache directory: $SLUICE_PEERS_DIR, or $HOME/.cache/sluice-peers.
@@ -89,15 +92,22 @@ func classPath(part string, extra ...string) (string, error) {
 // driverJar is the Java driver's jar (also the loopback agent).
 func driverJar() string { return filepath.Join(Dir(), "driver", "driver.jar") }
 
-// Available reports whether Java and the jars of part ("rocketmq", "kafka" or "driver")
+// driver5Jar is the jar of the Java driver for RocketMQ 5 clients.
+func driver5Jar() string { return filepath.Join(Dir(), "driver5", "driver5.jar") }
+
+// Available reports whether Java and the jars of part ("rocketmq", "rocketmq5", "kafka",
+// "driver" or "driver5")
 // are there: nil, or an error wrapping ErrUnavailable that says what is missing.
 func Available(part string) error {
 	if _, err := javaPath(); err != nil {
 		return err
 	}
 	var extra []string
-	if part == "rocketmq" || part == "driver" {
-		extra = append(extra, driverJar())
+	switch part {
+	case "rocketmq", "rocketmq5", "driver":
+		extra = append(extra, driverJar()) // the loopback agent
+	case "driver5":
+		extra = append(extra, driver5Jar())
 	}
 	_, err := classPath(part, extra...)
 	return err
