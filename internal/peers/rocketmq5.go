@@ -170,7 +170,7 @@ func launchRocketMQ5(ctx context.Context, opt RocketMQ5Options) (*RocketMQ5, err
 	}
 	jvm := func(flags []string) []string {
 		a := append([]string{java}, flags...)
-		a = append(a, JavaOpens...)
+		a = append(a, javaOpens...)
 		return append(a, "-javaagent:"+agent, "-Duser.home="+filepath.Join(dir, "home"),
 			"-Drocketmq.home.dir="+dir, "-Drocketmq.client.logRoot="+filepath.Join(dir, "logs"), "-cp", cp)
 	}
