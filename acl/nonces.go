@@ -3,12 +3,13 @@ package acl
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/internal/atomicfile"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/atomicfile"
 )
 
 // nonceCache remembers the signature v2 nonces seen, each until its expiry. Every entry

@@ -15,7 +15,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"net"
 	"slices"
@@ -26,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"

@@ -3,12 +3,13 @@ package admin_test
 import (
 	"context"
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"net"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 
 	"go.uber.org/goleak"
 

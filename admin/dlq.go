@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"sort"
 	"strconv"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"

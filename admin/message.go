@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"maps"
 	"math"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )

@@ -3,13 +3,13 @@ package admin_test
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"

@@ -2,12 +2,12 @@ package admin_test
 
 import (
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"

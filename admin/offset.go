@@ -2,10 +2,10 @@ package admin
 
 import (
 	"context"
-	"github.com/sluicemq/sluice/config"
 	"sort"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"

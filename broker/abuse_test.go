@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"io"
 	"maps"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker/namesrv"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"

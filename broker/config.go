@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"maps"
@@ -17,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/sluicemq/sluice/broker/store"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 )
 

@@ -2,9 +2,10 @@ package broker
 
 import (
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"strings"
 	"testing"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 func TestParseConfig(t *testing.T) {

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/internal/atomicfile"
 	"os"
+
+	"github.com/sluicemq/sluice/internal/atomicfile"
 )
 
 // writeJSONFile writes v as JSON to path atomically: a temp file in the same directory,

@@ -1,11 +1,12 @@
 package broker
 
 import (
-	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // Retention (Java DefaultMessageStore.CleanCommitLogService): commitlog segments last

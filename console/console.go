@@ -25,7 +25,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -34,6 +33,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 
 	"github.com/prometheus/client_golang/prometheus"
 

@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/console"
 )
 

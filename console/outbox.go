@@ -2,7 +2,6 @@ package console
 
 import (
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/outbox"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/console"
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/internal/testkit"

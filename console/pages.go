@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/suggest"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"

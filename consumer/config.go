@@ -3,15 +3,15 @@ package consumer
 import (
 	"crypto/tls"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
-	"github.com/sluicemq/sluice/remoting"
 	"log/slog"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 // MessageModel says how a consumer group shares messages.

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 
+	"github.com/sluicemq/sluice/internal/atomicfile"
 	"github.com/sluicemq/sluice/message"
 )
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/inbox"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/internal/sqltest"

@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"strings"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/sqldialect"
 )
 

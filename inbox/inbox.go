@@ -45,13 +45,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )

@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/internal/testkit"

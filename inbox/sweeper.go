@@ -5,10 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // Sweeper defaults.

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/internal/testkit"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 )

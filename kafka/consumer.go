@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -13,7 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
+
 	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/sluicemq/sluice/filter"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"

@@ -3,13 +3,14 @@ package kafka
 import (
 	"context"
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 
 	kafkago "github.com/segmentio/kafka-go"
 

@@ -3,14 +3,16 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
+
 	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/sluicemq/sluice/message"
 )
 

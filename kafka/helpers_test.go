@@ -7,10 +7,11 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
-	"github.com/sluicemq/sluice/internal/testkit"
-	"github.com/sluicemq/sluice/message"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/sluicemq/sluice/message"
 )
 

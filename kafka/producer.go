@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"math"
 	"slices"
@@ -13,12 +12,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
+
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/transport"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Producer defaults (see ProducerConfig).

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/testkit"
-	"github.com/sluicemq/sluice/message"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
 )
 
 // Producer benchmarks against an in-process Kafka (kfake, one broker, 8 partitions),

@@ -3,20 +3,22 @@ package kafka
 import (
 	"context"
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
+
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/transport"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Through the Keys middleware and the producer into kfake: every record carries headers

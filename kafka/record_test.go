@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/sluicemq/sluice/message"
 )
 

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // refuseProduceTo makes the cluster close the connection of every produce request that

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"

@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // Stats is a snapshot of an outbox table.

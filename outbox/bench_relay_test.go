@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/sqltest"
@@ -20,7 +22,6 @@ import (
 	"github.com/sluicemq/sluice/kafka"
 	"github.com/sluicemq/sluice/outbox"
 	"github.com/sluicemq/sluice/producer"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // Relay throughput, old path (one SendFunc call per row, Concurrency at once) against the

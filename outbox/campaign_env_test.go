@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
@@ -30,8 +33,6 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/outbox"
 	"github.com/sluicemq/sluice/producer"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Campaign sizes. The default `go test` run is small (CI's budget); the full campaign the

@@ -36,12 +36,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/sqldialect"
 	"github.com/sluicemq/sluice/message"
 )

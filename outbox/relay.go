@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -17,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )

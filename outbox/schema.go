@@ -2,8 +2,9 @@ package outbox
 
 import (
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"strings"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // Row states (column state).

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
 )

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/fakeremote"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"

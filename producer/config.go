@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/config"
-	"github.com/sluicemq/sluice/remoting"
-
 	"github.com/sluicemq/sluice/internal/client"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 // Defaults of Config (RocketMQ DefaultMQProducer defaults; DESIGN "Seed defaults").

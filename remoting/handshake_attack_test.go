@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/testkit"
 	"go.uber.org/goleak"
+
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // tlsServerConfig returns a server TLS configuration with a self-signed certificate and

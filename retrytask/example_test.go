@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"

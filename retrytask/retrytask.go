@@ -95,6 +95,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/middleware/redismw"
 )
 

@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware/redismw"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -24,6 +24,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )

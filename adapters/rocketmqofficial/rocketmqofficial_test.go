@@ -20,6 +20,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/officialclient"

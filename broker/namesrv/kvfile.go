@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/internal/atomicfile"
 	"io/fs"
 	"os"
+
+	"github.com/sluicemq/sluice/internal/atomicfile"
 )
 
 // kvFile is the on-disk layout of the KV config (Java KVConfigSerializeWrapper).

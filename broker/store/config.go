@@ -2,13 +2,13 @@ package store
 
 import (
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"math"
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 )
 

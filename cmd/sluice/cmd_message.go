@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"io"
 	"slices"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluicemq/sluice/config"
 
 	"github.com/spf13/cobra"
 

@@ -3,11 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sluicemq/sluice/config"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"

@@ -39,6 +39,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"

@@ -35,6 +35,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "modernc.org/sqlite"             // driver "sqlite"
+
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
@@ -43,7 +45,6 @@ import (
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/transport"
-	_ "modernc.org/sqlite" // driver "sqlite"
 )
 
 const (

@@ -33,6 +33,9 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	"github.com/twmb/franz-go/pkg/kfake"
+	_ "modernc.org/sqlite" // driver "sqlite"
+
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
@@ -44,8 +47,6 @@ import (
 	"github.com/sluicemq/sluice/outbox/outboxpg"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/transport"
-	"github.com/twmb/franz-go/pkg/kfake"
-	_ "modernc.org/sqlite" // driver "sqlite"
 )
 
 const orders = 20

@@ -25,6 +25,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/lifecycle"

@@ -32,6 +32,7 @@ import (
 	rmqproducer "github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/adapters/rocketmqofficial"
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"

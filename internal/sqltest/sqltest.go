@@ -24,8 +24,9 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // driver "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "modernc.org/sqlite"             // driver "sqlite"
+
 	"github.com/sluicemq/sluice/inbox"
-	_ "modernc.org/sqlite" // driver "sqlite"
 )
 
 // Environment variables naming real servers.

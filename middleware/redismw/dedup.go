@@ -12,6 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/outbox"
 	"github.com/sluicemq/sluice/outbox/outboxpg"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

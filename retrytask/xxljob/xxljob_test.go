@@ -18,13 +18,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	xxl "github.com/xxl-job/xxl-job-executor-go"
+	"go.uber.org/goleak"
+
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/retrytask"
-	xxl "github.com/xxl-job/xxl-job-executor-go"
-	"go.uber.org/goleak"
 )
 
 // The XXL-JOB library's Init starts (*executor).registry, a loop with no way to stop

@@ -14,13 +14,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sluicemq/sluice/config"
 	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 )
 

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"github.com/sluicemq/sluice/config"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 
 	"go.uber.org/goleak"
 )

@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
+
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/cmd/sluice/internal/outboxdemo"
 	"github.com/sluicemq/sluice/internal/sqltest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/outbox"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -18,11 +18,12 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx" for --postgres
+	_ "modernc.org/sqlite"             // driver "sqlite": the embedded default
+
 	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
-	_ "modernc.org/sqlite" // driver "sqlite": the embedded default
 )
 
 // The inbox part of the quickstart: group ledger_service books every PaySuccess payment

@@ -17,6 +17,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
 	"github.com/sluicemq/sluice/broker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
