@@ -68,6 +68,10 @@ type ledger struct {
 	sends      []sendRec
 	deliveries map[string]int
 	delivered  []delivery
+
+	// newMsg, when set before the load starts, builds send i of the load (its first
+	// key is the ledger's key); default: a message with key and body "k%07d".
+	newMsg func(i int, topic string) *message.Message
 }
 
 type delivery struct {
@@ -161,9 +165,14 @@ func (l *ledger) runLoad(stop <-chan struct{}, topic string, interval, perSend t
 		case <-tick.C:
 		}
 		key := fmt.Sprintf("k%07d", i)
+		msg := message.NewMessage(topic, []byte(key)).SetKeys(key)
+		if l.newMsg != nil {
+			msg = l.newMsg(i, topic)
+			key = msg.Keys()[0]
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), perSend)
 		r := sendRec{key: key, start: time.Now()}
-		res, err := send(ctx, message.NewMessage(topic, []byte(key)).SetKeys(key))
+		res, err := send(ctx, msg)
 		cancel()
 		r.end, r.err = time.Now(), err
 		if err == nil && res != nil {
