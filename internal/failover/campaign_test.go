@@ -77,6 +77,8 @@ type ledger struct {
 type delivery struct {
 	key    string
 	broker string
+	queue  int32
+	offset int64 // queue offset: two deliveries of a key at different offsets are two stored copies
 	at     time.Time
 }
 
@@ -117,11 +119,32 @@ func (l *ledger) handler() middleware.ConsumeFunc {
 		l.mu.Lock()
 		for _, m := range msgs {
 			l.deliveries[middleware.KeyOf(m)]++
-			l.delivered = append(l.delivered, delivery{key: middleware.KeyOf(m), broker: m.BrokerName, at: now})
+			l.delivered = append(l.delivered, delivery{key: middleware.KeyOf(m), broker: m.BrokerName, queue: m.QueueID, offset: m.QueueOffset, at: now})
 		}
 		l.mu.Unlock()
 		return apply(ctx, msgs)
 	}
+}
+
+// storedTwice returns how many keys were delivered from more than one stored copy
+// (different queue offsets), as opposed to one copy delivered again.
+func (l *ledger) storedTwice() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	copies := map[string]map[string]bool{}
+	for _, d := range l.delivered {
+		if copies[d.key] == nil {
+			copies[d.key] = map[string]bool{}
+		}
+		copies[d.key][fmt.Sprintf("%s/%d/%d", d.broker, d.queue, d.offset)] = true
+	}
+	n := 0
+	for _, c := range copies {
+		if len(c) > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 // countFrom returns how many deliveries came from brokerName's queues.

@@ -99,10 +99,40 @@ type orderDelivery struct {
 type orderLog struct {
 	mu   sync.Mutex
 	list []orderDelivery
+	held chan struct{} // non-nil: handler calls wait until it is closed
+}
+
+// hold makes handler calls wait until release, so that a backlog builds up on the
+// brokers (the consumers cache few messages per queue).
+func (o *orderLog) hold() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held == nil {
+		o.held = make(chan struct{})
+	}
+}
+
+func (o *orderLog) release() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held != nil {
+		close(o.held)
+		o.held = nil
+	}
 }
 
 func (o *orderLog) wrap(next middleware.ConsumeFunc) middleware.ConsumeFunc {
 	return func(ctx context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+		o.mu.Lock()
+		held := o.held
+		o.mu.Unlock()
+		if held != nil {
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return message.ReconsumeLater, ctx.Err()
+			}
+		}
 		now := time.Now()
 		o.mu.Lock()
 		for _, m := range msgs {
@@ -199,7 +229,10 @@ func orderlyCampaign(t *testing.T, strict bool) {
 	for i := 0; i < 2; i++ {
 		cons, err := consumer.NewPushConsumer(consumer.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Group: group, Orderly: true,
 			ConsumeFromWhere: consumer.ConsumeFromFirstOffset, PersistOffsetInterval: time.Second,
-			RebalanceInterval: 5 * time.Second, OffsetStoreDir: t.TempDir(), Logger: testkit.Quiet()})
+			RebalanceInterval: 5 * time.Second, OffsetStoreDir: t.TempDir(), Logger: testkit.Quiet(),
+			// few messages cached per queue: a backlog stays on the broker, and is read
+			// from the slave while the master is down
+			PullBatchSize: 4, PullThresholdForQueue: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,6 +244,7 @@ func orderlyCampaign(t *testing.T, strict bool) {
 		}
 		testkit.ShutdownOnCleanup(t, cons.Shutdown)
 	}
+	t.Cleanup(ol.release) // before the consumers' shutdown (cleanups run last first)
 	p, err := producer.New(producer.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +278,12 @@ func orderlyCampaign(t *testing.T, strict bool) {
 	for k := 0; k < kills; k++ {
 		base := l.ackedCount()
 		testkit.WaitFor(t, 120*time.Second, func() bool { return l.ackedCount() >= base+50 }, "50 sends acknowledged before kill ", k+1)
-		o := killMaster(t, c, down, nil, nil)
+		// Consumption pauses while 100 more sends are acknowledged, and resumes at the
+		// kill: broker-a's backlog is then read from its slave.
+		ol.hold()
+		base = l.ackedCount()
+		testkit.WaitFor(t, 120*time.Second, func() bool { return l.ackedCount() >= base+100 }, "backlog before kill ", k+1)
+		o := killMaster(t, c, down, ol.release, nil)
 		outs = append(outs, o)
 		t.Logf("kill %d/%d: %s down %v", k+1, kills, o.what, o.back.Sub(o.kill).Round(100*time.Millisecond))
 	}
@@ -290,3 +329,24 @@ func TestFailoverOrderlyStrict(t *testing.T) { orderlyCampaign(t, true) }
 // master, so keys of broker-a move while it is down; order violations across queues are
 // counted (within a queue they must be 0).
 func TestFailoverOrderlyHash(t *testing.T) { orderlyCampaign(t, false) }
+
+// waitReplicating waits until a send to broker-a's queue 0 of topic through p is
+// answered SEND_OK, i.e. its restarted SYNC_MASTER has its slave again (until then it
+// answers SLAVE_NOT_AVAILABLE, and the producer's fault tolerance avoids it). One probe
+// message (key "probe-…") a second at most.
+func waitReplicating(t *testing.T, p *producer.Producer, topic string) {
+	t.Helper()
+	mq := producer.WithQueue(message.MessageQueue{Topic: topic, BrokerName: "broker-a", QueueID: 0})
+	n := 0
+	ok := testkit.EventuallyEvery(180*time.Second, time.Second, func() bool {
+		n++
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		id := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), n)
+		res, err := p.SendSync(ctx, message.NewMessage(topic, []byte(id)).SetKeys(id), mq)
+		return err == nil && res.Status == message.SendOK
+	})
+	if !ok {
+		t.Fatalf("broker-a did not answer SEND_OK within 180 s (%d probes)", n)
+	}
+}
