@@ -147,6 +147,42 @@ func (l *ledger) storedTwice() int {
 	return n
 }
 
+// offsetGaps returns, per queue, the queue offsets between the lowest and the highest
+// delivered one that were never delivered (a consumer that skipped stored messages),
+// at most 10 examples, and their number.
+func (l *ledger) offsetGaps() (n int, examples []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]map[int64]bool{}
+	for _, d := range l.delivered {
+		q := fmt.Sprintf("%s/%d", d.broker, d.queue)
+		if seen[q] == nil {
+			seen[q] = map[int64]bool{}
+		}
+		seen[q][d.offset] = true
+	}
+	for q, offs := range seen {
+		lo, hi := int64(-1), int64(-1)
+		for o := range offs {
+			if lo < 0 || o < lo {
+				lo = o
+			}
+			if o > hi {
+				hi = o
+			}
+		}
+		for o := lo; o <= hi; o++ {
+			if !offs[o] {
+				n++
+				if len(examples) < 10 {
+					examples = append(examples, fmt.Sprintf("%s@%d", q, o))
+				}
+			}
+		}
+	}
+	return n, examples
+}
+
 // countFrom returns how many deliveries came from brokerName's queues.
 func (l *ledger) countFrom(brokerName string) int {
 	l.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/internal/peers"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
@@ -302,6 +303,42 @@ func TestFailoverTransactionCheck(t *testing.T) {
 		len(outs), d50.Round(100*time.Millisecond), dmx.Round(100*time.Millisecond), len(all), sendFailed, len(lostEnd), checkedLost, unchecked,
 		p50.Round(100*time.Millisecond), mx.Round(100*time.Millisecond), checkedDecided, totalChecks,
 		len(committed), committedDelivered, committedMissing, rolledBackDelivered, doubled, redelivered, loadAverage())
+	offGaps, gapEx := l.offsetGaps()
+	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
+	if committedMissing != 0 {
+		adm, err := admin.New(admin.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Logger: testkit.Quiet()})
+		if err == nil {
+			defer func() { _ = adm.Close() }()
+			shown := 0
+			for _, r := range all {
+				if r.sendErr != nil || r.state != producer.CommitMessage || shown >= 10 {
+					continue
+				}
+				l.mu.Lock()
+				n := l.deliveries[r.id]
+				l.mu.Unlock()
+				if n > 0 {
+					continue
+				}
+				shown++
+				fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				ms, ferr := adm.FindMessages(fctx, topic, r.id, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+				cancel()
+				var where []string
+				for _, m := range ms {
+					where = append(where, fmt.Sprintf("%s/%d@%d stored %s", m.BrokerName, m.QueueID, m.QueueOffset, time.UnixMilli(m.StoreTimestamp).Format("15:04:05.000")))
+				}
+				book.mu.Lock()
+				checks := book.checks[r.id]
+				book.mu.Unlock()
+				t.Logf("committed but not delivered: %s round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.round+1, r.broker, r.endErr, checks, where, ferr)
+			}
+			octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			offs, oerr := adm.ConsumerOffsets(octx, group, topic)
+			cancel()
+			t.Logf("consumer offsets: %+v %v", offs, oerr)
+		}
+	}
 	if !ok || unchecked != 0 || committedMissing != 0 {
 		t.Errorf("not resolved within 300 s: %d decisions lost with the master never checked, %d committed transactions not delivered", unchecked, committedMissing)
 	}
