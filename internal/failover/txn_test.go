@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,11 +97,15 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	cons := startConsumer(t, c.NamesrvAddr, group, topic, l, testkit.Quiet())
 	testkit.ShutdownOnCleanup(t, cons.Shutdown)
 
+	// The producers' warnings (a check answer that could not be sent, a check dropped)
+	// are counted, to tell a lost answer from one the broker ignored.
+	warns := &lineLog{}
+	plog := slog.New(slog.NewTextHandler(warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	book := newTxnBook()
 	book.gate = make(chan struct{})
 	close(book.gate)
 	newTP := func() *producer.TransactionProducer {
-		tp, err := producer.NewTransactionProducer(producer.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Group: pgroup, Logger: testkit.Quiet()}, book)
+		tp, err := producer.NewTransactionProducer(producer.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Group: pgroup, Logger: plog}, book)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,6 +308,8 @@ func TestFailoverTransactionCheck(t *testing.T) {
 		len(outs), d50.Round(100*time.Millisecond), dmx.Round(100*time.Millisecond), len(all), sendFailed, len(lostEnd), checkedLost, unchecked,
 		p50.Round(100*time.Millisecond), mx.Round(100*time.Millisecond), checkedDecided, totalChecks,
 		len(committed), committedDelivered, committedMissing, rolledBackDelivered, doubled, redelivered, loadAverage())
+	t.Logf("producer warnings about checks: %d answers not sent, %d checks dropped; first: %v",
+		warns.count("answering a transaction check failed"), warns.count("check dropped"), warns.first("transaction check", 5))
 	offGaps, gapEx := l.offsetGaps()
 	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
 	if committedMissing != 0 {
@@ -351,4 +358,43 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	if doubled != 0 {
 		t.Errorf("%d effects applied twice despite the inbox", doubled)
 	}
+}
+
+// lineLog keeps the lines written to it (a slog text handler's records).
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *lineLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, string(p))
+	return len(p), nil
+}
+
+// count returns how many lines contain s.
+func (w *lineLog) count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.lines {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// first returns up to n lines containing s.
+func (w *lineLog) first(s string, n int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, l := range w.lines {
+		if strings.Contains(l, s) && len(out) < n {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
 }
