@@ -68,11 +68,17 @@ type ledger struct {
 	sends      []sendRec
 	deliveries map[string]int
 	delivered  []delivery
+
+	// newMsg, when set before the load starts, builds send i of the load (its first
+	// key is the ledger's key); default: a message with key and body "k%07d".
+	newMsg func(i int, topic string) *message.Message
 }
 
 type delivery struct {
 	key    string
 	broker string
+	queue  int32
+	offset int64 // queue offset: two deliveries of a key at different offsets are two stored copies
 	at     time.Time
 }
 
@@ -113,11 +119,68 @@ func (l *ledger) handler() middleware.ConsumeFunc {
 		l.mu.Lock()
 		for _, m := range msgs {
 			l.deliveries[middleware.KeyOf(m)]++
-			l.delivered = append(l.delivered, delivery{key: middleware.KeyOf(m), broker: m.BrokerName, at: now})
+			l.delivered = append(l.delivered, delivery{key: middleware.KeyOf(m), broker: m.BrokerName, queue: m.QueueID, offset: m.QueueOffset, at: now})
 		}
 		l.mu.Unlock()
 		return apply(ctx, msgs)
 	}
+}
+
+// storedTwice returns how many keys were delivered from more than one stored copy
+// (different queue offsets), as opposed to one copy delivered again.
+func (l *ledger) storedTwice() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	copies := map[string]map[string]bool{}
+	for _, d := range l.delivered {
+		if copies[d.key] == nil {
+			copies[d.key] = map[string]bool{}
+		}
+		copies[d.key][fmt.Sprintf("%s/%d/%d", d.broker, d.queue, d.offset)] = true
+	}
+	n := 0
+	for _, c := range copies {
+		if len(c) > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// offsetGaps returns, per queue, the queue offsets between the lowest and the highest
+// delivered one that were never delivered (a consumer that skipped stored messages),
+// at most 10 examples, and their number.
+func (l *ledger) offsetGaps() (n int, examples []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]map[int64]bool{}
+	for _, d := range l.delivered {
+		q := fmt.Sprintf("%s/%d", d.broker, d.queue)
+		if seen[q] == nil {
+			seen[q] = map[int64]bool{}
+		}
+		seen[q][d.offset] = true
+	}
+	for q, offs := range seen {
+		lo, hi := int64(-1), int64(-1)
+		for o := range offs {
+			if lo < 0 || o < lo {
+				lo = o
+			}
+			if o > hi {
+				hi = o
+			}
+		}
+		for o := lo; o <= hi; o++ {
+			if !offs[o] {
+				n++
+				if len(examples) < 10 {
+					examples = append(examples, fmt.Sprintf("%s@%d", q, o))
+				}
+			}
+		}
+	}
+	return n, examples
 }
 
 // countFrom returns how many deliveries came from brokerName's queues.
@@ -161,9 +224,14 @@ func (l *ledger) runLoad(stop <-chan struct{}, topic string, interval, perSend t
 		case <-tick.C:
 		}
 		key := fmt.Sprintf("k%07d", i)
+		msg := message.NewMessage(topic, []byte(key)).SetKeys(key)
+		if l.newMsg != nil {
+			msg = l.newMsg(i, topic)
+			key = msg.Keys()[0]
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), perSend)
 		r := sendRec{key: key, start: time.Now()}
-		res, err := send(ctx, message.NewMessage(topic, []byte(key)).SetKeys(key))
+		res, err := send(ctx, msg)
 		cancel()
 		r.end, r.err = time.Now(), err
 		if err == nil && res != nil {

@@ -50,6 +50,9 @@ type RocketMQClusterOptions struct {
 	JVMFlags []string
 	// BrokerConf is added to (and overrides) every broker's broker.conf.
 	BrokerConf map[string]string
+	// NamesrvConf is added to (and overrides) the name server's namesrv.conf, e.g.
+	// orderMessageEnable=true so that routes carry a topic's orderTopicConf.
+	NamesrvConf map[string]string
 	// Log receives every process's output as it comes (nil: kept only for errors).
 	Log io.Writer
 	// StartTimeout bounds the start, until every broker is registered (each group has
@@ -194,7 +197,11 @@ func launchRocketMQCluster(ctx context.Context, opt RocketMQClusterOptions) (*Ro
 		return nil, err
 	}
 	c.NamesrvAddr = "127.0.0.1:" + strconv.Itoa(nsPort[0])
-	if err := writeProps(filepath.Join(dir, "namesrv.conf"), map[string]string{"listenPort": strconv.Itoa(nsPort[0])}); err != nil {
+	nsConf := map[string]string{"listenPort": strconv.Itoa(nsPort[0])}
+	for k, v := range opt.NamesrvConf {
+		nsConf[k] = v
+	}
+	if err := writeProps(filepath.Join(dir, "namesrv.conf"), nsConf); err != nil {
 		return nil, err
 	}
 

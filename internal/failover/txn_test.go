@@ -1,0 +1,400 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/message"
+	"github.com/sluicemq/sluice/producer"
+)
+
+// txnBook is the local transactions' database of the transaction campaign: the decision
+// of each transaction (commit unless its number is 2 mod 3) is recorded when
+// ExecuteLocalTransaction runs, which then waits for the gate of its round before
+// answering it, so that the master can be killed between the two; CheckLocalTransaction
+// answers from the book.
+type txnBook struct {
+	mu      sync.Mutex
+	gate    chan struct{}
+	decided map[string]producer.LocalTransactionState
+	checks  map[string]int
+	checkAt map[string]time.Time // first check
+}
+
+func newTxnBook() *txnBook {
+	return &txnBook{decided: map[string]producer.LocalTransactionState{}, checks: map[string]int{}, checkAt: map[string]time.Time{}}
+}
+
+func txnDecision(id string) producer.LocalTransactionState {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "t"))
+	if n%3 == 2 {
+		return producer.RollbackMessage
+	}
+	return producer.CommitMessage
+}
+
+func (b *txnBook) ExecuteLocalTransaction(ctx context.Context, m *message.Message) producer.LocalTransactionState {
+	id := string(m.Body)
+	s := txnDecision(id)
+	b.mu.Lock()
+	b.decided[id] = s
+	gate := b.gate
+	b.mu.Unlock()
+	select {
+	case <-gate:
+	case <-ctx.Done():
+	}
+	return s
+}
+
+func (b *txnBook) CheckLocalTransaction(_ context.Context, m *message.MessageExt) producer.LocalTransactionState {
+	id := string(m.Body)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.checks[id]++
+	if _, ok := b.checkAt[id]; !ok {
+		b.checkAt[id] = time.Now()
+	}
+	if s, ok := b.decided[id]; ok {
+		return s
+	}
+	return producer.Unknown
+}
+
+// txnRec is one transaction of the campaign.
+type txnRec struct {
+	id      string
+	broker  string
+	state   producer.LocalTransactionState
+	endErr  error
+	sendErr error
+	round   int
+}
+
+// Transactions whose END_TRANSACTION was lost with the master: per round, a producer of
+// the group stores perRound half messages (spread over both masters) and decides them;
+// before the decisions are sent, broker-a's master is killed and the deciding producer
+// shuts down (it "dies"). Another producer of the group stays up. When the master is
+// back, its check-back must reach that producer's listener, the committed transactions
+// must be delivered once and the rolled-back never.
+func TestFailoverTransactionCheck(t *testing.T) {
+	kills := campaignKills(t)
+	const topic, group, pgroup, perRound = "TxnFailover", "txn-failover", "txn-failover-producers", 24
+	// Check half messages every 5 s (default 60 s) older than transactionTimeOut (6 s).
+	c := featureCluster(t, topic, peers.RocketMQClusterOptions{BrokerConf: map[string]string{"transactionCheckInterval": "5000"}}, false)
+	ctx := context.Background()
+	l := newLedger(t, group)
+	cons := startConsumer(t, c.NamesrvAddr, group, topic, l, testkit.Quiet())
+	testkit.ShutdownOnCleanup(t, cons.Shutdown)
+
+	// The producers' warnings (a check answer that could not be sent, a check dropped)
+	// are counted, to tell a lost answer from one the broker ignored.
+	warns := &lineLog{}
+	plog := slog.New(slog.NewTextHandler(warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	book := newTxnBook()
+	book.gate = make(chan struct{})
+	close(book.gate)
+	newTP := func() *producer.TransactionProducer {
+		tp, err := producer.NewTransactionProducer(producer.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Group: pgroup, Logger: plog}, book)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	// The survivor: it sends one committed transaction (so it knows the topic's brokers
+	// and heartbeats to them as a member of the group) and then only answers checks.
+	survivor := newTP()
+	testkit.ShutdownOnCleanup(t, survivor.Shutdown)
+	if res, err := survivor.SendMessageInTransaction(testkit.Context(t, 60*time.Second), message.NewMessage(topic, []byte("t0")).SetKeys("t0")); err != nil || res.EndTransactionErr != nil {
+		t.Fatalf("survivor's first transaction: %+v %v", res, err)
+	}
+
+	var rmu sync.Mutex
+	recs := []txnRec{{id: "t0", state: producer.CommitMessage}}
+	down := outage(t)
+	var outs []outageRec
+	next := 1
+	for k := 0; k < kills; k++ {
+		// A restarted SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave is back
+		// (the half message is then rolled back at once): start the round after that.
+		waitReplicating(t, survivor.Producer(), topic)
+		tp := newTP()
+		gate := make(chan struct{})
+		book.mu.Lock()
+		book.gate = gate
+		book.mu.Unlock()
+		var wg sync.WaitGroup
+		var finished sync.WaitGroup
+		var ids []string
+		for j := 0; j < perRound; j++ {
+			id := fmt.Sprintf("t%d", next)
+			next++
+			ids = append(ids, id)
+			wg.Add(1)
+			finished.Add(1)
+			go func() {
+				defer wg.Done()
+				defer finished.Done()
+				sctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+				defer cancel()
+				res, err := tp.SendMessageInTransaction(sctx, message.NewMessage(topic, []byte(id)).SetKeys(id))
+				r := txnRec{id: id, round: k, sendErr: err}
+				if err == nil {
+					r.broker, r.state, r.endErr = res.Queue.BrokerName, res.State, res.EndTransactionErr
+				}
+				rmu.Lock()
+				recs = append(recs, r)
+				rmu.Unlock()
+			}()
+		}
+		// Every half message of the round is stored and decided (or its send failed)
+		// before the kill.
+		testkit.WaitFor(t, 180*time.Second, func() bool {
+			book.mu.Lock()
+			defer book.mu.Unlock()
+			rmu.Lock()
+			defer rmu.Unlock()
+			returned := map[string]bool{}
+			for _, r := range recs {
+				returned[r.id] = true
+			}
+			for _, id := range ids {
+				if _, ok := book.decided[id]; !ok && !returned[id] {
+					return false
+				}
+			}
+			return true
+		}, "round ", k+1, ": half messages stored and decided")
+		o := killMaster(t, c, down, func() {
+			close(gate) // decisions go out now, to a dead master for broker-a's halves
+			done := make(chan struct{})
+			go func() { finished.Wait(); close(done) }()
+			testkit.WaitFor(t, 120*time.Second, func() bool {
+				select {
+				case <-done:
+					return true
+				default:
+					return false
+				}
+			}, "round ", k+1, ": transactions answered")
+			// The deciding producer dies with its decisions for broker-a undelivered.
+			if err := tp.Shutdown(testkit.Context(t, 30*time.Second)); err != nil {
+				t.Logf("round %d: producer shutdown: %v", k+1, err)
+			}
+		}, nil)
+		wg.Wait()
+		outs = append(outs, o)
+		t.Logf("kill %d/%d: %s down %v", k+1, kills, o.what, o.back.Sub(o.kill).Round(100*time.Millisecond))
+	}
+
+	rmu.Lock()
+	all := slices.Clone(recs)
+	rmu.Unlock()
+	var lostEnd, committed []txnRec
+	sendFailed := 0
+	for _, r := range all {
+		switch {
+		case r.sendErr != nil:
+			sendFailed++
+		case r.endErr != nil:
+			lostEnd = append(lostEnd, r)
+		}
+		if r.sendErr == nil && r.state == producer.CommitMessage {
+			committed = append(committed, r)
+		}
+	}
+	resolved := func() bool {
+		book.mu.Lock()
+		defer book.mu.Unlock()
+		for _, r := range lostEnd {
+			if book.checks[r.id] == 0 {
+				return false
+			}
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, r := range committed {
+			if l.deliveries[r.id] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	ok := testkit.Eventually(300*time.Second, resolved)
+	// Whatever else would be delivered (a rolled-back transaction, a second copy) has
+	// had its chance once deliveries stop for 15 s.
+	testkit.Settle(120*time.Second, 15*time.Second, func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.delivered)
+	}, nil)
+
+	eff := l.effects()
+	book.mu.Lock()
+	l.mu.Lock()
+	var checkDelay []time.Duration
+	checkedLost, unchecked, committedDelivered, committedMissing, rolledBackDelivered, doubled, redelivered, checkedDecided := 0, 0, 0, 0, 0, 0, 0, 0
+	for _, r := range lostEnd {
+		if book.checks[r.id] > 0 {
+			checkedLost++
+			back := outs[r.round].back
+			checkDelay = append(checkDelay, book.checkAt[r.id].Sub(back))
+		} else {
+			unchecked++
+		}
+	}
+	for _, r := range all {
+		if r.sendErr != nil {
+			continue
+		}
+		if r.endErr == nil && book.checks[r.id] > 0 {
+			checkedDecided++
+		}
+		switch {
+		case r.state == producer.CommitMessage && l.deliveries[r.id] > 0:
+			committedDelivered++
+		case r.state == producer.CommitMessage:
+			committedMissing++
+		case l.deliveries[r.id] > 0:
+			rolledBackDelivered++
+		}
+		if eff[r.id] > 1 {
+			doubled++
+		}
+		if l.deliveries[r.id] > 1 {
+			redelivered++
+		}
+	}
+	totalChecks := 0
+	for _, n := range book.checks {
+		totalChecks += n
+	}
+	l.mu.Unlock()
+	book.mu.Unlock()
+	byRound := make([]string, len(outs))
+	for k := range outs {
+		onA, lost := 0, 0
+		for _, r := range all {
+			if r.round == k && r.id != "t0" && r.broker == "broker-a" {
+				onA++
+				if r.endErr != nil {
+					lost++
+				}
+			}
+		}
+		byRound[k] = fmt.Sprintf("%d/%d", lost, onA)
+	}
+	t.Logf("per round, decisions lost / half messages on broker-a: %v; committed transactions stored more than once in the topic (a commit per answered check): %d", byRound, l.storedTwice())
+	p50, mx := percentiles(checkDelay)
+	var gaps []time.Duration
+	for _, o := range outs {
+		gaps = append(gaps, o.back.Sub(o.kill))
+	}
+	d50, dmx := percentiles(gaps)
+	t.Logf("FIGURES Apache RocketMQ 4.9.7, 2 × (SYNC_MASTER + SLAVE), transactions | kill -9 master broker-a before END_TRANSACTION, deciding producer shut down | kills %d (down p50 %v max %v) | transactions %d, half message not stored %d | decision lost with the master %d: check-back reached the surviving producer's listener for %d, never for %d; first check %v (p50) / %v (max) after the master was back | checks of transactions whose decision had arrived %d; checks in all %d | committed %d: delivered %d, missing %d | rolled back delivered %d | effects doubled %d (deliveries repeated %d) | load average %s",
+		len(outs), d50.Round(100*time.Millisecond), dmx.Round(100*time.Millisecond), len(all), sendFailed, len(lostEnd), checkedLost, unchecked,
+		p50.Round(100*time.Millisecond), mx.Round(100*time.Millisecond), checkedDecided, totalChecks,
+		len(committed), committedDelivered, committedMissing, rolledBackDelivered, doubled, redelivered, loadAverage())
+	t.Logf("producer warnings about checks: %d answers not sent, %d checks dropped; first: %v",
+		warns.count("answering a transaction check failed"), warns.count("check dropped"), warns.first("transaction check", 5))
+	offGaps, gapEx := l.offsetGaps()
+	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
+	if committedMissing != 0 {
+		adm, err := admin.New(admin.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Logger: testkit.Quiet()})
+		if err == nil {
+			defer func() { _ = adm.Close() }()
+			shown := 0
+			for _, r := range all {
+				if r.sendErr != nil || r.state != producer.CommitMessage || shown >= 10 {
+					continue
+				}
+				l.mu.Lock()
+				n := l.deliveries[r.id]
+				l.mu.Unlock()
+				if n > 0 {
+					continue
+				}
+				shown++
+				fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				ms, ferr := adm.FindMessages(fctx, topic, r.id, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+				cancel()
+				var where []string
+				for _, m := range ms {
+					where = append(where, fmt.Sprintf("%s/%d@%d stored %s", m.BrokerName, m.QueueID, m.QueueOffset, time.UnixMilli(m.StoreTimestamp).Format("15:04:05.000")))
+				}
+				book.mu.Lock()
+				checks := book.checks[r.id]
+				book.mu.Unlock()
+				t.Logf("committed but not delivered: %s round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.round+1, r.broker, r.endErr, checks, where, ferr)
+			}
+			octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			offs, oerr := adm.ConsumerOffsets(octx, group, topic)
+			cancel()
+			t.Logf("consumer offsets: %+v %v", offs, oerr)
+		}
+	}
+	if !ok || unchecked != 0 || committedMissing != 0 {
+		t.Errorf("not resolved within 300 s: %d decisions lost with the master never checked, %d committed transactions not delivered", unchecked, committedMissing)
+	}
+	if len(lostEnd) == 0 {
+		t.Errorf("no decision was lost with the master: the campaign tested nothing")
+	}
+	if rolledBackDelivered != 0 {
+		t.Errorf("%d rolled-back transactions delivered", rolledBackDelivered)
+	}
+	if doubled != 0 {
+		t.Errorf("%d effects applied twice despite the inbox", doubled)
+	}
+}
+
+// lineLog keeps the lines written to it (a slog text handler's records).
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *lineLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, string(p))
+	return len(p), nil
+}
+
+// count returns how many lines contain s.
+func (w *lineLog) count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.lines {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// first returns up to n lines containing s.
+func (w *lineLog) first(s string, n int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, l := range w.lines {
+		if strings.Contains(l, s) && len(out) < n {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
+}
