@@ -10,10 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
-	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
-	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -26,20 +23,11 @@ import (
 // with exit code 4 and a message naming the name server, never an empty answer.
 func TestOperatorCommands(t *testing.T) {
 	quiet := testkit.Quiet()
-	ns, err := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.ShutdownOnCleanup(t, ns.Shutdown)
-	b, stop := testbroker.Start(t, broker.Config{NamesrvAddr: ns.Addr()})
+	cl := startAdminCluster(t)
+	ns, b := cl.ns, cl.b
+	stop := cl.stop
 	nsAddr := ns.Addr()
-	adm := func(args ...string) (string, error) {
-		t.Helper()
-		return run(t, append([]string{"admin", "--namesrv", nsAddr, "--timeout", "3s"}, args...)...)
-	}
+	adm := func(args ...string) (string, error) { t.Helper(); return cl.adm(t, args...) }
 	mustCode := func(what string, err error, code int, want string) {
 		t.Helper()
 		if err == nil || exitCode(err) != code || !strings.Contains(err.Error(), want) {

@@ -15,10 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicemq/sluice/admin"
-	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
-	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
 	"github.com/sluicemq/sluice/remoting"
@@ -69,16 +66,9 @@ func runIn(t *testing.T, in io.Reader, args ...string) (string, string, error) {
 // change nothing on "n", go ahead on "y"/"yes" or with --yes.
 func TestDestructiveConfirmations(t *testing.T) {
 	quiet := testkit.Quiet()
-	ns, err := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.ShutdownOnCleanup(t, ns.Shutdown)
-	b, _ := testbroker.Start(t, broker.Config{NamesrvAddr: ns.Addr()})
-	base := []string{"admin", "--namesrv", ns.Addr(), "--timeout", "3s"}
+	cl := startAdminCluster(t)
+	ns, b := cl.ns, cl.b
+	base := cl.admin
 	adm := func(in io.Reader, args ...string) (string, string, error) {
 		t.Helper()
 		return runIn(t, in, append(base, args...)...)

@@ -9,10 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
-	"github.com/sluicemq/sluice/broker"
-	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/internal/testkit"
-	"github.com/sluicemq/sluice/internal/testkit/testbroker"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
@@ -53,19 +50,9 @@ func registerDeadBroker(t *testing.T, ns string, topics ...string) string {
 // result and never exit 0.
 func TestPartialClusterFailures(t *testing.T) {
 	quiet := testkit.Quiet()
-	ns, err := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.ShutdownOnCleanup(t, ns.Shutdown)
-	b, _ := testbroker.Start(t, broker.Config{NamesrvAddr: ns.Addr()})
-	adm := func(args ...string) (string, error) {
-		t.Helper()
-		return run(t, append([]string{"admin", "--namesrv", ns.Addr(), "--timeout", "3s"}, args...)...)
-	}
+	cl := startAdminCluster(t)
+	ns, b := cl.ns, cl.b
+	adm := func(args ...string) (string, error) { t.Helper(); return cl.adm(t, args...) }
 	if out, err := adm("topic", "create", "--topic", "Orders", "--queues", "1"); err != nil {
 		t.Fatalf("create: %v\n%s", err, out)
 	}
