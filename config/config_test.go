@@ -9,12 +9,17 @@ import (
 
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/broker"
+	"github.com/sluicemq/sluice/broker/namesrv"
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/console"
 	"github.com/sluicemq/sluice/inbox"
 	"github.com/sluicemq/sluice/kafka"
+	"github.com/sluicemq/sluice/lifecycle"
+	"github.com/sluicemq/sluice/middleware/redismw"
 	"github.com/sluicemq/sluice/outbox"
+	"github.com/sluicemq/sluice/remoting"
+	"github.com/sluicemq/sluice/retrytask"
 )
 
 func TestErrorMessage(t *testing.T) {
@@ -61,6 +66,12 @@ func TestEveryPackageReturnsIt(t *testing.T) {
 		{(&outbox.Config{}).Validate(), "outbox", "DB", ""},
 		{(&inbox.Config{}).Validate(), "inbox", "DB", ""},
 		{(&console.Config{}).Validate(), "console", "Admin", "required"},
+		{(&remoting.ClientConfig{DialTimeout: -time.Second}).Validate(), "remoting", "DialTimeout", "negative"},
+		{(&remoting.ServerConfig{MaxFrameSize: 1}).Validate(), "remoting", "MaxFrameSize", "at least 64 bytes"},
+		{(&namesrv.Config{ListenAddr: "127.0.0.1:0", BrokerExpiry: -time.Second}).Validate(), "namesrv", "BrokerExpiry", "> 0"},
+		{(&lifecycle.Config{Timeout: -time.Second}).Validate(), "lifecycle", "Timeout", "negative"},
+		{(&retrytask.Config{}).Validate(), "retrytask", "Client", "Redis client"},
+		{(&redismw.DedupConfig{}).Validate(), "middleware", "Client", "nil"},
 	} {
 		var ce *config.Error
 		if !errors.As(c.err, &ce) || ce.Package != c.pkg || ce.Field != c.field || !strings.Contains(ce.Reason, c.reasonSubstr) ||

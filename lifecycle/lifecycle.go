@@ -37,11 +37,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // Component is anything that can be shut down: Sluice's producer, consumer, retry task,
@@ -132,14 +135,14 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports a negative Timeout or a nil signal.
+// Validate reports a negative Timeout or a nil signal as a [*config.Error].
 func (c *Config) Validate() error {
 	if c.Timeout < 0 {
-		return fmt.Errorf("lifecycle: Config.Timeout %v is negative", c.Timeout)
+		return &config.Error{Package: "lifecycle", Field: "Timeout", Value: c.Timeout, Reason: "is negative"}
 	}
 	for i, s := range c.Signals {
 		if s == nil {
-			return fmt.Errorf("lifecycle: Config.Signals[%d] is nil", i)
+			return &config.Error{Package: "lifecycle", Field: "Signals[" + strconv.Itoa(i) + "]", Reason: "is nil"}
 		}
 	}
 	return nil

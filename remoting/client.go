@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // ClientConfig configures a [Client]. The zero value is usable.
@@ -83,21 +85,21 @@ func (c *ClientConfig) setDefaults() {
 }
 
 // Validate reports the first invalid field (negative durations or sizes, or a
-// MaxFrameSize below 64 bytes) as an error naming it.
+// MaxFrameSize below 64 bytes) as a [*config.Error] naming it.
 func (c *ClientConfig) Validate() error {
 	switch {
 	case c.DialTimeout < 0:
-		return fmt.Errorf("remoting: ClientConfig.DialTimeout %v must not be negative", c.DialTimeout)
+		return &config.Error{Package: "remoting", Field: "DialTimeout", Value: c.DialTimeout, Reason: "must not be negative"}
 	case c.MaxFrameSize < 0 || (c.MaxFrameSize > 0 && c.MaxFrameSize < 64):
-		return fmt.Errorf("remoting: ClientConfig.MaxFrameSize %d must be 0 (default) or at least 64 bytes", c.MaxFrameSize)
+		return &config.Error{Package: "remoting", Field: "MaxFrameSize", Value: c.MaxFrameSize, Reason: "must be 0 (default) or at least 64 bytes"}
 	case c.WriteTimeout < 0:
-		return fmt.Errorf("remoting: ClientConfig.WriteTimeout %v must not be negative", c.WriteTimeout)
+		return &config.Error{Package: "remoting", Field: "WriteTimeout", Value: c.WriteTimeout, Reason: "must not be negative"}
 	case c.WriteQueueSize < 0:
-		return fmt.Errorf("remoting: ClientConfig.WriteQueueSize %d must not be negative", c.WriteQueueSize)
+		return &config.Error{Package: "remoting", Field: "WriteQueueSize", Value: c.WriteQueueSize, Reason: "must not be negative"}
 	case c.IdleTimeout < 0:
-		return fmt.Errorf("remoting: ClientConfig.IdleTimeout %v must not be negative", c.IdleTimeout)
+		return &config.Error{Package: "remoting", Field: "IdleTimeout", Value: c.IdleTimeout, Reason: "must not be negative"}
 	case c.SerializeType != SerializeJSON && c.SerializeType != SerializeRocketMQ:
-		return fmt.Errorf("remoting: ClientConfig.SerializeType %v: want JSON (0) or ROCKETMQ (1)", c.SerializeType)
+		return &config.Error{Package: "remoting", Field: "SerializeType", Value: c.SerializeType, Reason: "want JSON (0) or ROCKETMQ (1)"}
 	}
 	return nil
 }

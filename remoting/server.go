@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicemq/sluice/config"
 )
 
 // ServerConfig configures a [Server]. The zero value is usable.
@@ -150,19 +152,19 @@ func (c *ServerConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid field as an error naming it and the limit.
+// Validate reports the first invalid field as a [*config.Error] naming it and the limit.
 func (c *ServerConfig) Validate() error {
 	switch {
 	case c.MaxFrameSize < 0 || (c.MaxFrameSize > 0 && c.MaxFrameSize < 64):
-		return fmt.Errorf("remoting: ServerConfig.MaxFrameSize %d must be 0 (default) or at least 64 bytes", c.MaxFrameSize)
+		return &config.Error{Package: "remoting", Field: "MaxFrameSize", Value: c.MaxFrameSize, Reason: "must be 0 (default) or at least 64 bytes"}
 	case c.MaxInFlightPerConn < 0:
-		return fmt.Errorf("remoting: ServerConfig.MaxInFlightPerConn %d must not be negative", c.MaxInFlightPerConn)
+		return &config.Error{Package: "remoting", Field: "MaxInFlightPerConn", Value: c.MaxInFlightPerConn, Reason: "must not be negative"}
 	case c.WriteTimeout < 0:
-		return fmt.Errorf("remoting: ServerConfig.WriteTimeout %v must not be negative", c.WriteTimeout)
+		return &config.Error{Package: "remoting", Field: "WriteTimeout", Value: c.WriteTimeout, Reason: "must not be negative"}
 	case c.WriteQueueSize < 0:
-		return fmt.Errorf("remoting: ServerConfig.WriteQueueSize %d must not be negative", c.WriteQueueSize)
+		return &config.Error{Package: "remoting", Field: "WriteQueueSize", Value: c.WriteQueueSize, Reason: "must not be negative"}
 	case c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil:
-		return errors.New("remoting: ServerConfig.TLS has no certificate")
+		return &config.Error{Package: "remoting", Field: "TLS", Reason: "has no certificate"}
 	}
 	return nil
 }

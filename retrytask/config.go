@@ -1,14 +1,15 @@
 package retrytask
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -128,13 +129,13 @@ func (c *Config) setDefaults() {
 // 2×SendTimeout (after defaults), or a DelayLevels entry that is not positive.
 func (c *Config) Validate() error {
 	if c.Client == nil {
-		return errors.New("retrytask: Config.Client is nil: need a Redis client")
+		return &config.Error{Package: "retrytask", Field: "Client", Reason: "is nil: need a Redis client"}
 	}
 	if c.Send == nil {
-		return errors.New("retrytask: Config.Send is nil: need the raw producer send")
+		return &config.Error{Package: "retrytask", Field: "Send", Reason: "is nil: need the raw producer send"}
 	}
 	if strings.ContainsAny(c.Namespace, "{}") {
-		return fmt.Errorf("retrytask: Config.Namespace %q must not contain '{' or '}' (it is the Redis hash tag)", c.Namespace)
+		return &config.Error{Package: "retrytask", Field: "Namespace", Value: c.Namespace, Reason: "must not contain '{' or '}' (it is the Redis hash tag)"}
 	}
 	for _, f := range []struct {
 		name string
@@ -145,18 +146,18 @@ func (c *Config) Validate() error {
 		{"SendTimeout", int64(c.SendTimeout)}, {"BatchSize", int64(c.BatchSize)},
 	} {
 		if f.v < 0 {
-			return fmt.Errorf("retrytask: Config.%s is negative (%d); 0 means the default", f.name, f.v)
+			return &config.Error{Package: "retrytask", Field: f.name, Value: f.v, Reason: "is negative; 0 means the default"}
 		}
 	}
 	for i, d := range c.DelayLevels {
 		if d <= 0 {
-			return fmt.Errorf("retrytask: Config.DelayLevels[%d] = %v: must be positive", i, d)
+			return &config.Error{Package: "retrytask", Field: "DelayLevels[" + strconv.Itoa(i) + "]", Value: d, Reason: "must be positive"}
 		}
 	}
 	d := *c
 	d.setDefaults()
 	if d.Lease < 2*d.SendTimeout {
-		return fmt.Errorf("retrytask: Config.Lease %v must be at least 2×SendTimeout (%v) so a live resender never loses its lease mid-send", d.Lease, 2*d.SendTimeout)
+		return &config.Error{Package: "retrytask", Field: "Lease", Value: d.Lease, Reason: fmt.Sprintf("must be at least 2×SendTimeout (%v) so a live resender never loses its lease mid-send", 2*d.SendTimeout)}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/acl"
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -100,16 +101,16 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid field of a defaulted Config.
+// Validate reports the first invalid field of a defaulted Config as a [*config.Error].
 func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
-		return fmt.Errorf("namesrv: config ListenAddr %q: want host:port: %w", c.ListenAddr, err)
+		return &config.Error{Package: "namesrv", Field: "ListenAddr", Value: c.ListenAddr, Reason: "want host:port: " + err.Error(), Err: err}
 	}
 	if c.BrokerExpiry <= 0 {
-		return fmt.Errorf("namesrv: config BrokerExpiry %v: must be > 0", c.BrokerExpiry)
+		return &config.Error{Package: "namesrv", Field: "BrokerExpiry", Value: c.BrokerExpiry, Reason: "must be > 0"}
 	}
 	if c.ScanInterval <= 0 || c.ScanInterval > c.BrokerExpiry {
-		return fmt.Errorf("namesrv: config ScanInterval %v: must be > 0 and <= BrokerExpiry (%v)", c.ScanInterval, c.BrokerExpiry)
+		return &config.Error{Package: "namesrv", Field: "ScanInterval", Value: c.ScanInterval, Reason: fmt.Sprintf("must be > 0 and <= BrokerExpiry (%v)", c.BrokerExpiry)}
 	}
 	return nil
 }

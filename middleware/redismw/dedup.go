@@ -13,6 +13,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -138,15 +139,15 @@ func (c *DedupConfig) setDefaults() {
 // LockExpiry >= 30 ms, Prefix without braces.
 func (c *DedupConfig) Validate() error {
 	if c.Client == nil {
-		return errors.New("middleware: DedupConfig.Client is nil")
+		return &config.Error{Package: "middleware", Field: "Client", Reason: "is nil"}
 	}
 	if c.DoneTTL < time.Millisecond {
-		return fmt.Errorf("middleware: DedupConfig.DoneTTL %v: must be at least 1ms", c.DoneTTL)
+		return &config.Error{Package: "middleware", Field: "DoneTTL", Value: c.DoneTTL, Reason: "must be at least 1ms"}
 	}
 	if c.LockExpiry < 30*time.Millisecond {
-		return fmt.Errorf("middleware: DedupConfig.LockExpiry %v: must be at least 30ms", c.LockExpiry)
+		return &config.Error{Package: "middleware", Field: "LockExpiry", Value: c.LockExpiry, Reason: "must be at least 30ms"}
 	}
-	return validatePrefix("DedupConfig.Prefix", c.Prefix)
+	return validatePrefix("Prefix", c.Prefix)
 }
 
 // Deduper runs the dedup rule for one prefix; see [Dedup]. It is safe for concurrent use.

@@ -12,6 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
@@ -37,12 +38,13 @@ func TestDedupConfigValidate(t *testing.T) {
 		cfg  DedupConfig
 		want string
 	}{
-		{DedupConfig{}, "Client is nil"},
+		{DedupConfig{}, "Client"},
 		{DedupConfig{Client: c, LockExpiry: time.Millisecond}, "LockExpiry"},
 		{DedupConfig{Client: c, DoneTTL: -time.Second}, "DoneTTL"},
 		{DedupConfig{Client: c, Prefix: "a{b}"}, "Prefix"},
 	} {
-		if _, err := NewDeduper(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		var ce *config.Error
+		if _, err := NewDeduper(tc.cfg); !errors.As(err, &ce) || ce.Package != "middleware" || ce.Field != tc.want || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewDeduper(%+v) = %v, want error naming %s", tc.cfg, err, tc.want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -75,7 +76,7 @@ func keyTag(key string) string {
 
 func validatePrefix(field, p string) error {
 	if strings.ContainsAny(p, "{}") {
-		return fmt.Errorf("middleware: %s %q: must not contain '{' or '}' (the message key is the hash tag)", field, p)
+		return &config.Error{Package: "middleware", Field: field, Value: p, Reason: "must not contain '{' or '}' (the message key is the hash tag)"}
 	}
 	return nil
 }

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -122,28 +124,28 @@ func (c *ParkConfig) setDefaults() {
 // Validate checks the configuration after defaults.
 func (c *ParkConfig) Validate() error {
 	if c.Client == nil {
-		return errors.New("middleware: ParkConfig.Client is nil")
+		return &config.Error{Package: "middleware", Field: "Client", Reason: "is nil"}
 	}
-	if err := validatePrefix("ParkConfig.Namespace", c.Namespace); err != nil {
+	if err := validatePrefix("Namespace", c.Namespace); err != nil {
 		return err
 	}
 	if c.RedisTimeout < time.Millisecond {
-		return fmt.Errorf("middleware: ParkConfig.RedisTimeout %v: must be at least 1ms", c.RedisTimeout)
+		return &config.Error{Package: "middleware", Field: "RedisTimeout", Value: c.RedisTimeout, Reason: "must be at least 1ms"}
 	}
 	if c.SeenTTL < time.Second {
-		return fmt.Errorf("middleware: ParkConfig.SeenTTL %v: must be at least 1s", c.SeenTTL)
+		return &config.Error{Package: "middleware", Field: "SeenTTL", Value: c.SeenTTL, Reason: "must be at least 1s"}
 	}
 	if c.DrainInterval < 0 {
-		return fmt.Errorf("middleware: ParkConfig.DrainInterval %v: must not be negative", c.DrainInterval)
+		return &config.Error{Package: "middleware", Field: "DrainInterval", Value: c.DrainInterval, Reason: "must not be negative"}
 	}
 	for i, d := range c.DelayLevels {
 		if d <= 0 {
-			return fmt.Errorf("middleware: ParkConfig.DelayLevels[%d] %v: must be positive", i, d)
+			return &config.Error{Package: "middleware", Field: "DelayLevels[" + strconv.Itoa(i) + "]", Value: d, Reason: "must be positive"}
 		}
 	}
 	if c.SpoolPath != "" {
 		if st, err := os.Stat(filepath.Dir(c.SpoolPath)); err != nil || !st.IsDir() {
-			return fmt.Errorf("middleware: ParkConfig.SpoolPath %q: directory does not exist", c.SpoolPath)
+			return &config.Error{Package: "middleware", Field: "SpoolPath", Value: c.SpoolPath, Reason: "directory does not exist"}
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
@@ -118,14 +119,15 @@ func TestParkConfigValidate(t *testing.T) {
 		cfg  ParkConfig
 		want string
 	}{
-		{ParkConfig{}, "Client is nil"},
+		{ParkConfig{}, "Client"},
 		{ParkConfig{Client: c, Namespace: "a}b"}, "Namespace"},
 		{ParkConfig{Client: c, SpoolPath: "/does/not/exist/spool"}, "SpoolPath"},
 		{ParkConfig{Client: c, DelayLevels: []time.Duration{time.Second, 0}}, "DelayLevels[1]"},
 		{ParkConfig{Client: c, DrainInterval: -1}, "DrainInterval"},
 		{ParkConfig{Client: c, SeenTTL: time.Millisecond}, "SeenTTL"},
 	} {
-		if _, err := NewParker(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		var ce *config.Error
+		if _, err := NewParker(tc.cfg); !errors.As(err, &ce) || ce.Package != "middleware" || ce.Field != tc.want || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want error naming %s", tc.cfg, err, tc.want)
 		}
 	}

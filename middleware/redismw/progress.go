@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 )
@@ -57,12 +58,12 @@ func (c *ProgressConfig) setDefaults() {
 // without braces.
 func (c *ProgressConfig) Validate() error {
 	if c.Client == nil {
-		return errors.New("middleware: ProgressConfig.Client is nil")
+		return &config.Error{Package: "middleware", Field: "Client", Reason: "is nil"}
 	}
 	if c.TTL < time.Millisecond {
-		return fmt.Errorf("middleware: ProgressConfig.TTL %v: must be at least 1ms", c.TTL)
+		return &config.Error{Package: "middleware", Field: "TTL", Value: c.TTL, Reason: "must be at least 1ms"}
 	}
-	return validatePrefix("ProgressConfig.Prefix", c.Prefix)
+	return validatePrefix("Prefix", c.Prefix)
 }
 
 // ProgressTracker reads and writes progress markers; see [Progress]. Safe for concurrent

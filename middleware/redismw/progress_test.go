@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/internal/redistest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/message"
@@ -34,11 +35,12 @@ func TestProgressConfigValidate(t *testing.T) {
 		cfg  ProgressConfig
 		want string
 	}{
-		{ProgressConfig{}, "Client is nil"},
+		{ProgressConfig{}, "Client"},
 		{ProgressConfig{Client: c, TTL: -1}, "TTL"},
 		{ProgressConfig{Client: c, Prefix: "{x}"}, "Prefix"},
 	} {
-		if _, err := NewProgressTracker(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		var ce *config.Error
+		if _, err := NewProgressTracker(tc.cfg); !errors.As(err, &ce) || ce.Package != "middleware" || ce.Field != tc.want || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want error naming %s", tc.cfg, err, tc.want)
 		}
 	}
