@@ -76,6 +76,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
+
 	xxl "github.com/xxl-job/xxl-job-executor-go"
 
 	"github.com/sluicemq/sluice/retrytask"
@@ -176,30 +178,30 @@ func (c *Config) setDefaults() {
 // AdminTimeout or RegistryInterval, an AdvertiseAddr that is not "ip:port".
 func (c *Config) Validate() error {
 	if len(c.AdminAddrs) == 0 {
-		return errors.New("xxljob: Config.AdminAddrs is empty: need the XXL-JOB admin URL")
+		return &config.Error{Package: "xxljob", Field: "AdminAddrs", Reason: "empty: need the XXL-JOB admin URL"}
 	}
 	for i, a := range c.AdminAddrs {
 		u, err := url.Parse(a)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("xxljob: Config.AdminAddrs[%d] %q is not an http(s) URL", i, a)
+			return &config.Error{Package: "xxljob", Field: fmt.Sprintf("AdminAddrs[%d]", i), Value: a, Reason: "not an http(s) URL"}
 		}
 	}
 	if c.AccessToken == "" && !c.AllowNoToken {
-		return errors.New("xxljob: Config.AccessToken is empty: set the admin's xxl.job.accessToken (or AllowNoToken to accept unauthenticated calls)")
+		return &config.Error{Package: "xxljob", Field: "AccessToken", Reason: "empty: set the admin's xxl.job.accessToken (or AllowNoToken to accept unauthenticated calls)"}
 	}
 	if c.Task == nil {
-		return errors.New("xxljob: Config.Task is nil")
+		return &config.Error{Package: "xxljob", Field: "Task", Reason: "nil: need the retry task to run"}
 	}
 	if c.AdminTimeout < 0 {
-		return fmt.Errorf("xxljob: Config.AdminTimeout %v is negative", c.AdminTimeout)
+		return &config.Error{Package: "xxljob", Field: "AdminTimeout", Value: c.AdminTimeout, Reason: "must not be negative"}
 	}
 	if c.RegistryInterval < 0 {
-		return fmt.Errorf("xxljob: Config.RegistryInterval %v is negative", c.RegistryInterval)
+		return &config.Error{Package: "xxljob", Field: "RegistryInterval", Value: c.RegistryInterval, Reason: "must not be negative"}
 	}
 	if c.AdvertiseAddr != "" {
 		host, port, err := net.SplitHostPort(c.AdvertiseAddr)
 		if err != nil || net.ParseIP(host) == nil || port == "" {
-			return fmt.Errorf("xxljob: Config.AdvertiseAddr %q is not \"ip:port\"", c.AdvertiseAddr)
+			return &config.Error{Package: "xxljob", Field: "AdvertiseAddr", Value: c.AdvertiseAddr, Reason: `want "ip:port"`}
 		}
 	}
 	return nil

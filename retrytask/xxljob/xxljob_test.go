@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/config"
+
 	"github.com/redis/go-redis/v9"
 	xxl "github.com/xxl-job/xxl-job-executor-go"
 	"go.uber.org/goleak"
@@ -383,16 +385,20 @@ func TestConfigValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := []Config{
-		{AccessToken: token, Task: task},
-		{AdminAddrs: []string{"ftp://x"}, AccessToken: token, Task: task},
-		{AdminAddrs: []string{"http://x"}, Task: task},
-		{AdminAddrs: []string{"http://x"}, AccessToken: token},
-		{AdminAddrs: []string{"http://x"}, AccessToken: token, Task: task, AdvertiseAddr: "host-without-port"},
+	bad := []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{AccessToken: token, Task: task}, "AdminAddrs"},
+		{Config{AdminAddrs: []string{"ftp://x"}, AccessToken: token, Task: task}, "AdminAddrs[0]"},
+		{Config{AdminAddrs: []string{"http://x"}, Task: task}, "AccessToken"},
+		{Config{AdminAddrs: []string{"http://x"}, AccessToken: token}, "Task"},
+		{Config{AdminAddrs: []string{"http://x"}, AccessToken: token, Task: task, AdvertiseAddr: "host-without-port"}, "AdvertiseAddr"},
 	}
-	for i, cfg := range bad {
-		if _, err := New(cfg); err == nil {
-			t.Errorf("config %d accepted", i)
+	for i, c := range bad {
+		var ce *config.Error
+		if _, err := New(c.cfg); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("config %d: %v, want a *config.Error naming %s", i, err, c.field)
 		}
 	}
 	if _, err := New(Config{AdminAddrs: []string{"http://x"}, Task: task, AllowNoToken: true}); err != nil {
