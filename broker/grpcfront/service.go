@@ -207,10 +207,14 @@ func (sv *service) settings(c *v2.Settings) *v2.TelemetryCommand {
 	st := okStatus()
 	switch c.GetClientType() {
 	case v2.ClientType_PRODUCER:
-		// No backoff policy for producers: the client keeps its own (WithMaxAttempts).
-		// Apache RocketMQ's proxy sends one; the official Go client v5.1.4 writes it into
-		// the settings it is marshalling for another stream at that moment (a data race
-		// in the client that failed -race runs of TestCrossV5SendRemotingConsume).
+		// Go clients get no backoff policy and keep their own (WithMaxAttempts): the
+		// official Go client v5.1.4 copies it into the settings proto it may be marshalling
+		// for another stream at that moment (a data race in the client that failed a -race
+		// run of TestCrossV5SendRemotingConsume). The Java client needs one to start.
+		if c.GetUserAgent().GetLanguage() != v2.Language_GOLANG {
+			out.BackoffPolicy = &v2.RetryPolicy{MaxAttempts: 3, Strategy: &v2.RetryPolicy_ExponentialBackoff{
+				ExponentialBackoff: &v2.ExponentialBackoff{Initial: durationpb.New(10 * time.Millisecond), Max: durationpb.New(time.Second), Multiplier: 2}}}
+		}
 		out.PubSub = &v2.Settings_Publishing{Publishing: &v2.Publishing{Topics: c.GetPublishing().GetTopics(),
 			MaxBodySize: int32(min(sv.s.b.MaxMessageSize(), 1<<30)), ValidateMessageType: true}}
 	case v2.ClientType_SIMPLE_CONSUMER, v2.ClientType_PUSH_CONSUMER:
