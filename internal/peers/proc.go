@@ -3,6 +3,7 @@ package peers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -148,4 +149,28 @@ func waitUntil(ctx context.Context, what string, ready func(ctx context.Context)
 		case <-t.C:
 		}
 	}
+}
+
+// diagOf joins the last output of each started process, for diagnostics.
+func diagOf(ps ...*proc) string {
+	s := ""
+	for _, p := range ps {
+		if p != nil {
+			s += p.diag() + "\n"
+		}
+	}
+	return s
+}
+
+// stopAll stops each started process in order (SIGTERM, then SIGKILL after 5 s, to the
+// process groups) and removes dir.
+func stopAll(dir string, ps ...*proc) error {
+	var errs []error
+	for _, p := range ps {
+		if p != nil {
+			errs = append(errs, p.stop(5*time.Second))
+		}
+	}
+	errs = append(errs, os.RemoveAll(dir))
+	return errors.Join(errs...)
 }

@@ -2,7 +2,6 @@ package peers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -254,27 +253,14 @@ func (r *RocketMQ) BrokerPid() int { return r.broker.cmd.Process.Pid }
 
 // Output returns the last output of the name server and the broker, for diagnostics.
 func (r *RocketMQ) Output() string {
-	s := ""
-	for _, p := range []*proc{r.namesrv, r.broker} {
-		if p != nil {
-			s += p.diag() + "\n"
-		}
-	}
-	return s
+	return diagOf(r.namesrv, r.broker)
 }
 
 // Stop kills both processes (SIGTERM, then SIGKILL after 5 s, to the process groups)
 // and removes the temporary directory. It is safe to call more than once.
 func (r *RocketMQ) Stop() error {
 	r.stopOnce.Do(func() {
-		var errs []error
-		for _, p := range []*proc{r.broker, r.namesrv} {
-			if p != nil {
-				errs = append(errs, p.stop(5*time.Second))
-			}
-		}
-		errs = append(errs, os.RemoveAll(r.dir))
-		r.stopErr = errors.Join(errs...)
+		r.stopErr = stopAll(r.dir, r.broker, r.namesrv)
 	})
 	return r.stopErr
 }

@@ -3,7 +3,6 @@ package peers
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -207,27 +206,14 @@ func (r *RocketMQ5) Dir() string { return r.dir }
 
 // Output returns the last output of the name server and the proxy, for diagnostics.
 func (r *RocketMQ5) Output() string {
-	s := ""
-	for _, p := range []*proc{r.namesrv, r.proxy} {
-		if p != nil {
-			s += p.diag() + "\n"
-		}
-	}
-	return s
+	return diagOf(r.namesrv, r.proxy)
 }
 
 // Stop kills both processes (SIGTERM, then SIGKILL after 5 s, to the process groups)
 // and removes the temporary directory. It is safe to call more than once.
 func (r *RocketMQ5) Stop() error {
 	r.stopOnce.Do(func() {
-		var errs []error
-		for _, p := range []*proc{r.proxy, r.namesrv} {
-			if p != nil {
-				errs = append(errs, p.stop(5*time.Second))
-			}
-		}
-		errs = append(errs, os.RemoveAll(r.dir))
-		r.stopErr = errors.Join(errs...)
+		r.stopErr = stopAll(r.dir, r.proxy, r.namesrv)
 	})
 	return r.stopErr
 }
