@@ -201,7 +201,7 @@ func TestTransactionCheckBack(t *testing.T) {
 			pending = append(pending, uniq)
 		}
 	}
-	testkit.WaitFor(t, 15*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, func() bool {
 		for _, body := range bodies(t, sender, b.Addr(), "Tx") {
 			if body == "eventually" {
 				return true
@@ -209,10 +209,10 @@ func TestTransactionCheckBack(t *testing.T) {
 		}
 		return false
 	}, "unknown-twice to be committed on its third check")
-	testkit.WaitFor(t, 15*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, func() bool {
 		return b.store.MaxOffset(message.TransCheckMaxTimeTopic, 0) == 1
 	}, "never to be discarded after 3 checks")
-	testkit.WaitFor(t, 15*time.Second, func() bool { return p.count("immune") > 0 }, "the immune message to be checked")
+	testkit.WaitFor(t, 60*time.Second, func() bool { return p.count("immune") > 0 }, "the immune message to be checked")
 	p.mu.Lock()
 	firstImmuneCheck := p.at["immune"][0]
 	p.mu.Unlock()

@@ -62,6 +62,53 @@ func allow(c *acl.GRPCCaller, res ...acl.Resource) error {
 	return c.Check(res...)
 }
 
+// publisher authenticates the call of ctx, checks the topic's name and PUB on it; it
+// returns the topic's name. Every failure is a status error (statusOf).
+func (sv *service) publisher(ctx context.Context, topic *v2.Resource) (string, error) {
+	c, err := sv.caller(ctx)
+	if err != nil {
+		return "", err
+	}
+	name, err := checkTopic("topic", topic)
+	if err != nil {
+		return "", err
+	}
+	return name, allow(c, acl.Topic(name, acl.Pub))
+}
+
+// consumer authenticates the call of ctx, checks the group's and the topic's names and
+// SUB on both; it returns the two names. The group is checked first, the topic's field
+// is named topicField in a refusal.
+func (sv *service) consumer(ctx context.Context, group *v2.Resource, topicField string, topic *v2.Resource) (string, string, error) {
+	c, err := sv.caller(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	g, err := checkGroup("group", group)
+	if err != nil {
+		return "", "", err
+	}
+	t, err := checkTopic(topicField, topic)
+	if err != nil {
+		return "", "", err
+	}
+	return g, t, allow(c, subscribe(g, t)...)
+}
+
+// member authenticates the call of ctx and, when group is not nil, checks its name and
+// SUB on it (a consumer's heartbeat or termination; a producer's names no group).
+func (sv *service) member(ctx context.Context, group *v2.Resource) error {
+	c, err := sv.caller(ctx)
+	if err != nil || group == nil {
+		return err
+	}
+	g, err := checkGroup("group", group)
+	if err != nil {
+		return err
+	}
+	return allow(c, acl.Group(g, acl.Sub))
+}
+
 // subscribe is the resources a consumer needs on topic for group.
 func subscribe(group, topic string) []acl.Resource {
 	return []acl.Resource{acl.Topic(topic, acl.Sub), acl.Group(group, acl.Sub)}

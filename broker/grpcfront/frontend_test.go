@@ -386,7 +386,7 @@ func FuzzReceiveRequest(f *testing.F) {
 		if proto.Unmarshal(data, &req) != nil {
 			return
 		}
-		r, err := sv.receiveParams(&req)
+		r, err := sv.receiveRequest(context.Background(), &req)
 		if err != nil {
 			if _, ok := err.(*statusError); !ok {
 				t.Fatalf("error %T is not a status", err)

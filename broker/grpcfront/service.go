@@ -98,25 +98,15 @@ func (sv *service) QueryRoute(ctx context.Context, req *v2.QueryRouteRequest) (*
 }
 
 func (sv *service) Heartbeat(ctx context.Context, req *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
-	c, err := sv.caller(ctx)
-	if err == nil && req.Group != nil {
-		var g string
-		if g, err = checkGroup("group", req.GetGroup()); err == nil {
-			err = allow(c, acl.Group(g, acl.Sub))
-		}
-	}
-	return &v2.HeartbeatResponse{Status: statusOf(err)}, nil
+	return &v2.HeartbeatResponse{Status: statusOf(sv.member(ctx, req.Group))}, nil
 }
 
 func (sv *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
-	c, err := sv.caller(ctx)
-	if err == nil && req.GetGroup().GetName() != "" {
-		var g string
-		if g, err = checkGroup("group", req.GetGroup()); err == nil {
-			err = allow(c, acl.Group(g, acl.Sub))
-		}
+	group := req.GetGroup()
+	if group.GetName() == "" {
+		group = nil // a producer's termination names no group
 	}
-	return &v2.NotifyClientTerminationResponse{Status: statusOf(err)}, nil
+	return &v2.NotifyClientTerminationResponse{Status: statusOf(sv.member(ctx, group))}, nil
 }
 
 // Telemetry answers every Settings the client sends with the settings the broker
@@ -326,17 +316,7 @@ func (sv *service) fifoQueue(topic, group string) (int32, error) {
 }
 
 func (sv *service) QueryAssignment(ctx context.Context, req *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
-	c, err := sv.caller(ctx)
-	var topic, group string
-	if err == nil {
-		topic, err = checkTopic("topic", req.GetTopic())
-	}
-	if err == nil {
-		group, err = checkGroup("group", req.GetGroup())
-	}
-	if err == nil {
-		err = allow(c, subscribe(group, topic)...)
-	}
+	_, topic, err := sv.consumer(ctx, req.GetGroup(), "topic", req.GetTopic())
 	if err != nil {
 		return &v2.QueryAssignmentResponse{Status: statusOf(err)}, nil
 	}
@@ -353,17 +333,14 @@ func (sv *service) QueryAssignment(ctx context.Context, req *v2.QueryAssignmentR
 	return &v2.QueryAssignmentResponse{Status: okStatus(), Assignments: []*v2.Assignment{{MessageQueue: qs[0]}}}, nil
 }
 
-// receiveParams checks a ReceiveMessage request.
-func (sv *service) receiveParams(req *v2.ReceiveMessageRequest) (pop.ReceiveRequest, error) {
+// receiveRequest authenticates and checks a ReceiveMessage request.
+func (sv *service) receiveRequest(ctx context.Context, req *v2.ReceiveMessageRequest) (pop.ReceiveRequest, error) {
 	var r pop.ReceiveRequest
 	var err error
-	if r.Group, err = checkGroup("group", req.GetGroup()); err != nil {
-		return r, err
-	}
 	if req.GetMessageQueue() == nil {
 		return r, refuse(v2.Code_BAD_REQUEST, "message_queue: required")
 	}
-	if r.Topic, err = checkTopic("message_queue.topic", req.GetMessageQueue().GetTopic()); err != nil {
+	if r.Group, r.Topic, err = sv.consumer(ctx, req.GetGroup(), "message_queue.topic", req.GetMessageQueue().GetTopic()); err != nil {
 		return r, err
 	}
 	if bs := req.GetBatchSize(); bs < 1 || bs > MaxBatchSize {
@@ -429,14 +406,7 @@ func (sv *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Ser
 	status := func(st *v2.Status) error {
 		return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_Status{Status: st}})
 	}
-	c, err := sv.caller(stream.Context())
-	if err != nil {
-		return status(statusOf(err))
-	}
-	r, err := sv.receiveParams(req)
-	if err == nil {
-		err = allow(c, subscribe(r.Group, r.Topic)...)
-	}
+	r, err := sv.receiveRequest(stream.Context(), req)
 	if err != nil {
 		return status(statusOf(err))
 	}
@@ -503,17 +473,7 @@ func handleStatus(err error) *v2.Status {
 }
 
 func (sv *service) AckMessage(ctx context.Context, req *v2.AckMessageRequest) (*v2.AckMessageResponse, error) {
-	c, err := sv.caller(ctx)
-	var group, topic string
-	if err == nil {
-		group, err = checkGroup("group", req.GetGroup())
-	}
-	if err == nil {
-		topic, err = checkTopic("topic", req.GetTopic())
-	}
-	if err == nil {
-		err = allow(c, subscribe(group, topic)...)
-	}
+	group, topic, err := sv.consumer(ctx, req.GetGroup(), "topic", req.GetTopic())
 	if err == nil && (len(req.GetEntries()) == 0 || len(req.GetEntries()) > MaxAckEntries) {
 		err = refuse(v2.Code_BAD_REQUEST, "entries: 1 to %d entries required", MaxAckEntries)
 	}
@@ -550,18 +510,8 @@ func (sv *service) AckMessage(ctx context.Context, req *v2.AckMessageRequest) (*
 }
 
 func (sv *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInvisibleDurationRequest) (*v2.ChangeInvisibleDurationResponse, error) {
-	c, err := sv.caller(ctx)
-	var group, topic string
+	group, topic, err := sv.consumer(ctx, req.GetGroup(), "topic", req.GetTopic())
 	var d time.Duration
-	if err == nil {
-		group, err = checkGroup("group", req.GetGroup())
-	}
-	if err == nil {
-		topic, err = checkTopic("topic", req.GetTopic())
-	}
-	if err == nil {
-		err = allow(c, subscribe(group, topic)...)
-	}
 	if err == nil && req.GetReceiptHandle() == "" {
 		err = refuse(v2.Code_INVALID_RECEIPT_HANDLE, "receipt_handle: required")
 	}
@@ -586,17 +536,7 @@ func (sv *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeIn
 }
 
 func (sv *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.ForwardMessageToDeadLetterQueueRequest) (*v2.ForwardMessageToDeadLetterQueueResponse, error) {
-	c, err := sv.caller(ctx)
-	var group, topic string
-	if err == nil {
-		group, err = checkGroup("group", req.GetGroup())
-	}
-	if err == nil {
-		topic, err = checkTopic("topic", req.GetTopic())
-	}
-	if err == nil {
-		err = allow(c, subscribe(group, topic)...)
-	}
+	group, topic, err := sv.consumer(ctx, req.GetGroup(), "topic", req.GetTopic())
 	if err == nil && req.GetReceiptHandle() == "" {
 		err = refuse(v2.Code_INVALID_RECEIPT_HANDLE, "receipt_handle: required")
 	}
@@ -611,14 +551,7 @@ func (sv *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.
 
 // EndTransaction commits or rolls back a half message named by its transaction id.
 func (sv *service) EndTransaction(ctx context.Context, req *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
-	c, err := sv.caller(ctx)
-	var topic string
-	if err == nil {
-		topic, err = checkTopic("topic", req.GetTopic())
-	}
-	if err == nil {
-		err = allow(c, acl.Topic(topic, acl.Pub))
-	}
+	topic, err := sv.publisher(ctx, req.GetTopic())
 	if err == nil && req.GetTransactionId() == "" {
 		err = refuse(v2.Code_INVALID_TRANSACTION_ID, "transaction_id: required")
 	}
@@ -649,14 +582,7 @@ func (sv *service) EndTransaction(ctx context.Context, req *v2.EndTransactionReq
 // RecallMessage cancels a timer message that is not yet due, named by the recall
 // handle its send was answered with.
 func (sv *service) RecallMessage(ctx context.Context, req *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
-	c, err := sv.caller(ctx)
-	var topic string
-	if err == nil {
-		topic, err = checkTopic("topic", req.GetTopic())
-	}
-	if err == nil {
-		err = allow(c, acl.Topic(topic, acl.Pub))
-	}
+	topic, err := sv.publisher(ctx, req.GetTopic())
 	if err == nil && req.GetRecallHandle() == "" {
 		err = refuse(v2.Code_BAD_REQUEST, "recall_handle: required")
 	}

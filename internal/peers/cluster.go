@@ -161,17 +161,9 @@ func (o *RocketMQClusterOptions) setDefaults() error {
 }
 
 func launchRocketMQCluster(ctx context.Context, opt RocketMQClusterOptions) (*RocketMQCluster, error) {
-	java, err := javaPath()
+	java, cp, agent, err := serverParts("rocketmq")
 	if err != nil {
 		return nil, err
-	}
-	cp, err := classPath("rocketmq")
-	if err != nil {
-		return nil, err
-	}
-	agent := driverJar()
-	if _, err := os.Stat(agent); err != nil {
-		return nil, fmt.Errorf("%w (missing %s)", ErrUnavailable, agent)
 	}
 	dir, err := os.MkdirTemp("", "sluice-peer-rocketmq-cluster-")
 	if err != nil {

@@ -89,6 +89,24 @@ func classPath(part string, extra ...string) (string, error) {
 	return cp + filepath.Join(lib, "*"), nil
 }
 
+// serverParts is what a launcher of the Apache servers in dist (a folder under [Dir])
+// needs: the java launcher, the class path, and the loopback agent (the driver's jar,
+// which keeps the servers' listeners on loopback). Errors wrap ErrUnavailable when one
+// is missing.
+func serverParts(dist string) (java, cp, agent string, err error) {
+	if java, err = javaPath(); err != nil {
+		return "", "", "", err
+	}
+	if cp, err = classPath(dist); err != nil {
+		return "", "", "", err
+	}
+	agent = driverJar()
+	if _, err := os.Stat(agent); err != nil {
+		return "", "", "", fmt.Errorf("%w (missing %s)", ErrUnavailable, agent)
+	}
+	return java, cp, agent, nil
+}
+
 // driverJar is the Java driver's jar (also the loopback agent).
 func driverJar() string { return filepath.Join(Dir(), "driver", "driver.jar") }
 

@@ -104,17 +104,9 @@ func LaunchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error)
 }
 
 func launchRocketMQ(ctx context.Context, opt RocketMQOptions) (*RocketMQ, error) {
-	java, err := javaPath()
+	java, cp, agent, err := serverParts("rocketmq")
 	if err != nil {
 		return nil, err
-	}
-	cp, err := classPath("rocketmq")
-	if err != nil {
-		return nil, err
-	}
-	agent := driverJar()
-	if _, err := os.Stat(agent); err != nil {
-		return nil, fmt.Errorf("%w (missing %s)", ErrUnavailable, agent)
 	}
 	if opt.JVMFlags == nil {
 		opt.JVMFlags = slices.Clone(testJVMFlags)

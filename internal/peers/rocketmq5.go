@@ -84,17 +84,9 @@ func LaunchRocketMQ5(ctx context.Context, opt RocketMQ5Options) (*RocketMQ5, err
 }
 
 func launchRocketMQ5(ctx context.Context, opt RocketMQ5Options) (*RocketMQ5, error) {
-	java, err := javaPath()
+	java, cp, agent, err := serverParts("rocketmq5")
 	if err != nil {
 		return nil, err
-	}
-	cp, err := classPath("rocketmq5")
-	if err != nil {
-		return nil, err
-	}
-	agent := driverJar()
-	if _, err := os.Stat(agent); err != nil {
-		return nil, fmt.Errorf("%w (missing %s)", ErrUnavailable, agent)
 	}
 	if opt.StartTimeout <= 0 {
 		opt.StartTimeout = 120 * time.Second

@@ -4,14 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -33,49 +27,10 @@ func JavaDriver5(t testing.TB) *Driver5 {
 	if err != nil {
 		skipOrFatal(t, "java driver for rocketmq 5 clients", err)
 	}
-	if err := driver5Fresh(); err != nil {
+	if err := driverFresh("driver5", "javadriver5"); err != nil {
 		t.Fatal(err)
 	}
 	return &Driver5{argv: argv}
-}
-
-// driver5Fresh reports an error when the driver in [peers.Dir] was built from other
-// sources than internal/peers/javadriver5 (found beside this file's package): its .stamp,
-// written by .ci/peers, is the first 16 hex digits of the SHA-256 of pom.xml and then
-// every file under src, in sorted path order. A driver without a stamp, or sources that
-// cannot be read, is taken as it is.
-func driver5Fresh() error {
-	stamp, err := os.ReadFile(filepath.Join(peers.Dir(), "driver5", ".stamp"))
-	if err != nil {
-		return nil
-	}
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return nil
-	}
-	src := filepath.Join(filepath.Dir(self), "..", "javadriver5")
-	var files []string
-	if err := filepath.WalkDir(filepath.Join(src, "src"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			files = append(files, p)
-		}
-		return err
-	}); err != nil {
-		return nil
-	}
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range append([]string{filepath.Join(src, "pom.xml")}, files...) {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil
-		}
-		h.Write(b)
-	}
-	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != strings.TrimSpace(string(stamp)) {
-		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/javadriver5: run bash .ci/peers", filepath.Join(peers.Dir(), "driver5"))
-	}
-	return nil
 }
 
 // Event5 is one JSON line of the RocketMQ 5 driver: "sent", "check", "recv" or "done"

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -104,25 +105,30 @@ func JavaDriver(t testing.TB) *Driver {
 	if err != nil {
 		skipOrFatal(t, "java driver", err)
 	}
-	if err := driverFresh(); err != nil {
+	if err := driverFresh("driver", "javadriver"); err != nil {
 		t.Fatal(err)
 	}
 	return &Driver{home: home, argv: argv}
 }
 
-// driverFresh reports an error when the driver in [peers.Dir] was built from other sources
-// than internal/peers/javadriver (a test's working directory is its package's): its
-// .stamp, written by .ci/peers, is the first 16 hex digits of the SHA-256 of pom.xml and
-// then every file under src, in sorted path order. A driver without a stamp, or a test
-// run from elsewhere, is taken as it is.
-func driverFresh() error {
-	stamp, err := os.ReadFile(filepath.Join(peers.Dir(), "driver", ".stamp"))
+// driverFresh reports an error when the driver built into dir under [peers.Dir] (by
+// .ci/peers) was built from other sources than internal/peers/<src>, found beside this
+// file's package: its .stamp is the first 16 hex digits of the SHA-256 of pom.xml and
+// then every file under src, in sorted path order. A driver without a stamp, or sources
+// that cannot be read, is taken as it is.
+func driverFresh(dir, src string) error {
+	built := filepath.Join(peers.Dir(), dir)
+	stamp, err := os.ReadFile(filepath.Join(built, ".stamp"))
 	if err != nil {
 		return nil
 	}
-	src := "javadriver"
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		return nil
+	}
+	root := filepath.Join(filepath.Dir(self), "..", src)
 	var files []string
-	if err := filepath.WalkDir(filepath.Join(src, "src"), func(p string, d os.DirEntry, err error) error {
+	if err := filepath.WalkDir(filepath.Join(root, "src"), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			files = append(files, p)
 		}
@@ -132,7 +138,7 @@ func driverFresh() error {
 	}
 	sort.Strings(files)
 	h := sha256.New()
-	for _, f := range append([]string{filepath.Join(src, "pom.xml")}, files...) {
+	for _, f := range append([]string{filepath.Join(root, "pom.xml")}, files...) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil
@@ -140,7 +146,7 @@ func driverFresh() error {
 		h.Write(b)
 	}
 	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != strings.TrimSpace(string(stamp)) {
-		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/javadriver: run bash .ci/peers", filepath.Join(peers.Dir(), "driver"))
+		return fmt.Errorf("peers: the java driver in %s was built from other sources than internal/peers/%s: run bash .ci/peers", built, src)
 	}
 	return nil
 }
