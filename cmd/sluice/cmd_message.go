@@ -145,13 +145,26 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 				if len(ms) == 0 && err != nil {
 					return topicNotFound(ctx, a, topic, err)
 				}
-				if perr := printMessages(cmd.OutOrStdout(), ms, asJSON, false); perr != nil {
-					return perr
-				}
-				if !asJSON {
+				if asJSON {
+					v := struct {
+						Topic    string        `json:"topic"`
+						Key      string        `json:"key"`
+						Messages []messageView `json:"messages"`
+						completeness
+					}{topic, key, make([]messageView, len(ms)), completenessOf(err)}
+					for i, m := range ms {
+						v.Messages[i] = viewOf(m)
+					}
+					if perr := printJSON(cmd, v); perr != nil {
+						return perr
+					}
+				} else {
+					if perr := printMessages(cmd.OutOrStdout(), ms, false, false); perr != nil {
+						return perr
+					}
 					fmt.Fprintf(cmd.OutOrStdout(), "found %d message(s) of topic %s with key %s\n", len(ms), topic, key)
-					noteIncomplete(cmd.OutOrStdout(), err)
 				}
+				noteIncomplete(cmd, err, "their messages are missing above")
 				return err // some brokers failed: say so after what the others returned
 			})
 		},

@@ -91,13 +91,14 @@ Copies are found through the brokers' key index by the message's client message 
 				if asJSON {
 					if err := printJSON(cmd, struct {
 						Messages []*admin.MessageStatus `json:"messages"`
-					}{out}); err != nil {
+						completeness
+					}{out, completenessOf(findErr)}); err != nil {
 						return err
 					}
 				} else {
 					printMessageStatus(cmd.OutOrStdout(), out)
-					noteIncomplete(cmd.OutOrStdout(), findErr)
 				}
+				noteIncomplete(cmd, findErr, "what they hold (copies, offsets) is missing above")
 				return findErr // some brokers failed the key lookup: say so after the rest
 			})
 		},
