@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 

@@ -146,12 +146,7 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 					return topicNotFound(ctx, a, topic, err)
 				}
 				if asJSON {
-					v := struct {
-						Topic    string        `json:"topic"`
-						Key      string        `json:"key"`
-						Messages []messageView `json:"messages"`
-						completeness
-					}{topic, key, make([]messageView, len(ms)), completenessOf(err)}
+					v := foundJSON{topic, key, make([]messageView, len(ms)), completenessOf(err)}
 					for i, m := range ms {
 						v.Messages[i] = viewOf(m)
 					}
@@ -178,6 +173,15 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 	_ = cmd.MarkFlagRequired("topic")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
+}
+
+// foundJSON is `message find -o json`: the messages found, and which brokers were not
+// asked (partial).
+type foundJSON struct {
+	Topic    string        `json:"topic"`
+	Key      string        `json:"key"`
+	Messages []messageView `json:"messages"`
+	completeness
 }
 
 // messageView is the JSON form of a message printed by `admin message`.

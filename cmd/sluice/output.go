@@ -123,11 +123,14 @@ func showsProgress(w io.Writer) bool {
 // noteIncomplete writes one line on the command's stderr naming the brokers that did not
 // answer or refused when err is an *admin.PartialError (the command then exits 5), so that a
 // script reading stdout gets only the data and a person sees the line under it; other
-// errors write nothing. what says what their part means for the output ("what they
-// hold is missing above").
+// errors write nothing. what says what their part means for a table ("what they hold is
+// missing above"); under -o json the line points at the document's "partial" instead.
 func noteIncomplete(cmd *cobra.Command, err error, what string) {
 	var pe *admin.PartialError
 	if errors.As(err, &pe) {
+		if asJSON, _ := jsonOutput(cmd); asJSON {
+			what = `the JSON says "partial": true`
+		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "INCOMPLETE: %d of %d broker(s) failed (%s); %s\n",
 			len(pe.Failed), pe.Answered+len(pe.Failed), strings.Join(pe.FailedBrokers(), ", "), what)
 	}
