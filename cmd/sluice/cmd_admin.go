@@ -352,7 +352,9 @@ order config from the name server(s). The command first states what goes — the
 the messages stored and the consumer groups with offsets on it — and asks on a terminal;
 --yes skips the question, and without a terminal (a script) it refuses unless --yes is
 given (exit code 2). A topic no broker holds is refused (exit code 3) with the nearest
-names.`,
+names. When some brokers of its route fail, it is deleted from the others, a line on
+stderr names those that failed, the route stays (run the command again once they
+answer) and the exit code is 5.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topic, _ := cmd.Flags().GetString("topic")

@@ -63,7 +63,9 @@ yet, then one page of them — newest first (--oldest: oldest first), --limit pe
 (default %d), page --page (default 1), or every one with --all (at most %d). The last
 line says which rows were shown and how to get the next page. A group no broker knows
 is an error (exit code 3) naming the nearest known groups; an unreachable cluster is an
-error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.MaxDLQListMax),
+error (exit code 4), never "no dead letters". When some brokers answer and some do not,
+the others' dead letters are listed and counted, a line on stderr names the brokers that
+failed, -o json says "partial": true with "failedBrokers", and the exit code is 5.`, admin.DefaultDLQListMax, admin.MaxDLQListMax),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()

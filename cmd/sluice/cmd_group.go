@@ -170,7 +170,9 @@ subscription config and every offset it committed. Its %RETRY% and %DLQ% topics 
 their messages stay (delete them with "topic delete"). Brokers refuse while clients of
 the group are online. The command states what it would delete and asks on a terminal;
 --yes skips the question, and without a terminal it refuses unless --yes is given
-(exit code 2). A group no broker knows is refused (exit code 3) with the nearest names.`,
+(exit code 2). A group no broker knows is refused (exit code 3) with the nearest names.
+When some brokers fail, it is deleted from the others, a line on stderr names those that
+failed and the exit code is 5.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			group, _ := cmd.Flags().GetString("group")
