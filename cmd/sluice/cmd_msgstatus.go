@@ -54,7 +54,7 @@ Copies are found through the brokers' key index by the message's client message 
 				var findErr error
 				if id != "" {
 					ms, findErr = getMessage(ctx, a, id, topic)
-					if findErr != nil {
+					if findErr != nil && len(ms) == 0 { // with some found, findErr is a *admin.PartialError: go on
 						if errors.Is(findErr, admin.ErrTopicNotExist) {
 							return topicNotFound(ctx, a, topic, findErr)
 						}
