@@ -165,9 +165,10 @@ type dlqQueue struct {
 }
 
 // dlqState reads every DLQ queue's min and max offsets and re-drive mark. A broker that
-// fails (unreachable, refusing) is skipped after its first error: the queues of the
-// others are returned with a [*PartialError] naming it; when none answers, the joined
-// errors. brokers is how many brokers hold the DLQ (for a later partial).
+// fails (unreachable, refusing) is skipped after its first error and put in failed (name
+// → error): the queues of the others are returned, and brokersPartial(brokers, failed)
+// is the [*PartialError] to return with what the caller makes of them; when no broker
+// answers, err is the joined errors. brokers is how many brokers hold the DLQ.
 func (a *Admin) dlqState(ctx context.Context, group string) (qs []dlqQueue, failed map[string]error, brokers int, err error) {
 	mqs, addrs, err := a.dlqQueues(ctx, group)
 	if err != nil {
