@@ -499,20 +499,26 @@ func routeHas(r *wire.TopicRouteData, names []string) bool {
 
 // DeleteTopic deletes a topic: DELETE_TOPIC_IN_BROKER (RocketMQ request code 215) on
 // every master in the topic's route, then DELETE_TOPIC_IN_NAMESRV (216) and
-// DELETE_KV_CONFIG of its order config (102) on every name server. A topic without a
-// route is deleted from the name servers only when some broker still holds it; a topic
-// no broker holds gives an error wrapping [ErrTopicNotExist] and changes nothing. Errors are joined: one per failing
-// broker (a refusal is a *remoting.ResponseError), and name-server errors.
-func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
+// DELETE_KV_CONFIG of its order config (102) on every name server. It returns the
+// brokers that deleted it. A topic without a route is deleted from the name servers
+// only when some broker still holds it (no broker is returned); a topic no broker holds
+// gives an error wrapping [ErrTopicNotExist] and changes nothing.
+//
+// Errors: one per failing broker (a refusal is a *remoting.ResponseError), joined when
+// no broker deleted the topic, else in a [*PartialError] returned with the brokers that
+// did; in both cases the route and order config stay on the name servers (a broker
+// still holds the topic: delete it again once that broker answers). Name-server errors
+// are joined.
+func (a *Admin) DeleteTopic(ctx context.Context, topic string) ([]Broker, error) {
 	if err := message.ValidateTopic(topic); err != nil {
-		return &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
+		return nil, &config.Error{Package: "admin", Field: "Topic", Reason: err.Error()}
 	}
 	if message.IsSystemTopic(topic) {
-		return &config.Error{Package: "admin", Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
+		return nil, &config.Error{Package: "admin", Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 	}
 	r, err := a.TopicRoute(ctx, topic)
 	if err != nil && !errors.Is(err, ErrTopicNotExist) {
-		return err
+		return nil, err
 	}
 	if r == nil {
 		// No route: delete only what some broker still holds (a route not registered
@@ -520,40 +526,41 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 		all, terr := a.TopicConfigs(ctx)
 		if !slices.ContainsFunc(all, func(t TopicInfo) bool { return t.Topic == topic }) {
 			if terr != nil { // a broker that did not answer may hold it
-				return terr
+				return nil, terr
 			}
-			return fmt.Errorf("admin: delete topic %q: %w (no route and no broker holds it)", topic, ErrTopicNotExist)
+			return nil, fmt.Errorf("admin: delete topic %q: %w (no route and no broker holds it)", topic, ErrTopicNotExist)
 		}
 	}
 	var errs []error
+	var deleted []Broker
 	if r != nil {
-		for _, bd := range r.BrokerDatas {
+		for _, bd := range sortedBrokers(r) {
 			addr := bd.MasterAddr()
 			if addr == "" {
 				continue
 			}
-			c, cancel, err := a.reqCtx(ctx)
-			if err != nil {
-				return err
-			}
-			resp, err := a.client.InvokeSync(c, addr, remoting.NewRequest(remoting.DeleteTopicInBroker, map[string]string{"topic": topic}, nil))
-			cancel()
+			resp, err := a.invoke(ctx, bd.BrokerName, addr, remoting.DeleteTopicInBroker, map[string]string{"topic": topic}, nil)
 			if err == nil {
 				err = resp.ResponseErrFor(remoting.DeleteTopicInBroker, bd.BrokerName, addr)
 			}
 			if err != nil {
-				errs = append(errs, brokerFailed(bd.BrokerName, addr, err))
+				errs = append(errs, err)
+				continue
 			}
+			deleted = append(deleted, Broker{Cluster: bd.Cluster, Name: bd.BrokerName, Addr: addr})
 		}
 	}
 	if len(errs) > 0 {
 		// A broker kept the topic: keep its route too, so the topic stays usable.
-		return errors.Join(errs...)
+		if err := partial(len(deleted), errs); isPartial(err) {
+			return deleted, err
+		}
+		return nil, errors.Join(errs...)
 	}
 	for _, addr := range a.cfg.NamesrvAddrs {
 		c, cancel, err := a.reqCtx(ctx)
 		if err != nil {
-			return err
+			return deleted, err
 		}
 		if err := wire.DeleteTopic(c, a.client, addr, topic, ""); err != nil {
 			errs = append(errs, fmt.Errorf("admin: delete topic on name server %s: %w", addr, err))
@@ -563,5 +570,5 @@ func (a *Admin) DeleteTopic(ctx context.Context, topic string) error {
 		}
 		cancel()
 	}
-	return errors.Join(errs...)
+	return deleted, errors.Join(errs...)
 }

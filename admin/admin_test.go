@@ -209,7 +209,7 @@ func TestCreateTopicOnEveryMaster(t *testing.T) {
 	}
 
 	// Delete: both brokers get DELETE_TOPIC_IN_BROKER, the route goes.
-	if err := a.DeleteTopic(ctx(t), "T"); err != nil {
+	if _, err := a.DeleteTopic(ctx(t), "T"); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range []*fakeBroker{ba, bb} {
@@ -335,7 +335,7 @@ func TestTopicSpecValidation(t *testing.T) {
 		}
 	}
 	var ce *config.Error
-	if err := a.DeleteTopic(ctx(t), ""); !errors.As(err, &ce) {
+	if _, err := a.DeleteTopic(ctx(t), ""); !errors.As(err, &ce) {
 		t.Errorf("DeleteTopic(\"\") err = %v", err)
 	}
 }

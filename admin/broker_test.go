@@ -62,7 +62,7 @@ func TestAgainstRealBroker(t *testing.T) {
 		t.Errorf("system topic: err = %v, want the broker's *remoting.ResponseError with its code and remark", err)
 	}
 
-	if err := a.DeleteTopic(ctx(t), "RealT"); err != nil {
+	if _, err := a.DeleteTopic(ctx(t), "RealT"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.TopicRoute(ctx(t), "RealT"); !errors.Is(err, admin.ErrTopicNotExist) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -163,28 +164,65 @@ type dlqQueue struct {
 	min, max, mark int64
 }
 
-// dlqState reads every DLQ queue's min and max offsets and re-drive mark.
-func (a *Admin) dlqState(ctx context.Context, group string) ([]dlqQueue, error) {
+// dlqState reads every DLQ queue's min and max offsets and re-drive mark. A broker that
+// fails (unreachable, refusing) is skipped after its first error and put in failed (name
+// → error): the queues of the others are returned, and brokersPartial(brokers, failed)
+// is the [*PartialError] to return with what the caller makes of them; when no broker
+// answers, err is the joined errors. brokers is how many brokers hold the DLQ.
+func (a *Admin) dlqState(ctx context.Context, group string) (qs []dlqQueue, failed map[string]error, brokers int, err error) {
 	mqs, addrs, err := a.dlqQueues(ctx, group)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, err
 	}
+	failed = map[string]error{} // broker name → its first error: its other queues are skipped
 	out := make([]dlqQueue, 0, len(mqs))
 	for _, mq := range mqs {
+		if failed[mq.BrokerName] != nil {
+			continue
+		}
 		q := dlqQueue{mq: mq, addr: addrs[mq.BrokerName]}
-		ext := wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false)
-		if q.min, err = a.int64Call(ctx, mq.BrokerName, q.addr, remoting.GetMinOffset, ext, "offset"); err != nil {
-			return nil, err
-		}
-		if q.max, err = a.int64Call(ctx, mq.BrokerName, q.addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
-			return nil, err
-		}
-		if q.mark, err = a.redriveMark(ctx, group, mq, q.addr); err != nil {
-			return nil, err
+		if err := a.readDLQQueue(ctx, group, &q); err != nil {
+			failed[mq.BrokerName] = err
+			continue
 		}
 		out = append(out, q)
 	}
-	return out, nil
+	if len(failed) > 0 { // drop what a failing broker answered before it failed
+		kept := out[:0]
+		for _, q := range out {
+			if failed[q.mq.BrokerName] == nil {
+				kept = append(kept, q)
+			}
+		}
+		out = kept
+	}
+	if err := brokersPartial(len(addrs), failed); err != nil && !isPartial(err) {
+		return nil, nil, 0, err
+	}
+	return out, failed, len(addrs), nil
+}
+
+// readDLQQueue fills q's min and max offsets and re-drive mark.
+func (a *Admin) readDLQQueue(ctx context.Context, group string, q *dlqQueue) (err error) {
+	ext := wire.QueueHeader{Topic: q.mq.Topic, QueueID: int32(q.mq.QueueID)}.Ext(false)
+	if q.min, err = a.int64Call(ctx, q.mq.BrokerName, q.addr, remoting.GetMinOffset, ext, "offset"); err != nil {
+		return err
+	}
+	if q.max, err = a.int64Call(ctx, q.mq.BrokerName, q.addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
+		return err
+	}
+	q.mark, err = a.redriveMark(ctx, group, q.mq, q.addr)
+	return err
+}
+
+// brokersPartial is partial over brokers of which failed (broker name → error) did
+// not answer, the errors in broker-name order.
+func brokersPartial(brokers int, failed map[string]error) error {
+	var errs []error
+	for _, name := range sortedKeys(failed) {
+		errs = append(errs, failed[name])
+	}
+	return partial(brokers-len(failed), errs)
 }
 
 // DLQCount is how many dead letters a group's DLQ holds ([Admin.CountDLQ]).
@@ -195,9 +233,10 @@ type DLQCount struct {
 
 // CountDLQ counts the dead letters of a consumer group from its DLQ queues' offsets
 // (GET_MIN_OFFSET, GET_MAX_OFFSET and the re-drive mark: three requests per queue, no
-// message read). A group without a DLQ has none. Errors as [Admin.ListDLQ].
+// message read). A group without a DLQ has none. Errors as [Admin.ListDLQ]; with a
+// [*PartialError] the count is that of the brokers that answered.
 func (a *Admin) CountDLQ(ctx context.Context, group string) (DLQCount, error) {
-	qs, err := a.dlqState(ctx, group)
+	qs, failed, brokers, err := a.dlqState(ctx, group)
 	if err != nil {
 		return DLQCount{}, err
 	}
@@ -206,7 +245,7 @@ func (a *Admin) CountDLQ(ctx context.Context, group string) (DLQCount, error) {
 		c.Total += q.max - q.min
 		c.Pending += q.max - max(q.min, q.mark)
 	}
-	return c, nil
+	return c, brokersPartial(brokers, failed)
 }
 
 // ListDLQ returns the dead letters of a consumer group — the messages in %DLQ%<group>
@@ -216,6 +255,12 @@ func (a *Admin) CountDLQ(ctx context.Context, group string) (DLQCount, error) {
 // [Admin.CountDLQ] for the total. The DLQ is read with READ_QUEUE (see
 // [Admin.ReadQueue]); normal consumers cannot read it. Each queue is read for at most
 // Skip+Max messages from the chosen end.
+//
+// Errors: a [*config.Error] for bad options, route errors (a stopped cluster is an
+// error, never "no dead letters"), and one error per failing broker (a refusal is a
+// *remoting.ResponseError): joined when no broker answered, else in a [*PartialError]
+// returned with the dead letters of the brokers that did (the order and paging are
+// then those of their dead letters alone).
 func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) ([]DLQMessage, error) {
 	if opt.Max == 0 {
 		opt.Max = DefaultDLQListMax
@@ -229,13 +274,16 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 	if opt.FromOffset < 0 {
 		return nil, &config.Error{Package: "admin", Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
 	}
-	qs, err := a.dlqState(ctx, group)
+	qs, failed, brokers, err := a.dlqState(ctx, group)
 	if err != nil {
 		return nil, err
 	}
 	want := int64(opt.Skip + opt.Max)
 	var out []DLQMessage
 	for _, q := range qs {
+		if failed[q.mq.BrokerName] != nil {
+			continue
+		}
 		from, to := max(q.min, opt.FromOffset), q.max
 		if opt.NewestFirst {
 			from = max(from, to-want)
@@ -245,7 +293,8 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 		for off := from; off < to; {
 			r, err := a.ReadQueue(ctx, q.mq, q.addr, off, int(min(readBatch, to-off)))
 			if err != nil {
-				return nil, err
+				failed[q.mq.BrokerName] = err
+				break
 			}
 			for _, m := range r.Messages {
 				if m.QueueOffset < to {
@@ -258,6 +307,13 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 			off = r.NextOffset
 		}
 	}
+	perr := brokersPartial(brokers, failed)
+	if perr != nil && !isPartial(perr) {
+		return nil, perr
+	}
+	if perr != nil { // drop what a failing broker returned before it failed
+		out = slices.DeleteFunc(out, func(d DLQMessage) bool { return failed[d.Queue.BrokerName] != nil })
+	}
 	sort.SliceStable(out, func(i, j int) bool {
 		x, y := out[i], out[j]
 		if x.Message.StoreTimestamp != y.Message.StoreTimestamp {
@@ -269,9 +325,9 @@ func (a *Admin) ListDLQ(ctx context.Context, group string, opt DLQListOptions) (
 		return (x.QueueOffset < y.QueueOffset) != opt.NewestFirst
 	})
 	if opt.Skip >= len(out) {
-		return nil, nil
+		return nil, perr
 	}
-	return out[opt.Skip:min(len(out), opt.Skip+opt.Max)], nil
+	return out[opt.Skip:min(len(out), opt.Skip+opt.Max)], perr
 }
 
 func dlqMessage(mq message.MessageQueue, m *message.MessageExt, mark int64) DLQMessage {
@@ -354,7 +410,10 @@ func (e *DLQResendError) Unwrap() error { return e.Err }
 // sends nothing twice unless IncludeResent asks for it.
 // A message that cannot be sent (no RETRY_TOPIC, no route, a refused send) stops the
 // re-drive of its DLQ queue and is reported in Failed; the returned error joins those
-// failures. Other errors (route, read) are returned at once.
+// failures. A broker whose DLQ queues cannot be read or marked (unreachable, refusing)
+// is skipped after its first error and the others are re-driven: the returned error
+// then holds a [*PartialError] naming it (with the resend failures, if any). Route
+// errors, and every broker failing, are returned with no result.
 func (a *Admin) ResendDLQ(ctx context.Context, group string, opt DLQResendOptions) (*DLQResendResult, error) {
 	if opt.FromOffset < 0 {
 		return nil, &config.Error{Package: "admin", Field: "FromOffset", Reason: fmt.Sprintf("%d is negative", opt.FromOffset)}
@@ -369,79 +428,95 @@ func (a *Admin) ResendDLQ(ctx context.Context, group string, opt DLQResendOption
 	res := &DLQResendResult{}
 	s := &resender{a: a, next: map[string]int{}, group: group, toOriginal: opt.ToOriginalTopic}
 	var errs []error
-queues:
+	failed := map[string]error{} // broker name → its first error: its other DLQ queues are skipped
 	for _, mq := range mqs {
-		addr := addrs[mq.BrokerName]
-		mark, err := a.redriveMark(ctx, group, mq, addr)
+		if failed[mq.BrokerName] != nil {
+			continue
+		}
+		if err := a.resendQueue(ctx, s, mq, addrs[mq.BrokerName], opt, res, &errs); err != nil {
+			failed[mq.BrokerName] = err
+		}
+	}
+	perr := brokersPartial(len(addrs), failed)
+	if perr != nil && !isPartial(perr) && len(res.Resent) == 0 && len(res.Failed) == 0 {
+		return nil, perr
+	}
+	return res, errors.Join(append([]error{perr}, errs...)...)
+}
+
+// resendQueue re-drives one DLQ queue for ResendDLQ, adding to res (and a send failure
+// to errs). It returns the error of a request to the DLQ queue's broker (reading the
+// mark, the max offset or the messages, moving the mark): that broker failed.
+func (a *Admin) resendQueue(ctx context.Context, s *resender, mq message.MessageQueue, addr string, opt DLQResendOptions, res *DLQResendResult, errs *[]error) error {
+	mark, err := a.redriveMark(ctx, s.group, mq, addr)
+	if err != nil {
+		return err
+	}
+	off := opt.FromOffset
+	if !opt.IncludeResent {
+		off = max(off, mark)
+	}
+	advance := func(to int64) error {
+		if to <= mark {
+			return nil // never move the mark backwards
+		}
+		if err := a.commitMark(ctx, s.group, mq, addr, to); err != nil {
+			return err
+		}
+		mark = to
+		return nil
+	}
+	// Only the dead letters present now: a re-driven message that fails again and
+	// comes back to the DLQ during this run is left for the next one.
+	end, err := a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset,
+		wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false), "offset")
+	if err != nil {
+		return err
+	}
+	for (opt.Max == 0 || len(res.Resent) < opt.Max) && off < end {
+		n := readBatch
+		if opt.Max > 0 {
+			n = min(n, opt.Max-len(res.Resent))
+		}
+		r, err := a.ReadQueue(ctx, mq, addr, off, n)
 		if err != nil {
-			return res, err
+			return err
 		}
-		off := opt.FromOffset
-		if !opt.IncludeResent {
-			off = max(off, mark)
-		}
-		advance := func(to int64) error {
-			if to <= mark {
-				return nil // never move the mark backwards
+		for _, m := range r.Messages {
+			if m.QueueOffset >= end {
+				break
 			}
-			if err := a.commitMark(ctx, group, mq, addr, to); err != nil {
-				return err
-			}
-			mark = to
-			return nil
-		}
-		// Only the dead letters present now: a re-driven message that fails again and
-		// comes back to the DLQ during this run is left for the next one.
-		end, err := a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset,
-			wire.QueueHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID)}.Ext(false), "offset")
-		if err != nil {
-			return res, err
-		}
-		for (opt.Max == 0 || len(res.Resent) < opt.Max) && off < end {
-			n := readBatch
-			if opt.Max > 0 {
-				n = min(n, opt.Max-len(res.Resent))
-			}
-			r, err := a.ReadQueue(ctx, mq, addr, off, n)
+			rm, err := s.resend(ctx, m)
 			if err != nil {
-				return res, err
-			}
-			for _, m := range r.Messages {
-				if m.QueueOffset >= end {
-					break
-				}
-				rm, err := s.resend(ctx, m)
-				if err != nil {
-					e := &DLQResendError{DLQ: mq, DLQOffset: m.QueueOffset, MsgID: m.MsgID, Err: err}
-					res.Failed = append(res.Failed, *e)
-					errs = append(errs, e)
-					if opt.Progress != nil {
-						opt.Progress(len(res.Resent), len(res.Failed))
-					}
-					continue queues
-				}
-				rm.DLQ = mq
-				res.Resent = append(res.Resent, *rm)
+				e := &DLQResendError{DLQ: mq, DLQOffset: m.QueueOffset, MsgID: m.MsgID, Err: err}
+				res.Failed = append(res.Failed, *e)
+				*errs = append(*errs, e)
 				if opt.Progress != nil {
 					opt.Progress(len(res.Resent), len(res.Failed))
 				}
-				if err := advance(m.QueueOffset + 1); err != nil {
-					return res, err
-				}
+				return nil // the re-drive of this queue stops at the failed message
 			}
-			if r.NextOffset <= off || (len(r.Messages) == 0 && r.NextOffset >= r.Max) {
-				break
+			rm.DLQ = mq
+			res.Resent = append(res.Resent, *rm)
+			if opt.Progress != nil {
+				opt.Progress(len(res.Resent), len(res.Failed))
 			}
-			if len(r.Messages) == 0 {
-				// Entries skipped (no message): move the mark past them too.
-				if err := advance(r.NextOffset); err != nil {
-					return res, err
-				}
+			if err := advance(m.QueueOffset + 1); err != nil {
+				return err
 			}
-			off = r.NextOffset
 		}
+		if r.NextOffset <= off || (len(r.Messages) == 0 && r.NextOffset >= r.Max) {
+			break
+		}
+		if len(r.Messages) == 0 {
+			// Entries skipped (no message): move the mark past them too.
+			if err := advance(r.NextOffset); err != nil {
+				return err
+			}
+		}
+		off = r.NextOffset
 	}
-	return res, errors.Join(errs...)
+	return nil
 }
 
 // commitMark stores the re-drive mark of a DLQ queue (UPDATE_CONSUMER_OFFSET, 15).

@@ -270,26 +270,31 @@ func (a *Admin) CheckGroup(ctx context.Context, group string) error {
 // DeleteGroup deletes a consumer group from every master broker that knows it
 // (DELETE_SUBSCRIPTIONGROUP, RocketMQ request code 207): its subscription group config and
 // every offset it committed. Its %RETRY% and %DLQ% topics and their messages stay. A
-// broker refuses while clients of the group are online. Errors: a [*config.Error] for a
-// bad name, [ErrGroupNotExist] (wrapped) when no broker knows it, one *remoting.ResponseError
-// per broker that refused, joined.
-func (a *Admin) DeleteGroup(ctx context.Context, group string) error {
+// broker refuses while clients of the group are online. It returns the brokers that
+// deleted it (those that answered that they do not know it are left out).
+//
+// Errors: a [*config.Error] for a bad name, [ErrGroupNotExist] (wrapped) when every
+// broker answered and none knew it, and one error per broker that failed (a refusal is a
+// *remoting.ResponseError): joined when none answered, else in a [*PartialError]
+// returned with the brokers that deleted it (possibly none: then the brokers that
+// answered did not know the group, and those that failed may still hold it).
+func (a *Admin) DeleteGroup(ctx context.Context, group string) ([]Broker, error) {
 	if group == "" {
-		return &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
+		return nil, &config.Error{Package: "admin", Field: "group", Reason: "a consumer group is required"}
 	}
 	if err := message.ValidateGroupTopics(group); err != nil {
-		return &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
+		return nil, &config.Error{Package: "admin", Field: "group", Reason: err.Error()}
 	}
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	brokers := masters(ci, "")
 	if len(brokers) == 0 {
-		return a.noBrokerError()
+		return nil, a.noBrokerError()
 	}
 	var errs []error
-	deleted := 0
+	var deleted []Broker
 	for _, b := range brokers {
 		resp, err := a.invoke(ctx, b.Name, b.Addr, remoting.DeleteSubscriptionGroup, map[string]string{"groupName": group}, nil)
 		if err != nil {
@@ -298,17 +303,20 @@ func (a *Admin) DeleteGroup(ctx context.Context, group string) error {
 		}
 		switch resp.ResponseCode() {
 		case remoting.Success:
-			deleted++
+			deleted = append(deleted, b)
 		case remoting.SubscriptionGroupNotExist:
 		default:
 			errs = append(errs, resp.ResponseErrFor(remoting.DeleteSubscriptionGroup, b.Name, b.Addr))
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := partial(len(brokers)-len(errs), errs); err != nil {
+		if isPartial(err) {
+			return deleted, err
+		}
+		return nil, err
 	}
-	if deleted == 0 {
-		return fmt.Errorf("%w: %q", ErrGroupNotExist, group)
+	if len(deleted) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrGroupNotExist, group)
 	}
-	return nil
+	return deleted, nil
 }

@@ -78,13 +78,13 @@ func TestGroupSummariesCheckAndDelete(t *testing.T) {
 	if err := e.a.CheckGroup(ctx(t), "nosuchgroup"); !errors.Is(err, admin.ErrGroupNotExist) {
 		t.Errorf("CheckGroup(nosuchgroup) = %v, want ErrGroupNotExist", err)
 	}
-	if err := e.a.DeleteGroup(ctx(t), "offsets-only"); err != nil {
+	if _, err := e.a.DeleteGroup(ctx(t), "offsets-only"); err != nil {
 		t.Fatalf("DeleteGroup: %v", err)
 	}
 	if err := e.a.CheckGroup(ctx(t), "offsets-only"); !errors.Is(err, admin.ErrGroupNotExist) {
 		t.Errorf("after delete: CheckGroup = %v", err)
 	}
-	if err := e.a.DeleteGroup(ctx(t), "offsets-only"); !errors.Is(err, admin.ErrGroupNotExist) {
+	if _, err := e.a.DeleteGroup(ctx(t), "offsets-only"); !errors.Is(err, admin.ErrGroupNotExist) {
 		t.Errorf("second delete = %v, want ErrGroupNotExist", err)
 	}
 }

@@ -152,7 +152,12 @@ func (a *Admin) MessageStatus(ctx context.Context, m *message.MessageExt, opt Me
 			gs.Committed, gs.Consumed = off, off > m.QueueOffset
 		}
 		if err := a.copiesOf(ctx, m, g.Group, &gs); err != nil {
-			return nil, err
+			if !isPartial(err) {
+				return nil, err
+			}
+			if partialErr == nil { // copies on a broker that did not answer are missing
+				partialErr = err
+			}
 		}
 		gs.State = messageState(gs, g.MessageModel == "BROADCASTING")
 		st.Groups = append(st.Groups, gs)
@@ -186,8 +191,11 @@ func messageState(gs GroupMessageStatus, broadcasting bool) string {
 	return StateNotConsumed
 }
 
-// copiesOf fills gs's retry and dead-letter copies of m.
+// copiesOf fills gs's retry and dead-letter copies of m. When a broker of the retry or
+// DLQ topic does not answer, the copies the others hold are filled in and a
+// [*PartialError] is returned.
 func (a *Admin) copiesOf(ctx context.Context, m *message.MessageExt, group string, gs *GroupMessageStatus) error {
+	var partialErr error // the first *PartialError of a lookup
 	uniq := m.UniqKey()
 	keys := m.Keys()
 	if uniq == "" && len(keys) == 0 {
@@ -198,16 +206,22 @@ func (a *Admin) copiesOf(ctx context.Context, m *message.MessageExt, group strin
 		var out []*message.MessageExt
 		if uniq != "" {
 			ms, err := a.FindMessageByUniqKey(ctx, topic, uniq)
-			if err != nil {
+			if err != nil && !isPartial(err) {
 				return nil, err
+			}
+			if err != nil && partialErr == nil {
+				partialErr = err
 			}
 			out = ms
 		} else {
 			seen := map[string]bool{}
 			for _, k := range keys {
 				ms, err := a.FindMessages(ctx, topic, k, time.Time{}, time.Time{})
-				if err != nil {
+				if err != nil && !isPartial(err) {
 					return nil, err
+				}
+				if err != nil && partialErr == nil {
+					partialErr = err
 				}
 				for _, c := range ms {
 					if c.Property(message.PropertyOriginMessageID) == m.OffsetMsgID && !seen[c.OffsetMsgID] {
@@ -262,7 +276,7 @@ func (a *Admin) copiesOf(ctx context.Context, m *message.MessageExt, group strin
 		}
 		sort.SliceStable(gs.DeadLetters, func(i, j int) bool { return gs.DeadLetters[i].StoreTimestamp < gs.DeadLetters[j].StoreTimestamp })
 	}
-	return nil
+	return partialErr
 }
 
 // committedOffset returns group's committed offset of mq (QUERY_CONSUMER_OFFSET, 14);

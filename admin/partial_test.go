@@ -52,6 +52,19 @@ func TestPartialResults(t *testing.T) {
 	if res == nil || len(res.Brokers) != 1 || res.Brokers[0].Name != b.Name() {
 		t.Errorf("CreateTopic result %+v: want the live broker", res)
 	}
+	// A delete does what it can: the live broker deletes the group, the dead one is named.
+	if resp, err := rc.InvokeSync(ctx(t), b.Addr(), remoting.NewRequest(remoting.UpdateConsumerOffset, map[string]string{
+		"consumerGroup": "gone", "topic": "Live", "queueId": "0", "commitOffset": "0"}, nil)); err != nil || resp.ResponseErr() != nil {
+		t.Fatalf("commit: %v %v", err, resp)
+	}
+	deleted, err := a.DeleteGroup(ctx(t), "gone")
+	isPartial("DeleteGroup", err)
+	if len(deleted) != 1 || deleted[0].Name != b.Name() {
+		t.Errorf("DeleteGroup deleted on %+v: want the live broker", deleted)
+	}
+	if gs, _ := a.GroupSummaries(ctx(t)); len(gs) != 0 {
+		t.Errorf("groups left after DeleteGroup: %+v", gs)
+	}
 	probes, err := a.ProbeBrokers(ctx(t))
 	isPartial("ProbeBrokers", err)
 	if len(probes) != 2 || probes[0].Name != b.Name() || probes[0].Err != nil || probes[1].Name != "broker-dead" || probes[1].Err == nil {

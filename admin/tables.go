@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -278,7 +279,8 @@ func (a *Admin) MessagesByTime(ctx context.Context, topic string, begin, end tim
 // (GET_MIN_OFFSET 31 and GET_MAX_OFFSET 30, two requests per queue); Committed is -1.
 // Errors: a [*config.Error] for a bad topic, route errors (wrapping
 // [wire.ErrTopicNotExist] for an unknown topic), broker errors (a refusal is a
-// *remoting.ResponseError).
+// *remoting.ResponseError): joined when no broker answered, else in a [*PartialError]
+// returned with the queues of the brokers that did.
 func (a *Admin) QueueOffsets(ctx context.Context, topic string) ([]QueueOffset, error) {
 	if err := message.ValidateTopic(topic); err != nil {
 		return nil, &config.Error{Package: "admin", Field: "topic", Reason: err.Error()}
@@ -288,17 +290,28 @@ func (a *Admin) QueueOffsets(ctx context.Context, topic string) ([]QueueOffset, 
 		return nil, err
 	}
 	out := make([]QueueOffset, 0, len(mqs))
+	failed := map[string]error{} // broker name → its first error: its other queues are skipped
 	for _, mq := range mqs {
+		if failed[mq.BrokerName] != nil {
+			continue
+		}
 		addr := addrs[mq.BrokerName]
 		ext := map[string]string{"topic": topic, "queueId": strconv.Itoa(mq.QueueID)}
 		qo := QueueOffset{Queue: mq, BrokerAddr: addr, Committed: -1}
-		if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err != nil {
-			return nil, err
+		if qo.Max, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMaxOffset, ext, "offset"); err == nil {
+			qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset")
 		}
-		if qo.Min, err = a.int64Call(ctx, mq.BrokerName, addr, remoting.GetMinOffset, ext, "offset"); err != nil {
-			return nil, err
+		if err != nil {
+			failed[mq.BrokerName] = err
+			continue
 		}
 		out = append(out, qo)
+	}
+	if err := brokersPartial(len(addrs), failed); err != nil {
+		if !isPartial(err) {
+			return nil, err
+		}
+		return slices.DeleteFunc(out, func(q QueueOffset) bool { return failed[q.Queue.BrokerName] != nil }), err
 	}
 	return out, nil
 }

@@ -127,7 +127,8 @@ func (b *Broker) handleDeleteGroup(_ context.Context, _ *remoting.Conn, req *rem
 	}
 	hadConfig := b.groups.remove(group)
 	hadOffsets := b.offsets.removeGroup(group)
-	if !hadConfig && !hadOffsets {
+	hadLimit := b.clients.forgetSendBackLimit(group) // else GroupSummaries would still list it
+	if !hadConfig && !hadOffsets && !hadLimit {
 		return errResponse(remoting.SubscriptionGroupNotExist, "subscription group [%s] does not exist", group)
 	}
 	if err := b.offsets.persist(); err != nil {

@@ -573,6 +573,16 @@ func (m *clientManager) noteSendBackLimit(group string, limit int32) {
 	m.sendBackLimits[group] = limit
 }
 
+// forgetSendBackLimit drops group's recorded send-back limit (the group was deleted)
+// and reports whether there was one.
+func (m *clientManager) forgetSendBackLimit(group string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, had := m.sendBackLimits[group]
+	delete(m.sendBackLimits, group)
+	return had
+}
+
 // groupClients is what the broker knows of a group's online clients.
 type groupClients struct {
 	clients                                     int

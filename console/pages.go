@@ -314,6 +314,15 @@ func joinErr(prev string, err error) string {
 // statusFor maps an admin error to the page's status: 400 for the operator's input, 404
 // for an unknown topic or group, 503 when no broker is registered (stopped or
 // unreachable), 502 for any other failure on the way to or at the cluster — never 200.
+// brokerNames lists the names of bs, comma-separated.
+func brokerNames(bs []admin.Broker) string {
+	names := make([]string, len(bs))
+	for i, b := range bs {
+		names[i] = b.Name
+	}
+	return strings.Join(names, ", ")
+}
+
 func statusFor(err error) int {
 	var ce *config.Error
 	switch {
@@ -398,7 +407,14 @@ func (c *Console) deleteTopic(w http.ResponseWriter, r *http.Request) {
 			Error: "type the topic name to confirm"})
 		return
 	}
-	if err := c.cfg.Admin.DeleteTopic(r.Context(), name); err != nil {
+	deleted, err := c.cfg.Admin.DeleteTopic(r.Context(), name)
+	if err != nil {
+		if len(deleted) > 0 { // some brokers deleted it: say where, and where not
+			c.log.Warn("topic deleted in part", "topic", name, "brokers", brokerNames(deleted), "err", err)
+			c.topicsPage(w, r, statusFor(err), "Topic "+name+" deleted from "+brokerNames(deleted)+" only.",
+				"delete: "+err.Error()+"; the topic and its route stay on the other brokers: delete it again once they answer")
+			return
+		}
 		c.render(w, r, statusFor(err), "delete", &view{Title: "Delete " + name, Nav: "topics", Data: name,
 			Error: "delete: " + err.Error()})
 		return
@@ -828,8 +844,14 @@ func (c *Console) deleteGroup(w http.ResponseWriter, r *http.Request) {
 		c.confirmDeleteGroup(w, r)
 		return
 	}
-	if err := c.cfg.Admin.DeleteGroup(r.Context(), group); err != nil {
-		c.groupsPage(w, r, statusFor(err), "", "delete group "+group+": "+err.Error())
+	deleted, err := c.cfg.Admin.DeleteGroup(r.Context(), group)
+	if err != nil {
+		flash := ""
+		if len(deleted) > 0 { // some brokers deleted it: say where
+			c.log.Warn("consumer group deleted in part", "group", group, "brokers", brokerNames(deleted), "err", err)
+			flash = "Consumer group " + group + " deleted from " + brokerNames(deleted) + " only."
+		}
+		c.groupsPage(w, r, statusFor(err), flash, "delete group "+group+": "+err.Error())
 		return
 	}
 	c.log.Info("consumer group deleted", "group", group)
@@ -982,8 +1004,10 @@ func (c *Console) dlqPage(w http.ResponseWriter, r *http.Request, status int, gr
 			if status == http.StatusOK {
 				status = statusFor(err)
 			}
-			c.render(w, r, status, "dlq", v)
-			return
+			if _, some := errors.AsType[*admin.PartialError](err); !some {
+				c.render(w, r, status, "dlq", v)
+				return
+			} // some brokers answered: show their dead letters under the banner
 		}
 		d.Count = count
 		if count.Total == 0 {
@@ -1060,5 +1084,9 @@ func (c *Console) resendDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("dead letters re-driven", "group", group, "resent", len(res.Resent), "failed", len(res.Failed))
 	flash := fmt.Sprintf("%d dead letter(s) re-driven, %d failed.", len(res.Resent), len(res.Failed))
+	if _, some := errors.AsType[*admin.PartialError](err); some { // brokers skipped: say which
+		c.dlqPage(w, r, statusFor(err), group, res, flash, "re-drive: "+err.Error())
+		return
+	}
 	c.dlqPage(w, r, http.StatusOK, group, res, flash, "")
 }

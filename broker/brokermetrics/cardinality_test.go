@@ -169,7 +169,7 @@ func TestDeletedTopicSeriesAndReadiness(t *testing.T) {
 	if v := value(scrape(t, url+"/metrics"), "sluice_broker_put_messages_total", "topic", "Gone"); v != 1 {
 		t.Fatalf("put_messages_total{topic=Gone} = %v before the delete", v)
 	}
-	if err := a.DeleteTopic(ctx(t), "Gone"); err != nil {
+	if _, err := a.DeleteTopic(ctx(t), "Gone"); err != nil {
 		t.Fatal(err)
 	}
 	if v := value(scrape(t, url+"/metrics"), "sluice_broker_put_messages_total", "topic", "Gone"); v != -1 {

@@ -151,6 +151,21 @@ func checkGroup(ctx context.Context, a *admin.Admin, group string) error {
 	return &notFoundError{fmt.Errorf("consumer group %q: %w (no config, offset or client on any broker)%s", group, admin.ErrGroupNotExist, didYouMean(suggest.Nearest(group, names)))}
 }
 
+// created is one topic of `topic create -o json`.
+type created struct {
+	Topic          string         `json:"topic"`
+	Brokers        []admin.Broker `json:"brokers"`
+	OrderTopicConf string         `json:"orderTopicConf,omitempty"`
+	RoutePublished bool           `json:"routePublished"`
+}
+
+// createdJSON is `topic create -o json`: the topics created, in order, and whether the
+// last one is on only some brokers.
+type createdJSON struct {
+	Topics []created `json:"topics"`
+	completeness
+}
+
 func newTopicCreateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create --topic T[,T2,...] [--queues N] [--order]",
@@ -182,13 +197,7 @@ exist).`,
 			topics := strings.Split(spec.Topic, ",")
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				out := cmd.OutOrStdout()
-				type created struct {
-					Topic          string         `json:"topic"`
-					Brokers        []admin.Broker `json:"brokers"`
-					OrderTopicConf string         `json:"orderTopicConf,omitempty"`
-					RoutePublished bool           `json:"routePublished"`
-				}
-				var done []created
+				done := []created{}
 				var bar *progressbar.ProgressBar
 				if len(topics) > 1 && showsProgress(cmd.ErrOrStderr()) {
 					bar = progressbar.NewOptions(len(topics), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
@@ -198,12 +207,19 @@ exist).`,
 					spec.Topic = strings.TrimSpace(topic)
 					res, err := a.CreateTopic(ctx, spec)
 					if err != nil {
-						if res != nil && !asJSON { // some brokers accepted it: say which
-							for _, b := range res.Brokers {
-								fmt.Fprintf(out, "created topic %s on %s (%s, cluster %s): %d queues, perm %d, order %t\n",
-									spec.Topic, b.Name, b.Addr, b.Cluster, spec.Queues, spec.Perm, spec.Order)
+						if res != nil { // some brokers accepted it: say which
+							if asJSON {
+								done = append(done, created{Topic: spec.Topic, Brokers: res.Brokers})
+								if perr := printJSON(cmd, createdJSON{Topics: done, completeness: completenessOf(err)}); perr != nil {
+									return perr
+								}
+							} else {
+								for _, b := range res.Brokers {
+									fmt.Fprintf(out, "created topic %s on %s (%s, cluster %s): %d queues, perm %d, order %t\n",
+										spec.Topic, b.Name, b.Addr, b.Cluster, spec.Queues, spec.Perm, spec.Order)
+								}
 							}
-							noteIncomplete(out, err)
+							noteIncomplete(cmd, err, "the topic was not created on them")
 						}
 						if len(topics) > 1 {
 							err = fmt.Errorf("topic %s (%d of %d created before it): %w", spec.Topic, len(done), len(topics), err)
@@ -240,7 +256,7 @@ exist).`,
 					}
 				}
 				if asJSON {
-					return printJSON(cmd, done)
+					return printJSON(cmd, createdJSON{Topics: done, completeness: completenessOf(nil)})
 				}
 				return nil
 			})
@@ -336,7 +352,9 @@ order config from the name server(s). The command first states what goes — the
 the messages stored and the consumer groups with offsets on it — and asks on a terminal;
 --yes skips the question, and without a terminal (a script) it refuses unless --yes is
 given (exit code 2). A topic no broker holds is refused (exit code 3) with the nearest
-names.`,
+names. When some brokers of its route fail, it is deleted from the others, a line on
+stderr names those that failed, the route stays (run the command again once they
+answer) and the exit code is 5.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topic, _ := cmd.Flags().GetString("topic")
@@ -346,6 +364,10 @@ names.`,
 			if message.IsSystemTopic(topic) {
 				return &config.Error{Package: "admin", Field: "Topic", Reason: fmt.Sprintf("%s is a system topic and cannot be deleted", topic)}
 			}
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				effect, err := topicDeleteEffect(ctx, a, topic)
 				if err != nil {
@@ -354,11 +376,31 @@ names.`,
 				if err := confirm(cmd, effect); err != nil {
 					return err
 				}
-				if err := a.DeleteTopic(ctx, topic); err != nil {
+				deleted, err := a.DeleteTopic(ctx, topic)
+				if err != nil && len(deleted) == 0 {
 					return topicNotFound(ctx, a, topic, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", topic)
-				return nil
+				// Whole, or a *admin.PartialError: some brokers deleted it, say which and which not.
+				names := make([]string, len(deleted))
+				for i, b := range deleted {
+					names[i] = b.Name
+				}
+				if asJSON {
+					if perr := printJSON(cmd, struct {
+						Topic        string   `json:"topic"`
+						DeletedFrom  []string `json:"deletedFrom"`  // brokers that deleted it
+						RouteDeleted bool     `json:"routeDeleted"` // the name servers dropped its route
+						completeness
+					}{topic, names, err == nil, completenessOf(err)}); perr != nil {
+						return perr
+					}
+				} else if len(names) > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s from %s\n", topic, strings.Join(names, ", "))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", topic)
+				}
+				noteIncomplete(cmd, err, "the topic and its route stay there: delete it again once they answer")
+				return err
 			})
 		},
 	}
@@ -391,9 +433,9 @@ func topicDeleteEffect(ctx context.Context, a *admin.Admin, topic string) (strin
 		brokers = append(brokers, bd.BrokerName)
 	}
 	sort.Strings(brokers)
-	qs, err := a.QueueOffsets(ctx, topic)
-	if err != nil {
-		return "", err
+	qs, qerr := a.QueueOffsets(ctx, topic)
+	if qerr != nil && !errors.As(qerr, new(*admin.PartialError)) {
+		return "", qerr
 	}
 	var stored int64
 	for _, q := range qs {
@@ -414,7 +456,9 @@ func topicDeleteEffect(ctx context.Context, a *admin.Admin, topic string) (strin
 		effect += fmt.Sprintf(", offsets of %d consumer group(s) (%s)", len(users), strings.Join(users, ", "))
 	}
 	var pe *admin.PartialError
-	if errors.As(gerr, &pe) {
+	if errors.As(qerr, &pe) {
+		effect += fmt.Sprintf(" (not counted: the messages and groups of %s, which did not answer; the topic stays there until it answers)", strings.Join(pe.FailedBrokers(), ", "))
+	} else if errors.As(gerr, &pe) {
 		effect += fmt.Sprintf(" (not counted: the groups of %s, which did not answer)", strings.Join(pe.FailedBrokers(), ", "))
 	}
 	return effect, nil
@@ -442,7 +486,7 @@ is exit code 5, with the ones that did not named.`,
 				}
 				if len(ci.BrokerAddrTable) == 0 {
 					if asJSON {
-						if err := printJSON(cmd, ci); err != nil {
+						if err := printJSON(cmd, clusterJSON{ci, completenessOf(nil)}); err != nil {
 							return err
 						}
 					}
@@ -454,13 +498,13 @@ is exit code 5, with the ones that did not named.`,
 					return perr
 				}
 				if asJSON {
-					if err := printJSON(cmd, ci); err != nil {
+					if err := printJSON(cmd, clusterJSON{ci, completenessOf(perr)}); err != nil {
 						return err
 					}
 				} else {
 					printCluster(cmd.OutOrStdout(), ci, probes)
-					noteIncomplete(cmd.OutOrStdout(), perr)
 				}
+				noteIncomplete(cmd, perr, "they are marked UNREACHABLE above")
 				if perr != nil && !errors.As(perr, new(*admin.PartialError)) {
 					return fmt.Errorf("no registered broker answers: %w", perr)
 				}
@@ -468,6 +512,13 @@ is exit code 5, with the ones that did not named.`,
 			})
 		},
 	}
+}
+
+// clusterJSON is `cluster -o json`: what the name server answers, and which registered
+// brokers did not answer their probe.
+type clusterJSON struct {
+	*admin.ClusterInfo
+	completeness
 }
 
 // printCluster prints one row per broker address: cluster, broker, role, address and

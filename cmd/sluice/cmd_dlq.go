@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -50,6 +51,7 @@ type dlqPage struct {
 	To          int      `json:"to"`
 	More        bool     `json:"more"` // rows after these
 	Rows        []dlqRow `json:"rows"`
+	completeness
 }
 
 func newDLQListCmd() *cobra.Command {
@@ -61,7 +63,9 @@ yet, then one page of them — newest first (--oldest: oldest first), --limit pe
 (default %d), page --page (default 1), or every one with --all (at most %d). The last
 line says which rows were shown and how to get the next page. A group no broker knows
 is an error (exit code 3) naming the nearest known groups; an unreachable cluster is an
-error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.MaxDLQListMax),
+error (exit code 4), never "no dead letters". When some brokers answer and some do not,
+the others' dead letters are listed and counted, a line on stderr names the brokers that
+failed, -o json says "partial": true with "failedBrokers", and the exit code is 5.`, admin.DefaultDLQListMax, admin.MaxDLQListMax),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -92,9 +96,11 @@ error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.M
 				if err := checkGroup(ctx, a, group); err != nil {
 					return err
 				}
-				count, err := a.CountDLQ(ctx, group)
-				if err != nil {
-					return err
+				// Some brokers may fail (a *admin.PartialError): list the others' dead
+				// letters, then say so.
+				count, partialErr := a.CountDLQ(ctx, group)
+				if partialErr != nil && !errors.As(partialErr, new(*admin.PartialError)) {
+					return partialErr
 				}
 				opt := admin.DLQListOptions{FromOffset: from, Max: limit, Skip: (page - 1) * limit, NewestFirst: !oldest}
 				if all {
@@ -104,10 +110,14 @@ error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.M
 					return &usageError{fmt.Errorf("--page %d of --limit %d reaches past the %d dead letters one listing reads; use --from OFFSET", page, limit, admin.MaxDLQListMax)}
 				}
 				l, err := a.ListDLQ(ctx, group, opt)
-				if err != nil {
+				if err != nil && !errors.As(err, new(*admin.PartialError)) {
 					return err
 				}
-				p := dlqPage{Group: group, Total: count.Total, Pending: count.Pending, NewestFirst: !oldest, Rows: []dlqRow{}}
+				if err != nil {
+					partialErr = err
+				}
+				p := dlqPage{Group: group, Total: count.Total, Pending: count.Pending, NewestFirst: !oldest, Rows: []dlqRow{},
+					completeness: completenessOf(partialErr)}
 				if len(l) > 0 {
 					p.From, p.To = opt.Skip+1, opt.Skip+len(l)
 				}
@@ -122,12 +132,17 @@ error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.M
 						}
 						p.Rows = append(p.Rows, r)
 					}
-					return printJSON(cmd, p)
+					if err := printJSON(cmd, p); err != nil {
+						return err
+					}
+					noteIncomplete(cmd, partialErr, dlqMissing)
+					return partialErr
 				}
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "group %s: %d dead letter(s), %d not re-driven yet\n", group, count.Total, count.Pending)
 				if len(l) == 0 {
-					return nil
+					noteIncomplete(cmd, partialErr, dlqMissing)
+					return partialErr
 				}
 				tw := newTable(out)
 				fmt.Fprintln(tw, "BROKER\tQUEUE\tOFFSET\tMSG_ID\tTOPIC\tTAG\tKEYS\tRECONSUMED\tSTORED\tRESENT")
@@ -152,7 +167,8 @@ error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.M
 					fmt.Fprintf(out, "; more: --page %d (or --all)", page+1)
 				}
 				fmt.Fprintln(out)
-				return nil
+				noteIncomplete(cmd, partialErr, dlqMissing)
+				return partialErr
 			})
 		},
 	}
@@ -170,6 +186,9 @@ error (exit code 4), never "no dead letters".`, admin.DefaultDLQListMax, admin.M
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
+
+// dlqMissing is what noteIncomplete says for `dlq list`.
+const dlqMissing = "their dead letters are missing above and from the counts"
 
 // dlqBodyText returns b as text when it is valid UTF-8 (at most 200 runes), else a hex
 // preview.
@@ -218,8 +237,8 @@ stops the re-drive of its DLQ queue and makes the command fail.`,
 					return err
 				}
 				if showsProgress(cmd.ErrOrStderr()) {
-					count, err := a.CountDLQ(ctx, group)
-					if err != nil {
+					count, err := a.CountDLQ(ctx, group) // of the brokers that answer: the others are skipped below too
+					if err != nil && !errors.As(err, new(*admin.PartialError)) {
 						return err
 					}
 					total := count.Pending
@@ -243,7 +262,8 @@ stops the re-drive of its DLQ queue and makes the command fail.`,
 					v := struct {
 						Resent []admin.ResentMessage `json:"resent"`
 						Failed []failed              `json:"failed"`
-					}{Resent: res.Resent, Failed: []failed{}}
+						completeness
+					}{Resent: res.Resent, Failed: []failed{}, completeness: completenessOf(err)}
 					if v.Resent == nil {
 						v.Resent = []admin.ResentMessage{}
 					}
@@ -264,6 +284,7 @@ stops the re-drive of its DLQ queue and makes the command fail.`,
 					}
 					fmt.Fprintf(out, "%d resent, %d failed\n", len(res.Resent), len(res.Failed))
 				}
+				noteIncomplete(cmd, err, "their dead letters were not re-driven: run resend again once they answer")
 				return err
 			})
 		},

@@ -42,6 +42,12 @@ type groupJSON struct {
 	LagUnknown              bool   `json:"lagUnknown"` // a broker that is not Sluice holds it: its part of the lag is not read
 }
 
+// groupsJSON is `group list -o json`.
+type groupsJSON struct {
+	Groups []groupJSON `json:"groups"`
+	completeness
+}
+
 func newGroupListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--sort lag|age|clients|group] [--filter TEXT] [-o json]",
@@ -87,15 +93,16 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					return strings.Compare(x.Group, y.Group)
 				})
 				if asJSON {
-					out := make([]groupJSON, 0, len(rows))
+					out := groupsJSON{Groups: make([]groupJSON, 0, len(rows)), completeness: completenessOf(partialErr)}
 					for _, g := range rows {
-						out = append(out, groupJSON{Group: g.Group, Lag: g.Lag, LagSeconds: int64(g.LagAge(now).Seconds()), Clients: g.Clients,
+						out.Groups = append(out.Groups, groupJSON{Group: g.Group, Lag: g.Lag, LagSeconds: int64(g.LagAge(now).Seconds()), Clients: g.Clients,
 							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
 							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics), LagUnknown: g.LagUnknown})
 					}
 					if err := printJSON(cmd, out); err != nil {
 						return err
 					}
+					noteIncomplete(cmd, partialErr, missingAbove)
 					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
@@ -134,7 +141,7 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%d consumer group(s)\n", len(rows))
-				noteIncomplete(cmd.OutOrStdout(), partialErr)
+				noteIncomplete(cmd, partialErr, missingAbove)
 				return partialErr
 			})
 		},
@@ -163,30 +170,60 @@ subscription config and every offset it committed. Its %RETRY% and %DLQ% topics 
 their messages stay (delete them with "topic delete"). Brokers refuse while clients of
 the group are online. The command states what it would delete and asks on a terminal;
 --yes skips the question, and without a terminal it refuses unless --yes is given
-(exit code 2). A group no broker knows is refused (exit code 3) with the nearest names.`,
+(exit code 2). A group no broker knows is refused (exit code 3) with the nearest names.
+When some brokers fail, it is deleted from the others, a line on stderr names those that
+failed and the exit code is 5.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			group, _ := cmd.Flags().GetString("group")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
-				all, err := a.GroupSummaries(ctx)
-				if err != nil {
-					return err
+				all, listErr := a.GroupSummaries(ctx)
+				var pe *admin.PartialError
+				if listErr != nil && !errors.As(listErr, &pe) {
+					return listErr
 				}
 				i := slices.IndexFunc(all, func(g admin.GroupSummary) bool { return g.Group == group })
 				if i < 0 {
+					if pe != nil { // a broker that did not answer may hold it
+						return fmt.Errorf("consumer group %q is on none of the brokers that answered; nothing was deleted: %w", group, listErr)
+					}
 					return checkGroup(ctx, a, group)
 				}
 				g := all[i]
 				effect := fmt.Sprintf("delete consumer group %s from %s: its config and its offsets on %d topic(s) (lag %d); its %%RETRY%% and %%DLQ%% topics stay",
 					group, strings.Join(g.Brokers, ", "), len(g.Topics), g.Lag)
+				if pe != nil {
+					effect += fmt.Sprintf(" (%s did not answer: if they hold the group, it stays there)", strings.Join(pe.FailedBrokers(), ", "))
+				}
 				if err := confirm(cmd, effect); err != nil {
 					return err
 				}
-				if err := a.DeleteGroup(ctx, group); err != nil {
+				deleted, err := a.DeleteGroup(ctx, group)
+				if err != nil && !errors.As(err, new(*admin.PartialError)) {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted consumer group %s (config and offsets on %s)\n", group, strings.Join(g.Brokers, ", "))
-				return nil
+				// Whole, or a *admin.PartialError: say where it was deleted and where not.
+				names := make([]string, len(deleted))
+				for i, b := range deleted {
+					names[i] = b.Name
+				}
+				if asJSON {
+					if perr := printJSON(cmd, struct {
+						Group       string   `json:"group"`
+						DeletedFrom []string `json:"deletedFrom"` // brokers that deleted it
+						completeness
+					}{group, names, completenessOf(err)}); perr != nil {
+						return perr
+					}
+				} else if len(names) > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "deleted consumer group %s (config and offsets on %s)\n", group, strings.Join(names, ", "))
+				}
+				noteIncomplete(cmd, err, "if they hold the group it stays there: delete it again once they answer")
+				return err
 			})
 		},
 	}
@@ -221,13 +258,16 @@ subscription per group. Exits with an error when the group is inconsistent.`,
 				}
 				partialErr := err
 				if asJSON {
-					if err := printJSON(cmd, r); err != nil {
+					if err := printJSON(cmd, struct {
+						*admin.SubscriptionReport
+						completeness
+					}{r, completenessOf(partialErr)}); err != nil {
 						return err
 					}
 				} else {
 					printConsistency(cmd, r)
-					noteIncomplete(cmd.OutOrStdout(), partialErr)
 				}
+				noteIncomplete(cmd, partialErr, "their clients are missing above")
 				if partialErr != nil {
 					return partialErr
 				}

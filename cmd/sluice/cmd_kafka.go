@@ -183,8 +183,36 @@ arrived since. A copy that cannot be sent stops the command with an error.`,
 			group, _ := f.GetString("group")
 			var opt kafka.ResendOptions
 			opt.ToOriginalTopic, _ = f.GetBool("to-original-topic")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withKafka(cmd, func(ctx context.Context, brokers []string) error {
 				res, err := kafka.ResendDLQ(ctx, brokers, group, opt)
+				if asJSON {
+					type resent struct {
+						Partition int    `json:"partition"` // of <group>.dlq
+						Offset    int64  `json:"offset"`
+						MsgID     string `json:"msgId"`
+						To        string `json:"to"` // the topic it was sent to
+					}
+					v := struct {
+						Group   string   `json:"group"`
+						Resent  []resent `json:"resent"`
+						Skipped int      `json:"skipped"` // re-driven by an earlier run
+						Error   string   `json:"error,omitempty"`
+					}{Group: group, Resent: []resent{}, Skipped: res.Skipped}
+					for _, r := range res.Resent {
+						v.Resent = append(v.Resent, resent{r.Partition, r.Offset, r.MsgID, r.To})
+					}
+					if err != nil {
+						v.Error = err.Error()
+					}
+					if perr := printJSON(cmd, v); perr != nil {
+						return perr
+					}
+					return err
+				}
 				out := cmd.OutOrStdout()
 				for _, r := range res.Resent {
 					fmt.Fprintf(out, "resent %s (dead letter %d@%d) to %s\n", r.MsgID, r.Partition, r.Offset, r.To)

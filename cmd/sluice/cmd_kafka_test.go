@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -106,9 +107,19 @@ func TestAdminKafkaDLQ(t *testing.T) {
 		out, err = run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "list", "--group", "billing")
 		return err == nil && strings.Contains(out, "2 dead letter(s)")
 	}, "the re-driven copy failed again")
-	out, err = run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "resend", "--group", "billing")
-	if err != nil || !strings.Contains(out, "(dead letter 0@1)") || !strings.Contains(out, "1 resent, 1 re-driven before") {
-		t.Fatalf("second dlq resend: %v\n%s", err, out)
+	out, err = run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "resend", "--group", "billing", "-o", "json")
+	var res struct {
+		Group  string
+		Resent []struct {
+			Partition int
+			Offset    int64
+			To        string
+		}
+		Skipped int
+	}
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Group != "billing" || len(res.Resent) != 1 ||
+		res.Resent[0].Partition != 0 || res.Resent[0].Offset != 1 || res.Resent[0].To != "billing.retry.1" || res.Skipped != 1 {
+		t.Fatalf("second dlq resend -o json: %v\n%s", err, out)
 	}
 	if _, err := run(t, "admin", "kafka", "--brokers", brokers[0], "dlq", "list", "--group", "nobody"); err == nil {
 		t.Fatal("dlq list of a group without a dead-letter topic succeeded")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -60,10 +59,23 @@ brokers first.`,
 			}
 			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
 				ms, err := getMessage(ctx, a, id, topic)
-				if err != nil {
+				if err != nil && len(ms) == 0 {
 					return err
 				}
-				return printMessages(cmd.OutOrStdout(), ms, asJSON, true)
+				// err: nil, or a *admin.PartialError (copies on a failing broker are missing)
+				if asJSON {
+					v := foundJSON{Key: id, Topic: topic, Messages: make([]messageView, len(ms)), completeness: completenessOf(err)}
+					for i, m := range ms {
+						v.Messages[i] = viewOf(m)
+					}
+					if perr := printJSON(cmd, v); perr != nil {
+						return perr
+					}
+				} else if perr := printMessages(cmd.OutOrStdout(), ms, true); perr != nil {
+					return perr
+				}
+				noteIncomplete(cmd, err, "copies they hold are missing above")
+				return err
 			})
 		},
 	}
@@ -79,11 +91,11 @@ brokers first.`,
 func getMessage(ctx context.Context, a *admin.Admin, id, topic string) ([]*message.MessageExt, error) {
 	if topic != "" {
 		ms, err := a.FindMessageByUniqKey(ctx, topic, id)
-		if err != nil {
+		if err != nil && len(ms) == 0 { // a broker that failed may hold it
 			return nil, err
 		}
 		if len(ms) > 0 {
-			return ms, nil
+			return ms, err // err: nil, or a *admin.PartialError naming the brokers not asked
 		}
 	}
 	// Offset ids are upper-case hex; a client id made by a Go producer has lower-case
@@ -145,13 +157,21 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 				if len(ms) == 0 && err != nil {
 					return topicNotFound(ctx, a, topic, err)
 				}
-				if perr := printMessages(cmd.OutOrStdout(), ms, asJSON, false); perr != nil {
-					return perr
-				}
-				if !asJSON {
+				if asJSON {
+					v := foundJSON{topic, key, make([]messageView, len(ms)), completenessOf(err)}
+					for i, m := range ms {
+						v.Messages[i] = viewOf(m)
+					}
+					if perr := printJSON(cmd, v); perr != nil {
+						return perr
+					}
+				} else {
+					if perr := printMessages(cmd.OutOrStdout(), ms, false); perr != nil {
+						return perr
+					}
 					fmt.Fprintf(cmd.OutOrStdout(), "found %d message(s) of topic %s with key %s\n", len(ms), topic, key)
-					noteIncomplete(cmd.OutOrStdout(), err)
 				}
+				noteIncomplete(cmd, err, "their messages are missing above")
 				return err // some brokers failed: say so after what the others returned
 			})
 		},
@@ -165,6 +185,15 @@ inclusive). Use "sluice admin message get --id" with an OFFSET_MSG_ID for the bo
 	_ = cmd.MarkFlagRequired("topic")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
+}
+
+// foundJSON is `message find -o json` and `message get -o json`: the messages found, and
+// which brokers did not answer (partial). Key is the key found by, or get's --id.
+type foundJSON struct {
+	Topic    string        `json:"topic,omitempty"`
+	Key      string        `json:"key"`
+	Messages []messageView `json:"messages"`
+	completeness
 }
 
 // messageView is the JSON form of a message printed by `admin message`.
@@ -221,15 +250,8 @@ func msTime(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
-// printMessages prints ms as JSON, as full text blocks (detail) or as a table.
-func printMessages(w io.Writer, ms []*message.MessageExt, asJSON, detail bool) error {
-	if asJSON {
-		views := make([]messageView, len(ms))
-		for i, m := range ms {
-			views[i] = viewOf(m)
-		}
-		return writeJSON(w, views)
-	}
+// printMessages prints ms as full text blocks (detail) or as a table.
+func printMessages(w io.Writer, ms []*message.MessageExt, detail bool) error {
 	if !detail {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "#\tBROKER\tQUEUE\tQUEUE_OFFSET\tSTORE_TIME\tOFFSET_MSG_ID\tMSG_ID\tTAGS\tKEYS")
@@ -279,10 +301,4 @@ func printMessages(w io.Writer, ms []*message.MessageExt, asJSON, detail bool) e
 		}
 	}
 	return nil
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -72,10 +72,12 @@ func TestMessageFindAndGet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("find --json: %v\n%s", err, out)
 	}
-	var views []messageView
-	if err := json.Unmarshal([]byte(out), &views); err != nil || len(views) != 1 {
+	var found foundJSON
+	if err := json.Unmarshal([]byte(out), &found); err != nil || len(found.Messages) != 1 || found.Partial || found.FailedBrokers == nil ||
+		found.Topic != "Payments" || found.Key != key {
 		t.Fatalf("find --json output (%v):\n%s", err, out)
 	}
+	views := found.Messages
 	if v := views[0]; v.OffsetMsgID != offsetID || v.MsgID != uniq || v.Body != string(body) || v.BodyEncoding != "utf8" ||
 		v.QueueID != 1 || v.Tags != "Paid" || len(v.Keys) != 1 || v.Keys[0] != key || v.Broker != b.Name() {
 		t.Errorf("find --json: %+v", v)
@@ -103,7 +105,8 @@ func TestMessageFindAndGet(t *testing.T) {
 		t.Errorf("get by client id without --topic: %v", err)
 	}
 	out, err = run(t, "admin", "message", "get", "--namesrv", ns, "--id", uniq, "--topic", "Payments", "--json")
-	if err != nil || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].OffsetMsgID != offsetID {
+	found = foundJSON{}
+	if err != nil || json.Unmarshal([]byte(out), &found) != nil || len(found.Messages) != 1 || found.Messages[0].OffsetMsgID != offsetID || found.Partial {
 		t.Errorf("get by client id with --topic: %v\n%s", err, out)
 	}
 
@@ -185,12 +188,13 @@ func TestSeedKeysFindableAfterRestart(t *testing.T) {
 	}, "the route of Refunds after the restart: ", func() string { return fmt.Sprint(err, " ", out) })
 	for _, s := range all {
 		out, err := run(t, "admin", "message", "find", "--namesrv", ns, "--topic", "Refunds", "--key", s.key, "--json")
-		var views []messageView
-		if err != nil || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].OffsetMsgID != s.offsetID || views[0].Body != s.body {
+		var found foundJSON
+		if err != nil || json.Unmarshal([]byte(out), &found) != nil || len(found.Messages) != 1 || found.Messages[0].OffsetMsgID != s.offsetID || found.Messages[0].Body != s.body {
 			t.Fatalf("find %s after restart: %v\n%s", s.key, err, out)
 		}
 		out, err = run(t, "admin", "message", "get", "--namesrv", ns, "--id", s.offsetID, "--json")
-		if err != nil || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || views[0].Body != s.body || views[0].Keys[0] != s.key {
+		found = foundJSON{}
+		if err != nil || json.Unmarshal([]byte(out), &found) != nil || len(found.Messages) != 1 || found.Messages[0].Body != s.body || found.Messages[0].Keys[0] != s.key {
 			t.Fatalf("get %s after restart: %v\n%s", s.offsetID, err, out)
 		}
 	}

@@ -54,7 +54,7 @@ Copies are found through the brokers' key index by the message's client message 
 				var findErr error
 				if id != "" {
 					ms, findErr = getMessage(ctx, a, id, topic)
-					if findErr != nil {
+					if findErr != nil && len(ms) == 0 { // with some found, findErr is a *admin.PartialError: go on
 						if errors.Is(findErr, admin.ErrTopicNotExist) {
 							return topicNotFound(ctx, a, topic, findErr)
 						}
@@ -91,13 +91,14 @@ Copies are found through the brokers' key index by the message's client message 
 				if asJSON {
 					if err := printJSON(cmd, struct {
 						Messages []*admin.MessageStatus `json:"messages"`
-					}{out}); err != nil {
+						completeness
+					}{out, completenessOf(findErr)}); err != nil {
 						return err
 					}
 				} else {
 					printMessageStatus(cmd.OutOrStdout(), out)
-					noteIncomplete(cmd.OutOrStdout(), findErr)
 				}
+				noteIncomplete(cmd, findErr, "what they hold (copies, offsets) is missing above")
 				return findErr // some brokers failed the key lookup: say so after the rest
 			})
 		},

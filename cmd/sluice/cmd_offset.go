@@ -64,13 +64,15 @@ func newOffsetShowCmd() *cobra.Command {
 						Topic  string `json:"topic"`
 						Lag    int64  `json:"lag"`
 						Queues []row  `json:"queues"`
-					}{Group: group, Topic: topic, Lag: lag, Queues: []row{}}
+						completeness
+					}{Group: group, Topic: topic, Lag: lag, Queues: []row{}, completeness: completenessOf(partialErr)}
 					for _, o := range offs {
 						v.Queues = append(v.Queues, row{o.Queue.BrokerName, o.Queue.QueueID, o.Committed, o.Min, o.Max, o.Lag()})
 					}
 					if err := printJSON(cmd, v); err != nil {
 						return err
 					}
+					noteIncomplete(cmd, partialErr, "their queues are missing above and from the lag")
 					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
@@ -86,7 +88,7 @@ func newOffsetShowCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "total lag %d\n", lag)
-				noteIncomplete(cmd.OutOrStdout(), partialErr)
+				noteIncomplete(cmd, partialErr, "their queues are missing above and from the lag")
 				return partialErr
 			})
 		},
@@ -157,13 +159,13 @@ terminal (a script) it refuses unless --yes is given (exit code 2).`,
 				res, err := a.ResetOffsetByTime(ctx, group, topic, at, force)
 				if res != nil && (err == nil || len(res.Offsets) > 0) { // nothing to report when every broker refused
 					if asJSON {
-						if perr := printResetJSON(cmd, group, topic, at, res); perr != nil {
+						if perr := printResetJSON(cmd, group, topic, at, res, err); perr != nil {
 							return perr
 						}
 					} else {
 						printResetResult(cmd, group, topic, at, res)
-						noteIncomplete(cmd.OutOrStdout(), err)
 					}
+					noteIncomplete(cmd, err, "their queues were not reset")
 				}
 				return err
 			})
@@ -202,8 +204,9 @@ func printResetResult(cmd *cobra.Command, group, topic string, at time.Time, res
 	}
 }
 
-// printResetJSON prints a reset's result for -o json.
-func printResetJSON(cmd *cobra.Command, group, topic string, at time.Time, res *admin.ResetResult) error {
+// printResetJSON prints a reset's result for -o json; err is the reset's error (a
+// *admin.PartialError marks it partial).
+func printResetJSON(cmd *cobra.Command, group, topic string, at time.Time, res *admin.ResetResult, err error) error {
 	type row struct {
 		Broker  string `json:"broker"`
 		QueueID int    `json:"queueId"`
@@ -215,7 +218,8 @@ func printResetJSON(cmd *cobra.Command, group, topic string, at time.Time, res *
 		Time    string   `json:"time"` // RFC 3339, or "end"
 		Queues  []row    `json:"queues"`
 		Offline []string `json:"offline"` // brokers with no consumer of the group online
-	}{Group: group, Topic: topic, Time: "end", Queues: []row{}, Offline: res.Offline}
+		completeness
+	}{Group: group, Topic: topic, Time: "end", Queues: []row{}, Offline: res.Offline, completeness: completenessOf(err)}
 	if !at.IsZero() {
 		v.Time = at.Format(time.RFC3339Nano)
 	}

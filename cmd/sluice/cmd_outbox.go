@@ -82,7 +82,10 @@ func newOutboxListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateName, _ := cmd.Flags().GetString("state")
 			limit, _ := cmd.Flags().GetInt("limit")
-			asJSON, _ := cmd.Flags().GetBool("json")
+			asJSON, err := jsonOutput(cmd) // -o json, or --json
+			if err != nil {
+				return err
+			}
 			state := map[string]int{"pending": outbox.StatePending, "sent": outbox.StateSent, "dead": outbox.StateDead}
 			s, ok := state[stateName]
 			if !ok {
@@ -120,7 +123,7 @@ func newOutboxListCmd() *cobra.Command {
 	}
 	cmd.Flags().String("state", "dead", "which rows to list: dead, pending or sent")
 	cmd.Flags().Int("limit", 100, fmt.Sprintf("the most rows to list (1..%d)", outbox.MaxList))
-	cmd.Flags().Bool("json", false, "print JSON")
+	cmd.Flags().Bool("json", false, "print JSON (the same as -o json)")
 	return cmd
 }
 
@@ -141,12 +144,26 @@ func newOutboxRedriveCmd() *cobra.Command {
 				}
 				ids = append(ids, id)
 			}
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
 			return withOutbox(cmd, func(ctx context.Context, ob *outbox.Outbox) error {
 				n, err := ob.Redrive(ctx, ids...)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "re-drove %d dead rows of %s\n", n, ob.Table())
+				if asJSON {
+					if err := printJSON(cmd, struct {
+						Table     string `json:"table"`
+						Redriven  int64  `json:"redriven"`
+						Requested int    `json:"requested"` // ids given; 0 with --all
+					}{ob.Table(), n, len(ids)}); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "re-drove %d dead rows of %s\n", n, ob.Table())
+				}
 				if len(ids) > 0 && n < int64(len(ids)) {
 					return fmt.Errorf("%d of the %d ids were not dead rows", int64(len(ids))-n, len(ids))
 				}

@@ -61,13 +61,16 @@ func TestAdminOutbox(t *testing.T) {
 	if _, err := run(t, "admin", "outbox", "redrive", "--dialect", "sqlite", "--dsn", path); err == nil {
 		t.Fatal("redrive without ids or --all accepted")
 	}
-	out, err = run(t, "admin", "outbox", "redrive", "--dialect", "sqlite", "--dsn", path, "--all")
-	if err != nil || !strings.Contains(out, "re-drove 1 dead rows") {
+	out, err = run(t, "admin", "outbox", "redrive", "--dialect", "sqlite", "--dsn", path, "--all", "-o", "json")
+	if err != nil || !strings.Contains(out, `"redriven": 1`) {
 		t.Fatalf("redrive: %v\n%s", err, out)
 	}
 	out, err = run(t, "admin", "outbox", "list", "--dialect", "sqlite", "--dsn", path, "--state", "pending", "--json")
 	if err != nil || !strings.Contains(out, `"pending":1`) || !strings.Contains(out, `"dead":0`) {
 		t.Fatalf("list after redrive: %v\n%s", err, out)
+	}
+	if out2, err := run(t, "admin", "outbox", "list", "--dialect", "sqlite", "--dsn", path, "--state", "pending", "-o", "json"); err != nil || !strings.Contains(out2, `"pending":1`) || !strings.Contains(out2, `"MessageKey":"order-1"`) {
+		t.Fatalf("list -o json: %v\n%s", err, out2)
 	}
 	if _, err := run(t, "admin", "outbox", "list", "--dialect", "sqlite", "--dsn", filepath.Join(t.TempDir(), "missing.db")); err == nil {
 		t.Fatal("a missing database is not an error")

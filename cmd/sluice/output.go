@@ -120,12 +120,44 @@ func showsProgress(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// noteIncomplete prints, under a table, which brokers did not answer when err is an
-// *admin.PartialError (the command then exits 5); other errors print nothing.
-func noteIncomplete(w io.Writer, err error) {
+// noteIncomplete writes one line on the command's stderr naming the brokers that did not
+// answer or refused when err is an *admin.PartialError (the command then exits 5), so that a
+// script reading stdout gets only the data and a person sees the line under it; other
+// errors write nothing. what says what their part means for a table ("what they hold is
+// missing above"); under -o json the line points at the document's "partial" instead.
+func noteIncomplete(cmd *cobra.Command, err error, what string) {
 	var pe *admin.PartialError
 	if errors.As(err, &pe) {
-		fmt.Fprintf(w, "INCOMPLETE: %d of %d broker(s) did not answer (%s); what they hold is missing above\n",
-			len(pe.Failed), pe.Answered+len(pe.Failed), strings.Join(pe.FailedBrokers(), ", "))
+		if asJSON, _ := jsonOutput(cmd); asJSON {
+			what = `the JSON says "partial": true`
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "INCOMPLETE: %d of %d broker(s) failed (%s); %s\n",
+			len(pe.Failed), pe.Answered+len(pe.Failed), strings.Join(pe.FailedBrokers(), ", "), what)
 	}
+}
+
+// missingAbove is what noteIncomplete says for a read.
+const missingAbove = "what they hold is missing above"
+
+// completeness is part of the -o json document of every command that asks several
+// brokers: Partial is true when some of them did not answer (or refused), and
+// FailedBrokers names those as "name (addr)"; the command then exits 5. A script that
+// reads the document alone cannot mistake a partial answer for a whole one.
+type completeness struct {
+	Partial       bool     `json:"partial"`
+	FailedBrokers []string `json:"failedBrokers"` // [] when whole
+}
+
+// completenessOf reads err: an *admin.PartialError (possibly joined with others) makes
+// the answer partial.
+func completenessOf(err error) completeness {
+	c := completeness{FailedBrokers: []string{}}
+	var pe *admin.PartialError
+	if errors.As(err, &pe) {
+		c.Partial = true
+		if fb := pe.FailedBrokers(); fb != nil {
+			c.FailedBrokers = fb
+		}
+	}
+	return c
 }

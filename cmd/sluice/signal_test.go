@@ -115,8 +115,8 @@ func TestSignalStopsBrokerInOrder(t *testing.T) {
 	}, "the route of Bills after the restart")
 	for i := range n {
 		o, err := run(t, "admin", "message", "find", "--namesrv", b.NamesrvAddr(), "--topic", "Bills", "--key", fmt.Sprintf("bill-%d", i), "--json")
-		var views []messageView
-		if err != nil || json.Unmarshal([]byte(o), &views) != nil || len(views) != 1 || views[0].Body != fmt.Sprintf("bill %d", i) {
+		var found foundJSON
+		if err != nil || json.Unmarshal([]byte(o), &found) != nil || found.Partial || len(found.Messages) != 1 || found.Messages[0].Body != fmt.Sprintf("bill %d", i) {
 			t.Fatalf("find bill-%d after the restart: %v\n%s", i, err, o)
 		}
 	}

@@ -134,7 +134,7 @@ func DeleteTopic(ctx context.Context, namesrvAddrs []string, topic string) error
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer a.Close()
-	if err := a.DeleteTopic(ctx, topic); err != nil {
+	if _, err := a.DeleteTopic(ctx, topic); err != nil {
 		return fmt.Errorf("bench: delete topic %s: %w", topic, err)
 	}
 	return nil
