@@ -208,8 +208,9 @@ ORDER BY o.id LIMIT ?` + lock)
 		// probe each in (order_key, state, id) (MIN over state <> 1 read every unsent row
 		// of the key; MIN over state = 0 too, in a dependent subquery). The head is the
 		// lower of the two; o itself is a pending row of its key, so the first pending row
-		// exists.
-		q.candidates = r(`SELECT o.id, o.order_key, LENGTH(o.body) + LENGTH(o.properties) FROM ` + table + ` o
+		// exists. The walk itself is held to (state, id): from a small table's statistics
+		// MariaDB chose to walk the primary key, through every sent row kept by Retention.
+		q.candidates = r(`SELECT o.id, o.order_key, LENGTH(o.body) + LENGTH(o.properties) FROM ` + table + ` o FORCE INDEX (` + table + `_state)
 WHERE o.state = 0 AND o.next_attempt_at <= ? AND o.lease_until <= ?
 AND (o.order_key = '' OR NOT COALESCE((SELECT h.state = 2 OR h.lease_until > ? OR h.next_attempt_at > ? FROM ` + table + ` h
 	WHERE h.id = LEAST(
