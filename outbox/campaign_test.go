@@ -310,10 +310,13 @@ func TestCampaignOutage(t *testing.T) {
 			}
 		}()
 		defer func() { cancel(); wg.Wait() }()
-		testkit.WaitFor(t, 30*time.Second, func() bool { return c.tally(t).applied >= 20 }, "first orders applied")
+		testkit.WaitFor(t, 120*time.Second, func() bool { return c.tally(t).applied >= 20 }, "first orders applied") // 30 s passed by under -race at load 45
 		e.setDown(t, true)
 		downAt := placed.Load()
 		time.Sleep(size.outage) // the scenario: the broker is down this long
+		// ... and until some orders were placed meanwhile (a loaded machine under -race
+		// placed 8 in a 1 s outage of the default run, where one per 5 ms is asked).
+		testkit.WaitFor(t, 60*time.Second, func() bool { return placed.Load()-downAt >= 10 }, "10 orders placed while the broker is down")
 		st, err := c.ob.Stats(ctx)
 		if err != nil {
 			t.Fatal(err)
