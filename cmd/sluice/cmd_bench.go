@@ -34,6 +34,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
   sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it
   sluice bench produce --target sluice,kafka --inflight 16 # Sluice, then Kafka (package kafka), and the ratio
   sluice bench consume --target sluice,kafka --kafka 127.0.0.1:9092
+  sluice bench consume --target kafka,kafka-franz          # package kafka's consumer beside franz-go's group
+  sluice bench produce --target sluice,kafka,kafka-franz --rate 50%,80%  # latency at steady rates
 
 Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
 --kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
@@ -67,6 +69,7 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), kafka-franz (franz-go, linger 0), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
 	addRocketMQFlags(produce)
 	produce.Flags().Int("repeat", 1, "run the targets this many rounds, alternating them, and print each one's median and spread (lowest-highest) of msg/s and CPU per message, and the median ratios")
+	produce.Flags().String("rate", "", "send at steady rates instead of as fast as possible, each target in turn on a fresh topic with a consumer reading it: msg/s (20000, 20k) or percentages of each target's saturation, measured first (50%,80%), comma-separated; reports p50/p99/p99.9 of send and end-to-end latency from each message's due time (window: --inflight, default 64)")
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
 	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
@@ -84,7 +87,7 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
-	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), kafka-franz (a franz-go consumer group), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
 	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	addRocketMQFlags(consume)
 	cmd.AddCommand(produce, consume)
@@ -128,6 +131,7 @@ func runBench(cmd *cobra.Command, run func(context.Context, bench.Options) error
 	o.AutoBatch, _ = f.GetBool("auto-batch")
 	o.Linger, _ = f.GetDuration("linger")
 	o.Repeat, _ = f.GetInt("repeat")
+	o.Rate, _ = f.GetString("rate")
 	o.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
 	o.Orderly, _ = f.GetBool("orderly")
 	o.ConsumeBatch, _ = f.GetInt("consume-batch")

@@ -293,6 +293,8 @@ type plan struct {
 	duration time.Duration // else: until this much time has passed
 	inflight int           // goroutines per sender
 	phase    string
+	rate     float64 // driveRate: messages per second over all senders
+	seqSign  int64   // driveRate: 1, or -1 for warm-up messages
 }
 
 // run is the state drive and driveAsync share: the sequence counter, the stop flag (set
