@@ -90,7 +90,33 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), kafka-franz (a franz-go consumer group), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
 	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	addRocketMQFlags(consume)
-	cmd.AddCommand(produce, consume)
+	scale := &cobra.Command{
+		Use:   "scale",
+		Short: "Many producers and consumers over many topics, some restarting: errors, broker RSS and p99 against a small run",
+		Long: `Run --baseline-clients producers and as many consumers, then --clients of each, over
+--topics topics of --queues queues at a steady total --rate, each run for --duration (default 30s);
+during the second run --restarts clients (producers and consumers alternately) stop and start
+again. The broker runs as its own process. The scenario fails (exit status 1) on any send or
+restart error, a message that never reaches a handler, a broker peak RSS of 500 MiB or more,
+or a send or end-to-end p99 more than 3x the baseline's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var c bench.ScaleConfig
+			f := cmd.Flags()
+			c.Clients, _ = f.GetInt("clients")
+			c.Baseline, _ = f.GetInt("baseline-clients")
+			c.Topics, _ = f.GetInt("topics")
+			c.Restarts, _ = f.GetInt("restarts")
+			c.Rate, _ = f.GetFloat64("rate")
+			return runBench(cmd, func(ctx context.Context, o bench.Options) error { return bench.RunScaleBench(ctx, o, c) })
+		},
+	}
+	scale.Flags().Int("clients", bench.DefaultScaleClients, "producers, and as many consumers, of the full run (each consumer its own group over its share of the topics)")
+	scale.Flags().Int("baseline-clients", bench.DefaultScaleBaseline, "producers and consumers of the baseline run (no restarts) the full run's p99 is compared with")
+	scale.Flags().Int("topics", bench.DefaultScaleTopics, "topic count (created first)")
+	scale.Flags().Int("restarts", bench.DefaultScaleRestarts, "clients restarted during the full run, producers and consumers alternately, spread over --duration")
+	scale.Flags().Float64("rate", bench.DefaultScaleRate, "total send rate of each run in msg/s")
+	cmd.AddCommand(produce, consume, scale)
 	return cmd
 }
 
