@@ -149,6 +149,7 @@ type e2eSink struct {
 	warmWant int64
 	warmDone chan struct{} // closed once warmWant warm-up messages were handled
 	warmOnce sync.Once
+	allAt    atomic.Int64 // Unix ns when the last timed message was handled
 	now      func() time.Time
 }
 
@@ -179,6 +180,7 @@ func (s *e2eSink) handle(body []byte) {
 		s.hist.Record(now.Sub(due))
 		s.mu.Unlock()
 		if s.distinct.Add(1) == s.n {
+			s.allAt.Store(now.UnixNano())
 			s.allOnce.Do(func() { close(s.all) })
 		}
 	}
@@ -217,6 +219,9 @@ type RateResult struct {
 	// per message; Duplicates counts the messages handled again.
 	EndToEnd   Histogram
 	Duplicates int64
+	// Consumed is the time from the first message's due time until the consumer had
+	// handled every timed message.
+	Consumed time.Duration
 }
 
 // runRate sends n messages through rig at perSec msg/s, spread over the rig's senders
@@ -243,15 +248,17 @@ func runRate(ctx context.Context, cfg *Config, mk rigMaker, perSec float64, n in
 		}
 		var meter cpuMeter
 		meter.start(cfg.ServerPid)
+		sendStart := time.Now()
 		r, err := driveRate(ctx, cfg, rig.asyncs, plan{messages: n, inflight: cfg.Inflight, phase: "rate", rate: perSec, seqSign: 1})
 		if err != nil {
 			return nil, err
 		}
-		meter.stop(r)
 		if err := waitFor(ctx, sink.all, drainWait); err != nil {
 			return nil, fmt.Errorf("bench: the consumer handled %d of %d messages: %w", sink.distinct.Load(), n, err)
 		}
-		return &RateResult{PerSec: perSec, Result: r, EndToEnd: sink.histogram(), Duplicates: sink.dups.Load()}, nil
+		meter.stop(r) // CPU of sending and consuming every message
+		return &RateResult{PerSec: perSec, Result: r, EndToEnd: sink.histogram(), Duplicates: sink.dups.Load(),
+			Consumed: time.Unix(0, sink.allAt.Load()).Sub(sendStart)}, nil
 	}()
 	if cerr := rig.close(); cerr != nil && err == nil {
 		err = cerr

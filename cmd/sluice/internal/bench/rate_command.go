@@ -17,7 +17,7 @@ type rateTarget struct {
 }
 
 // runRates is sluice bench produce --rate: for each target in turn, its saturation
-// (an async produce run with the same window) when a spec is a percentage, then one
+// (sent and consumed, see below) when a spec is a percentage, then one
 // steady-rate run per spec, each on a fresh topic with its own consumer; then a table
 // of every run's send and end-to-end p50/p99/p99.9.
 func runRates(ctx context.Context, o Options, s *benchSetup, targets []string) error {
@@ -80,14 +80,28 @@ func runRates(ctx context.Context, o Options, s *benchSetup, targets []string) e
 		cfg.setDefaults()
 		var sat float64
 		if needsSaturation(specs) {
-			fmt.Fprintf(out, "%s: saturation first\n", s.describe(tgt))
+			// Saturation is the rate the target sends and its consumer keeps up with: first
+			// the producer alone (as bench produce --async) sizes the run, then the same
+			// count goes out unpaced with the consumer attached, and the saturation is the
+			// count over the time until the consumer has handled all of it.
+			fmt.Fprintf(out, "%s: saturation, producer alone\n", s.describe(tgt))
 			r, err := rt.saturate(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("%s saturation: %w", tgt, err)
 			}
 			s.bar.finish()
 			printProduce(out, r)
-			sat = r.MsgPerSec()
+			n := rateMessages(r.MsgPerSec(), cfg.Messages, cfg.Duration)
+			fmt.Fprintf(out, "%s saturation with the consumer attached: %d messages unpaced, window %d per producer\n", tgt, n, cfg.Inflight)
+			rr, err := runRate(ctx, &cfg, rt.rig, MaxRate, n, max(time.Minute, 2*cfg.Duration))
+			if err != nil {
+				return fmt.Errorf("%s saturation: %w", tgt, err)
+			}
+			s.bar.finish()
+			sat = float64(n) / max(rr.Consumed.Seconds(), 1e-9)
+			fmt.Fprintf(out, "  saturation %.0f msg/s sent and consumed (all %d handled %v after the first send; producer alone %.0f msg/s)\n",
+				sat, n, rr.Consumed.Round(time.Millisecond), r.MsgPerSec())
+			printCPU(out, rr.Result)
 		}
 		for _, spec := range specs {
 			perSec := spec.resolve(sat)
