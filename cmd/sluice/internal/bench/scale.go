@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -413,8 +414,9 @@ func scaleRun(ctx context.Context, c *ScaleConfig, clients, restarts int, out io
 	sc.producers = make([]*producer.Producer, clients)
 	sc.consumers = make([]*consumer.PushConsumer, clients)
 	defer func() {
-		if err := sc.shutdown(); err != nil {
-			fmt.Fprintf(out, "  client shutdown: %v\n", err)
+		if err := sc.shutdown(); err != nil { // one line per queue whose offset could not be stored: the first and a count
+			lines := strings.Split(err.Error(), "\n")
+			fmt.Fprintf(out, "  client shutdown: %d error(s), first: %s\n", len(lines), lines[0])
 		}
 	}()
 	if err := startEach(clients, func(i int) (err error) {
