@@ -34,6 +34,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
   sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it
   sluice bench produce --target sluice,kafka --inflight 16 # Sluice, then Kafka (package kafka), and the ratio
   sluice bench consume --target sluice,kafka --kafka 127.0.0.1:9092
+  sluice bench consume --target kafka,kafka-franz          # package kafka's consumer beside franz-go's group
+  sluice bench produce --target sluice,kafka,kafka-franz --rate 50%,80%  # latency at steady rates
 
 Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
 --kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
@@ -67,6 +69,7 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), kafka-franz (franz-go, linger 0), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
 	addRocketMQFlags(produce)
 	produce.Flags().Int("repeat", 1, "run the targets this many rounds, alternating them, and print each one's median and spread (lowest-highest) of msg/s and CPU per message, and the median ratios")
+	produce.Flags().String("rate", "", "send at steady rates instead of as fast as possible, each target in turn on a fresh topic with a consumer reading it: msg/s (20000, 20k) or percentages of each target's saturation, measured first (50%,80%), comma-separated; reports p50/p99/p99.9 of send and end-to-end latency from each message's due time (window: --inflight, default 64)")
 	produce.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	produce.Flags().Bool("async", false, "send asynchronously: each producer keeps --inflight sends outstanding with SendAsync (JetStream: PublishAsync); the same as --mode async")
 	produce.Flags().String("mode", "", "how to send: sync (SendSync; default), async (SendAsync window of --inflight), oneway (SendOneway; reports how many were stored) or batch (SendBatch of --batch-size)")
@@ -84,10 +87,36 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
-	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), kafka-franz (a franz-go consumer group), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
 	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	addRocketMQFlags(consume)
-	cmd.AddCommand(produce, consume)
+	scale := &cobra.Command{
+		Use:   "scale",
+		Short: "Many producers and consumers over many topics, some restarting: errors, broker RSS and p99 against a small run",
+		Long: `Run --baseline-clients producers and as many consumers, then --clients of each, over
+--topics topics of --queues queues at a steady total --rate, each run for --duration (default 30s);
+during the second run --restarts clients (producers and consumers alternately) stop and start
+again. The broker runs as its own process. The scenario fails (exit status 1) on any send or
+restart error, a message that never reaches a handler, a broker peak RSS of 500 MiB or more,
+or a send or end-to-end p99 more than 3x the baseline's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var c bench.ScaleConfig
+			f := cmd.Flags()
+			c.Clients, _ = f.GetInt("clients")
+			c.Baseline, _ = f.GetInt("baseline-clients")
+			c.Topics, _ = f.GetInt("topics")
+			c.Restarts, _ = f.GetInt("restarts")
+			c.Rate, _ = f.GetFloat64("rate")
+			return runBench(cmd, func(ctx context.Context, o bench.Options) error { return bench.RunScaleBench(ctx, o, c) })
+		},
+	}
+	scale.Flags().Int("clients", bench.DefaultScaleClients, "producers, and as many consumers, of the full run (each consumer its own group over its share of the topics)")
+	scale.Flags().Int("baseline-clients", bench.DefaultScaleBaseline, "producers and consumers of the baseline run (no restarts) the full run's p99 is compared with")
+	scale.Flags().Int("topics", bench.DefaultScaleTopics, "topic count (created first)")
+	scale.Flags().Int("restarts", bench.DefaultScaleRestarts, "clients restarted during the full run, producers and consumers alternately, spread over --duration")
+	scale.Flags().Float64("rate", bench.DefaultScaleRate, "total send rate of each run in msg/s")
+	cmd.AddCommand(produce, consume, scale)
 	return cmd
 }
 
@@ -128,6 +157,7 @@ func runBench(cmd *cobra.Command, run func(context.Context, bench.Options) error
 	o.AutoBatch, _ = f.GetBool("auto-batch")
 	o.Linger, _ = f.GetDuration("linger")
 	o.Repeat, _ = f.GetInt("repeat")
+	o.Rate, _ = f.GetString("rate")
 	o.ConsumeGoroutines, _ = f.GetInt("consume-goroutines")
 	o.Orderly, _ = f.GetBool("orderly")
 	o.ConsumeBatch, _ = f.GetInt("consume-batch")

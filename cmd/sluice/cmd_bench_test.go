@@ -250,7 +250,18 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "produce", "--target", "pulsar"}, `--target "pulsar"`},
 		{[]string{"bench", "produce", "--target", "pulsar", "--progress"}, `--target "pulsar"`}, // the bar's goroutine must stop too (goleak)
 		{[]string{"bench", "produce", "--target", "kafka,kafka"}, "each once"},
-		{[]string{"bench", "consume", "--target", "kafka-franz"}, `--target "kafka-franz"`},
+		{[]string{"bench", "consume", "--target", "pulsar"}, `--target "pulsar"`},
+		{[]string{"bench", "produce", "--rate", "150%"}, `"150%" is not a percentage in (0, 100]`},
+		{[]string{"bench", "produce", "--rate", "0"}, `"0" is not a rate in (0, 10000000] msg/s`},
+		{[]string{"bench", "produce", "--rate", ""}, "--rate: empty"},
+		{[]string{"bench", "produce", "--rate", "1000", "--size", "8"}, "--rate needs at least 16 bytes"},
+		{[]string{"bench", "produce", "--rate", "1000", "--repeat", "2"}, "--rate and --repeat: pick one"},
+		{[]string{"bench", "produce", "--rate", "1000", "--mode", "batch"}, "--mode and --async do not apply"},
+		{[]string{"bench", "produce", "--rate", "1000", "--target", "rocketmq"}, "--rate: not with --target rocketmq"},
+		{[]string{"bench", "scale", "--clients", "5", "--topics", "4"}, "--clients 5: must be 1..2000 and at most --topics (4)"},
+		{[]string{"bench", "scale", "--baseline-clients", "300"}, "--baseline-clients 300"},
+		{[]string{"bench", "scale", "--broker", "embedded"}, "needs the broker in its own process"},
+		{[]string{"bench", "scale", "--namesrv", "127.0.0.1:1"}, "--namesrv: the scale scenario runs against the bench's own broker process"},
 		{[]string{"bench", "produce", "--repeat", "-1"}, "--repeat -1: want 1 or more"},
 		{[]string{"bench", "produce", "--target", "rocketmq", "--repeat", "3"}, "--repeat 3: want 1 or more, and 1 with --target rocketmq"},
 		{[]string{"bench", "produce", "--target", "sluice,kafka", "--mode", "oneway"}, "only with --target sluice"},
@@ -270,5 +281,48 @@ func TestBenchFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// --rate runs each target at steady rates on a fresh topic with its own consumer and
+// prints send and end-to-end quantiles for each, then one table.
+func TestBenchRate(t *testing.T) {
+	out, _, err := execRoot(t, 120*time.Second, "bench", "produce", "--target", "sluice,kafka-franz", "--broker", "embedded",
+		"--rate", "400,50%", "--messages", "300", "--size", "64", "--inflight", "8")
+	if err != nil {
+		t.Fatalf("bench produce --rate: %v\n%s", err, out)
+	}
+	for _, want := range []string{"sluice produce: 1 producer(s) x 8 in flight (async), 64-byte bodies, 300 messages: saturation, producer alone", "sluice saturation with the consumer attached: 300 messages unpaced", "  saturation ",
+		"sluice rate 400: 400 msg/s, 300 messages of 64 bytes", "sluice rate 50%:", "kafka-franz rate 400:", "kafka-franz rate 50%:",
+		"summary (latencies from each message's due time):"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "  sent       300 messages in "); n != 4 {
+		t.Errorf("%d rate runs sent 300 messages, want 4:\n%s", n, out)
+	}
+	if n := len(regexp.MustCompile(`end-to-end p50 \S+, p99 \S+, p99.9 \S+, max \S+, 0 duplicate`).FindAllString(out, -1)); n != 4 {
+		t.Errorf("%d end-to-end lines, want 4:\n%s", n, out)
+	}
+}
+
+// consume --target kafka,kafka-franz drains the same backlog with package kafka's
+// consumer and a franz-go group and prints their ratio.
+func TestBenchConsumeKafkaFranz(t *testing.T) {
+	out, _, err := execRoot(t, 90*time.Second, "bench", "consume", "--target", "kafka,kafka-franz", "--messages", "500", "--size", "64", "--queues", "4")
+	if err != nil {
+		t.Fatalf("bench consume kafka,kafka-franz: %v\n%s", err, out)
+	}
+	for _, want := range []string{"kafka-franz consume: prefill 500 messages", "ratio kafka/kafka-franz: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "consumed   500 messages (32000 bytes)"); n != 2 {
+		t.Errorf("%d drains of 500 messages, want 2:\n%s", n, out)
+	}
+	if n := strings.Count(out, "kafka: embedded in-process"); n != 1 {
+		t.Errorf("kafka started %d times, want once:\n%s", n, out)
 	}
 }

@@ -2,9 +2,12 @@
 // latency (Produce), push-consumer drain throughput (Consume), and, as comparison
 // peers, synchronous publishes to a NATS JetStream stream (ProduceJetStream) and the
 // same producer and consumer workloads over Kafka through package kafka
-// (ProduceKafka, ConsumeKafka). RunProduce and RunConsume are the `sluice bench`
-// command (cmd/sluice reads its flags into Options); this package's go test benchmarks
-// use the workloads directly.
+// (ProduceKafka, ConsumeKafka) and through franz-go (ProduceKafkaFranz,
+// ConsumeKafkaFranz). RunProduce also runs steady-rate sends with a consumer attached
+// (--rate: send and end-to-end latency percentiles), RunScaleBench the many-clients
+// scenario. RunProduce, RunConsume and RunScaleBench are the `sluice bench` command
+// (cmd/sluice reads its flags into Options); this package's go test benchmarks use the
+// workloads directly.
 //
 // Numbers are only measured here, never asserted: a run reports what it saw.
 package bench
@@ -293,6 +296,8 @@ type plan struct {
 	duration time.Duration // else: until this much time has passed
 	inflight int           // goroutines per sender
 	phase    string
+	rate     float64 // driveRate: messages per second over all senders
+	seqSign  int64   // driveRate: 1, or -1 for warm-up messages
 }
 
 // run is the state drive and driveAsync share: the sequence counter, the stop flag (set

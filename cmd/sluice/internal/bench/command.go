@@ -51,6 +51,9 @@ type Options struct {
 	// Repeat runs the targets this many rounds, alternating them (0 or 1: once), and
 	// prints each target's median and spread.
 	Repeat int
+	// Rate is --rate: steady rates (msg/s or percentages of saturation, ParseRates); ""
+	// sends as fast as the window allows.
+	Rate string
 
 	// consume only
 	ConsumeGoroutines int
@@ -358,11 +361,17 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("--repeat %d: want 1 or more, and 1 with --target rocketmq", o.Repeat)
 	}
 	if target == targetRocketMQ {
+		if o.Rate != "" {
+			return errors.New("--rate: not with --target rocketmq")
+		}
 		return runVsRocketMQ(ctx, o, s, s.describe("same workload:"), Produce, printProduce)
 	}
 	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka, TargetKafkaFranz)
 	if err != nil {
 		return err
+	}
+	if o.Rate != "" || o.changed("rate") {
+		return runRates(ctx, o, s, targets)
 	}
 	if (s.cfg.Mode == ModeOneway || s.cfg.Mode == ModeBatch) && (len(targets) > 1 || targets[0] != TargetSluice) {
 		return fmt.Errorf("--mode %s: only with --target sluice or rocketmq", s.cfg.Mode)
@@ -573,11 +582,12 @@ func RunConsume(ctx context.Context, o Options) (err error) {
 			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
 		return runVsRocketMQ(ctx, o, s, what, Consume, printConsume)
 	}
-	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka)
+	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka, TargetKafkaFranz)
 	if err != nil {
 		return err
 	}
 	out := o.Out
+	kafkaStarted := false
 	var sres *Result
 	var results []*Result
 	for _, tgt := range targets {
@@ -606,12 +616,23 @@ func RunConsume(ctx context.Context, o Options) (err error) {
 			if r, err = ConsumeJetStream(ctx, jcfg); err != nil {
 				return err
 			}
-		case TargetKafka:
+		case TargetKafka, TargetKafkaFranz:
 			ks := *s
-			if err := ks.startKafka(o, out); err != nil {
-				return err
+			if !kafkaStarted {
+				if err := ks.startKafka(o, out); err != nil {
+					return err
+				}
+				s.kfake, s.cfg.KafkaBrokers, kafkaStarted = ks.kfake, ks.cfg.KafkaBrokers, true
 			}
-			s.kfake = ks.kfake
+			ks.cfg.KafkaBrokers, ks.cfg.ServerPid = s.cfg.KafkaBrokers, 0
+			if tgt == TargetKafkaFranz {
+				fmt.Fprintf(out, "kafka-franz consume: prefill %d messages of %d bytes (%d producer(s)), then one franz-go consumer group client: %d partitions, one poll loop, autocommit\n",
+					ks.cfg.Messages, ks.cfg.Size, ks.cfg.Producers, ks.cfg.Queues)
+				if r, err = ConsumeKafkaFranz(ctx, ks.cfg); err != nil {
+					return err
+				}
+				break
+			}
 			fmt.Fprintf(out, "kafka consume: prefill %d messages of %d bytes (%d producer(s)), then one consumer group of package kafka: %d partitions, %d handler call(s) at once per partition, consume batch %d\n",
 				ks.cfg.Messages, ks.cfg.Size, ks.cfg.Producers, ks.cfg.Queues, max(1, ks.cfg.ConsumeGoroutines/ks.cfg.Queues), ks.cfg.ConsumeBatch)
 			if r, err = ConsumeKafka(ctx, ks.cfg); err != nil {
@@ -625,7 +646,29 @@ func RunConsume(ctx context.Context, o Options) (err error) {
 	for _, r := range results {
 		printRatio(out, sres, r)
 	}
+	printKafkaPair(out, results)
 	return nil
+}
+
+// printKafkaPair prints package kafka's result against franz-go's when both ran: msg/s
+// and CPU per message (this process: clients and an embedded kfake alike).
+func printKafkaPair(out io.Writer, results []*Result) {
+	var k, f *Result
+	for _, r := range results {
+		switch r.Target {
+		case TargetKafka:
+			k = r
+		case TargetKafkaFranz:
+			f = r
+		}
+	}
+	if k == nil || f == nil || f.MsgPerSec() <= 0 {
+		return
+	}
+	kc, ks := k.CPUPerMessage()
+	fc, fs := f.CPUPerMessage()
+	fmt.Fprintf(out, "ratio kafka/kafka-franz: %.2fx msg/s, CPU per message %.2fx (%v against %v)\n",
+		k.MsgPerSec()/f.MsgPerSec(), float64(kc+ks)/float64(max(fc+fs, 1)), roundLat(kc+ks), roundLat(fc+fs))
 }
 
 func printConsume(out io.Writer, r *Result) {

@@ -181,3 +181,105 @@ func drainJetStream(ctx context.Context, cfg *Config, cons jetstream.Consumer) (
 	res.Messages, res.Bytes, res.Elapsed, res.Duplicates = distinct.Load(), bytes.Load(), elapsed, dups.Load()
 	return res, nil
 }
+
+// jetStreamRig sets JetStream up for a rate run: a fresh file-storage stream (one
+// replica), Config.Producers connections publishing asynchronously (PublishAsync, a
+// goroutine per connection completing each send on its PubAck), and a durable pull
+// consumer (explicit acks) on its own connection whose callback hands every body to
+// onBody and acks it. close stops the consumer and deletes the stream.
+func jetStreamRig(ctx context.Context, cfg *Config, onBody func([]byte)) (*rateRig, error) {
+	stamp := time.Now().UnixNano()
+	stream, subject := JetStreamNames(fmt.Sprintf("%s_r%d", cfg.Topic, stamp))
+	var (
+		conns    []*nats.Conn
+		ackChans []chan jsAck
+		ackers   sync.WaitGroup
+		cc       jetstream.ConsumeContext
+		js0      jetstream.JetStream
+	)
+	closeAll := func() error {
+		if cc != nil {
+			cc.Stop()
+		}
+		for _, ch := range ackChans {
+			close(ch)
+		}
+		ackers.Wait()
+		var err error
+		if js0 != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if derr := js0.DeleteStream(dctx, stream); derr != nil && !errors.Is(derr, jetstream.ErrStreamNotFound) {
+				err = fmt.Errorf("bench: delete stream %s: %w", stream, derr)
+			}
+			cancel()
+		}
+		for _, nc := range conns {
+			nc.Close()
+		}
+		return err
+	}
+	fail := func(err error) (*rateRig, error) { return nil, errors.Join(err, closeAll()) }
+	var asyncs []asyncSendFunc
+	for i := range cfg.Producers + 1 { // the last connection is the consumer's
+		nc, err := nats.Connect(cfg.NatsURL, nats.Name(fmt.Sprintf("sluice-bench-rate-%d", i)), nats.Timeout(5*time.Second), nats.NoReconnect())
+		if err != nil {
+			return fail(fmt.Errorf("bench: connect to NATS at %s: %w", cfg.NatsURL, err))
+		}
+		conns = append(conns, nc)
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(cfg.Inflight, 1)), jetstream.WithPublishAsyncTimeout(10*time.Second))
+		if err != nil {
+			return fail(fmt.Errorf("bench: jetstream: %w", err))
+		}
+		if i == cfg.Producers {
+			js0 = js
+			break
+		}
+		acks := make(chan jsAck, max(cfg.Inflight, 1))
+		ackChans = append(ackChans, acks)
+		ackers.Add(1)
+		go func() {
+			defer ackers.Done()
+			for a := range acks {
+				select {
+				case <-a.f.Ok():
+					a.done(nil)
+				case err := <-a.f.Err():
+					a.done(err)
+				}
+			}
+		}()
+		asyncs = append(asyncs, func(_ context.Context, body []byte, done func(error)) error {
+			f, err := js.PublishAsync(subject, body)
+			if err != nil {
+				return err
+			}
+			acks <- jsAck{f: f, done: done}
+			return nil
+		})
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := js0.CreateStream(sctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject},
+		Storage: jetstream.FileStorage, Replicas: 1}); err != nil {
+		return fail(fmt.Errorf("bench: create stream %s: %w", stream, err))
+	}
+	cons, err := js0.CreateOrUpdateConsumer(sctx, stream, jetstream.ConsumerConfig{
+		Durable: fmt.Sprintf("SluiceBenchRate_%d", stamp), AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("bench: create durable consumer on %s: %w", stream, err))
+	}
+	cc, err = cons.Consume(func(m jetstream.Msg) {
+		onBody(m.Data())
+		_ = m.Ack() // a lost ack only means a redelivery, counted as a duplicate
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			cfg.Logger.Warn("bench: jetstream consume", "err", err)
+		}
+	}))
+	if err != nil {
+		return fail(fmt.Errorf("bench: jetstream consume: %w", err))
+	}
+	return &rateRig{asyncs: asyncs, close: closeAll}, nil
+}

@@ -52,23 +52,34 @@ func kafkaTopic(cfg *Config, suffix string) string {
 // withKafkaTopic creates topic with cfg.Queues partitions, runs f and deletes the topic
 // (and extra topics, e.g. a consumer group's retry topics) afterwards.
 func withKafkaTopic(ctx context.Context, cfg *Config, topic string, extra []string, f func() error) error {
+	del, err := createKafkaTopic(ctx, cfg, topic)
+	if err != nil {
+		return err
+	}
+	defer del(extra...)
+	return f()
+}
+
+// createKafkaTopic creates topic with cfg.Queues partitions and returns the function
+// that deletes it and the extra topics it is given (a failure is logged, not returned).
+func createKafkaTopic(ctx context.Context, cfg *Config, topic string) (del func(extra ...string), err error) {
 	tr := &kafkago.Transport{DialTimeout: 5 * time.Second}
-	defer tr.CloseIdleConnections()
 	cl := &kafkago.Client{Addr: kafkago.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: tr}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err := kafka.EnsureTopics(cctx, cl, cfg.Queues, -1, topic)
+	err = kafka.EnsureTopics(cctx, cl, cfg.Queues, -1, topic)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		tr.CloseIdleConnections()
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	defer func() {
+	return func(extra ...string) {
+		defer tr.CloseIdleConnections()
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := cl.DeleteTopics(dctx, &kafkago.DeleteTopicsRequest{Topics: append([]string{topic}, extra...)}); err != nil {
 			cfg.Logger.Warn("bench: could not delete the Kafka topics", "topic", topic, "err", err)
 		}
-	}()
-	return f()
+	}, nil
 }
 
 // startKafkaProducers starts n package-kafka producers (each its own connections).
@@ -219,7 +230,6 @@ func ConsumeKafka(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	topic := kafkaTopic(&cfg, "c")
 	group := "sluice-bench-" + strings.TrimPrefix(topic, strings.NewReplacer("%", "_", "|", "_").Replace(cfg.Topic)+"-")
-	retry := []time.Duration{time.Second}
 	extra := []string{kafka.RetryTopic(group, 1), kafka.DLQTopic(group)}
 	var res *Result
 	err := withKafkaTopic(ctx, &cfg, topic, extra, func() error {
@@ -234,27 +244,23 @@ func ConsumeKafka(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return fmt.Errorf("bench: prefill: %w", err)
 		}
-		res, err = drainKafka(ctx, &cfg, topic, group, retry)
+		res, err = drainKafka(ctx, &cfg, topic, group)
 		return err
 	})
 	return res, err
 }
 
-// drainKafka times a fresh consumer group reading cfg.Messages messages of topic.
-func drainKafka(ctx context.Context, cfg *Config, topic, group string, retry []time.Duration) (*Result, error) {
-	n := cfg.Messages
-	seen := make([]atomic.Bool, n)
-	var (
-		distinct, dups, bytes atomic.Int64
-		doneOnce              sync.Once
-		done                  = make(chan struct{})
-	)
+// newKafkaConsumer makes (without starting) a consumer group member of package kafka
+// on topic: ConsumeGoroutines/Queues handler calls at once per partition (at least 1),
+// ConsumeBatch records per call, Orderly if set, one retry level of 1 s; the handler
+// hands every body to onBody.
+func newKafkaConsumer(cfg *Config, topic, group string, onBody func([]byte)) (*kafka.Consumer, error) {
 	c, err := kafka.NewConsumer(kafka.Config{
 		Brokers: cfg.KafkaBrokers, Group: group, ClientID: "sluice-bench", Orderly: cfg.Orderly,
 		ConsumeWorkers:             max(1, cfg.ConsumeGoroutines/max(cfg.Queues, 1)),
 		ConsumeMessageBatchMaxSize: max(cfg.ConsumeBatch, 1),
 		MaxInFlight:                max(kafka.DefaultMaxInFlight, cfg.ConsumeBatch),
-		RetrySchedule:              retry,
+		RetrySchedule:              []time.Duration{time.Second},
 		HeartbeatInterval:          time.Second, SessionTimeout: 10 * time.Second, JoinGroupBackoff: 200 * time.Millisecond,
 		FetchMaxWait: 100 * time.Millisecond, Logger: cfg.Logger,
 	})
@@ -263,21 +269,51 @@ func drainKafka(ctx context.Context, cfg *Config, topic, group string, retry []t
 	}
 	err = c.Subscribe(topic, message.SubscribeAll, func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
 		for _, m := range msgs {
-			seq := bodySeq(m.Body)
-			if seq < 1 || seq > n || !seen[seq-1].CompareAndSwap(false, true) {
-				dups.Add(1)
-				continue
-			}
-			bytes.Add(int64(len(m.Body)))
-			cfg.Progress.Add(1)
-			if distinct.Add(1) == n {
-				doneOnce.Do(func() { close(done) })
-			}
+			onBody(m.Body)
 		}
 		return message.ConsumeSuccess, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: subscribe: %w", err)
+	}
+	return c, nil
+}
+
+// startKafkaConsumer starts newKafkaConsumer's consumer and returns its Shutdown.
+func startKafkaConsumer(ctx context.Context, cfg *Config, topic, group string, onBody func([]byte)) (func(context.Context) error, error) {
+	c, err := newKafkaConsumer(cfg, topic, group, onBody)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, fmt.Errorf("bench: kafka consumer start: %w", err)
+	}
+	return c.Shutdown, nil
+}
+
+// drainKafka times a fresh consumer group reading cfg.Messages messages of topic.
+func drainKafka(ctx context.Context, cfg *Config, topic, group string) (*Result, error) {
+	n := cfg.Messages
+	seen := make([]atomic.Bool, n)
+	var (
+		distinct, dups, bytes atomic.Int64
+		doneOnce              sync.Once
+		done                  = make(chan struct{})
+	)
+	c, err := newKafkaConsumer(cfg, topic, group, func(b []byte) {
+		seq := bodySeq(b)
+		if seq < 1 || seq > n || !seen[seq-1].CompareAndSwap(false, true) {
+			dups.Add(1)
+			return
+		}
+		bytes.Add(int64(len(b)))
+		cfg.Progress.Add(1)
+		if distinct.Add(1) == n {
+			doneOnce.Do(func() { close(done) })
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	cfg.Progress.Phase("consume", n)
 	var meter cpuMeter

@@ -47,7 +47,7 @@ func startProducersAsync(cfg *Config, n int, topic string) ([]sendFunc, []asyncS
 			if p != nil {
 				ps = append(ps, p)
 			}
-			return nil, nil, nil, errors.Join(fmt.Errorf("bench: producer: %w", err), shutdownAll([]func(context.Context) error{stop}))
+			return nil, nil, nil, errors.Join(fmt.Errorf("bench: %w", err), shutdownAll([]func(context.Context) error{stop}))
 		}
 		ps = append(ps, p)
 		switch cfg.Mode {
@@ -283,4 +283,62 @@ func StoredMessages(ctx context.Context, namesrvAddrs []string, topic string) (i
 		n += q.Max
 	}
 	return n, nil
+}
+
+// sluiceRig sets a Sluice target up for a rate run: a fresh topic (Config.Topic +
+// "_r<unix ns>", Config.Queues queues), Config.Producers producers sending
+// asynchronously to it and a push consumer of a fresh group reading it from the first
+// offset (Config.ConsumeGoroutines handlers) that hands every body to onBody. close
+// stops both and deletes the topic.
+func sluiceRig(ctx context.Context, cfg *Config, onBody func([]byte)) (*rateRig, error) {
+	if len(cfg.NamesrvAddrs) == 0 {
+		return nil, errors.New("bench: NamesrvAddrs is empty: a Sluice run needs a name server")
+	}
+	stamp := time.Now().UnixNano()
+	topic := fmt.Sprintf("%s_r%d", cfg.Topic, stamp)
+	if err := EnsureTopic(ctx, cfg.NamesrvAddrs, topic, cfg.Queues); err != nil {
+		return nil, err
+	}
+	deleteTopic := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := DeleteTopic(dctx, cfg.NamesrvAddrs, topic); err != nil {
+			cfg.Logger.Warn("bench: could not delete the rate topic", "topic", topic, "err", err)
+		}
+	}
+	c, err := consumer.NewPushConsumer(consumer.Config{
+		NamesrvAddrs:      cfg.NamesrvAddrs,
+		Group:             fmt.Sprintf("SluiceBenchRate_%d", stamp),
+		ConsumeFromWhere:  consumer.ConsumeFromFirstOffset,
+		ConsumeGoroutines: cfg.ConsumeGoroutines,
+		Logger:            cfg.Logger,
+	})
+	if err == nil {
+		err = c.Subscribe(topic, message.SubscribeAll, func(_ context.Context, msgs []*message.MessageExt) (message.ConsumeResult, error) {
+			for _, m := range msgs {
+				onBody(m.Body)
+			}
+			return message.ConsumeSuccess, nil
+		})
+	}
+	if err == nil {
+		if err = c.Start(ctx); err != nil {
+			_ = shutdownAll([]func(context.Context) error{c.Shutdown})
+		}
+	}
+	if err != nil {
+		deleteTopic()
+		return nil, fmt.Errorf("bench: rate consumer: %w", err)
+	}
+	_, asyncs, stop, err := startProducersAsync(cfg, cfg.Producers, topic)
+	if err != nil {
+		_ = shutdownAll([]func(context.Context) error{c.Shutdown})
+		deleteTopic()
+		return nil, err
+	}
+	return &rateRig{asyncs: asyncs, close: func() error {
+		err := shutdownAll([]func(context.Context) error{stop, c.Shutdown})
+		deleteTopic()
+		return err
+	}}, nil
 }
