@@ -395,7 +395,9 @@ func Component(c interface{ GracefulStop() error }) interface {
 	return stopper{c}
 }
 
-type stopper struct{ c interface{ GracefulStop() error } }
+type stopper struct {
+	c interface{ GracefulStop() error }
+}
 
 func (s stopper) Shutdown(ctx context.Context) error {
 	done := make(chan error, 1)
