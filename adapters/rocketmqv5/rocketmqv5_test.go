@@ -627,7 +627,9 @@ func TestSendErrors(t *testing.T) {
 
 // NewSimpleRunner refuses a bad configuration with a *config.Error naming the field.
 func TestSimpleConfigValidate(t *testing.T) {
-	h := func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) { return message.ConsumeSuccess, nil }
+	h := func(context.Context, []*message.MessageExt) (message.ConsumeResult, error) {
+		return message.ConsumeSuccess, nil
+	}
 	for field, cfg := range map[string]rocketmqv5.SimpleConfig{
 		"Consumer":          {Handler: h},
 		"Handler":           {Consumer: fakeConsumer{}},
