@@ -9,6 +9,7 @@ package rocketmqv5_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -30,6 +31,8 @@ import (
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/inbox"
+	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/redisdedup"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
@@ -79,7 +82,8 @@ func front(t *testing.T) *grpcfront.Server {
 
 func newProducer(t *testing.T, ep string, topics ...string) rmq.Producer {
 	t.Helper()
-	p, err := rmq.NewProducer(&rmq.Config{Endpoint: ep, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(topics...))
+	p, err := rmq.NewProducer(&rmq.Config{Endpoint: ep, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(topics...),
+		rmq.WithClientFunc(slowClient))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +98,13 @@ func newProducer(t *testing.T, ep string, topics ...string) rmq.Producer {
 	return p
 }
 
+// slowClient makes the client's requests time out after 15 s instead of 3 s: the route
+// queries of a client's start take longer from a reference broker just started on a
+// loaded machine.
+func slowClient(cfg *rmq.Config, opts ...rmq.ClientOption) (rmq.Client, error) {
+	return rmq.NewClient(cfg, append(opts, rmq.WithQueryRouteTimeout(15*time.Second))...)
+}
+
 func newSimpleConsumer(t *testing.T, ep, group string, topics ...string) rmq.SimpleConsumer {
 	t.Helper()
 	subs := map[string]*rmq.FilterExpression{}
@@ -101,7 +112,7 @@ func newSimpleConsumer(t *testing.T, ep, group string, topics ...string) rmq.Sim
 		subs[tp] = rmq.SUB_ALL
 	}
 	c, err := rmq.NewSimpleConsumer(&rmq.Config{Endpoint: ep, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
-		rmq.WithSimpleAwaitDuration(2*time.Second), rmq.WithSimpleSubscriptionExpressions(subs))
+		rmq.WithSimpleAwaitDuration(2*time.Second), rmq.WithSimpleSubscriptionExpressions(subs), rmq.WithClientFuncForSimpleConsumer(slowClient))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +292,20 @@ func checkDeliveries(t *testing.T, rec *recorder, want map[string]sent, contentK
 	}
 }
 
+// settle waits, when the server's in-flight count cannot be read (inflight nil), until
+// no delivery has come for a while (longer than the scenario's invisibility plus the
+// reference's redelivery lag), so that a message left unacknowledged shows up as a
+// second delivery.
+func settle(t *testing.T, rec *recorder, inflight func() int) {
+	t.Helper()
+	if inflight != nil {
+		return
+	}
+	if _, ok := testkit.Settle(60*time.Second, 12*time.Second, func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.seen) }, nil); !ok {
+		t.Fatal("deliveries kept coming for 60 s")
+	}
+}
+
 // openInbox opens a SQLite database with the inbox table and a business table.
 func openInbox(t *testing.T, group string) (*sql.DB, *inbox.Inbox) {
 	t.Helper()
@@ -373,6 +398,7 @@ func runSimple(t *testing.T, ep string, tp topics, group string, inflight func()
 	}, func() string {
 		return fmt.Sprintf("effects %v (want %v), %d deliveries", effects(t, db), wantEffects, len(rec.seen))
 	})
+	settle(t, rec, inflight)
 	stop()
 	checkDeliveries(t, rec, want, contentKey)
 	if e := effects(t, db); fmt.Sprint(e) != fmt.Sprint(wantEffects) {
@@ -421,15 +447,25 @@ func runPush(t *testing.T, ep string, tp topics, group string, dedup middleware.
 	}, rec.step, dedup, middleware.Recover())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var err error
 	subs := map[string]*rmq.FilterExpression{tp.normal: rmq.SUB_ALL, tp.fifo: rmq.SUB_ALL, tp.delay: rmq.SUB_ALL}
-	pc, err := rmq.NewPushConsumer(&rmq.Config{Endpoint: ep, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
-		rmq.WithPushAwaitDuration(2*time.Second), rmq.WithPushSubscriptionExpressions(subs),
-		rmq.WithPushMessageListener(rocketmqv5.Listener(ctx, handler, testkit.Quiet())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pc.Start(); err != nil {
-		t.Fatal(err)
+	// The push consumer takes no client options (its requests time out after 3 s): its
+	// start is tried three times, for a reference broker that answers slowly at first.
+	var pc rmq.PushConsumer
+	for try := 1; ; try++ {
+		pc, err = rmq.NewPushConsumer(&rmq.Config{Endpoint: ep, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
+			rmq.WithPushAwaitDuration(2*time.Second), rmq.WithPushSubscriptionExpressions(subs),
+			rmq.WithPushMessageListener(rocketmqv5.Listener(ctx, handler, testkit.Quiet())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = pc.Start(); err == nil {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("push consumer start, %d tries: %v", try, err)
+		}
+		t.Logf("push consumer start, try %d: %v", try, err)
 	}
 	stopped := false
 	stop := func() {
@@ -437,7 +473,9 @@ func runPush(t *testing.T, ep string, tp topics, group string, dedup middleware.
 			return
 		}
 		stopped = true
-		if err := rocketmqv5.Component(pc).Shutdown(testkit.Context(t, 30*time.Second)); err != nil {
+		// GracefulStop waits for the consumer's held receive: up to the server's long
+		// polling (2 s on the front end here, 30 s on Apache RocketMQ 5) + 4 s.
+		if err := rocketmqv5.Component(pc).Shutdown(testkit.Context(t, 90*time.Second)); err != nil {
 			t.Errorf("push consumer stop: %v", err)
 		}
 	}
@@ -453,6 +491,7 @@ func runPush(t *testing.T, ep string, tp topics, group string, dedup middleware.
 	}, func() string {
 		return fmt.Sprintf("effects %d %d %d %d, %d deliveries", eff.Get(keys[0]), eff.Get(keys[1]), eff.Get(keys[2]), eff.Get(keys[3]), len(rec.seen))
 	})
+	settle(t, rec, inflight)
 	stop()
 	checkDeliveries(t, rec, want, contentKey)
 	for _, k := range keys {
@@ -648,3 +687,54 @@ func TestSimpleConfigValidate(t *testing.T) {
 
 // fakeConsumer only fills SimpleConfig.Consumer for the validation test; it is never called.
 type fakeConsumer struct{ rmq.SimpleConsumer }
+
+// apacheTopics are the topics of TestApacheRocketMQ5, with the message type Apache
+// RocketMQ 5 checks, per scenario: the SimpleRunner's and one per Redis target of the
+// push consumer's (redistest.Each runs "miniredis" and, with SLUICE_REDIS_ADDR, "redis").
+func apacheTopics(scenario string) topics {
+	return topics{"V5Ad" + scenario + "Normal", "V5Ad" + scenario + "Fifo", "V5Ad" + scenario + "Delay"}
+}
+
+// apacheStoreConfig is the reference broker's topics.json with apacheTopics' topics.
+func apacheStoreConfig(t *testing.T) map[string]string {
+	t.Helper()
+	cfg := map[string]any{}
+	for _, sc := range []string{"Simple", "Pushminiredis", "Pushredis"} {
+		tp := apacheTopics(sc)
+		for name, typ := range map[string]string{tp.normal: "NORMAL", tp.fifo: "FIFO", tp.delay: "DELAY"} {
+			cfg[name] = map[string]any{"topicName": name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+				"topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": false, "attributes": map[string]string{"message.type": typ}}
+		}
+	}
+	tj, err := json.Marshal(map[string]any{"topicConfigTable": cfg, "dataVersion": map[string]any{"timestamp": 1, "counter": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"topics.json": string(tj)}
+}
+
+// The same scenarios against Apache RocketMQ 5.3.3 (proxy in LOCAL mode, from Maven;
+// skips without Java or the jars, and with -short): the adapters behave the same over the
+// reference. Its in-flight count cannot be read, so each scenario waits until no delivery
+// has come for longer than a redelivery would take before it checks that each message
+// came exactly as often as expected.
+func TestApacheRocketMQ5(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two JVMs (Apache RocketMQ 5.3 name server and proxy+broker)")
+	}
+	if err := peers.Available("rocketmq5"); err != nil {
+		t.Skipf("apache rocketmq 5: %v", err)
+	}
+	// A start of up to 5 minutes: the two JVMs start in 15–20 s on an idle 2-core machine,
+	// and much slower on a loaded one.
+	apache := peertest.StartRocketMQ5(t, peers.RocketMQ5Options{StoreConfigFiles: apacheStoreConfig(t),
+		ProxyConf: map[string]any{"minInvisibleTimeMillsForRecv": 1000}, StartTimeout: 5 * time.Minute})
+	t.Run("SimpleRunnerInbox", func(t *testing.T) {
+		runSimple(t, apache.GRPCAddr, apacheTopics("Simple"), "V5AdApacheSimple", nil)
+	})
+	t.Run("PushListenerDedup", func(t *testing.T) {
+		redisdedup.Each(t, func(t *testing.T, dedup middleware.ConsumeMiddleware) {
+			runPush(t, apache.GRPCAddr, apacheTopics("Push"+t.Name()[strings.LastIndexByte(t.Name(), '/')+1:]), "V5AdApachePush"+strconv.FormatInt(time.Now().UnixNano(), 36), dedup, nil)
+		})
+	})
+}
