@@ -1,9 +1,11 @@
 package failover
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,8 +16,10 @@ import (
 	"github.com/sluicemq/sluice/admin"
 	"github.com/sluicemq/sluice/internal/peers"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 // txnBook is the local transactions' database of the transaction campaign: the decision
@@ -29,10 +33,20 @@ type txnBook struct {
 	decided map[string]producer.LocalTransactionState
 	checks  map[string]int
 	checkAt map[string]time.Time // first check
+	seen    map[string][]checkSeen
+}
+
+// checkSeen is what a check of a transaction said about its half message: the broker
+// re-puts a half message each time it checks it, so each check names a new record.
+type checkSeen struct {
+	at                           time.Time
+	queueOffset, commitLogOffset int64
+	offsetMsgID, checkTimes      string
 }
 
 func newTxnBook() *txnBook {
-	return &txnBook{decided: map[string]producer.LocalTransactionState{}, checks: map[string]int{}, checkAt: map[string]time.Time{}}
+	return &txnBook{decided: map[string]producer.LocalTransactionState{}, checks: map[string]int{}, checkAt: map[string]time.Time{},
+		seen: map[string][]checkSeen{}}
 }
 
 func txnDecision(id string) producer.LocalTransactionState {
@@ -62,6 +76,8 @@ func (b *txnBook) CheckLocalTransaction(_ context.Context, m *message.MessageExt
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.checks[id]++
+	b.seen[id] = append(b.seen[id], checkSeen{at: time.Now(), queueOffset: m.QueueOffset, commitLogOffset: m.CommitLogOffset,
+		offsetMsgID: m.OffsetMsgID, checkTimes: m.Property(message.PropertyTransactionCheckTimes)})
 	if _, ok := b.checkAt[id]; !ok {
 		b.checkAt[id] = time.Now()
 	}
@@ -74,6 +90,7 @@ func (b *txnBook) CheckLocalTransaction(_ context.Context, m *message.MessageExt
 // txnRec is one transaction of the campaign.
 type txnRec struct {
 	id      string
+	uniqKey string // the half message's UNIQ_KEY (END_TRANSACTION's msgId)
 	broker  string
 	state   producer.LocalTransactionState
 	endErr  error
@@ -91,7 +108,10 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	kills := campaignKills(t)
 	const topic, group, pgroup, perRound = "TxnFailover", "txn-failover", "txn-failover-producers", 24
 	// Check half messages every 5 s (default 60 s) older than transactionTimeOut (6 s).
-	c := featureCluster(t, topic, peers.RocketMQClusterOptions{BrokerConf: map[string]string{"transactionCheckInterval": "5000"}}, false)
+	// The brokers' output (warnings: the transaction logger writes each check's answer
+	// there) goes to a file, kept when the test fails.
+	blog := brokerLog(t)
+	c := featureCluster(t, topic, peers.RocketMQClusterOptions{BrokerConf: map[string]string{"transactionCheckInterval": "5000"}, Log: blog}, false)
 	ctx := context.Background()
 	l := newLedger(t, group)
 	cons := startConsumer(t, c.NamesrvAddr, group, topic, l, testkit.Quiet())
@@ -153,7 +173,7 @@ func TestFailoverTransactionCheck(t *testing.T) {
 				res, err := tp.SendMessageInTransaction(sctx, message.NewMessage(topic, []byte(id)).SetKeys(id))
 				r := txnRec{id: id, round: k, sendErr: err}
 				if err == nil {
-					r.broker, r.state, r.endErr = res.Queue.BrokerName, res.State, res.EndTransactionErr
+					r.broker, r.state, r.endErr, r.uniqKey = res.Queue.BrokerName, res.State, res.EndTransactionErr, res.MsgID
 				}
 				rmu.Lock()
 				recs = append(recs, r)
@@ -338,7 +358,8 @@ func TestFailoverTransactionCheck(t *testing.T) {
 				book.mu.Lock()
 				checks := book.checks[r.id]
 				book.mu.Unlock()
-				t.Logf("committed but not delivered: %s round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.round+1, r.broker, r.endErr, checks, where, ferr)
+				t.Logf("committed but not delivered: %s (UNIQ_KEY %s) round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.uniqKey, r.round+1, r.broker, r.endErr, checks, where, ferr)
+				diagnoseTxn(t, c, adm, book, blog, r)
 			}
 			octx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			offs, oerr := adm.ConsumerOffsets(octx, group, topic)
@@ -397,4 +418,102 @@ func (w *lineLog) first(s string, n int) []string {
 		}
 	}
 	return out
+}
+
+// brokerLog returns a file receiving the cluster's output; it is removed after a test
+// that passed and kept (its path logged) after one that failed.
+func brokerLog(t *testing.T) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp("", "sluice-failover-brokers-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.Close()
+		if t.Failed() {
+			t.Logf("brokers' output kept in %s", f.Name())
+			return
+		}
+		_ = os.Remove(f.Name())
+	})
+	return f
+}
+
+// grepFile returns up to max lines of path containing s, and how many there were.
+func grepFile(path, s string, max int) ([]string, int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return []string{err.Error()}, 0
+	}
+	defer func() { _ = f.Close() }()
+	var out []string
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), s) {
+			n++
+			if len(out) < max {
+				out = append(out, sc.Text())
+			}
+		}
+	}
+	return out, n
+}
+
+// diagnoseTxn logs what the broker knows of a committed transaction that was never
+// stored: the last checks' records as the broker has them now (VIEW_MESSAGE_BY_ID), its
+// output naming the transaction's UNIQ_KEY (each answer received), and the broker's
+// answer to a synchronous END_TRANSACTION commit carrying the last check's offsets —
+// the answer a one-way END_TRANSACTION never hears.
+func diagnoseTxn(t *testing.T, c *peers.RocketMQCluster, adm *admin.Admin, book *txnBook, blog *os.File, r txnRec) {
+	t.Helper()
+	book.mu.Lock()
+	seen := slices.Clone(book.seen[r.id])
+	book.mu.Unlock()
+	if n := len(seen); n > 3 {
+		seen = seen[n-3:]
+	}
+	for _, s := range seen {
+		vctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := adm.ViewMessage(vctx, s.offsetMsgID)
+		cancel()
+		stored := fmt.Sprint(err)
+		if err == nil {
+			stored = fmt.Sprintf("topic %s queue offset %d commitlog offset %d PGROUP %s check times %s", m.Topic, m.QueueOffset, m.CommitLogOffset,
+				m.Property(message.PropertyProducerGroup), m.Property(message.PropertyTransactionCheckTimes))
+		}
+		t.Logf("  check at %s: queue offset %d commitlog offset %d (%s) check times %s; the broker has there: %s",
+			s.at.Format("15:04:05.000"), s.queueOffset, s.commitLogOffset, s.offsetMsgID, s.checkTimes, stored)
+	}
+	if r.uniqKey != "" {
+		lines, n := grepFile(blog.Name(), r.uniqKey, 6)
+		t.Logf("  brokers' output lines naming %s: %d; first: %q", r.uniqKey, n, lines)
+	}
+	if len(seen) == 0 {
+		return
+	}
+	last := seen[len(seen)-1]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr, err := c.MasterAddr(ctx, r.broker)
+	if err != nil || addr == "" {
+		t.Logf("  no master address for %s: %v", r.broker, err)
+		return
+	}
+	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
+	if err != nil {
+		t.Logf("  remoting client: %v", err)
+		return
+	}
+	defer func() { _ = rc.Close() }()
+	req := remoting.NewRequest(remoting.EndTransaction, wire.EndTransactionHeader{ProducerGroup: "txn-failover-producers",
+		TranStateTableOffset: last.queueOffset, CommitLogOffset: last.commitLogOffset, CommitOrRollback: message.SysFlagTransactionCommit,
+		FromTransactionCheck: true, MsgID: r.uniqKey, TransactionID: r.uniqKey}.Ext(), nil)
+	resp, err := rc.InvokeSync(ctx, addr, req)
+	if err != nil {
+		t.Logf("  synchronous END_TRANSACTION to %s: %v", addr, err)
+		return
+	}
+	t.Logf("  synchronous END_TRANSACTION commit with the last check's offsets to %s: code %d remark %q", addr, resp.Code, resp.Remark)
 }
