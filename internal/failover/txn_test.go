@@ -142,6 +142,7 @@ func TestFailoverTransactionCheck(t *testing.T) {
 		t.Fatalf("survivor's first transaction: %+v %v", res, err)
 	}
 
+	var cstats producer.CheckStats // the deciding producers' checks, added up
 	var rmu sync.Mutex
 	recs := []txnRec{{id: "t0", state: producer.CommitMessage}}
 	down := outage(t)
@@ -214,6 +215,11 @@ func TestFailoverTransactionCheck(t *testing.T) {
 			if err := tp.Shutdown(testkit.Context(t, 30*time.Second)); err != nil {
 				t.Logf("round %d: producer shutdown: %v", k+1, err)
 			}
+			st := tp.CheckStats()
+			cstats.Received += st.Received
+			cstats.Answered += st.Answered
+			cstats.AnswerFailed += st.AnswerFailed
+			cstats.Dropped += st.Dropped
 		}, nil)
 		wg.Wait()
 		outs = append(outs, o)
@@ -330,6 +336,11 @@ func TestFailoverTransactionCheck(t *testing.T) {
 		len(committed), committedDelivered, committedMissing, rolledBackDelivered, doubled, redelivered, loadAverage())
 	t.Logf("producer warnings about checks: %d answers not sent, %d checks dropped; first: %v",
 		warns.count("answering a transaction check failed"), warns.count("check dropped"), warns.first("transaction check", 5))
+	t.Logf("checks received / answered / answers not sent / dropped: survivor %+v, deciding producers %+v",
+		survivor.CheckStats(), cstats)
+	_, commitsRead := grepFile(blog.Name(), "the producer commit the message", 0)
+	_, rollbacksRead := grepFile(blog.Name(), "the producer rollback the message", 0)
+	t.Logf("brokers' output: answers to checks read: %d commit, %d rollback", commitsRead, rollbacksRead)
 	offGaps, gapEx := l.offsetGaps()
 	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
 	if committedMissing != 0 {
