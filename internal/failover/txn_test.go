@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/peers"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/wire"
@@ -343,6 +344,46 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	t.Logf("brokers' output: answers to checks read: %d commit, %d rollback", commitsRead, rollbacksRead)
 	offGaps, gapEx := l.offsetGaps()
 	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
+	var halves map[string][]halfRec
+	var decidedAt map[int64]time.Time
+	if committedMissing != 0 || os.Getenv("SLUICE_FAILOVER_KEEP_LOGS") == "1" {
+		// broker-a's half and op queues: how many records each lost decision left, and
+		// whether a decision was recorded for any of them.
+		hctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+		var herr error
+		halves, decidedAt, herr = halfQueues(hctx, c.NamesrvAddr, "broker-a")
+		cancel()
+		deliveries := func(id string) int {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.deliveries[id]
+		}
+		perTxn := map[int]int{}
+		undecided, shown := 0, 0
+		for _, r := range lostEnd {
+			hs := halves[r.uniqKey]
+			perTxn[len(hs)]++
+			decided := false
+			for _, h := range hs {
+				if _, ok := decidedAt[h.queueOffset]; ok {
+					decided = true
+				}
+			}
+			if !decided {
+				undecided++
+			}
+			if shown < 6 && r.state == producer.CommitMessage {
+				shown++
+				book.mu.Lock()
+				n := book.checks[r.id]
+				book.mu.Unlock()
+				t.Logf("lost decision %s (%s, delivered %d, checks %d): half records %s; answers read %s; stored %s", r.id, r.uniqKey, deliveries(r.id), n,
+					describeHalves(hs, decidedAt), answersRead(blog.Name(), r.uniqKey), storedCopies(ctx, c.NamesrvAddr, topic, r.id))
+			}
+		}
+		t.Logf("broker-a's half queue: %d transactions, %d decisions recorded; lost decisions by half records: %v; lost decisions with no record decided: %d; error: %v",
+			len(halves), len(decidedAt), perTxn, undecided, herr)
+	}
 	if committedMissing != 0 {
 		adm, err := admin.New(admin.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Logger: testkit.Quiet()})
 		if err == nil {
@@ -370,6 +411,7 @@ func TestFailoverTransactionCheck(t *testing.T) {
 				checks := book.checks[r.id]
 				book.mu.Unlock()
 				t.Logf("committed but not delivered: %s (UNIQ_KEY %s) round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.uniqKey, r.round+1, r.broker, r.endErr, checks, where, ferr)
+				t.Logf("  half records: %s", describeHalves(halves[r.uniqKey], decidedAt))
 				diagnoseTxn(t, c, adm, book, blog, r)
 			}
 			octx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -432,7 +474,8 @@ func (w *lineLog) first(s string, n int) []string {
 }
 
 // brokerLog returns a file receiving the cluster's output; it is removed after a test
-// that passed and kept (its path logged) after one that failed.
+// that passed and kept (its path logged) after one that failed, or always with
+// SLUICE_FAILOVER_KEEP_LOGS=1.
 func brokerLog(t *testing.T) *os.File {
 	t.Helper()
 	f, err := os.CreateTemp("", "sluice-failover-brokers-*.log")
@@ -441,7 +484,7 @@ func brokerLog(t *testing.T) *os.File {
 	}
 	t.Cleanup(func() {
 		_ = f.Close()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("SLUICE_FAILOVER_KEEP_LOGS") == "1" {
 			t.Logf("brokers' output kept in %s", f.Name())
 			return
 		}
@@ -498,8 +541,8 @@ func diagnoseTxn(t *testing.T, c *peers.RocketMQCluster, adm *admin.Admin, book 
 			s.at.Format("15:04:05.000"), s.queueOffset, s.commitLogOffset, s.offsetMsgID, s.checkTimes, stored)
 	}
 	if r.uniqKey != "" {
-		lines, n := grepFile(blog.Name(), r.uniqKey, 6)
-		t.Logf("  brokers' output lines naming %s: %d; first: %q", r.uniqKey, n, lines)
+		lines, n := grepFile(blog.Name(), r.uniqKey, 2)
+		t.Logf("  brokers' output lines naming %s: %d; answers read: %s; first: %q", r.uniqKey, n, answersRead(blog.Name(), r.uniqKey), lines)
 	}
 	if len(seen) == 0 {
 		return
@@ -527,4 +570,123 @@ func diagnoseTxn(t *testing.T, c *peers.RocketMQCluster, adm *admin.Admin, book 
 		return
 	}
 	t.Logf("  synchronous END_TRANSACTION commit with the last check's offsets to %s: code %d remark %q", addr, resp.Code, resp.Remark)
+}
+
+// answersRead lists the answers to checks of the transaction with UNIQ_KEY uniqKey that
+// the brokers logged reading (their transaction logger's warning for each), as
+// "HH:MM:SS.mmm decision q<tranStateTableOffset> c<commitLogOffset>".
+func answersRead(path, uniqKey string) string {
+	lines, _ := grepFile(path, "msgId='"+uniqKey+"'", 100)
+	field := func(l, k string) string {
+		i := strings.Index(l, k+"=")
+		if i < 0 {
+			return "?"
+		}
+		v := l[i+len(k)+1:]
+		if j := strings.IndexAny(v, ",}"); j >= 0 {
+			v = v[:j]
+		}
+		return v
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		d := "rollback"
+		if strings.Contains(l, "producer commit") {
+			d = "commit"
+		}
+		ts, _, _ := strings.Cut(l, " ")
+		fmt.Fprintf(&b, "[%s %s q%s c%s] ", ts, d, field(l, "tranStateTableOffset"), field(l, "commitLogOffset"))
+	}
+	return b.String()
+}
+
+// storedCopies lists the copies of a transaction's message in topic (found by key) as
+// "HH:MM:SS.mmm from c<commitlog offset of the half record committed>".
+func storedCopies(ctx context.Context, namesrv, topic, key string) string {
+	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{namesrv}, Logger: testkit.Quiet()})
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = adm.Close() }()
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ms, err := adm.FindMessages(fctx, topic, key, time.Time{}, time.Time{})
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "[%s from c%d] ", time.UnixMilli(m.StoreTimestamp).Format("15:04:05.000"), m.PreparedTransactionOffset)
+	}
+	if err != nil {
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// halfRec is one record of a transaction in broker-a's half queue.
+type halfRec struct {
+	queueOffset, commitLogOffset int64
+	checkTimes                   string
+	stored                       time.Time
+}
+
+// halfQueues reads queue 0 of the half topic (RMQ_SYS_TRANS_HALF_TOPIC) and of the op
+// topic (RMQ_SYS_TRANS_OP_HALF_TOPIC: tag "d", body = the half queue offset decided) of
+// broker, and returns the half records per UNIQ_KEY and the decided half queue offsets
+// with when their op message was stored.
+func halfQueues(ctx context.Context, namesrv, broker string) (map[string][]halfRec, map[int64]time.Time, error) {
+	pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: []string{namesrv}, Group: "txn-failover-diagnosis", Logger: testkit.Quiet()})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pc.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = pc.Shutdown(context.Background()) }()
+	read := func(topic string, each func(m *message.MessageExt)) error {
+		off := int64(0)
+		for i := 0; i < 10000; i++ {
+			res, err := pc.Pull(ctx, consumer.PullRequest{Queue: message.MessageQueue{Topic: topic, BrokerName: broker, QueueID: 0}, Offset: off})
+			if err != nil {
+				return fmt.Errorf("%s from %d: %w", topic, off, err)
+			}
+			for _, m := range res.Messages {
+				each(m)
+			}
+			if res.Status != consumer.PullFound && res.Status != consumer.PullNoMatchedMsg || res.NextBeginOffset <= off {
+				return nil
+			}
+			off = res.NextBeginOffset
+		}
+		return nil
+	}
+	halves := map[string][]halfRec{}
+	if err := read("RMQ_SYS_TRANS_HALF_TOPIC", func(m *message.MessageExt) {
+		k := m.UniqKey()
+		halves[k] = append(halves[k], halfRec{queueOffset: m.QueueOffset, commitLogOffset: m.CommitLogOffset,
+			checkTimes: m.Property(message.PropertyTransactionCheckTimes), stored: time.UnixMilli(m.StoreTimestamp)})
+	}); err != nil {
+		return nil, nil, err
+	}
+	done := map[int64]time.Time{}
+	if err := read("RMQ_SYS_TRANS_OP_HALF_TOPIC", func(m *message.MessageExt) {
+		if n, err := strconv.ParseInt(string(m.Body), 10, 64); err == nil {
+			done[n] = time.UnixMilli(m.StoreTimestamp)
+		}
+	}); err != nil {
+		return halves, nil, err
+	}
+	return halves, done, nil
+}
+
+// describeHalves prints a transaction's half records: queue offset, check times, when
+// stored, and whether (when) a decision was recorded for it.
+func describeHalves(recs []halfRec, done map[int64]time.Time) string {
+	var b strings.Builder
+	for _, h := range recs {
+		d := "-"
+		if at, ok := done[h.queueOffset]; ok {
+			d = "decided " + at.Format("15:04:05.000")
+		}
+		fmt.Fprintf(&b, "[q%d c%d times=%s %s %s] ", h.queueOffset, h.commitLogOffset, h.checkTimes, h.stored.Format("15:04:05.000"), d)
+	}
+	return b.String()
 }
