@@ -137,15 +137,22 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	}
 	// The survivor: it sends one committed transaction (so it knows the topic's brokers
 	// and heartbeats to them as a member of the group) and then only answers checks.
+	// A SYNC_MASTER answers a half message SLAVE_NOT_AVAILABLE until its slave has
+	// connected, and the producer then rolls the transaction back without running it:
+	// wait for broker-a's replication first, and record the state the producer reports
+	// (a run recorded t0 as committed although the producer had rolled it back, and
+	// counted it as a committed transaction never stored).
 	survivor := newTP()
 	testkit.ShutdownOnCleanup(t, survivor.Shutdown)
-	if res, err := survivor.SendMessageInTransaction(testkit.Context(t, 60*time.Second), message.NewMessage(topic, []byte("t0")).SetKeys("t0")); err != nil || res.EndTransactionErr != nil {
-		t.Fatalf("survivor's first transaction: %+v %v", res, err)
+	waitReplicating(t, survivor.Producer(), topic)
+	res0, err := survivor.SendMessageInTransaction(testkit.Context(t, 60*time.Second), message.NewMessage(topic, []byte("t0")).SetKeys("t0"))
+	if err != nil || res0.EndTransactionErr != nil {
+		t.Fatalf("survivor's first transaction: %+v %v", res0, err)
 	}
 
 	var cstats producer.CheckStats // the deciding producers' checks, added up
 	var rmu sync.Mutex
-	recs := []txnRec{{id: "t0", state: producer.CommitMessage}}
+	recs := []txnRec{{id: "t0", state: res0.State, broker: res0.Queue.BrokerName, uniqKey: res0.MsgID}}
 	down := outage(t)
 	var outs []outageRec
 	next := 1
@@ -342,6 +349,27 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	_, commitsRead := grepFile(blog.Name(), "the producer commit the message", 0)
 	_, rollbacksRead := grepFile(blog.Name(), "the producer rollback the message", 0)
 	t.Logf("brokers' output: answers to checks read: %d commit, %d rollback", commitsRead, rollbacksRead)
+	// Each COMMIT answer the broker read should have stored one copy: per lost committed
+	// decision, the commits read against the copies delivered.
+	readOf := commitsReadByKey(blog.Name())
+	copies := l.copies()
+	read, stored, short := 0, 0, 0
+	var shortEx []string
+	for _, r := range lostEnd {
+		if r.state != producer.CommitMessage {
+			continue
+		}
+		read += readOf[r.uniqKey]
+		stored += copies[r.id]
+		if copies[r.id] < readOf[r.uniqKey] {
+			short++
+			if len(shortEx) < 5 {
+				shortEx = append(shortEx, fmt.Sprintf("%s: %d read, %d stored", r.id, readOf[r.uniqKey], copies[r.id]))
+			}
+		}
+	}
+	t.Logf("lost committed decisions: %d COMMIT answers read by broker-a, %d copies stored and delivered; decisions with fewer copies than commits read: %d %v",
+		read, stored, short, shortEx)
 	offGaps, gapEx := l.offsetGaps()
 	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
 	var halves map[string][]halfRec
@@ -619,6 +647,31 @@ func storedCopies(ctx context.Context, namesrv, topic, key string) string {
 		b.WriteString(err.Error())
 	}
 	return b.String()
+}
+
+// commitsReadByKey counts, per UNIQ_KEY, the COMMIT answers to checks the brokers logged
+// reading.
+func commitsReadByKey(path string) map[string]int {
+	n := map[string]int{}
+	f, err := os.Open(path)
+	if err != nil {
+		return n
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.Contains(l, "the producer commit the message") {
+			continue
+		}
+		if _, v, ok := strings.Cut(l, "msgId='"); ok {
+			if k, _, ok := strings.Cut(v, "'"); ok {
+				n[k]++
+			}
+		}
+	}
+	return n
 }
 
 // halfRec is one record of a transaction in broker-a's half queue.
