@@ -166,7 +166,9 @@ type TransactionProducer struct {
 
 	checks  chan *txnCheck // bounded backlog; never closed
 	workers int
-	dropped atomic.Uint64 // checks dropped because the backlog was full
+
+	// Check counters (CheckStats).
+	received, answered, answerFailed, dropped atomic.Uint64
 
 	mu       sync.Mutex
 	state    state
@@ -240,9 +242,26 @@ func (tp *TransactionProducer) Producer() *Producer { return tp.p }
 // ClientID returns the client id sent in heartbeats ("<ip>@<instance>").
 func (tp *TransactionProducer) ClientID() string { return tp.p.ClientID() }
 
-// DroppedChecks returns how many broker checks were dropped because the check backlog
-// was full (each is sent again by the broker later).
-func (tp *TransactionProducer) DroppedChecks() uint64 { return tp.dropped.Load() }
+// CheckStats counts the broker checks (CHECK_TRANSACTION_STATE) of a
+// TransactionProducer and its answers to them since it was created.
+type CheckStats struct {
+	// Received counts the checks of this producer group that arrived.
+	Received uint64
+	// Answered counts the answers (END_TRANSACTION, one-way) queued on the connection of
+	// the broker that checked. A one-way request gets no response: whether the broker
+	// applied an answer is not known here.
+	Answered uint64
+	// AnswerFailed counts the answers that could not be queued (each is logged).
+	AnswerFailed uint64
+	// Dropped counts the checks dropped because the check backlog was full; the broker
+	// checks those half messages again later.
+	Dropped uint64
+}
+
+// CheckStats returns the check counters.
+func (tp *TransactionProducer) CheckStats() CheckStats {
+	return CheckStats{Received: tp.received.Load(), Answered: tp.answered.Load(), AnswerFailed: tp.answerFailed.Load(), Dropped: tp.dropped.Load()}
+}
 
 // Start starts the producer (route refresh, heartbeats naming the producer group — the
 // broker sends checks only to producers it knows from a heartbeat) and the check
@@ -433,6 +452,7 @@ func (tp *TransactionProducer) onCheck(_ context.Context, addr string, req *remo
 		tp.log.Warn("producer: transaction check for another producer group ignored", "broker", addr, "group", g, "mine", tp.group)
 		return nil
 	}
+	tp.received.Add(1)
 	select {
 	case <-tp.stop:
 		return nil
@@ -499,7 +519,13 @@ func (tp *TransactionProducer) answer(c *txnCheck) {
 	req := endTransactionRequest(tp.group, c.tranStateTableOffset, c.commitLogOffset, s, true, c.msg.UniqKey(), c.transactionID, "")
 	ctx, cancel := context.WithTimeout(tp.ctx, tp.p.cfg.SendTimeout)
 	defer cancel()
-	if err := tp.p.cl.InvokeOneway(ctx, c.addr, req); err != nil && !errors.Is(err, client.ErrClosed) && tp.ctx.Err() == nil {
+	err := tp.p.cl.InvokeOneway(ctx, c.addr, req)
+	if err == nil {
+		tp.answered.Add(1)
+		return
+	}
+	tp.answerFailed.Add(1)
+	if !errors.Is(err, client.ErrClosed) && tp.ctx.Err() == nil {
 		tp.log.Warn("producer: answering a transaction check failed; the broker will check again",
 			"broker", c.addr, "msgId", c.msg.UniqKey(), "state", s.String(), "err", err)
 	}

@@ -361,7 +361,7 @@ func TestTransactionChecksBounded(t *testing.T) {
 	for i := 0; i < 4; i++ { // backlog (3) full: dropped
 		tp.onCheck(context.Background(), addr, checkRequest(t, "pg", "commit", int64(200+i), int64(2000+i)))
 	}
-	if n := tp.DroppedChecks(); n != 4 {
+	if n := tp.CheckStats().Dropped; n != 4 {
 		t.Fatalf("dropped %d checks, want 4", n)
 	}
 	tp.onCheck(context.Background(), addr, checkRequest(t, "other-group", "commit", 300, 3000))
@@ -401,6 +401,10 @@ func TestTransactionChecksBounded(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, func() bool { return len(ends()) == len(bodies)+1 }, func() string { return "the last check's answer" })
 	if last := ends()[len(bodies)]; last.ExtFields["tranStateTableOffset"] != "400" {
 		t.Fatalf("unexpected END_TRANSACTION %v", last.ExtFields)
+	}
+	// The other group's and the malformed checks are not counted; the dropped ones are.
+	if st, want := tp.CheckStats(), (CheckStats{Received: 10, Answered: 6, Dropped: 4}); st != want {
+		t.Errorf("CheckStats %+v, want %+v", st, want)
 	}
 }
 

@@ -147,6 +147,23 @@ func (l *ledger) storedTwice() int {
 	return n
 }
 
+// copies returns, per key, how many stored copies (different queue offsets) were
+// delivered.
+func (l *ledger) copies() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]bool{}
+	n := map[string]int{}
+	for _, d := range l.delivered {
+		c := fmt.Sprintf("%s %s/%d/%d", d.key, d.broker, d.queue, d.offset)
+		if !seen[c] {
+			seen[c] = true
+			n[d.key]++
+		}
+	}
+	return n
+}
+
 // offsetGaps returns, per queue, the queue offsets between the lowest and the highest
 // delivered one that were never delivered (a consumer that skipped stored messages),
 // at most 10 examples, and their number.

@@ -1,9 +1,11 @@
 package failover
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,10 +14,13 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/admin"
+	"github.com/sluicemq/sluice/consumer"
 	"github.com/sluicemq/sluice/internal/peers"
 	"github.com/sluicemq/sluice/internal/testkit"
+	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/producer"
+	"github.com/sluicemq/sluice/remoting"
 )
 
 // txnBook is the local transactions' database of the transaction campaign: the decision
@@ -29,10 +34,20 @@ type txnBook struct {
 	decided map[string]producer.LocalTransactionState
 	checks  map[string]int
 	checkAt map[string]time.Time // first check
+	seen    map[string][]checkSeen
+}
+
+// checkSeen is what a check of a transaction said about its half message: the broker
+// re-puts a half message each time it checks it, so each check names a new record.
+type checkSeen struct {
+	at                           time.Time
+	queueOffset, commitLogOffset int64
+	offsetMsgID, checkTimes      string
 }
 
 func newTxnBook() *txnBook {
-	return &txnBook{decided: map[string]producer.LocalTransactionState{}, checks: map[string]int{}, checkAt: map[string]time.Time{}}
+	return &txnBook{decided: map[string]producer.LocalTransactionState{}, checks: map[string]int{}, checkAt: map[string]time.Time{},
+		seen: map[string][]checkSeen{}}
 }
 
 func txnDecision(id string) producer.LocalTransactionState {
@@ -62,6 +77,8 @@ func (b *txnBook) CheckLocalTransaction(_ context.Context, m *message.MessageExt
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.checks[id]++
+	b.seen[id] = append(b.seen[id], checkSeen{at: time.Now(), queueOffset: m.QueueOffset, commitLogOffset: m.CommitLogOffset,
+		offsetMsgID: m.OffsetMsgID, checkTimes: m.Property(message.PropertyTransactionCheckTimes)})
 	if _, ok := b.checkAt[id]; !ok {
 		b.checkAt[id] = time.Now()
 	}
@@ -74,6 +91,7 @@ func (b *txnBook) CheckLocalTransaction(_ context.Context, m *message.MessageExt
 // txnRec is one transaction of the campaign.
 type txnRec struct {
 	id      string
+	uniqKey string // the half message's UNIQ_KEY (END_TRANSACTION's msgId)
 	broker  string
 	state   producer.LocalTransactionState
 	endErr  error
@@ -91,7 +109,10 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	kills := campaignKills(t)
 	const topic, group, pgroup, perRound = "TxnFailover", "txn-failover", "txn-failover-producers", 24
 	// Check half messages every 5 s (default 60 s) older than transactionTimeOut (6 s).
-	c := featureCluster(t, topic, peers.RocketMQClusterOptions{BrokerConf: map[string]string{"transactionCheckInterval": "5000"}}, false)
+	// The brokers' output (warnings: the transaction logger writes each check's answer
+	// there) goes to a file, kept when the test fails.
+	blog := brokerLog(t)
+	c := featureCluster(t, topic, peers.RocketMQClusterOptions{BrokerConf: map[string]string{"transactionCheckInterval": "5000"}, Log: blog}, false)
 	ctx := context.Background()
 	l := newLedger(t, group)
 	cons := startConsumer(t, c.NamesrvAddr, group, topic, l, testkit.Quiet())
@@ -116,14 +137,22 @@ func TestFailoverTransactionCheck(t *testing.T) {
 	}
 	// The survivor: it sends one committed transaction (so it knows the topic's brokers
 	// and heartbeats to them as a member of the group) and then only answers checks.
+	// A SYNC_MASTER answers a half message SLAVE_NOT_AVAILABLE until its slave has
+	// connected, and the producer then rolls the transaction back without running it:
+	// wait for broker-a's replication first, and record the state the producer reports
+	// (a run recorded t0 as committed although the producer had rolled it back, and
+	// counted it as a committed transaction never stored).
 	survivor := newTP()
 	testkit.ShutdownOnCleanup(t, survivor.Shutdown)
-	if res, err := survivor.SendMessageInTransaction(testkit.Context(t, 60*time.Second), message.NewMessage(topic, []byte("t0")).SetKeys("t0")); err != nil || res.EndTransactionErr != nil {
-		t.Fatalf("survivor's first transaction: %+v %v", res, err)
+	waitReplicating(t, survivor.Producer(), topic)
+	res0, err := survivor.SendMessageInTransaction(testkit.Context(t, 60*time.Second), message.NewMessage(topic, []byte("t0")).SetKeys("t0"))
+	if err != nil || res0.EndTransactionErr != nil {
+		t.Fatalf("survivor's first transaction: %+v %v", res0, err)
 	}
 
+	var cstats producer.CheckStats // the deciding producers' checks, added up
 	var rmu sync.Mutex
-	recs := []txnRec{{id: "t0", state: producer.CommitMessage}}
+	recs := []txnRec{{id: "t0", state: res0.State, broker: res0.Queue.BrokerName, uniqKey: res0.MsgID}}
 	down := outage(t)
 	var outs []outageRec
 	next := 1
@@ -153,7 +182,7 @@ func TestFailoverTransactionCheck(t *testing.T) {
 				res, err := tp.SendMessageInTransaction(sctx, message.NewMessage(topic, []byte(id)).SetKeys(id))
 				r := txnRec{id: id, round: k, sendErr: err}
 				if err == nil {
-					r.broker, r.state, r.endErr = res.Queue.BrokerName, res.State, res.EndTransactionErr
+					r.broker, r.state, r.endErr, r.uniqKey = res.Queue.BrokerName, res.State, res.EndTransactionErr, res.MsgID
 				}
 				rmu.Lock()
 				recs = append(recs, r)
@@ -194,6 +223,11 @@ func TestFailoverTransactionCheck(t *testing.T) {
 			if err := tp.Shutdown(testkit.Context(t, 30*time.Second)); err != nil {
 				t.Logf("round %d: producer shutdown: %v", k+1, err)
 			}
+			st := tp.CheckStats()
+			cstats.Received += st.Received
+			cstats.Answered += st.Answered
+			cstats.AnswerFailed += st.AnswerFailed
+			cstats.Dropped += st.Dropped
 		}, nil)
 		wg.Wait()
 		outs = append(outs, o)
@@ -310,8 +344,62 @@ func TestFailoverTransactionCheck(t *testing.T) {
 		len(committed), committedDelivered, committedMissing, rolledBackDelivered, doubled, redelivered, loadAverage())
 	t.Logf("producer warnings about checks: %d answers not sent, %d checks dropped; first: %v",
 		warns.count("answering a transaction check failed"), warns.count("check dropped"), warns.first("transaction check", 5))
+	t.Logf("checks received / answered / answers not sent / dropped: survivor %+v, deciding producers %+v",
+		survivor.CheckStats(), cstats)
+	_, commitsRead := grepFile(blog.Name(), "the producer commit the message", 0)
+	_, rollbacksRead := grepFile(blog.Name(), "the producer rollback the message", 0)
+	t.Logf("brokers' output: answers to checks read: %d commit, %d rollback", commitsRead, rollbacksRead)
+	// Each COMMIT answer the broker read should have stored one copy: per lost committed
+	// decision, the commits read against the copies delivered.
+	readOf := commitsReadByKey(blog.Name())
+	copies := l.copies()
+	read, stored, short := 0, 0, 0
+	var shortEx []string
+	for _, r := range lostEnd {
+		if r.state != producer.CommitMessage {
+			continue
+		}
+		read += readOf[r.uniqKey]
+		stored += copies[r.id]
+		if copies[r.id] < readOf[r.uniqKey] {
+			short++
+			if len(shortEx) < 5 {
+				shortEx = append(shortEx, fmt.Sprintf("%s: %d read, %d stored", r.id, readOf[r.uniqKey], copies[r.id]))
+			}
+		}
+	}
+	t.Logf("lost committed decisions: %d COMMIT answers read by broker-a, %d copies stored and delivered; decisions with fewer copies than commits read: %d %v",
+		read, stored, short, shortEx)
 	offGaps, gapEx := l.offsetGaps()
 	t.Logf("queue offsets never delivered between delivered ones: %d %v", offGaps, gapEx)
+	var halves map[string][]halfRec
+	if committedMissing != 0 || os.Getenv("SLUICE_FAILOVER_KEEP_LOGS") == "1" {
+		// broker-a's half queue: how many records each lost decision left.
+		hctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+		var herr error
+		halves, herr = halfQueue(hctx, c.NamesrvAddr, "broker-a")
+		cancel()
+		deliveries := func(id string) int {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.deliveries[id]
+		}
+		perTxn := map[int]int{}
+		shown := 0
+		for _, r := range lostEnd {
+			hs := halves[r.uniqKey]
+			perTxn[len(hs)]++
+			if shown < 6 && r.state == producer.CommitMessage {
+				shown++
+				book.mu.Lock()
+				n := book.checks[r.id]
+				book.mu.Unlock()
+				t.Logf("lost decision %s (%s, delivered %d, checks %d): half records %s; answers read %s; stored %s", r.id, r.uniqKey, deliveries(r.id), n,
+					describeHalves(hs), answersRead(blog.Name(), r.uniqKey), storedCopies(ctx, c.NamesrvAddr, topic, r.id))
+			}
+		}
+		t.Logf("broker-a's half queue: %d transactions; lost decisions by half records: %v; error: %v", len(halves), perTxn, herr)
+	}
 	if committedMissing != 0 {
 		adm, err := admin.New(admin.Config{NamesrvAddrs: []string{c.NamesrvAddr}, Logger: testkit.Quiet()})
 		if err == nil {
@@ -338,7 +426,9 @@ func TestFailoverTransactionCheck(t *testing.T) {
 				book.mu.Lock()
 				checks := book.checks[r.id]
 				book.mu.Unlock()
-				t.Logf("committed but not delivered: %s round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.round+1, r.broker, r.endErr, checks, where, ferr)
+				t.Logf("committed but not delivered: %s (UNIQ_KEY %s) round %d broker %s END error %v checks %d; in the topic: %v %v", r.id, r.uniqKey, r.round+1, r.broker, r.endErr, checks, where, ferr)
+				t.Logf("  half records: %s", describeHalves(halves[r.uniqKey]))
+				diagnoseTxn(t, c, adm, book, blog, r)
 			}
 			octx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			offs, oerr := adm.ConsumerOffsets(octx, group, topic)
@@ -397,4 +487,234 @@ func (w *lineLog) first(s string, n int) []string {
 		}
 	}
 	return out
+}
+
+// brokerLog returns a file receiving the cluster's output; it is removed after a test
+// that passed and kept (its path logged) after one that failed, or always with
+// SLUICE_FAILOVER_KEEP_LOGS=1.
+func brokerLog(t *testing.T) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp("", "sluice-failover-brokers-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.Close()
+		if t.Failed() || os.Getenv("SLUICE_FAILOVER_KEEP_LOGS") == "1" {
+			t.Logf("brokers' output kept in %s", f.Name())
+			return
+		}
+		_ = os.Remove(f.Name())
+	})
+	return f
+}
+
+// grepFile returns up to max lines of path containing s, and how many there were.
+func grepFile(path, s string, max int) ([]string, int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return []string{err.Error()}, 0
+	}
+	defer func() { _ = f.Close() }()
+	var out []string
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), s) {
+			n++
+			if len(out) < max {
+				out = append(out, sc.Text())
+			}
+		}
+	}
+	return out, n
+}
+
+// diagnoseTxn logs what the broker knows of a committed transaction that was never
+// stored: the last checks' records as the broker has them now (VIEW_MESSAGE_BY_ID), its
+// output naming the transaction's UNIQ_KEY (each answer received), and the broker's
+// answer to a synchronous END_TRANSACTION commit carrying the last check's offsets —
+// the answer a one-way END_TRANSACTION never hears.
+func diagnoseTxn(t *testing.T, c *peers.RocketMQCluster, adm *admin.Admin, book *txnBook, blog *os.File, r txnRec) {
+	t.Helper()
+	book.mu.Lock()
+	seen := slices.Clone(book.seen[r.id])
+	book.mu.Unlock()
+	if n := len(seen); n > 3 {
+		seen = seen[n-3:]
+	}
+	for _, s := range seen {
+		vctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := adm.ViewMessage(vctx, s.offsetMsgID)
+		cancel()
+		stored := fmt.Sprint(err)
+		if err == nil {
+			stored = fmt.Sprintf("topic %s queue offset %d commitlog offset %d PGROUP %s check times %s", m.Topic, m.QueueOffset, m.CommitLogOffset,
+				m.Property(message.PropertyProducerGroup), m.Property(message.PropertyTransactionCheckTimes))
+		}
+		t.Logf("  check at %s: queue offset %d commitlog offset %d (%s) check times %s; the broker has there: %s",
+			s.at.Format("15:04:05.000"), s.queueOffset, s.commitLogOffset, s.offsetMsgID, s.checkTimes, stored)
+	}
+	if r.uniqKey != "" {
+		lines, n := grepFile(blog.Name(), r.uniqKey, 2)
+		t.Logf("  brokers' output lines naming %s: %d; answers read: %s; first: %q", r.uniqKey, n, answersRead(blog.Name(), r.uniqKey), lines)
+	}
+	if len(seen) == 0 {
+		return
+	}
+	last := seen[len(seen)-1]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr, err := c.MasterAddr(ctx, r.broker)
+	if err != nil || addr == "" {
+		t.Logf("  no master address for %s: %v", r.broker, err)
+		return
+	}
+	rc, err := remoting.NewClient(remoting.ClientConfig{Logger: testkit.Quiet()})
+	if err != nil {
+		t.Logf("  remoting client: %v", err)
+		return
+	}
+	defer func() { _ = rc.Close() }()
+	req := remoting.NewRequest(remoting.EndTransaction, wire.EndTransactionHeader{ProducerGroup: "txn-failover-producers",
+		TranStateTableOffset: last.queueOffset, CommitLogOffset: last.commitLogOffset, CommitOrRollback: message.SysFlagTransactionCommit,
+		FromTransactionCheck: true, MsgID: r.uniqKey, TransactionID: r.uniqKey}.Ext(), nil)
+	resp, err := rc.InvokeSync(ctx, addr, req)
+	if err != nil {
+		t.Logf("  synchronous END_TRANSACTION to %s: %v", addr, err)
+		return
+	}
+	t.Logf("  synchronous END_TRANSACTION commit with the last check's offsets to %s: code %d remark %q", addr, resp.Code, resp.Remark)
+}
+
+// answersRead lists the answers to checks of the transaction with UNIQ_KEY uniqKey that
+// the brokers logged reading (their transaction logger's warning for each), as
+// "HH:MM:SS.mmm decision q<tranStateTableOffset> c<commitLogOffset>".
+func answersRead(path, uniqKey string) string {
+	lines, _ := grepFile(path, "msgId='"+uniqKey+"'", 100)
+	field := func(l, k string) string {
+		i := strings.Index(l, k+"=")
+		if i < 0 {
+			return "?"
+		}
+		v := l[i+len(k)+1:]
+		if j := strings.IndexAny(v, ",}"); j >= 0 {
+			v = v[:j]
+		}
+		return v
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		d := "rollback"
+		if strings.Contains(l, "producer commit") {
+			d = "commit"
+		}
+		ts, _, _ := strings.Cut(l, " ")
+		fmt.Fprintf(&b, "[%s %s q%s c%s] ", ts, d, field(l, "tranStateTableOffset"), field(l, "commitLogOffset"))
+	}
+	return b.String()
+}
+
+// storedCopies lists the copies of a transaction's message in topic (found by key) as
+// "HH:MM:SS.mmm from c<commitlog offset of the half record committed>".
+func storedCopies(ctx context.Context, namesrv, topic, key string) string {
+	adm, err := admin.New(admin.Config{NamesrvAddrs: []string{namesrv}, Logger: testkit.Quiet()})
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = adm.Close() }()
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ms, err := adm.FindMessages(fctx, topic, key, time.Time{}, time.Time{})
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "[%s from c%d] ", time.UnixMilli(m.StoreTimestamp).Format("15:04:05.000"), m.PreparedTransactionOffset)
+	}
+	if err != nil {
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// commitsReadByKey counts, per UNIQ_KEY, the COMMIT answers to checks the brokers logged
+// reading.
+func commitsReadByKey(path string) map[string]int {
+	n := map[string]int{}
+	f, err := os.Open(path)
+	if err != nil {
+		return n
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.Contains(l, "the producer commit the message") {
+			continue
+		}
+		if _, v, ok := strings.Cut(l, "msgId='"); ok {
+			if k, _, ok := strings.Cut(v, "'"); ok {
+				n[k]++
+			}
+		}
+	}
+	return n
+}
+
+// halfRec is one record of a transaction in broker-a's half queue.
+type halfRec struct {
+	queueOffset, commitLogOffset int64
+	checkTimes                   string
+	stored                       time.Time
+}
+
+// halfQueue reads queue 0 of broker's half topic (RMQ_SYS_TRANS_HALF_TOPIC) and returns
+// its records per UNIQ_KEY. (The op topic, RMQ_SYS_TRANS_OP_HALF_TOPIC, cannot be read
+// so: a 4.9.7 broker has no topic config for it and answers a pull TOPIC_NOT_EXIST.)
+func halfQueue(ctx context.Context, namesrv, broker string) (map[string][]halfRec, error) {
+	pc, err := consumer.NewPullConsumer(consumer.PullConfig{NamesrvAddrs: []string{namesrv}, Group: "txn-failover-diagnosis", Logger: testkit.Quiet()})
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { _ = pc.Shutdown(context.Background()) }()
+	read := func(topic string, each func(m *message.MessageExt)) error {
+		off := int64(0)
+		for i := 0; i < 10000; i++ {
+			res, err := pc.Pull(ctx, consumer.PullRequest{Queue: message.MessageQueue{Topic: topic, BrokerName: broker, QueueID: 0}, Offset: off})
+			if err != nil {
+				return fmt.Errorf("%s from %d: %w", topic, off, err)
+			}
+			for _, m := range res.Messages {
+				each(m)
+			}
+			if res.Status != consumer.PullFound && res.Status != consumer.PullNoMatchedMsg || res.NextBeginOffset <= off {
+				return nil
+			}
+			off = res.NextBeginOffset
+		}
+		return nil
+	}
+	halves := map[string][]halfRec{}
+	if err := read("RMQ_SYS_TRANS_HALF_TOPIC", func(m *message.MessageExt) {
+		k := m.UniqKey()
+		halves[k] = append(halves[k], halfRec{queueOffset: m.QueueOffset, commitLogOffset: m.CommitLogOffset,
+			checkTimes: m.Property(message.PropertyTransactionCheckTimes), stored: time.UnixMilli(m.StoreTimestamp)})
+	}); err != nil {
+		return nil, err
+	}
+	return halves, nil
+}
+
+// describeHalves prints a transaction's half records: queue offset, commitlog offset,
+// check times and when stored.
+func describeHalves(recs []halfRec) string {
+	var b strings.Builder
+	for _, h := range recs {
+		fmt.Fprintf(&b, "[q%d c%d times=%s %s] ", h.queueOffset, h.commitLogOffset, h.checkTimes, h.stored.Format("15:04:05.000"))
+	}
+	return b.String()
 }
