@@ -105,6 +105,9 @@ func (sv *service) Heartbeat(ctx context.Context, req *v2.HeartbeatRequest) (*v2
 			err = allow(c, acl.Group(g, acl.Sub))
 		}
 	}
+	if err == nil && clientID(ctx) != "" {
+		sv.registerHeartbeat(ctx, req)
+	}
 	return &v2.HeartbeatResponse{Status: statusOf(err)}, nil
 }
 
@@ -115,6 +118,11 @@ func (sv *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyCl
 		if g, err = checkGroup("group", req.GetGroup()); err == nil {
 			err = allow(c, acl.Group(g, acl.Sub))
 		}
+	}
+	if id := clientID(ctx); err == nil && id != "" {
+		// One client id is one client object of the official clients: all its
+		// registrations end.
+		sv.s.b.FrontClientGone(broker.ProtocolGRPC, id, "")
 	}
 	return &v2.NotifyClientTerminationResponse{Status: statusOf(err)}, nil
 }
@@ -170,12 +178,15 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 					// registered for transaction checks.
 					sv.s.producers.remove(tc)
 					cmd.Status = statusOf(err)
-				} else if st.GetClientType() == v2.ClientType_PRODUCER {
-					var topics []string
-					for _, t := range st.GetPublishing().GetTopics() {
-						topics = append(topics, t.GetName())
+				} else {
+					sv.registerSettings(stream.Context(), st)
+					if st.GetClientType() == v2.ClientType_PRODUCER {
+						var topics []string
+						for _, t := range st.GetPublishing().GetTopics() {
+							topics = append(topics, t.GetName())
+						}
+						sv.s.producers.add(tc, topics)
 					}
-					sv.s.producers.add(tc, topics)
 				}
 				// An answer equal to the last one on this stream is not sent again: the
 				// official Go client v5.1.4 applies every settings answer without a lock
