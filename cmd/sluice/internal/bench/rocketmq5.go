@@ -67,11 +67,15 @@ func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error
 	var stops []func(context.Context) error
 	defer func() { _ = shutdownAll(stops) }()
 	for range cfg.Producers {
-		p, err := rmq.NewProducer(&rmq.Config{Endpoint: endpoint, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(cfg.Topic))
+		var p rmq.Producer
+		err := startV5(ctx, func() (err error) {
+			p, err = rmq.NewProducer(&rmq.Config{Endpoint: endpoint, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(cfg.Topic))
+			if err == nil {
+				err = p.Start()
+			}
+			return err
+		})
 		if err != nil {
-			return nil, fmt.Errorf("bench: v5 producer: %w", err)
-		}
-		if err := p.Start(); err != nil {
 			return nil, fmt.Errorf("bench: v5 producer start: %w", err)
 		}
 		stops = append(stops, func(context.Context) error { return p.GracefulStop() })
@@ -102,7 +106,7 @@ func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error
 // ConsumeV5 first warms the server up, untimed: 10000 messages sent to warmTopic and
 // drained by a SimpleConsumer of their own group ("" skips it). Then it prefills topic
 // at the gRPC endpoint with Config.Messages messages (official v5 producers, untimed)
-// and times one official v5 SimpleConsumer of a fresh group draining them:
+// and times one official v5 SimpleConsumer of a fresh group (from its start) draining them:
 // Config.ConsumeGoroutines goroutines each receive up to 32 messages (30 s invisible,
 // 5 s long polling) and acknowledge each before the next receive. The topics must exist
 // and be empty. Duplicates (a message delivered again) are counted apart. Errors: an
@@ -137,11 +141,18 @@ func prefillAndDrainV5(ctx context.Context, cfg Config, endpoint, topic string) 
 		return nil, fmt.Errorf("bench: prefill: %w", err)
 	}
 	group := fmt.Sprintf("SluiceBenchV5_%d", time.Now().UnixNano())
-	c, err := rmq.NewSimpleConsumer(&rmq.Config{Endpoint: endpoint, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
-		rmq.WithSimpleAwaitDuration(v5AwaitDuration),
-		rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}))
+	var c rmq.SimpleConsumer
+	err := startV5(ctx, func() (err error) {
+		c, err = rmq.NewSimpleConsumer(&rmq.Config{Endpoint: endpoint, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
+			rmq.WithSimpleAwaitDuration(v5AwaitDuration),
+			rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}))
+		if err == nil {
+			err = c.Start()
+		}
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("bench: v5 simple consumer: %w", err)
+		return nil, fmt.Errorf("bench: v5 simple consumer start: %w", err)
 	}
 	n := cfg.Messages
 	seen := make([]atomic.Bool, n)
@@ -152,9 +163,6 @@ func prefillAndDrainV5(ctx context.Context, cfg Config, endpoint, topic string) 
 	var meter cpuMeter
 	meter.start(cfg.ServerPid)
 	start := time.Now()
-	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("bench: v5 simple consumer start: %w", err)
-	}
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var errOnce sync.Once
@@ -217,6 +225,27 @@ func prefillAndDrainV5(ctx context.Context, cfg Config, endpoint, topic string) 
 	}
 	res.Messages, res.Bytes, res.Elapsed, res.Duplicates = distinct.Load(), bytes.Load(), elapsed, dups.Load()
 	return res, nil
+}
+
+// v5StartAttempts bounds the tries to start a v5 client: on a loaded machine a server
+// just started (a JVM compiling its code) may not answer the client's first route query
+// within the client's 3 s.
+const v5StartAttempts = 5
+
+// startV5 runs start (which makes and starts a client) until it succeeds, at most
+// v5StartAttempts times, 2 s apart.
+func startV5(ctx context.Context, start func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := start()
+		if err == nil || attempt == v5StartAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // apache5Topics is the store configuration of the Apache RocketMQ 5 runs: the topics
