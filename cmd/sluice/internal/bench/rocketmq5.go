@@ -69,7 +69,8 @@ func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error
 	for range cfg.Producers {
 		var p rmq.Producer
 		err := startV5(ctx, func() (err error) {
-			p, err = rmq.NewProducer(&rmq.Config{Endpoint: endpoint, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(cfg.Topic))
+			p, err = rmq.NewProducer(&rmq.Config{Endpoint: endpoint, Credentials: &credentials.SessionCredentials{}}, rmq.WithTopics(cfg.Topic),
+				rmq.WithClientFunc(v5Client))
 			if err == nil {
 				err = p.Start()
 			}
@@ -144,7 +145,7 @@ func prefillAndDrainV5(ctx context.Context, cfg Config, endpoint, topic string) 
 	var c rmq.SimpleConsumer
 	err := startV5(ctx, func() (err error) {
 		c, err = rmq.NewSimpleConsumer(&rmq.Config{Endpoint: endpoint, ConsumerGroup: group, Credentials: &credentials.SessionCredentials{}},
-			rmq.WithSimpleAwaitDuration(v5AwaitDuration),
+			rmq.WithSimpleAwaitDuration(v5AwaitDuration), rmq.WithClientFuncForSimpleConsumer(v5Client),
 			rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}))
 		if err == nil {
 			err = c.Start()
@@ -227,6 +228,15 @@ func prefillAndDrainV5(ctx context.Context, cfg Config, endpoint, topic string) 
 	return res, nil
 }
 
+// v5RequestTimeout replaces the official client's 3 s request timeout (its route
+// queries and sends): on a loaded machine a JVM server missed it, which ended the run.
+const v5RequestTimeout = 10 * time.Second
+
+// v5Client is the official client's own constructor with v5RequestTimeout.
+func v5Client(c *rmq.Config, opts ...rmq.ClientOption) (rmq.Client, error) {
+	return rmq.NewClient(c, append(opts, rmq.WithQueryRouteTimeout(v5RequestTimeout))...)
+}
+
 // v5StartAttempts bounds the tries to start a v5 client: on a loaded machine a server
 // just started (a JVM compiling its code) may not answer the client's first route query
 // within the client's 3 s.
@@ -284,6 +294,7 @@ func startApache5(ctx context.Context, o Options, s *benchSetup, topics []string
 		ProxyJVMFlags:    []string{"-Xms" + heap, "-Xmx" + heap},
 		BrokerConf:       map[string]string{"flushDiskType": s.flush, "mappedFileSizeCommitLog": "1073741824"},
 		StoreConfigFiles: files,
+		StartTimeout:     5 * time.Minute, // a JVM starting on a loaded machine
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start apache rocketmq 5: %w", err)
