@@ -53,8 +53,9 @@ func setupV5Client() {
 
 // ProduceV5 sends Config.Messages messages (or for Config.Duration) of Config.Size bytes
 // to Config.Topic at the gRPC endpoint through Config.Producers official v5 producers,
-// each with Config.Inflight concurrent synchronous Send calls, after an untimed warm-up,
-// and reports throughput, send latency and CPU per message (the server's: ServerPid).
+// each with Config.Inflight concurrent synchronous Send calls, after an untimed warm-up
+// at that concurrency (10000 sends, Config.Messages when fewer; none with a negative
+// Config.Warmup), and reports throughput, send latency and CPU per message (the server's: ServerPid).
 // The topic must exist. Errors: an invalid Config, a producer that does not start, the
 // first failed send.
 func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error) {
@@ -89,6 +90,9 @@ func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error
 		// Untimed, at the timed run's concurrency: a JVM server compiles its hot paths
 		// meanwhile.
 		warm := max(int64(cfg.Warmup*len(senders)), v5Warmup)
+		if cfg.Messages > 0 {
+			warm = min(warm, cfg.Messages) // a short run gets a short warm-up
+		}
 		if _, err := drive(ctx, &cfg, senders, plan{messages: warm, inflight: cfg.Inflight, phase: "warmup"}); err != nil {
 			return nil, fmt.Errorf("bench: warm-up: %w", err)
 		}
@@ -104,7 +108,8 @@ func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error
 	return res, nil
 }
 
-// ConsumeV5 first warms the server up, untimed: 10000 messages sent to warmTopic and
+// ConsumeV5 first warms the server up, untimed: 10000 messages (Config.Messages when
+// fewer) sent to warmTopic and
 // drained by a SimpleConsumer of their own group ("" skips it). Then it prefills topic
 // at the gRPC endpoint with Config.Messages messages (official v5 producers, untimed)
 // and times one official v5 SimpleConsumer of a fresh group (from its start) draining them:
@@ -125,7 +130,7 @@ func ConsumeV5(ctx context.Context, cfg Config, endpoint, topic, warmTopic strin
 	cfg.setDefaults()
 	if warmTopic != "" {
 		wcfg := cfg
-		wcfg.Messages, wcfg.ServerPid = v5Warmup, 0
+		wcfg.Messages, wcfg.ServerPid = min(v5Warmup, cfg.Messages), 0
 		if _, err := prefillAndDrainV5(ctx, wcfg, endpoint, warmTopic); err != nil {
 			return nil, fmt.Errorf("bench: warm-up: %w", err)
 		}
