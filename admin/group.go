@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -111,6 +112,12 @@ type GroupSummary struct {
 	Clients                                     int
 	MessageModel, ConsumeType, ConsumeFromWhere string
 	LastHeartbeat                               int64 // unix ms, newest; 0 when none
+	// Protocols are the protocols of the clients online over all brokers, sorted:
+	// "remoting" (RocketMQ 4.x clients), "grpc" (RocketMQ 5 clients on a broker's gRPC
+	// port); empty with none online. A group of v5 consumers only has ConsumeType
+	// CONSUME_ACTIVELY (SimpleConsumer) or CONSUME_PASSIVELY (PushConsumer) and
+	// MessageModel CLUSTERING.
+	Protocols []string
 	// Lag is the messages not consumed yet on every topic but %DLQ% ones (whose offset is
 	// the re-drive mark), and OldestUnconsumed the store time (unix ms) of the oldest of
 	// them, 0 when nothing lags.
@@ -174,6 +181,12 @@ func (a *Admin) GroupSummaries(ctx context.Context) ([]GroupSummary, error) {
 				g.Clients, g.MessageModel, g.ConsumeType, g.ConsumeFromWhere = s.Clients, s.MessageModel, s.ConsumeType, s.ConsumeFromWhere
 			}
 			g.LastHeartbeat = max(g.LastHeartbeat, s.LastHeartbeat)
+			for _, p := range s.Protocols {
+				if !slices.Contains(g.Protocols, p) {
+					g.Protocols = append(g.Protocols, p)
+					sort.Strings(g.Protocols)
+				}
+			}
 			for _, t := range s.Topics {
 				cur := topics[s.Group][t.Topic]
 				if cur == nil {

@@ -63,7 +63,7 @@ func (b *Broker) handleGroupSummaries(_ context.Context, _ *remoting.Conn, _ *re
 	for name, c := range b.clients.summaries() {
 		g := get(name)
 		g.Clients, g.MessageModel, g.ConsumeType, g.ConsumeFromWhere = c.clients, c.messageModel, c.consumeType, c.consumeFromWhere
-		g.LastHeartbeat, g.ClientMaxReconsumeTimes = c.lastHeartbeat, c.sendBackLimit
+		g.LastHeartbeat, g.ClientMaxReconsumeTimes, g.Protocols = c.lastHeartbeat, c.sendBackLimit, c.protocols
 	}
 	type committed struct {
 		group, topic string

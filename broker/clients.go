@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -26,6 +27,10 @@ type clientChannel struct {
 	conn       *remoting.Conn
 	lastUpdate time.Time
 	subs       map[string]wire.SubscriptionData // this client's own subscriptions by topic
+	// language and version are the header fields of its last HEART_BEAT (LanguageCode
+	// and the MQVersion ordinal).
+	language remoting.LanguageCode
+	version  int16
 }
 
 // consumerGroup is the broker's view of one consumer group.
@@ -61,6 +66,9 @@ type clientManager struct {
 	subs         int // subscriptions kept in total: every channel's own plus every group's
 	// sendBackLimits: group -> the maxReconsumeTimes its clients last sent back with.
 	sendBackLimits map[string]int32
+	// front: the clients of front ends (frontclients.go), counted in entries, subs and
+	// perAddr like the remoting ones.
+	front map[frontKey]*frontClient
 }
 
 // clientLimits bound what heartbeats can make the broker keep (each <= 0: unlimited).
@@ -234,11 +242,12 @@ func (m *clientManager) dropConsumerLocked(g *consumerGroup, connID uint64) {
 	}
 }
 
-// heartbeat registers the client's groups on conn. It returns the consumer groups whose
+// heartbeat registers the client's groups on conn (lang and version are the request's
+// header fields). It returns the consumer groups whose
 // membership or subscriptions changed (to be notified), and the first refusal
 // (*ClientLimitError) of a group that would have taken the broker over a client limit;
 // that group is left as it was, the others are registered.
-func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, now time.Time) ([]string, error) {
+func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, lang remoting.LanguageCode, version int16, now time.Time) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var refused error
@@ -259,7 +268,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 	for _, p := range hb.ProducerDataSet {
 		g := m.producers[p.GroupName]
 		if ch, ok := g[conn.ID()]; ok {
-			ch.clientID, ch.lastUpdate = hb.ClientID, now
+			ch.clientID, ch.lastUpdate, ch.language, ch.version = hb.ClientID, now, lang, version
 			continue
 		}
 		if err := m.addEntryLocked(conn, p.GroupName); err != nil {
@@ -270,7 +279,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			g = map[uint64]*clientChannel{}
 			m.producers[p.GroupName] = g
 		}
-		g[conn.ID()] = &clientChannel{clientID: hb.ClientID, conn: conn, lastUpdate: now}
+		g[conn.ID()] = &clientChannel{clientID: hb.ClientID, conn: conn, lastUpdate: now, language: lang, version: version}
 	}
 	var changed []string
 	for _, cd := range hb.ConsumerDataSet {
@@ -365,7 +374,7 @@ func (m *clientManager) heartbeat(conn *remoting.Conn, hb *wire.HeartbeatData, n
 			}
 			g.channels[conn.ID()] = ch
 		}
-		ch.lastUpdate = now
+		ch.lastUpdate, ch.language, ch.version = now, lang, version
 		subsChanged := !known
 		for _, sd := range mine {
 			cur, ok := g.subs[sd.Topic]
@@ -515,6 +524,7 @@ func (m *clientManager) expire(now time.Time, maxAge time.Duration) []string {
 			}
 		}
 	}
+	m.expireFrontLocked(now, maxAge)
 	m.mu.Unlock()
 	for _, c := range stale {
 		m.logf("client heartbeat expired; closing its connection", "remote", c.RemoteAddr())
@@ -588,26 +598,65 @@ type groupClients struct {
 	clients                                     int
 	messageModel, consumeType, consumeFromWhere string
 	lastHeartbeat                               int64
-	sendBackLimit                               int32 // -1: none sent
+	sendBackLimit                               int32    // -1: none sent
+	protocols                                   []string // of the clients online, sorted
 }
 
 // summaries returns, per consumer group known to the client manager, its online
-// clients and recorded send-back limit.
+// clients (remoting and front-end ones) and recorded send-back limit. The consume mode
+// is the remoting clients' when the group has some, else the newest front-end client's
+// (CLUSTERING, its consume type, CONSUME_FROM_LAST_OFFSET, as the Apache RocketMQ 5
+// proxy registers v5 consumers).
 func (m *clientManager) summaries() map[string]groupClients {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]groupClients{}
+	ids := map[string]map[string]bool{} // group -> client ids online
 	for name, g := range m.consumers {
-		ids := map[string]bool{}
 		gc := groupClients{messageModel: g.messageModel, consumeType: g.consumeType, consumeFromWhere: g.consumeFromWhere, sendBackLimit: -1}
+		set := map[string]bool{}
 		for _, ch := range g.channels {
-			ids[ch.clientID] = true
+			set[ch.clientID] = true
 			gc.lastHeartbeat = max(gc.lastHeartbeat, ch.lastUpdate.UnixMilli())
 		}
-		gc.clients = len(ids)
-		if gc.clients == 0 {
+		if len(set) == 0 {
 			gc.messageModel, gc.consumeType, gc.consumeFromWhere = "", "", ""
+		} else {
+			gc.protocols = []string{ProtocolRemoting}
 		}
+		ids[name] = set
+		out[name] = gc
+	}
+	var newest map[string]time.Time // group -> the newest front-end heartbeat seen
+	for k, c := range m.front {
+		if k.group == "" {
+			continue // a producer
+		}
+		gc, ok := out[k.group]
+		if !ok {
+			gc = groupClients{sendBackLimit: -1}
+			ids[k.group] = map[string]bool{}
+		}
+		ids[k.group][k.protocol+"\x00"+k.clientID] = true
+		if !slices.Contains(gc.protocols, k.protocol) {
+			gc.protocols = append(gc.protocols, k.protocol)
+			sort.Strings(gc.protocols)
+		}
+		gc.lastHeartbeat = max(gc.lastHeartbeat, c.lastUpdate.UnixMilli())
+		if !slices.Contains(gc.protocols, ProtocolRemoting) {
+			if newest == nil {
+				newest = map[string]time.Time{}
+			}
+			if c.lastUpdate.After(newest[k.group]) || gc.consumeType == "" {
+				newest[k.group] = c.lastUpdate
+				gc.messageModel, gc.consumeType, gc.consumeFromWhere = wire.MessageModelClustering, c.ConsumeType, "CONSUME_FROM_LAST_OFFSET"
+			}
+		}
+		out[k.group] = gc
+	}
+	for name, set := range ids {
+		gc := out[name]
+		gc.clients = len(set)
 		out[name] = gc
 	}
 	for name, l := range m.sendBackLimits {
@@ -621,12 +670,14 @@ func (m *clientManager) summaries() map[string]groupClients {
 	return out
 }
 
-// online reports how many client connections of group are registered.
+// online reports how many client connections of group are registered (remoting
+// connections and front-end clients).
 func (m *clientManager) online(group string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	n := len(m.frontOfGroupLocked(group))
 	if g := m.consumers[group]; g != nil {
-		return len(g.channels)
+		n += len(g.channels)
 	}
-	return 0
+	return n
 }

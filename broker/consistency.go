@@ -25,35 +25,46 @@ func (b *Broker) handleGroupSubscriptions(_ context.Context, _ *remoting.Conn, r
 }
 
 // groupSubscriptions returns each client's own subscriptions from its last heartbeat,
-// one entry per client id (the most recently updated connection wins), sorted.
+// one entry per client id and protocol (of remoting clients, the most recently updated
+// connection wins), with who the client is, sorted by client id then protocol.
 func (m *clientManager) groupSubscriptions(group string) []wire.ClientSubscriptions {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := []wire.ClientSubscriptions{}
-	g := m.consumers[group]
-	if g == nil {
-		return out
-	}
-	latest := map[string]*clientChannel{}
-	for _, ch := range g.channels {
-		if cur := latest[ch.clientID]; cur == nil || ch.lastUpdate.After(cur.lastUpdate) {
-			latest[ch.clientID] = ch
-		}
-	}
-	for id, ch := range latest {
-		cs := wire.ClientSubscriptions{ClientID: id, MessageModel: g.messageModel,
-			LastHeartbeat: ch.lastUpdate.UnixMilli(), Subscriptions: []wire.Subscription{}}
-		for _, sd := range ch.subs {
-			s := wire.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType}
-			if s.ExpressionType == "" || s.ExpressionType == "TAG" {
-				s.Tags = message.ParseTagExpression(sd.SubString)
-				sort.Strings(s.Tags)
+	if g := m.consumers[group]; g != nil {
+		latest := map[string]*clientChannel{}
+		for _, ch := range g.channels {
+			if cur := latest[ch.clientID]; cur == nil || ch.lastUpdate.After(cur.lastUpdate) {
+				latest[ch.clientID] = ch
 			}
-			cs.Subscriptions = append(cs.Subscriptions, s)
 		}
-		sort.Slice(cs.Subscriptions, func(i, j int) bool { return cs.Subscriptions[i].Topic < cs.Subscriptions[j].Topic })
-		out = append(out, cs)
+		for id, ch := range latest {
+			cs := wire.ClientSubscriptions{ClientID: id, MessageModel: g.messageModel,
+				LastHeartbeat: ch.lastUpdate.UnixMilli(), Subscriptions: []wire.Subscription{},
+				Protocol: ProtocolRemoting, Language: ch.language.String(), Version: remoting.VersionName(ch.version),
+				Addr: ch.conn.RemoteAddr(), ConsumeType: g.consumeType}
+			for _, sd := range ch.subs {
+				s := wire.Subscription{Topic: sd.Topic, SubString: sd.SubString, ExpressionType: sd.ExpressionType}
+				if s.ExpressionType == "" || s.ExpressionType == "TAG" {
+					s.Tags = message.ParseTagExpression(sd.SubString)
+					sort.Strings(s.Tags)
+				}
+				cs.Subscriptions = append(cs.Subscriptions, s)
+			}
+			sort.Slice(cs.Subscriptions, func(i, j int) bool { return cs.Subscriptions[i].Topic < cs.Subscriptions[j].Topic })
+			out = append(out, cs)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ClientID < out[j].ClientID })
+	for _, c := range m.frontOfGroupLocked(group) {
+		out = append(out, wire.ClientSubscriptions{ClientID: c.ClientID, MessageModel: wire.MessageModelClustering,
+			LastHeartbeat: c.lastUpdate.UnixMilli(), Subscriptions: append([]wire.Subscription{}, c.Subscriptions...),
+			Protocol: c.Protocol, Language: c.Language, Version: c.Version, Addr: c.Addr, ConsumeType: c.ConsumeType})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ClientID != out[j].ClientID {
+			return out[i].ClientID < out[j].ClientID
+		}
+		return out[i].Protocol < out[j].Protocol
+	})
 	return out
 }

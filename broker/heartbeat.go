@@ -90,7 +90,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		cd.SubscriptionDataSet = kept
 	}
-	changed, err := b.clients.heartbeat(conn, hb, time.Now())
+	changed, err := b.clients.heartbeat(conn, hb, req.Language, req.Version, time.Now())
 	if err != nil {
 		b.counters.RefusedLimits.Add(1)
 		b.log.Warn("heartbeat group refused: client limit", "client", fmt.Sprintf("%.128q", hb.ClientID), "remote", conn.RemoteAddr(), "err", err)

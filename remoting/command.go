@@ -225,3 +225,25 @@ func (c *RemotingCommand) String() string {
 	b.WriteString("B")
 	return b.String()
 }
+
+// VersionName returns the name Java's MQVersion.Version gives a header "version"
+// ordinal: 317 is "V4_5_2" (what the official Go client 4.x sends), 407 "V4_9_7", 479
+// "V5_3_3". From V4_0_0_SNAPSHOT (212) to V5_9_9 (611) the enum is regular — each
+// x.y.z a _SNAPSHOT and a release, z and y from 0 to 9 — and is computed; 612 and above
+// is HIGHER_VERSION, as Java clamps; an older or negative ordinal is given as its
+// number ("ordinal 46").
+func VersionName(v int16) string {
+	switch {
+	case v >= 612:
+		return "HIGHER_VERSION"
+	case v < 212:
+		return "ordinal " + strconv.Itoa(int(v))
+	}
+	n := int(v) - 212
+	minor, patch := n/20, n%20/2 // minors from 4.0: 4.0 .. 5.9
+	name := "V" + strconv.Itoa(4+minor/10) + "_" + strconv.Itoa(minor%10) + "_" + strconv.Itoa(patch)
+	if n%2 == 0 {
+		name += "_SNAPSHOT"
+	}
+	return name
+}

@@ -161,3 +161,19 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVersionName checks VersionName against names of Java's MQVersion.Version read
+// from rocketmq-common 5.3.3 (javap of the enum; its ordinals are the header's version).
+func TestVersionName(t *testing.T) {
+	for v, want := range map[int16]string{
+		212: "V4_0_0_SNAPSHOT", 213: "V4_0_0", 244: "V4_1_6_SNAPSHOT", 272: "V4_3_0_SNAPSHOT", 280: "V4_3_4_SNAPSHOT",
+		317: "V4_5_2", 342: "V4_6_5_SNAPSHOT", 406: "V4_9_7_SNAPSHOT", 407: "V4_9_7", 413: "V5_0_0",
+		442: "V5_1_5_SNAPSHOT", 453: "V5_2_0", 465: "V5_2_6", 479: "V5_3_3", 503: "V5_4_5", 545: "V5_6_6",
+		601: "V5_9_4", 603: "V5_9_5", 611: "V5_9_9", 612: "HIGHER_VERSION", 32767: "HIGHER_VERSION",
+		211: "ordinal 211", 0: "ordinal 0", -1: "ordinal -1",
+	} {
+		if got := VersionName(v); got != want {
+			t.Errorf("VersionName(%d) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -98,7 +98,11 @@ func (sv *service) QueryRoute(ctx context.Context, req *v2.QueryRouteRequest) (*
 }
 
 func (sv *service) Heartbeat(ctx context.Context, req *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
-	return &v2.HeartbeatResponse{Status: statusOf(sv.member(ctx, req.Group))}, nil
+	err := sv.member(ctx, req.Group)
+	if err == nil && clientID(ctx) != "" {
+		sv.registerHeartbeat(ctx, req)
+	}
+	return &v2.HeartbeatResponse{Status: statusOf(err)}, nil
 }
 
 func (sv *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
@@ -106,7 +110,13 @@ func (sv *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyCl
 	if group.GetName() == "" {
 		group = nil // a producer's termination names no group
 	}
-	return &v2.NotifyClientTerminationResponse{Status: statusOf(sv.member(ctx, group))}, nil
+	err := sv.member(ctx, group)
+	if id := clientID(ctx); err == nil && id != "" {
+		// One client id is one client object of the official clients: all its
+		// registrations end.
+		sv.s.b.FrontClientGone(broker.ProtocolGRPC, id, "")
+	}
+	return &v2.NotifyClientTerminationResponse{Status: statusOf(err)}, nil
 }
 
 // Telemetry answers every Settings the client sends with the settings the broker
@@ -160,12 +170,15 @@ func (sv *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand
 					// registered for transaction checks.
 					sv.s.producers.remove(tc)
 					cmd.Status = statusOf(err)
-				} else if st.GetClientType() == v2.ClientType_PRODUCER {
-					var topics []string
-					for _, t := range st.GetPublishing().GetTopics() {
-						topics = append(topics, t.GetName())
+				} else {
+					sv.registerSettings(stream.Context(), st)
+					if st.GetClientType() == v2.ClientType_PRODUCER {
+						var topics []string
+						for _, t := range st.GetPublishing().GetTopics() {
+							topics = append(topics, t.GetName())
+						}
+						sv.s.producers.add(tc, topics)
 					}
-					sv.s.producers.add(tc, topics)
 				}
 				// An answer equal to the last one on this stream is not sent again: the
 				// official Go client v5.1.4 applies every settings answer without a lock

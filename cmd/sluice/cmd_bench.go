@@ -31,6 +31,8 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
   sluice bench produce --target both --messages 100000     # Sluice, then NATS JetStream, and the ratio
   sluice bench produce --target rocketmq --messages 100000 # Apache RocketMQ, then Sluice (own process), ratios
   sluice bench consume --target rocketmq --messages 100000 # the same for draining a backlog
+  sluice bench produce --target rocketmq5 --inflight 16 --messages 100000 --repeat 3
+  sluice bench consume --target rocketmq5 --messages 100000 --repeat 3
   sluice bench consume --messages 200000                   # prefill, then time a push consumer draining it
   sluice bench produce --target sluice,kafka --inflight 16 # Sluice, then Kafka (package kafka), and the ratio
   sluice bench consume --target sluice,kafka --kafka 127.0.0.1:9092
@@ -40,7 +42,15 @@ NATS port), a figure that holds on a noisy machine where msg/s does not.
 Kafka runs (--target kafka, or in a list such as sluice,kafka) go to the cluster at
 --kafka, or without it to an embedded in-process Kafka-protocol cluster (kfake, whose
 CPU is then part of this process's): producers of package kafka (franz-go, all in-sync
-replicas acknowledging, no linger) and a consumer group of package kafka, on a fresh topic of --queues partitions deleted afterwards.`,
+replicas acknowledging, no linger) and a consumer group of package kafka, on a fresh topic of --queues partitions deleted afterwards.
+
+--target rocketmq5 runs the official RocketMQ 5 Go client (v5.1.4, gRPC) against Apache
+RocketMQ 5.3 (name server and proxy+broker in LOCAL mode from the peers' jars, heap
+--rocketmq-heap) and then against "sluice broker --grpc-listen" as its own process, each
+started for its measurement and alone while measured, --repeat rounds: produce sends
+with --inflight synchronous Sends per producer, consume prefills --messages and times one
+SimpleConsumer whose --consume-goroutines goroutines receive 32 at a time and acknowledge
+each. Each result is followed by the machine's load average.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -66,7 +76,7 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, bench.RunProduce) },
 	}
-	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), kafka-franz (franz-go, linger 0), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios)")
+	produce.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (NATS JetStream), kafka (package kafka), kafka-franz (franz-go, linger 0), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratios), or rocketmq5 alone (the official RocketMQ 5 Go client against Apache RocketMQ 5.3, then Sluice's gRPC front end)")
 	addRocketMQFlags(produce)
 	produce.Flags().Int("repeat", 1, "run the targets this many rounds, alternating them, and print each one's median and spread (lowest-highest) of msg/s and CPU per message, and the median ratios")
 	produce.Flags().String("rate", "", "send at steady rates instead of as fast as possible, each target in turn on a fresh topic with a consumer reading it: msg/s (20000, 20k) or percentages of each target's saturation, measured first (50%,80%), comma-separated; reports p50/p99/p99.9 of send and end-to-end latency from each message's due time (window: --inflight, default 64)")
@@ -87,7 +97,8 @@ replicas acknowledging, no linger) and a consumer group of package kafka, on a f
 	consume.Flags().Bool("orderly", false, "consume orderly (broker queue locks, one worker per queue) instead of concurrently")
 	consume.Flags().Int("consume-batch", 1, "most messages per handler call (consumeMessageBatchMaxSize)")
 	consume.Flags().Int("pull-batch", 32, "most messages per pull (pullBatchSize)")
-	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), kafka-franz (a franz-go consumer group), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio)")
+	consume.Flags().String("target", bench.TargetSluice, "what to measure: sluice, jetstream (a durable pull consumer, explicit acks, same handler count), kafka (a consumer group of package kafka), kafka-franz (a franz-go consumer group), both (sluice,jetstream), a comma-separated list of these (ratios against sluice), or rocketmq alone (Apache RocketMQ, then Sluice as its own process, with the ratio), or rocketmq5 alone (a SimpleConsumer of the official RocketMQ 5 Go client receiving and acknowledging, Apache RocketMQ 5.3 then Sluice's gRPC front end)")
+	consume.Flags().Int("repeat", 1, "with --target rocketmq5: run both servers this many rounds, alternating them, and print medians and spreads")
 	consume.Flags().String("nats-url", bench.DefaultNatsURL, "NATS server for --target jetstream|both")
 	addRocketMQFlags(consume)
 	scale := &cobra.Command{
@@ -123,7 +134,7 @@ or a send or end-to-end p99 more than 3x the baseline's.`,
 // addRocketMQFlags adds the flags of --target rocketmq to a bench subcommand.
 func addRocketMQFlags(cmd *cobra.Command) {
 	cmd.Flags().String("rocketmq-namesrv", "", "with --target rocketmq: name server of a running Apache RocketMQ (default: start one from the peers' jars, see bash .ci/peers)")
-	cmd.Flags().String("rocketmq-heap", "1g", "with --target rocketmq: heap (-Xms and -Xmx) of the Apache RocketMQ JVMs it starts")
+	cmd.Flags().String("rocketmq-heap", "1g", "with --target rocketmq or rocketmq5: heap (-Xms and -Xmx) of the Apache RocketMQ JVMs it starts (rocketmq5: of the proxy+broker JVM)")
 }
 
 // benchBrokerCommand builds the child broker's command; nil runs this executable.

@@ -55,3 +55,44 @@ func TestBenchTargetRocketMQ(t *testing.T) {
 		t.Fatalf("--namesrv with --target rocketmq: %v", err)
 	}
 }
+
+// --target rocketmq5 runs the official RocketMQ 5 Go client's send and SimpleConsumer
+// workloads against Apache RocketMQ 5.3 (proxy+broker from the peers' jars) and Sluice's
+// gRPC front end (a broker process), and prints results, load averages and ratios.
+func TestBenchTargetRocketMQ5(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts Apache RocketMQ 5 twice")
+	}
+	if err := peers.Available("rocketmq5"); err != nil {
+		t.Skipf("%v", err)
+	}
+	out, err := runLong(t, "bench", "produce", "--target", "rocketmq5", "--messages", "1000", "--inflight", "4", "--rocketmq-heap", "384m")
+	if err != nil {
+		t.Fatalf("produce: %v\n%s", err, out)
+	}
+	for _, want := range []string{"rocketmq5: Apache RocketMQ " + peers.RocketMQ5Version, "sluice: broker process", "gRPC front end at 127.0.0.1:",
+		"ratio sluice/rocketmq5: ", "load avg"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("produce output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "sent       1000 messages"); n != 2 {
+		t.Fatalf("produce: %d runs sent 1000 messages, want 2:\n%s", n, out)
+	}
+	out, err = runLong(t, "bench", "consume", "--target", "rocketmq5", "--messages", "1000", "--rocketmq-heap", "384m")
+	if err != nil {
+		t.Fatalf("consume: %v\n%s", err, out)
+	}
+	if n := strings.Count(out, "consumed   1000 messages"); n != 2 || !strings.Contains(out, "ratio sluice/rocketmq5: ") {
+		t.Fatalf("consume output:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"bench", "produce", "--target", "rocketmq5", "--namesrv", "127.0.0.1:1"},
+		{"bench", "produce", "--target", "rocketmq5", "--async"},
+		{"bench", "consume", "--target", "sluice", "--repeat", "2"},
+	} {
+		if _, err := runLong(t, args...); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+}

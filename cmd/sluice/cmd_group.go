@@ -23,23 +23,24 @@ func newGroupCmd() *cobra.Command {
 		Args:  subcommandsOnly,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newGroupConsistencyCmd(), newGroupListCmd(), newGroupDeleteCmd())
+	cmd.AddCommand(newGroupConsistencyCmd(), newGroupListCmd(), newGroupClientsCmd(), newGroupDeleteCmd())
 	return cmd
 }
 
 // groupJSON is one group of `group list -o json`.
 type groupJSON struct {
-	Group                   string `json:"group"`
-	Lag                     int64  `json:"lag"`                     // messages not consumed (%DLQ% queues left out)
-	LagSeconds              int64  `json:"lagSeconds"`              // how long the oldest of them has waited
-	Clients                 int    `json:"clients"`                 // client ids online
-	MessageModel            string `json:"messageModel"`            // CLUSTERING or BROADCASTING, "" offline
-	ConsumeType             string `json:"consumeType"`             // CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
-	Configured              bool   `json:"configured"`              // false: the group only committed offsets
-	RetryMaxTimes           int    `json:"retryMaxTimes"`           // the broker config's retry budget
-	ClientMaxReconsumeTimes int    `json:"clientMaxReconsumeTimes"` // what its clients send; -1 unknown
-	Topics                  int    `json:"topics"`
-	LagUnknown              bool   `json:"lagUnknown"` // a broker that is not Sluice holds it: its part of the lag is not read
+	Group                   string   `json:"group"`
+	Lag                     int64    `json:"lag"`                     // messages not consumed (%DLQ% queues left out)
+	LagSeconds              int64    `json:"lagSeconds"`              // how long the oldest of them has waited
+	Clients                 int      `json:"clients"`                 // client ids online
+	MessageModel            string   `json:"messageModel"`            // CLUSTERING or BROADCASTING, "" offline
+	ConsumeType             string   `json:"consumeType"`             // CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
+	Protocols               []string `json:"protocols"`               // of the clients online: "grpc" (RocketMQ 5), "remoting" (4.x)
+	Configured              bool     `json:"configured"`              // false: the group only committed offsets
+	RetryMaxTimes           int      `json:"retryMaxTimes"`           // the broker config's retry budget
+	ClientMaxReconsumeTimes int      `json:"clientMaxReconsumeTimes"` // what its clients send; -1 unknown
+	Topics                  int      `json:"topics"`
+	LagUnknown              bool     `json:"lagUnknown"` // a broker that is not Sluice holds it: its part of the lag is not read
 }
 
 // groupsJSON is `group list -o json`.
@@ -56,7 +57,9 @@ func newGroupListCmd() *cobra.Command {
 offsets only, or with clients online — largest lag first (--sort to change). LAG is the
 messages not consumed yet (dead-letter queues left out), WAITING how long the oldest of
 them has been stored, RETRIES the maxReconsumeTimes the group's clients send with failed
-messages (the broker config's default, marked "(default)", until one has).`,
+messages (the broker config's default, marked "(default)", until one has). PROTOCOL is
+how the clients online speak: remoting (RocketMQ 4.x clients), grpc (RocketMQ 5 clients
+on a broker's gRPC port; a SimpleConsumer shows as pull, a PushConsumer as push).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sortBy, _ := cmd.Flags().GetString("sort")
@@ -96,7 +99,7 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					out := groupsJSON{Groups: make([]groupJSON, 0, len(rows)), completeness: completenessOf(partialErr)}
 					for _, g := range rows {
 						out.Groups = append(out.Groups, groupJSON{Group: g.Group, Lag: g.Lag, LagSeconds: int64(g.LagAge(now).Seconds()), Clients: g.Clients,
-							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
+							MessageModel: g.MessageModel, ConsumeType: g.ConsumeType, Protocols: orEmpty(g.Protocols), Configured: g.Configured, RetryMaxTimes: g.RetryMaxTimes,
 							ClientMaxReconsumeTimes: g.ClientMaxReconsumeTimes, Topics: len(g.Topics), LagUnknown: g.LagUnknown})
 					}
 					if err := printJSON(cmd, out); err != nil {
@@ -106,7 +109,7 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					return partialErr
 				}
 				tw := newTable(cmd.OutOrStdout())
-				fmt.Fprintln(tw, "GROUP\tLAG\tWAITING\tCLIENTS\tMODE\tSTATE\tRETRIES")
+				fmt.Fprintln(tw, "GROUP\tLAG\tWAITING\tCLIENTS\tMODE\tPROTOCOL\tSTATE\tRETRIES")
 				for _, g := range rows {
 					waiting := "-"
 					if age := g.LagAge(now); age > 0 {
@@ -135,7 +138,11 @@ messages (the broker config's default, marked "(default)", until one has).`,
 					if g.LagUnknown { // a broker that is not Sluice holds it: its part is not read
 						lag += "+?"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", g.Group, lag, waiting, g.Clients, mode, state, retries)
+					protocol := strings.Join(g.Protocols, "+")
+					if protocol == "" {
+						protocol = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", g.Group, lag, waiting, g.Clients, mode, protocol, state, retries)
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -148,6 +155,106 @@ messages (the broker config's default, marked "(default)", until one has).`,
 	}
 	cmd.Flags().String("sort", "lag", "order: lag, age (oldest unconsumed), clients (largest first) or group (by name)")
 	cmd.Flags().String("filter", "", "only groups whose name contains this (case-insensitive)")
+	return cmd
+}
+
+// orEmpty returns s, or an empty slice for nil (JSON [] rather than null).
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// groupClientJSON is one client of `group clients -o json`.
+// groupClientsJSON is `group clients -o json`.
+type groupClientsJSON struct {
+	Group   string            `json:"group"`
+	Clients []groupClientJSON `json:"clients"`
+	completeness
+}
+
+type groupClientJSON struct {
+	ClientID      string   `json:"clientId"`
+	Protocol      string   `json:"protocol"`    // remoting or grpc
+	Language      string   `json:"language"`    // GO, JAVA, ...
+	Version       string   `json:"version"`     // V4_9_7 (remoting, MQVersion), 5.1.4 (a v5 client)
+	Addr          string   `json:"addr"`        // ip:port as the broker sees it
+	ConsumeType   string   `json:"consumeType"` // CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull; a v5 SimpleConsumer)
+	MessageModel  string   `json:"messageModel"`
+	LastHeartbeat int64    `json:"lastHeartbeat"` // unix ms
+	Subscriptions []string `json:"subscriptions"` // "topic expression", sorted by topic
+}
+
+func newGroupClientsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "clients --group G [-o json]",
+		Short: "List the clients of a consumer group online: id, protocol, language, version, address, subscriptions",
+		Long: `List the clients of a consumer group that every master broker has online (its consumer
+connections): RocketMQ 4.x clients (protocol remoting, from their HEART_BEAT) and
+RocketMQ 5 clients on a broker's gRPC port (protocol grpc, from their heartbeats and
+settings), with the language and version each states, its address, how it consumes
+(push; pull, which a v5 SimpleConsumer is) and its subscriptions.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			group, _ := cmd.Flags().GetString("group")
+			asJSON, err := jsonOutput(cmd)
+			if err != nil {
+				return err
+			}
+			return withAdmin(cmd, func(ctx context.Context, a *admin.Admin) error {
+				r, err := a.GroupConsistency(ctx, group)
+				if err != nil && r == nil {
+					return err
+				}
+				partialErr := err
+				subsOf := func(c admin.ClientSubscriptions) []string {
+					out := []string{}
+					for _, s := range c.Subscriptions {
+						expr := s.SubString
+						if s.ExpressionType == "SQL92" {
+							expr = "SQL92:" + expr
+						}
+						out = append(out, s.Topic+" "+expr)
+					}
+					return out
+				}
+				if asJSON {
+					out := groupClientsJSON{Group: group, Clients: make([]groupClientJSON, 0, len(r.Clients)), completeness: completenessOf(partialErr)}
+					for _, c := range r.Clients {
+						out.Clients = append(out.Clients, groupClientJSON{ClientID: c.ClientID, Protocol: c.Protocol, Language: c.Language, Version: c.Version,
+							Addr: c.Addr, ConsumeType: c.ConsumeType, MessageModel: c.MessageModel, LastHeartbeat: c.LastHeartbeat, Subscriptions: subsOf(c)})
+					}
+					if err := printJSON(cmd, out); err != nil {
+						return err
+					}
+					return partialErr
+				}
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "CLIENT\tPROTOCOL\tLANGUAGE\tVERSION\tADDRESS\tMODE\tLAST HEARTBEAT\tSUBSCRIPTIONS")
+				dash := func(s string) string {
+					if s == "" {
+						return "-"
+					}
+					return s
+				}
+				for _, c := range r.Clients {
+					mode := strings.TrimSpace(map[string]string{"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "pull"}[c.ConsumeType] + " " + strings.ToLower(c.MessageModel))
+					subs := strings.Join(subsOf(c), ", ")
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ClientID, dash(c.Protocol), dash(c.Language), dash(c.Version), dash(c.Addr),
+						dash(mode), time.UnixMilli(c.LastHeartbeat).UTC().Format(time.DateTime), dash(subs))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d client(s) of group %s online\n", len(r.Clients), group)
+				noteIncomplete(cmd, partialErr, "their clients are not listed")
+				return partialErr
+			})
+		},
+	}
+	cmd.Flags().String("group", "", "consumer group (required)")
+	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
 

@@ -40,6 +40,10 @@ type RocketMQ5Options struct {
 	// rocketMQClusterName, namesrvAddr, grpcServerPort, remotingListenPort and proxyMode
 	// (local).
 	ProxyConf map[string]any
+	// ProxyJVMFlags replace RocketMQ5ProxyFlags for the proxy's JVM (which runs the
+	// broker too) when not nil: a benchmark gives it a larger heap and the JIT's full
+	// compiler.
+	ProxyJVMFlags []string
 	// Log receives both processes' output as it comes (nil: kept only for errors).
 	Log io.Writer
 	// StartTimeout bounds the start, until the proxy's gRPC port accepts connections
@@ -170,7 +174,11 @@ func launchRocketMQ5(ctx context.Context, opt RocketMQ5Options) (*RocketMQ5, err
 	if r.namesrv, err = startProc("rocketmq 5 name server", nsArgs, dir, env, opt.Log); err != nil {
 		return nil, err
 	}
-	pxArgs := append(jvm(RocketMQ5ProxyFlags), "org.apache.rocketmq.proxy.ProxyStartup",
+	pxFlags := RocketMQ5ProxyFlags
+	if opt.ProxyJVMFlags != nil {
+		pxFlags = opt.ProxyJVMFlags
+	}
+	pxArgs := append(jvm(pxFlags), "org.apache.rocketmq.proxy.ProxyStartup",
 		"-pm", "local", "-pc", filepath.Join(dir, "rmq-proxy.json"), "-bc", filepath.Join(dir, "broker.conf"))
 	if r.proxy, err = startProc("rocketmq 5 proxy+broker", pxArgs, dir, env, opt.Log); err != nil {
 		return nil, err
@@ -195,6 +203,9 @@ func launchRocketMQ5(ctx context.Context, opt RocketMQ5Options) (*RocketMQ5, err
 
 // Dir is the temporary directory holding the configuration, logs and store.
 func (r *RocketMQ5) Dir() string { return r.dir }
+
+// ProxyPid is the process id of the proxy's JVM (proxy and broker), for CPU accounting.
+func (r *RocketMQ5) ProxyPid() int { return r.proxy.cmd.Process.Pid }
 
 // Output returns the last output of the name server and the proxy, for diagnostics.
 func (r *RocketMQ5) Output() string {

@@ -77,6 +77,9 @@ type GroupSummary struct {
 	ConsumeType      string `json:"consumeType,omitempty"`
 	ConsumeFromWhere string `json:"consumeFromWhere,omitempty"`
 	LastHeartbeat    int64  `json:"lastHeartbeat,omitempty"` // unix ms, newest client
+	// Protocols are the protocols of the clients online ("grpc", "remoting"), sorted;
+	// empty with none online.
+	Protocols []string `json:"protocols,omitempty"`
 	// Topics are the topics the group committed offsets on, %RETRY%/%DLQ% included.
 	Topics []GroupTopicLag `json:"topics"`
 }
@@ -238,12 +241,28 @@ type Subscription struct {
 	Tags           []string `json:"tags,omitempty"` // the expression's tags, sorted; empty for "*"
 }
 
-// ClientSubscriptions is what one client of a group subscribes to.
+// ClientSubscriptions is what one client of a group subscribes to, and who the client
+// is.
 type ClientSubscriptions struct {
 	ClientID      string         `json:"clientId"`
 	MessageModel  string         `json:"messageModel,omitempty"` // CLUSTERING or BROADCASTING as the group last stated it
-	LastHeartbeat int64          `json:"lastHeartbeat"`          // unix ms of the client's last HEART_BEAT
+	LastHeartbeat int64          `json:"lastHeartbeat"`          // unix ms of the client's last heartbeat
 	Subscriptions []Subscription `json:"subscriptions"`          // sorted by topic
+	// Protocol is how the client speaks to the broker: "remoting" (RocketMQ 4.x
+	// HEART_BEAT) or "grpc" (a RocketMQ 5 client on the gRPC port); "" from a broker
+	// that does not say (before the field existed).
+	Protocol string `json:"protocol,omitempty"`
+	// Language is the client's language: the remoting header's LanguageCode name ("GO",
+	// "JAVA"), or a v5 client's x-mq-language ("GO", "JAVA").
+	Language string `json:"language,omitempty"`
+	// Version is the client's version: for remoting the MQVersion name of the header's
+	// ordinal ("V4_9_7"; "V4_5_2" from the official Go client 4.x), for a v5 client its
+	// x-mq-client-version ("5.1.4").
+	Version string `json:"version,omitempty"`
+	Addr    string `json:"addr,omitempty"` // the client's ip:port as the broker sees it
+	// ConsumeType is CONSUME_PASSIVELY (push; a v5 PushConsumer) or CONSUME_ACTIVELY
+	// (pull; a v5 SimpleConsumer).
+	ConsumeType string `json:"consumeType,omitempty"`
 }
 
 // GroupSubscriptionsBody is the response body of [GroupSubscriptions] (7002).

@@ -366,6 +366,15 @@ func RunProduce(ctx context.Context, o Options) (err error) {
 		}
 		return runVsRocketMQ(ctx, o, s, s.describe("same workload:"), Produce, printProduce)
 	}
+	if target == TargetRocketMQ5 {
+		if o.Rate != "" {
+			return errors.New("--rate: not with --target rocketmq5")
+		}
+		if s.cfg.Mode != "" && s.cfg.Mode != ModeSync || s.cfg.Async {
+			return errors.New("--target rocketmq5: sync sends only (--inflight of them in flight per producer)")
+		}
+		return runVsRocketMQ5(ctx, o, s, s.describe(fmt.Sprintf("same workload, official RocketMQ 5 Go client v5.1.4 (Send), after %d untimed sends:", v5Warmup)), []string{s.cfg.Topic}, ProduceV5, printProduce)
+	}
 	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka, TargetKafkaFranz)
 	if err != nil {
 		return err
@@ -577,10 +586,21 @@ func RunConsume(ctx context.Context, o Options) (err error) {
 	}
 	target := o.Target
 	s.cfg.NatsURL = o.NatsURL
+	if o.Repeat < 0 || o.Repeat > 1 && target != TargetRocketMQ5 {
+		return fmt.Errorf("--repeat %d: consume repeats with --target rocketmq5 only", o.Repeat)
+	}
 	if target == targetRocketMQ {
 		what := fmt.Sprintf("consume: prefill %d messages of %d bytes (%d producer(s)), then one push consumer: %d handler goroutines, pull batch %d, consume batch %d",
 			s.cfg.Messages, s.cfg.Size, s.cfg.Producers, s.cfg.ConsumeGoroutines, s.cfg.PullBatch, s.cfg.ConsumeBatch)
 		return runVsRocketMQ(ctx, o, s, what, Consume, printConsume)
+	}
+	if target == TargetRocketMQ5 {
+		topic, warm := s.cfg.Topic+"_c5", s.cfg.Topic+"_w5"
+		what := fmt.Sprintf("consume (official RocketMQ 5 Go client v5.1.4): warm-up of %d messages, prefill %d messages of %d bytes, then one SimpleConsumer: %d goroutines, each receiving up to %d and acknowledging each",
+			v5Warmup, s.cfg.Messages, s.cfg.Size, s.cfg.ConsumeGoroutines, v5ReceiveBatch)
+		return runVsRocketMQ5(ctx, o, s, what, []string{topic, warm}, func(ctx context.Context, cfg Config, endpoint string) (*Result, error) {
+			return ConsumeV5(ctx, cfg, endpoint, topic, warm)
+		}, printConsume)
 	}
 	targets, err := benchTargets(target, TargetSluice, TargetJetStream, TargetKafka, TargetKafkaFranz)
 	if err != nil {

@@ -33,6 +33,9 @@ type ProcessConfig struct {
 	FlushDiskType string
 	// StartTimeout bounds the wait for the broker's "listening" line. Default: 30 s.
 	StartTimeout time.Duration
+	// GRPC also serves the RocketMQ 5 gRPC front end (--grpc-listen 127.0.0.1:0), for
+	// RocketMQ 5 clients; Process.GRPCAddr is its address.
+	GRPC bool
 	// Command builds the command for the given arguments (starting with "broker").
 	// Default: exec.Command(Binary, args...). Tests use it to run their own binary in a
 	// child mode.
@@ -47,12 +50,17 @@ type Process struct {
 	ownsDir bool
 	addr    string
 	namesrv string
+	grpc    string
 	waited  chan error
 }
 
 // listeningLine matches the line `sluice broker` prints once it serves:
 // "sluice broker <name> listening on <addr>, name server <addrs>, data in <dir>".
 var listeningLine = regexp.MustCompile(`^sluice broker \S+ listening on (\S+), name server (\S+), data in `)
+
+// grpcLine matches the line `sluice broker --grpc-listen` prints once the gRPC front end
+// serves.
+var grpcLine = regexp.MustCompile(`^sluice broker serving RocketMQ 5 gRPC clients on (\S+)$`)
 
 // StartProcess runs "sluice broker" as a child process with a broker.conf it writes
 // (listen and name server on 127.0.0.1:0, the flush type, the data directory), and
@@ -92,6 +100,9 @@ func StartProcess(cfg ProcessConfig) (*Process, error) {
 	}
 	args := []string{"broker", "-c", confPath, "--data-dir", p.dir + "/store",
 		"--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0", "--log-level", "error"}
+	if cfg.GRPC {
+		args = append(args, "--grpc-listen", "127.0.0.1:0")
+	}
 	if cfg.Command != nil {
 		p.cmd = cfg.Command(args)
 	} else {
@@ -109,15 +120,21 @@ func StartProcess(cfg ProcessConfig) (*Process, error) {
 		p.removeDir()
 		return nil, fmt.Errorf("bench: start %s broker: %w", cfg.Binary, err)
 	}
-	found := make(chan [2]string, 1)
+	found := make(chan [3]string, 1)
 	go func() { // owned by the child: ends when the child's stdout closes
 		sc := bufio.NewScanner(stdout)
+		var a [3]string
+		sent := false
 		for sc.Scan() {
 			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- [2]string{m[1], m[2]}:
-				default:
-				}
+				a[0], a[1] = m[1], m[2]
+			}
+			if m := grpcLine.FindStringSubmatch(sc.Text()); m != nil {
+				a[2] = m[1]
+			}
+			if !sent && a[0] != "" && (!cfg.GRPC || a[2] != "") {
+				found <- a
+				sent = true
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -127,7 +144,7 @@ func StartProcess(cfg ProcessConfig) (*Process, error) {
 	defer timer.Stop()
 	select {
 	case a := <-found:
-		p.addr, p.namesrv = a[0], a[1]
+		p.addr, p.namesrv, p.grpc = a[0], a[1], a[2]
 		return p, nil
 	case err := <-p.waited:
 		p.waited <- err
@@ -144,6 +161,9 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Addr returns the broker's listen address.
 func (p *Process) Addr() string { return p.addr }
+
+// GRPCAddr returns the gRPC front end's address ("" without ProcessConfig.GRPC).
+func (p *Process) GRPCAddr() string { return p.grpc }
 
 // NamesrvAddrs returns the embedded name server's address(es).
 func (p *Process) NamesrvAddrs() []string { return strings.Split(p.namesrv, ";") }
