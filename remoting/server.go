@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/config"
+	"github.com/sluicemq/sluice/internal/addrkey"
 )
 
 // ServerConfig configures a [Server]. The zero value is usable.
@@ -61,8 +62,11 @@ type ServerConfig struct {
 	// 192 KiB on its connection until FrameReadTimeout closes it: at most about 1.9 GB at
 	// the default 10000 connections (MaxConnsPerHost bounds one address's share).
 	MaxConns int
-	// MaxConnsPerHost bounds the open connections from one remote IP address. Default:
-	// MaxConns/10 (at least 16; 1000 when MaxConns is unlimited); negative: unlimited.
+	// MaxConnsPerHost bounds the open connections from one remote address: an IPv4
+	// address, or an IPv6 /64 (one host or site usually holds a whole /64, so counting
+	// single IPv6 addresses would leave a client holding one without a limit; an
+	// IPv4-mapped IPv6 address counts as its IPv4 address). Default: MaxConns/10 (at
+	// least 16; 1000 when MaxConns is unlimited); negative: unlimited.
 	//
 	// Fairness between addresses, with MaxConns: the last ReservedConns connections are
 	// open only to addresses holding fewer than ReserveHostConns, and once the server is
@@ -206,7 +210,7 @@ type Server struct {
 	mu       sync.Mutex // guards stopping, conns, byHost, closeConns
 	stopping bool
 	conns    map[uint64]*Conn
-	byHost   map[string]map[uint64]*Conn // open connections by remote IP
+	byHost   map[string]map[uint64]*Conn // open connections by remote address key (hostOf)
 
 	refused     atomic.Int64 // connections refused by MaxConns / MaxConnsPerHost
 	shed        atomic.Int64 // connections closed to make room for a smaller holder
@@ -575,13 +579,9 @@ func (s *Server) admitLocked(host string) (shed *Conn, why string) {
 	return nil, fmt.Sprintf("%d connections open (limit %d)", n, s.cfg.MaxConns)
 }
 
-// hostOf returns the IP part of "ip:port".
-func hostOf(remote string) string {
-	if h, _, err := net.SplitHostPort(remote); err == nil {
-		return h
-	}
-	return remote
-}
+// hostOf returns the key remote counts under for the per-address limits: its IPv4
+// address, or its IPv6 /64 (addrkey.Of).
+func hostOf(remote string) string { return addrkey.Of(remote) }
 
 // Conns returns the number of open connections.
 func (s *Server) Conns() int {
