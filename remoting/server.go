@@ -70,10 +70,22 @@ type ServerConfig struct {
 	//
 	// Fairness between addresses, with MaxConns: the last ReservedConns connections are
 	// open only to addresses holding fewer than ReserveHostConns, and once the server is
-	// full a connection from an address holding at least two fewer than the largest holder
-	// is accepted and the largest holder's newest connection is closed instead (counted in
-	// ShedConns). A flood from many addresses thus cannot lock out a client that holds few.
+	// full a connection from an address may take the place of a connection of an address
+	// holding at least two more (which is closed, counted in ShedConns). The one closed
+	// is, in this order: an idle one before an active one (ActiveWindow), one of the
+	// address holding the most, the newest. An active connection of an address holding
+	// ReserveHostConns or fewer is never closed. A flood from many addresses thus cannot
+	// lock out a client that holds few, nor take the connections of a client that was
+	// using them before the flood.
 	MaxConnsPerHost int
+	// ActiveWindow is how long after a request of a connection was served (passed
+	// Before and reached its handler; a request Before refused does not count) the
+	// connection counts as active, as it does while a request is in flight: connections
+	// closed to make room for another address (MaxConnsPerHost) are idle ones first, and
+	// never active ones of an address holding ReserveHostConns or fewer. Default: 60s
+	// (twice a RocketMQ client's 30 s heartbeat interval); negative: no connection counts
+	// as active.
+	ActiveWindow time.Duration
 	// ReservedConns is how many of MaxConns are kept for addresses holding fewer than
 	// ReserveHostConns connections. Default: MaxConns/20 (at least 1); negative: none.
 	ReservedConns int
@@ -147,6 +159,9 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.ReservedConns == 0 && c.MaxConns > 0 {
 		c.ReservedConns = max(1, c.MaxConns/20)
+	}
+	if c.ActiveWindow == 0 {
+		c.ActiveWindow = 60 * time.Second
 	}
 	if c.FirstRequestTimeout == 0 {
 		c.FirstRequestTimeout = 10 * time.Second
@@ -432,6 +447,7 @@ func (s *Server) serve(ctx context.Context, conn *Conn, req *RemotingCommand) *R
 			return resp
 		}
 	}
+	conn.markServed()
 	s.hmu.RLock()
 	h := s.handlers[RequestCode(req.Code)]
 	if h == nil {
@@ -558,18 +574,7 @@ func (s *Server) admitLocked(host string) (shed *Conn, why string) {
 	if n < s.cfg.MaxConns && held < ReserveHostConns {
 		return nil, "" // the reserve
 	}
-	var largest map[uint64]*Conn
-	for _, cs := range s.byHost {
-		if len(cs) > len(largest) {
-			largest = cs
-		}
-	}
-	if held+1 < len(largest) {
-		for id, c := range largest {
-			if shed == nil || id > shed.ID() {
-				shed = c
-			}
-		}
+	if shed = s.shedCandidateLocked(held); shed != nil {
 		return shed, ""
 	}
 	if n < s.cfg.MaxConns {
@@ -577,6 +582,48 @@ func (s *Server) admitLocked(host string) (shed *Conn, why string) {
 			n, s.cfg.ReservedConns, ReserveHostConns, host, held)
 	}
 	return nil, fmt.Sprintf("%d connections open (limit %d)", n, s.cfg.MaxConns)
+}
+
+// shedCandidateLocked returns the connection to close so that an address holding held
+// connections may open one more (nil: none may be closed): among the connections of
+// addresses holding at least held+2, an idle one before an active one (ActiveWindow),
+// then one of the address holding the most, then the newest. Active connections of an
+// address holding ReserveHostConns or fewer are never chosen. The caller holds mu.
+func (s *Server) shedCandidateLocked(held int) *Conn {
+	now := time.Now().UnixNano()
+	var (
+		best     *Conn
+		bestIdle bool
+		bestHeld int
+		window   = s.cfg.ActiveWindow
+		better   = func(idle bool, n int, c *Conn) bool {
+			switch {
+			case best == nil:
+				return true
+			case idle != bestIdle:
+				return idle
+			case n != bestHeld:
+				return n > bestHeld
+			}
+			return c.ID() > best.ID()
+		}
+	)
+	for _, cs := range s.byHost {
+		n := len(cs)
+		if n < held+2 {
+			continue
+		}
+		for _, c := range cs {
+			idle := !c.activeAt(now, window)
+			if !idle && n <= ReserveHostConns {
+				continue // a client using its few connections keeps them
+			}
+			if better(idle, n, c) {
+				best, bestIdle, bestHeld = c, idle, n
+			}
+		}
+	}
+	return best
 }
 
 // hostOf returns the key remote counts under for the per-address limits: its IPv4
