@@ -447,7 +447,9 @@ func (s *Server) serve(ctx context.Context, conn *Conn, req *RemotingCommand) *R
 			return resp
 		}
 	}
-	conn.markServed()
+	if conn != nil { // nil: a request served in-process, not from a peer
+		conn.markServed()
+	}
 	s.hmu.RLock()
 	h := s.handlers[RequestCode(req.Code)]
 	if h == nil {
