@@ -1,12 +1,14 @@
 package remoting
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -590,43 +592,55 @@ func (s *Server) admitLocked(host string) (shed *Conn, why string) {
 // connections may open one more (nil: none may be closed): among the connections of
 // addresses holding at least held+2, an idle one before an active one (ActiveWindow),
 // then one of the address holding the most, then the newest. Active connections of an
-// address holding ReserveHostConns or fewer are never chosen. The caller holds mu.
+// address holding ReserveHostConns or fewer are never chosen. The addresses are looked
+// at from the largest holder down, and once shedScanBudget connections were looked at
+// the best found so far is taken, so that an accept under a flood costs the same
+// whatever the number of connections. The caller holds mu.
 func (s *Server) shedCandidateLocked(held int) *Conn {
+	type holder struct {
+		n   int
+		key string
+	}
+	var eligible []holder
+	for key, cs := range s.byHost {
+		if len(cs) >= held+2 {
+			eligible = append(eligible, holder{len(cs), key})
+		}
+	}
+	if len(eligible) == 0 {
+		return nil
+	}
+	slices.SortFunc(eligible, func(a, b holder) int { return cmp.Compare(b.n, a.n) })
 	now := time.Now().UnixNano()
 	var (
 		best     *Conn
 		bestIdle bool
 		bestHeld int
-		window   = s.cfg.ActiveWindow
-		better   = func(idle bool, n int, c *Conn) bool {
-			switch {
-			case best == nil:
-				return true
-			case idle != bestIdle:
-				return idle
-			case n != bestHeld:
-				return n > bestHeld
-			}
-			return c.ID() > best.ID()
-		}
+		looked   int
 	)
-	for _, cs := range s.byHost {
-		n := len(cs)
-		if n < held+2 {
-			continue
+	for _, h := range eligible {
+		if looked >= shedScanBudget {
+			break
 		}
-		for _, c := range cs {
-			idle := !c.activeAt(now, window)
-			if !idle && n <= ReserveHostConns {
+		for _, c := range s.byHost[h.key] {
+			looked++
+			idle := !c.activeAt(now, s.cfg.ActiveWindow)
+			if !idle && h.n <= ReserveHostConns {
 				continue // a client using its few connections keeps them
 			}
-			if better(idle, n, c) {
-				best, bestIdle, bestHeld = c, idle, n
+			switch {
+			case best == nil, idle && !bestIdle:
+			case idle != bestIdle, h.n < bestHeld, h.n == bestHeld && c.ID() < best.ID():
+				continue
 			}
+			best, bestIdle, bestHeld = c, idle, h.n
 		}
 	}
 	return best
 }
+
+// shedScanBudget bounds the connections shedCandidateLocked looks at for one accept.
+const shedScanBudget = 2048
 
 // hostOf returns the key remote counts under for the per-address limits: its IPv4
 // address, or its IPv6 /64 (addrkey.Of).
