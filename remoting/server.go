@@ -705,8 +705,8 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 	if why != "" {
 		s.mu.Unlock()
+		n := s.refused.Add(1) // counted before the close, so a peer that saw it sees the count
 		_ = nc.Close()
-		n := s.refused.Add(1)
 		now := time.Now().UnixNano()
 		if last := s.lastRefusal.Load(); now-last > int64(time.Second) && s.lastRefusal.CompareAndSwap(last, now) {
 			s.log.Warn("remoting: connection refused", "remote", remote, "reason", why, "refused_total", n)
