@@ -44,6 +44,7 @@ import (
 	"github.com/sluicemq/sluice/broker/store"
 	"github.com/sluicemq/sluice/config"
 	"github.com/sluicemq/sluice/filter"
+	"github.com/sluicemq/sluice/internal/lograte"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -81,6 +82,9 @@ type Broker struct {
 	acl        *acl.Validator // nil unless aclEnable
 	counters   counters       // stats.go: refusals and registrations, exported through Stats
 	traffic    *brokerStats   // statsnapshot.go: hot-path counters read by StatsSnapshot
+	// refusalLog bounds the warn lines about refused heartbeats per remote address
+	// (heartbeat.go, logRefusal)
+	refusalLog *lograte.Limiter
 
 	addr      string         // advertised "ip:port"
 	storeHost netip.AddrPort // the same, as stored in records
@@ -104,7 +108,8 @@ func New(cfg Config) (*Broker, error) {
 	}
 	levels, _ := message.ParseDelayLevels(cfg.MessageDelayLevel)
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("broker", cfg.BrokerName), delayLevels: levels,
-		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls(), traffic: newBrokerStats()}
+		registerNow: make(chan struct{}, 1), arrivals: newArrivals(), held: newHeldPulls(), traffic: newBrokerStats(),
+		refusalLog: lograte.New(refusalLogInterval, refusalLogKeys)}
 	for _, k := range cfg.ignored {
 		b.log.Warn("broker.conf key accepted but has no effect in Sluice", "key", k)
 	}

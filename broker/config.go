@@ -152,11 +152,16 @@ type Config struct {
 	// MaxConnections bounds the broker's open client connections; more are closed at
 	// accept (logged). Sluice key. Default 10000; -1: unlimited.
 	MaxConnections int `conf:"maxConnections"`
-	// MaxConnectionsPerAddress bounds the open connections from one remote IP. Sluice
-	// key. Default maxConnections/10 (at least 16; 1000 with maxConnections=-1); -1:
-	// unlimited. Once the broker is full, a connection from an address holding at least
-	// two fewer than the largest holder is accepted and the largest holder's newest
-	// connection closed instead, so a flood from many addresses cannot lock others out.
+	// MaxConnectionsPerAddress bounds the open connections from one remote address: an
+	// IPv4 address, or an IPv6 /64 (a client usually holds a whole /64; an IPv4-mapped
+	// address counts as IPv4). Sluice key. Default maxConnections/10 (at least 16; 1000
+	// with maxConnections=-1); -1: unlimited. Once the broker is full, a connection from
+	// an address may take the place of a connection of an address holding at least two
+	// more, which is closed: an idle one (no request served in the last 60 s and none in
+	// flight) before an active one, then one of the address holding the most, then the
+	// newest; an active connection of an address holding 4 or fewer is never closed. So
+	// a flood from many addresses can neither lock others out nor take the connections
+	// of a client using them.
 	MaxConnectionsPerAddress int `conf:"maxConnectionsPerAddress"`
 	// ReservedConnections are the last of maxConnections, open only to addresses holding
 	// fewer than 4 connections. Sluice key. Default maxConnections/20 (at least 1); -1:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/addrkey"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -35,8 +36,8 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		}
 		if resp != nil {
 			// A name can be up to the body limit long: log its first 128 bytes only.
-			b.log.Warn("consumer group refused in heartbeat", "group", fmt.Sprintf("%.128q", cd.GroupName), "groupBytes", len(cd.GroupName),
-				"client", hb.ClientID, "reason", fmt.Sprintf("%.300s", resp.Remark))
+			b.logRefusal(conn, "consumer group refused in heartbeat", "group", fmt.Sprintf("%.128q", cd.GroupName), "groupBytes", len(cd.GroupName),
+				"client", fmt.Sprintf("%.128q", hb.ClientID), "reason", fmt.Sprintf("%.300s", resp.Remark))
 			if refused == nil {
 				refused = resp
 			}
@@ -80,7 +81,8 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		kept := cd.SubscriptionDataSet[:0]
 		for _, sd := range cd.SubscriptionDataSet {
 			if _, resp := b.subscriptionFilter(sd.SubString, sd.ExpressionType); resp != nil {
-				b.log.Warn("subscription refused", "group", cd.GroupName, "topic", sd.Topic, "client", hb.ClientID, "reason", resp.Remark)
+				b.logRefusal(conn, "subscription refused in heartbeat", "group", cd.GroupName, "topic", sd.Topic,
+					"client", fmt.Sprintf("%.128q", hb.ClientID), "reason", fmt.Sprintf("%.300s", resp.Remark))
 				if refused == nil {
 					refused = resp
 				}
@@ -93,7 +95,7 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 	changed, err := b.clients.heartbeat(conn, hb, req.Language, req.Version, time.Now())
 	if err != nil {
 		b.counters.RefusedLimits.Add(1)
-		b.log.Warn("heartbeat group refused: client limit", "client", fmt.Sprintf("%.128q", hb.ClientID), "remote", conn.RemoteAddr(), "err", err)
+		b.logRefusal(conn, "heartbeat group refused: client limit", "client", fmt.Sprintf("%.128q", hb.ClientID), "err", err)
 		if refused == nil {
 			refused = errResponse(remoting.SystemError, "%v", err)
 		}
@@ -106,6 +108,28 @@ func (b *Broker) handleHeartbeat(ctx context.Context, conn *remoting.Conn, req *
 		return refused
 	}
 	return okResponse()
+}
+
+// refusalLogInterval is how often a refused heartbeat from one remote address (an IPv4
+// address or an IPv6 /64) is logged at most: the first refusal is logged at warn, and
+// the next ones within the interval are only counted; the next line after it carries
+// "suppressed", how many were not logged since the previous one. A client repeating a
+// refused heartbeat thus writes one line a minute, not one per attempt.
+const refusalLogInterval = time.Minute
+
+// refusalLogKeys is how many remote addresses logRefusal keeps; the addresses beyond
+// share one entry (lograte.New), so at most refusalLogKeys+1 lines are written per
+// interval.
+const refusalLogKeys = 1024
+
+// logRefusal logs a refused heartbeat at warn with the remote address and args, unless
+// one from the same address was logged within refusalLogInterval (refusalLog).
+func (b *Broker) logRefusal(conn *remoting.Conn, msg string, args ...any) {
+	ok, suppressed := b.refusalLog.Allow(addrkey.Of(conn.RemoteAddr()), time.Now())
+	if !ok {
+		return
+	}
+	b.log.Warn(msg, append(args, "remote", conn.RemoteAddr(), "suppressed", suppressed)...)
 }
 
 // handleCheckClientConfig serves CHECK_CLIENT_CONFIG (46), which the Java client sends

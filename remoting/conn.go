@@ -151,6 +151,9 @@ type Conn struct {
 
 	// sawRequest is set once the peer's first request was read (FirstRequestTimeout).
 	sawRequest atomic.Bool
+	// lastServed is the unix ns time of the last request of the peer that passed
+	// ServerConfig.Before and reached its handler (0: none yet); see activeAt.
+	lastServed atomic.Int64
 
 	mu       sync.Mutex // guards the fields below
 	pending  map[int32]*pendingCall

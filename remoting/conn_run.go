@@ -42,6 +42,7 @@ func (c *Conn) flushRun() {
 		reqs = append(reqs, r.req)
 	}
 	if len(reqs) > 0 {
+		c.markServed()
 		if cap(c.runResps) < len(reqs) {
 			c.runResps = make([]*RemotingCommand, 0, max(len(reqs), maxRunFrames))
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 )
 
 // dispatch runs an incoming request on this goroutine (inline codes, see
@@ -123,6 +124,23 @@ func (c *Conn) safeServe(req *RemotingCommand) (resp *RemotingCommand) {
 	return c.opts.serve(c.ctx, c, req)
 }
 
+// markServed notes that a request of the peer passed ServerConfig.Before and reached
+// its handler (Server.ActiveWindow: connection shedding spares active connections).
+func (c *Conn) markServed() { c.lastServed.Store(time.Now().UnixNano()) }
+
+// activeAt reports whether the connection has a request in flight or had one served
+// within window before now (unix ns); a window of 0 or less: never.
+func (c *Conn) activeAt(now int64, window time.Duration) bool {
+	if window <= 0 {
+		return false
+	}
+	if c.inFlight.Load() > 0 {
+		return true
+	}
+	last := c.lastServed.Load()
+	return last != 0 && now-last < int64(window)
+}
+
 // safeBefore runs ServerConfig.Before for req; a panic answers SYSTEM_ERROR.
 func (c *Conn) safeBefore(req *RemotingCommand) (resp *RemotingCommand) {
 	defer func() {
@@ -155,5 +173,6 @@ func (c *Conn) serveAsync(req *RemotingCommand, st SerializeType, h AsyncHandler
 			return
 		}
 	}
+	c.markServed()
 	h(c.ctx, c, req, reply)
 }

@@ -1,18 +1,21 @@
 package remoting
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/config"
+	"github.com/sluicemq/sluice/internal/addrkey"
 )
 
 // ServerConfig configures a [Server]. The zero value is usable.
@@ -61,15 +64,30 @@ type ServerConfig struct {
 	// 192 KiB on its connection until FrameReadTimeout closes it: at most about 1.9 GB at
 	// the default 10000 connections (MaxConnsPerHost bounds one address's share).
 	MaxConns int
-	// MaxConnsPerHost bounds the open connections from one remote IP address. Default:
-	// MaxConns/10 (at least 16; 1000 when MaxConns is unlimited); negative: unlimited.
+	// MaxConnsPerHost bounds the open connections from one remote address: an IPv4
+	// address, or an IPv6 /64 (one host or site usually holds a whole /64, so counting
+	// single IPv6 addresses would leave a client holding one without a limit; an
+	// IPv4-mapped IPv6 address counts as its IPv4 address). Default: MaxConns/10 (at
+	// least 16; 1000 when MaxConns is unlimited); negative: unlimited.
 	//
 	// Fairness between addresses, with MaxConns: the last ReservedConns connections are
 	// open only to addresses holding fewer than ReserveHostConns, and once the server is
-	// full a connection from an address holding at least two fewer than the largest holder
-	// is accepted and the largest holder's newest connection is closed instead (counted in
-	// ShedConns). A flood from many addresses thus cannot lock out a client that holds few.
+	// full a connection from an address may take the place of a connection of an address
+	// holding at least two more (which is closed, counted in ShedConns). The one closed
+	// is, in this order: an idle one before an active one (ActiveWindow), one of the
+	// address holding the most, the newest. An active connection of an address holding
+	// ReserveHostConns or fewer is never closed. A flood from many addresses thus cannot
+	// lock out a client that holds few, nor take the connections of a client that was
+	// using them before the flood.
 	MaxConnsPerHost int
+	// ActiveWindow is how long after a request of a connection was served (passed
+	// Before and reached its handler; a request Before refused does not count) the
+	// connection counts as active, as it does while a request is in flight: connections
+	// closed to make room for another address (MaxConnsPerHost) are idle ones first, and
+	// never active ones of an address holding ReserveHostConns or fewer. Default: 60s
+	// (twice a RocketMQ client's 30 s heartbeat interval); negative: no connection counts
+	// as active.
+	ActiveWindow time.Duration
 	// ReservedConns is how many of MaxConns are kept for addresses holding fewer than
 	// ReserveHostConns connections. Default: MaxConns/20 (at least 1); negative: none.
 	ReservedConns int
@@ -144,6 +162,9 @@ func (c *ServerConfig) setDefaults() {
 	if c.ReservedConns == 0 && c.MaxConns > 0 {
 		c.ReservedConns = max(1, c.MaxConns/20)
 	}
+	if c.ActiveWindow == 0 {
+		c.ActiveWindow = 60 * time.Second
+	}
 	if c.FirstRequestTimeout == 0 {
 		c.FirstRequestTimeout = 10 * time.Second
 	}
@@ -206,7 +227,7 @@ type Server struct {
 	mu       sync.Mutex // guards stopping, conns, byHost, closeConns
 	stopping bool
 	conns    map[uint64]*Conn
-	byHost   map[string]map[uint64]*Conn // open connections by remote IP
+	byHost   map[string]map[uint64]*Conn // open connections by remote address key (hostOf)
 
 	refused     atomic.Int64 // connections refused by MaxConns / MaxConnsPerHost
 	shed        atomic.Int64 // connections closed to make room for a smaller holder
@@ -428,6 +449,9 @@ func (s *Server) serve(ctx context.Context, conn *Conn, req *RemotingCommand) *R
 			return resp
 		}
 	}
+	if conn != nil { // nil: a request served in-process, not from a peer
+		conn.markServed()
+	}
 	s.hmu.RLock()
 	h := s.handlers[RequestCode(req.Code)]
 	if h == nil {
@@ -554,18 +578,7 @@ func (s *Server) admitLocked(host string) (shed *Conn, why string) {
 	if n < s.cfg.MaxConns && held < ReserveHostConns {
 		return nil, "" // the reserve
 	}
-	var largest map[uint64]*Conn
-	for _, cs := range s.byHost {
-		if len(cs) > len(largest) {
-			largest = cs
-		}
-	}
-	if held+1 < len(largest) {
-		for id, c := range largest {
-			if shed == nil || id > shed.ID() {
-				shed = c
-			}
-		}
+	if shed = s.shedCandidateLocked(held); shed != nil {
 		return shed, ""
 	}
 	if n < s.cfg.MaxConns {
@@ -575,13 +588,63 @@ func (s *Server) admitLocked(host string) (shed *Conn, why string) {
 	return nil, fmt.Sprintf("%d connections open (limit %d)", n, s.cfg.MaxConns)
 }
 
-// hostOf returns the IP part of "ip:port".
-func hostOf(remote string) string {
-	if h, _, err := net.SplitHostPort(remote); err == nil {
-		return h
+// shedCandidateLocked returns the connection to close so that an address holding held
+// connections may open one more (nil: none may be closed): among the connections of
+// addresses holding at least held+2, an idle one before an active one (ActiveWindow),
+// then one of the address holding the most, then the newest. Active connections of an
+// address holding ReserveHostConns or fewer are never chosen. The addresses are looked
+// at from the largest holder down, and once shedScanBudget connections were looked at
+// the best found so far is taken, so that an accept under a flood costs the same
+// whatever the number of connections. The caller holds mu.
+func (s *Server) shedCandidateLocked(held int) *Conn {
+	type holder struct {
+		n   int
+		key string
 	}
-	return remote
+	var eligible []holder
+	for key, cs := range s.byHost {
+		if len(cs) >= held+2 {
+			eligible = append(eligible, holder{len(cs), key})
+		}
+	}
+	if len(eligible) == 0 {
+		return nil
+	}
+	slices.SortFunc(eligible, func(a, b holder) int { return cmp.Compare(b.n, a.n) })
+	now := time.Now().UnixNano()
+	var (
+		best     *Conn
+		bestIdle bool
+		bestHeld int
+		looked   int
+	)
+	for _, h := range eligible {
+		if looked >= shedScanBudget {
+			break
+		}
+		for _, c := range s.byHost[h.key] {
+			looked++
+			idle := !c.activeAt(now, s.cfg.ActiveWindow)
+			if !idle && h.n <= ReserveHostConns {
+				continue // a client using its few connections keeps them
+			}
+			switch {
+			case best == nil, idle && !bestIdle:
+			case idle != bestIdle, h.n < bestHeld, h.n == bestHeld && c.ID() < best.ID():
+				continue
+			}
+			best, bestIdle, bestHeld = c, idle, h.n
+		}
+	}
+	return best
 }
+
+// shedScanBudget bounds the connections shedCandidateLocked looks at for one accept.
+const shedScanBudget = 2048
+
+// hostOf returns the key remote counts under for the per-address limits: its IPv4
+// address, or its IPv6 /64 (addrkey.Of).
+func hostOf(remote string) string { return addrkey.Of(remote) }
 
 // Conns returns the number of open connections.
 func (s *Server) Conns() int {
@@ -642,8 +705,8 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 	if why != "" {
 		s.mu.Unlock()
+		n := s.refused.Add(1) // counted before the close, so a peer that saw it sees the count
 		_ = nc.Close()
-		n := s.refused.Add(1)
 		now := time.Now().UnixNano()
 		if last := s.lastRefusal.Load(); now-last > int64(time.Second) && s.lastRefusal.CompareAndSwap(last, now) {
 			s.log.Warn("remoting: connection refused", "remote", remote, "reason", why, "refused_total", n)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluicemq/sluice/acl"
 	"github.com/sluicemq/sluice/config"
+	"github.com/sluicemq/sluice/internal/addrkey"
+	"github.com/sluicemq/sluice/internal/lograte"
 	"github.com/sluicemq/sluice/internal/wire"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/remoting"
@@ -80,7 +82,11 @@ func (n *NameServer) before(_ context.Context, conn *remoting.Conn, req *remotin
 		return nil
 	}
 	if err := n.cfg.ACL.Check(conn.RemoteAddr(), req, true, nil); err != nil {
-		n.log.Warn("write request refused by acl", "code", req.Code, "remote", conn.RemoteAddr(), "err", err)
+		// Logged at most once a minute per remote address (refusalLog): a client repeating
+		// an unsigned registration must not fill the disk with log lines.
+		if ok, suppressed := n.refusalLog.Allow(addrkey.Of(conn.RemoteAddr()), time.Now()); ok {
+			n.log.Warn("write request refused by acl", "code", req.Code, "remote", conn.RemoteAddr(), "err", err, "suppressed", suppressed)
+		}
 		return errorResponse(remoting.SystemError, "%v", err)
 	}
 	return nil
@@ -134,6 +140,9 @@ type NameServer struct {
 	srv    *remoting.Server
 	routes *routeTable
 	stats  *nsStats // stats.go
+	// refusalLog bounds the warn lines about refused writes per remote address (before):
+	// one a minute, the next one carrying how many were left out ("suppressed").
+	refusalLog *lograte.Limiter
 
 	// persistMu serialises KV file writes. Lock order: persistMu before routes.mu.
 	persistMu sync.Mutex
@@ -158,12 +167,13 @@ func New(cfg Config) (*NameServer, error) {
 		return nil, fmt.Errorf("namesrv: %w", err)
 	}
 	*n = NameServer{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "namesrv"),
-		srv:    srv,
-		routes: newRouteTable(),
-		stats:  newNSStats(),
-		stop:   make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "namesrv"),
+		srv:        srv,
+		routes:     newRouteTable(),
+		stats:      newNSStats(),
+		stop:       make(chan struct{}),
+		refusalLog: lograte.New(time.Minute, 1024),
 	}
 	if cfg.KVConfigPath != "" {
 		kv, err := loadKVFile(cfg.KVConfigPath)
