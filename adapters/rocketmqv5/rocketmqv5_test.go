@@ -725,6 +725,7 @@ func TestApacheRocketMQ5(t *testing.T) {
 	if err := peers.Available("rocketmq5"); err != nil {
 		t.Skipf("apache rocketmq 5: %v", err)
 	}
+	testkit.SkipGoV5AgainstApacheUnderRace(t)
 	// A start of up to 5 minutes: the two JVMs start in 15–20 s on an idle 2-core machine,
 	// and much slower on a loaded one.
 	apache := peertest.StartRocketMQ5(t, peers.RocketMQ5Options{StoreConfigFiles: apacheStoreConfig(t),

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/peers"
+	"github.com/sluicemq/sluice/internal/testkit"
 )
 
 // runLong is run with a longer deadline: the Apache RocketMQ JVMs take seconds to start.
@@ -66,6 +67,7 @@ func TestBenchTargetRocketMQ5(t *testing.T) {
 	if err := peers.Available("rocketmq5"); err != nil {
 		t.Skipf("%v", err)
 	}
+	testkit.SkipGoV5AgainstApacheUnderRace(t)
 	out, err := runLong(t, "bench", "produce", "--target", "rocketmq5", "--messages", "1000", "--inflight", "4", "--rocketmq-heap", "384m")
 	if err != nil {
 		t.Fatalf("produce: %v\n%s", err, out)

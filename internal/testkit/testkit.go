@@ -199,3 +199,15 @@ func ShutdownOnCleanup(t testing.TB, f func(context.Context) error) {
 		}
 	})
 }
+
+// SkipGoV5AgainstApacheUnderRace skips t in a -race build. The official RocketMQ 5 Go
+// client v5.1.4 replaces its meter without a lock on every settings answer that carries
+// metric settings, racing the sends and receives in flight; Apache RocketMQ 5.3's proxy
+// puts them in every answer (Sluice's front end leaves them out). .ci/run runs these
+// tests again without -race.
+func SkipGoV5AgainstApacheUnderRace(t testing.TB) {
+	t.Helper()
+	if RaceEnabled {
+		t.Skip("-race: the official Go client v5.1.4 races on Apache RocketMQ 5's metric settings (client-side, not Sluice's); .ci/run runs this test without -race")
+	}
+}
