@@ -313,7 +313,8 @@ func TestFailurePathsInChromium(t *testing.T) {
 	if g, lag := text("#groups tbody tr:first-child td:first-child"), text("#groups tbody tr:first-child td.lag"); g != "lagging" || lag != strconv.Itoa(laggingLag) {
 		t.Fatalf("first row %q lag %q, want lagging with %d", g, lag, laggingLag)
 	}
-	if st := text("#groups tbody tr:first-child td:nth-child(6)"); st != "offsets only" {
+	// columns: group, lag, waiting, clients, mode, protocol, state
+	if st := text("#groups tbody tr:first-child td:nth-child(7)"); st != "offsets only" {
 		t.Errorf("the lagging group's state %q", st)
 	}
 	fits("groups-1366")

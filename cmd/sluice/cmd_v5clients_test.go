@@ -13,6 +13,7 @@ import (
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 
+	"github.com/sluicemq/sluice/cmd/sluice/internal/bench"
 	"github.com/sluicemq/sluice/internal/testkit"
 )
 
@@ -29,12 +30,7 @@ func TestGroupCommandsShowV5Clients(t *testing.T) {
 		"--namesrv-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--log-level", "error")
 	ns := bg.waitLine(t, brokerLine)[3]
 	endpoint := bg.waitLine(t, grpcLine)[1]
-	t.Setenv("rocketmq.client.logRoot", filepath.Join(dir, "client-logs"))
-	t.Setenv("mq.consoleAppender.enabled", "false")
-	rmq.ResetLogger()
-	ssl := rmq.EnableSsl
-	rmq.EnableSsl = false
-	t.Cleanup(func() { rmq.EnableSsl = ssl })
+	bench.SetupV5Client() // plain gRPC, client logs in a temporary directory
 
 	const topic, group = "CliV5", "cli-v5"
 	if out, err := run(t, "admin", "--namesrv", ns, "topic", "create", "--topic", topic, "--queues", "2"); err != nil {
@@ -84,9 +80,13 @@ func TestGroupCommandsShowV5Clients(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`(?m)^cli-v5 +0 +- +1 +pull clustering +grpc +online +`).MatchString(out) {
 		t.Errorf("group list: %v\n%s", err, out)
 	}
-	var groups []groupJSON
+	var doc groupsJSON
 	out, err = run(t, "admin", "--namesrv", ns, "group", "list", "-o", "json")
-	if err != nil || json.Unmarshal([]byte(out), &groups) != nil || len(groups) != 1 || strings.Join(groups[0].Protocols, ",") != "grpc" ||
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &doc)
+	}
+	groups := doc.Groups
+	if err != nil || doc.Partial || len(groups) != 1 || strings.Join(groups[0].Protocols, ",") != "grpc" ||
 		groups[0].ConsumeType != "CONSUME_ACTIVELY" || groups[0].Clients != 1 {
 		t.Errorf("group list -o json: %v %+v\n%s", err, groups, out)
 	}
@@ -95,13 +95,13 @@ func TestGroupCommandsShowV5Clients(t *testing.T) {
 		!strings.Contains(out, "1 client(s) of group cli-v5 online") {
 		t.Errorf("group clients: %v\n%s", err, out)
 	}
-	var doc groupClientsJSON
+	var cdoc groupClientsJSON
 	out, err = run(t, "admin", "--namesrv", ns, "group", "clients", "--group", group, "-o", "json")
-	clients := doc.Clients
-	if err == nil && json.Unmarshal([]byte(out), &doc) == nil {
-		clients = doc.Clients
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &cdoc)
 	}
-	if err != nil || doc.Partial || doc.Group != group || len(clients) != 1 || clients[0].Protocol != "grpc" ||
+	clients := cdoc.Clients
+	if err != nil || cdoc.Partial || cdoc.Group != group || len(clients) != 1 || clients[0].Protocol != "grpc" ||
 		clients[0].Version != "5.1.4" || clients[0].Language != "GO" || strings.Join(clients[0].Subscriptions, ",") != "CliV5 *" {
 		t.Errorf("group clients -o json: %v %+v\n%s", err, clients, out)
 	}

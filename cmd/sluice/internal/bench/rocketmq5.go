@@ -39,10 +39,12 @@ const (
 
 var v5ClientOnce sync.Once
 
-// setupV5Client points the official client's process-wide settings at a bench: plain
+// SetupV5Client points the official client's process-wide settings at a bench: plain
 // gRPC (the bench's servers serve no TLS) and its logs in a temporary directory instead
-// of $HOME/logs/rocketmq, without console output.
-func setupV5Client() {
+// of $HOME/logs/rocketmq, without console output. Once per process: the client reads
+// these globals without a lock, so they are set before its first client starts and never
+// again (a second ResetLogger raced with a client left running by an earlier test).
+func SetupV5Client() {
 	v5ClientOnce.Do(func() {
 		os.Setenv("rocketmq.client.logRoot", filepath.Join(os.TempDir(), "sluice-bench-rmq5-client-logs"))
 		os.Setenv("mq.consoleAppender.enabled", "false")
@@ -63,7 +65,7 @@ func ProduceV5(ctx context.Context, cfg Config, endpoint string) (*Result, error
 		return nil, err
 	}
 	cfg.setDefaults()
-	setupV5Client()
+	SetupV5Client()
 	var senders []sendFunc
 	var stops []func(context.Context) error
 	defer func() { _ = shutdownAll(stops) }()
