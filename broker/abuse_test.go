@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -753,68 +751,15 @@ func TestNameServerLivenessOnlyByTheBroker(t *testing.T) {
 	}
 }
 
-// connFlood holds connections to addr from the loopback addresses 127.0.0.2 … from
-// 127.0.0.<1+hosts>, per connections each: every connection sends one request, then
-// holds the connection reading until the broker closes it, and dials again (20 ms
-// later). stop ends it and closes what it holds.
+// connFlood holds connections to addr from the loopback addresses 127.0.0.2 … (per from
+// each of hosts), each sending GET_MAX_OFFSET and redialling when the broker closes it.
 func connFlood(t *testing.T, addr string, hosts, per int) (stop func()) {
 	t.Helper()
 	frame, err := remoting.NewRequest(remoting.GetMaxOffset, map[string]string{"topic": "TBW102", "queueId": "0"}, nil).Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	probe, err := pd.Dial("tcp", addr)
-	if err != nil {
-		t.Skipf("needs 127.0.0.2 … 127.0.0.%d to be local addresses (Linux loopback): %v", 1+hosts, err)
-	}
-	_ = probe.Close()
-	done := make(chan struct{})
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	var wg sync.WaitGroup
-	for h := range hosts {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+h))}, Timeout: time.Second}
-		for range per {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					if nc, err := d.Dial("tcp", addr); err == nil {
-						mu.Lock()
-						open[nc] = true
-						mu.Unlock()
-						if _, err := nc.Write(frame); err == nil {
-							_, _ = io.Copy(io.Discard, nc)
-						}
-						mu.Lock()
-						delete(open, nc)
-						mu.Unlock()
-						_ = nc.Close()
-					}
-					select {
-					case <-done:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-				}
-			}()
-		}
-	}
-	return func() {
-		close(done)
-		mu.Lock()
-		for nc := range open {
-			_ = nc.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
+	return testkit.HoldConnections(t, addr, frame, hosts, per, time.Second, 20*time.Millisecond).Stop
 }
 
 // probeRate sends n GET_MAX_OFFSET requests to addr through one client (from

@@ -2,7 +2,6 @@ package remoting
 
 import (
 	"context"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,60 +12,15 @@ import (
 )
 
 // holdFlood keeps per connections open from each of hosts loopback addresses
-// (127.0.0.2 …): each connection sends one request, then holds the connection until
-// the server closes it, and is dialled again. stop closes them and waits.
+// (127.0.0.2 …), each sending a heartbeat and holding its connection until the server
+// closes it. stop closes them and waits.
 func holdFlood(t *testing.T, addr string, hosts, per int) (stop func()) {
 	t.Helper()
 	frame, err := NewRequest(HeartBeat, nil, nil).Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	var wg sync.WaitGroup
-	for h := range hosts {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+h))}, Timeout: 5 * time.Second}
-		for range per {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 100000 { // bounded; ends on done long before
-					select {
-					case <-done:
-						return
-					default:
-					}
-					if nc, err := d.Dial("tcp", addr); err == nil {
-						mu.Lock()
-						open[nc] = true
-						mu.Unlock()
-						if _, err := nc.Write(frame); err == nil {
-							_, _ = io.Copy(io.Discard, nc)
-						}
-						mu.Lock()
-						delete(open, nc)
-						mu.Unlock()
-						_ = nc.Close()
-					}
-					select {
-					case <-done:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-				}
-			}()
-		}
-	}
-	return func() {
-		close(done)
-		mu.Lock()
-		for nc := range open {
-			_ = nc.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
+	return testkit.HoldConnections(t, addr, frame, hosts, per, 5*time.Second, 20*time.Millisecond).Stop
 }
 
 // TestSheddingSparesActiveClient: once the server was full, a connection from an address

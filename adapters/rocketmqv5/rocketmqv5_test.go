@@ -36,24 +36,19 @@ import (
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/redisdedup"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+	"github.com/sluicemq/sluice/internal/testkit/testfront"
 	"github.com/sluicemq/sluice/message"
 	"github.com/sluicemq/sluice/middleware"
 	"github.com/sluicemq/sluice/middleware/redismw"
 )
 
 func TestMain(m *testing.M) {
-	// The official client logs to $HOME/logs/rocketmq unless told otherwise, and speaks
-	// TLS unless told otherwise (the front end serves plain gRPC without tlsEnable).
-	dir, err := os.MkdirTemp("", "rmq5-client-logs")
+	cleanup, err := testfront.ClientEnv()
 	if err != nil {
 		panic(err)
 	}
-	os.Setenv("rocketmq.client.logRoot", dir)
-	os.Setenv("mq.consoleAppender.enabled", "false")
-	rmq.ResetLogger()
-	rmq.EnableSsl = false
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -62,22 +57,8 @@ func TestMain(m *testing.M) {
 func front(t *testing.T) *grpcfront.Server {
 	t.Helper()
 	b, _ := testbroker.Start(t, broker.Config{})
-	s, err := grpcfront.New(grpcfront.Config{Broker: b, Listen: "127.0.0.1:0", Logger: testkit.Quiet(),
-		MinInvisibleDuration: time.Second, LongPollingTimeout: 2 * time.Second, Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("front end shutdown: %v", err)
-		}
-	})
-	return s
+	return testfront.Start(t, b, grpcfront.Config{MinInvisibleDuration: time.Second, LongPollingTimeout: 2 * time.Second,
+		Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
 }
 
 func newProducer(t *testing.T, ep string, topics ...string) rmq.Producer {
@@ -720,7 +701,7 @@ func apacheStoreConfig(t *testing.T) map[string]string {
 // came exactly as often as expected.
 func TestApacheRocketMQ5(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two JVMs (Apache RocketMQ 5.3 name server and proxy+broker)")
+		t.Skip("-short: needs two JVMs (Apache RocketMQ 5.3 name server and proxy+broker); run without -short")
 	}
 	if err := peers.Available("rocketmq5"); err != nil {
 		t.Skipf("apache rocketmq 5: %v", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicemq/sluice/internal/peers/peertest"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+	"github.com/sluicemq/sluice/internal/testkit/testfront"
 )
 
 // The suite's topics (with their message type, which Apache RocketMQ 5 checks) and the
@@ -79,7 +80,7 @@ type d5Case struct {
 // invisibility, timer delivery after due) are logged side by side, not compared.
 func TestDifferentialRocketMQ5(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two JVMs (Apache RocketMQ 5.3 name server and proxy+broker)")
+		t.Skip("-short: needs two JVMs (Apache RocketMQ 5.3 name server and proxy+broker); run without -short")
 	}
 	if err := peers.Available("rocketmq5"); err != nil {
 		t.Skipf("apache rocketmq 5: %v", err)
@@ -90,20 +91,7 @@ func TestDifferentialRocketMQ5(t *testing.T) {
 	apache := peertest.StartRocketMQ5(t, peers.RocketMQ5Options{StoreConfigFiles: apache5Config(t),
 		ProxyConf: map[string]any{"minInvisibleTimeMillsForRecv": 1000}})
 	b, _ := testbroker.Start(t, broker.Config{})
-	s, err := grpcfront.New(grpcfront.Config{Broker: b, Listen: "127.0.0.1:0", Logger: testkit.Quiet(), MinInvisibleDuration: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("front end shutdown: %v", err)
-		}
-	})
+	s := testfront.Start(t, b, grpcfront.Config{MinInvisibleDuration: time.Second})
 	targets := []struct{ name, ep string }{{"sluice", s.Addr()}, {"apache-5.3.3", apache.GRPCAddr}}
 	for _, c := range d5Cases() {
 		t.Run(c.name, func(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicemq/sluice/broker/pop"
 	"github.com/sluicemq/sluice/internal/testkit"
 	"github.com/sluicemq/sluice/internal/testkit/testbroker"
+	"github.com/sluicemq/sluice/internal/testkit/testfront"
 	"github.com/sluicemq/sluice/message"
 )
 
@@ -34,21 +35,15 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envPopChild) == "1" { // crash_test.go: this process is the broker child
 		os.Exit(runPopChild())
 	}
-	// The official client logs to $HOME/logs/rocketmq unless told otherwise, and speaks
-	// TLS unless told otherwise (the front end serves plain gRPC without tlsEnable).
-	dir, err := os.MkdirTemp("", "rmq5-client-logs")
+	cleanup, err := testfront.ClientEnv()
 	if err != nil {
 		panic(err)
 	}
-	os.Setenv("rocketmq.client.logRoot", dir)
-	os.Setenv("mq.consoleAppender.enabled", "false")
-	rmq.ResetLogger()
-	rmq.EnableSsl = false
 	// The official clients sign with their local time marked Z, and the broker reads it as
 	// UTC (docs/security.md): run the clients of the ACL tests in UTC whatever TZ says.
 	time.Local = time.UTC
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -60,22 +55,8 @@ func front(t *testing.T, mod func(*broker.Config)) (*broker.Broker, *grpcfront.S
 		mod(&cfg)
 	}
 	b, _ := testbroker.Start(t, cfg)
-	s, err := grpcfront.New(grpcfront.Config{Broker: b, Listen: "127.0.0.1:0", Logger: testkit.Quiet(),
-		MinInvisibleDuration: time.Second, LongPollingTimeout: 2 * time.Second, Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("front end shutdown: %v", err)
-		}
-	})
-	return b, s
+	return b, testfront.Start(t, b, grpcfront.Config{MinInvisibleDuration: time.Second, LongPollingTimeout: 2 * time.Second,
+		Pop: pop.Config{ReviveInterval: 50 * time.Millisecond}})
 }
 
 func newProducer(t *testing.T, addr string, topics ...string) rmq.Producer {

@@ -62,7 +62,7 @@ func TestBenchTargetRocketMQ(t *testing.T) {
 // gRPC front end (a broker process), and prints results, load averages and ratios.
 func TestBenchTargetRocketMQ5(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: starts Apache RocketMQ 5 twice")
+		t.Skip("-short: needs Apache RocketMQ 5.3 started twice (two JVMs each); run without -short")
 	}
 	if err := peers.Available("rocketmq5"); err != nil {
 		t.Skipf("%v", err)

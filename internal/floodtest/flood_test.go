@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,55 +132,8 @@ func flood(t *testing.T, addr string, hosts, per int) (held *atomic.Int64, stop 
 	if err != nil {
 		t.Fatal(err)
 	}
-	held = &atomic.Int64{}
-	done := make(chan struct{})
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	var wg sync.WaitGroup
-	for h := range hosts {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+h))}, Timeout: 5 * time.Second}
-		for range per {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					if nc, err := d.Dial("tcp", addr); err == nil {
-						mu.Lock()
-						open[nc] = true
-						mu.Unlock()
-						held.Add(1)
-						if _, err := nc.Write(frame); err == nil {
-							_, _ = io.Copy(io.Discard, nc)
-						}
-						held.Add(-1)
-						mu.Lock()
-						delete(open, nc)
-						mu.Unlock()
-						_ = nc.Close()
-					}
-					select {
-					case <-done:
-						return
-					case <-time.After(50 * time.Millisecond):
-					}
-				}
-			}()
-		}
-	}
-	return held, func() {
-		close(done)
-		mu.Lock()
-		for nc := range open {
-			_ = nc.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
+	f := testkit.HoldConnections(t, addr, frame, hosts, per, 5*time.Second, 50*time.Millisecond)
+	return &f.Held, f.Stop
 }
 
 // probe sends n GET_MAX_OFFSET requests through one client from 127.0.0.1, each bounded

@@ -208,6 +208,6 @@ func ShutdownOnCleanup(t testing.TB, f func(context.Context) error) {
 func SkipGoV5AgainstApacheUnderRace(t testing.TB) {
 	t.Helper()
 	if RaceEnabled {
-		t.Skip("-race: the official Go client v5.1.4 races on Apache RocketMQ 5's metric settings (client-side, not Sluice's); .ci/run runs this test without -race")
+		t.Skip("needs a build without -race: the official Go client v5.1.4 races on Apache RocketMQ 5's metric settings (a race in the client); .ci/run runs this test without -race")
 	}
 }
